@@ -1,0 +1,40 @@
+# routelet — build, test, bench, demo. See README.md.
+GO      ?= go
+BIN     := bin
+GOFLAGS ?=
+
+.PHONY: all build test test-unit bench demo vet fmt clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/routelet ./plugin
+	@if [ -f daemon/main.go ]; then $(GO) build -o $(BIN)/routeletd ./daemon; fi
+
+# Everything CI runs: vet, formatting, unit tests and the privileged tests
+# (network namespaces; they skip with a reason when not root).
+test: build
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+# Unit tests only (no root needed).
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+
+demo: build
+	$(GO) run ./demo
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,98 @@
+package ipam
+
+// API CONTRACT (written by the lead; the implementer replaces the bodies and
+// may split this file, but must keep every exported name and signature).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// DefaultLockTimeout bounds how long Allocate/Release wait for the IPAM lock.
+const DefaultLockTimeout = 10 * time.Second
+
+// ErrExhausted: no free address left in any block of the needed family.
+var ErrExhausted = errors.New("no free address")
+
+// ErrInUse: a specifically requested address is held by another attachment.
+var ErrInUse = errors.New("address already allocated")
+
+// LockTimeoutError is returned when the lock could not be taken in time.
+// Holder describes the last known holder (pid, containerID, since), or "" when
+// unknown. The plugin maps it to CNI code 11 (try again later).
+type LockTimeoutError struct {
+	Path   string
+	Waited time.Duration
+	Holder string
+}
+
+func (e *LockTimeoutError) Error() string {
+	if e.Holder == "" {
+		return fmt.Sprintf("ipam lock %s busy after %s", e.Path, e.Waited)
+	}
+	return fmt.Sprintf("ipam lock %s busy after %s (held by %s)", e.Path, e.Waited, e.Holder)
+}
+
+// Attachment identifies one CNI attachment: the allocation key.
+type Attachment struct {
+	ContainerID string
+	IfName      string
+}
+
+// Allocation is one address handed to an attachment, with the block it came from.
+type Allocation struct {
+	Addr  netip.Addr
+	Block netip.Prefix
+}
+
+// Options tune an Allocator.
+type Options struct {
+	LockTimeout time.Duration // 0 = DefaultLockTimeout
+}
+
+// Allocator is node-local block IPAM over a directory (normally
+// <stateDir>/ipam). Several processes may use the same directory at once: every
+// operation takes an exclusive flock on <dir>/lock.
+type Allocator struct {
+	dir    string
+	blocks []netip.Prefix
+	opts   Options
+}
+
+// New returns an Allocator for blocks (at most one IPv4 and/or IPv6 block is
+// used per family at a time, but several blocks per family may be given; they
+// are tried in order). It creates dir (0700) when missing. Blocks must be
+// valid, masked prefixes: the error names the bad one. An IPv4 block must have
+// room for at least one usable address after the reserved ones.
+func New(dir string, blocks []netip.Prefix, opts Options) (*Allocator, error) {
+	panic("unimplemented")
+}
+
+// Allocate gives att one address per family that has a block (v4 and/or v6).
+// requested, when non-empty, are specific addresses to use (the CNI "ips"
+// capability); each must be inside a block and not reserved, else an error
+// naming it; one held by another attachment yields ErrInUse (wrapped, naming
+// it). Allocate is idempotent: if att already holds addresses they are returned
+// unchanged. The block's first address (the node's tunnel address) and, for
+// IPv4, its last (broadcast) are never handed out. Cost does not grow with the
+// number of allocations already made (no directory scan per call).
+func (a *Allocator) Allocate(ctx context.Context, att Attachment, requested []netip.Addr) ([]Allocation, error) {
+	panic("unimplemented")
+}
+
+// Release frees every address held by att. Releasing an attachment that holds
+// nothing is success.
+func (a *Allocator) Release(ctx context.Context, att Attachment) error { panic("unimplemented") }
+
+// Get returns att's current addresses (empty, nil error when none).
+func (a *Allocator) Get(ctx context.Context, att Attachment) ([]Allocation, error) {
+	panic("unimplemented")
+}
+
+// List returns every attachment holding addresses (used by GC and leak collection).
+func (a *Allocator) List(ctx context.Context) (map[Attachment][]Allocation, error) {
+	panic("unimplemented")
+}
