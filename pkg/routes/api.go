@@ -1,0 +1,120 @@
+package routes
+
+// API CONTRACT (written by the lead; the implementer replaces the bodies and
+// may split this file, add options and fields, but must keep every exported
+// name and signature below — the daemon is written against them).
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// InterfaceNone is the pseudo interface name under which routes without an
+// output device are kept: blackhole, unreachable, prohibit and throw.
+const InterfaceNone = "*none*"
+
+// DefaultProtocol is the route protocol routelet stamps on every route.
+const DefaultProtocol = 80
+
+// TargetType says what kind of kernel route a Target becomes.
+type TargetType int
+
+const (
+	// TypeLink: "<cidr> dev <iface> scope link" (a workload's /32 or /128).
+	TypeLink TargetType = iota
+	// TypeGateway: "<cidr> via <gw> dev <iface> [onlink]" (VXLAN, IPIP, no-encap).
+	TypeGateway
+	// TypeBlackhole, TypeUnreachable, TypeProhibit, TypeThrow: no-interface
+	// routes; only valid under InterfaceNone.
+	TypeBlackhole
+	TypeUnreachable
+	TypeProhibit
+	TypeThrow
+)
+
+// Target is one desired route.
+type Target struct {
+	CIDR    netip.Prefix
+	Type    TargetType
+	Gateway netip.Addr       // TypeGateway only
+	OnLink  bool             // TypeGateway: set RTNH_F_ONLINK
+	Src     netip.Addr       // preferred source, optional
+	MTU     int              // route MTU metric, 0 = none
+	DestMAC net.HardwareAddr // optional: static (permanent) ARP entry for an IPv4 /32 on the iface
+}
+
+// Config configures one RouteTable (one IP family, one kernel table).
+type Config struct {
+	IPVersion int // 4 or 6
+	Table     int // kernel table index; 0 means main (254)
+	Protocol  int // 0 means DefaultProtocol
+
+	// Ownership. Interfaces whose name starts with one of InterfacePrefixes
+	// (e.g. "cali") are workload interfaces: every route on them is ours.
+	// InterfaceNames (e.g. "vxlan.calico") are shared devices: only routes
+	// carrying Protocol are ours. IncludeNoInterface adds InterfaceNone,
+	// where also only routes carrying Protocol are ours.
+	InterfacePrefixes  []string
+	InterfaceNames     []string
+	IncludeNoInterface bool
+
+	// RemoveExternalRoutes removes routes on workload interfaces that are not
+	// desired (default true in the daemon).
+	RemoveExternalRoutes bool
+	// GracePeriod: unexpected routes on an interface first seen less than
+	// this long ago are left alone (0 = 10s default; negative disables).
+	GracePeriod time.Duration
+	// NetlinkTimeout bounds each netlink call (0 = 10s).
+	NetlinkTimeout time.Duration
+	// Liveness, when set, is called periodically during long loops.
+	Liveness func()
+	Logger   *slog.Logger
+}
+
+// RouteTable reconciles desired routes with one kernel routing table. It is
+// not safe for concurrent use: one goroutine (the daemon's apply loop) owns it.
+type RouteTable struct{}
+
+// New returns a RouteTable using the real kernel (netlink, conntrack) of the
+// calling thread's network namespace at the time of the call.
+func New(cfg Config) (*RouteTable, error) { panic("unimplemented") }
+
+// SetRoutes replaces every desired route on iface (memory only).
+func (rt *RouteTable) SetRoutes(iface string, targets []Target) { panic("unimplemented") }
+
+// RouteUpdate adds or changes one desired route on iface (memory only).
+func (rt *RouteTable) RouteUpdate(iface string, t Target) { panic("unimplemented") }
+
+// RouteRemove drops one desired route from iface (memory only).
+func (rt *RouteTable) RouteRemove(iface string, cidr netip.Prefix) { panic("unimplemented") }
+
+// OnIfaceStateChanged records that iface went up (true) or down/away (false);
+// an iface coming up is marked dirty so its routes are programmed.
+func (rt *RouteTable) OnIfaceStateChanged(iface string, up bool) { panic("unimplemented") }
+
+// MarkDirty asks the next Apply to re-read and repair iface (e.g. after a
+// netlink route event showed tampering). InterfaceNone is accepted.
+func (rt *RouteTable) MarkDirty(iface string) { panic("unimplemented") }
+
+// QueueResync makes the next Apply a full resync (re-read the whole table).
+func (rt *RouteTable) QueueResync() { panic("unimplemented") }
+
+// Apply reconciles the kernel with the desired state: a full resync when one
+// is queued (and on the first call), else only dirty interfaces. Failed
+// interfaces stay dirty and are retried on the next call. It returns the
+// errors joined.
+func (rt *RouteTable) Apply() error { panic("unimplemented") }
+
+// Stats is a snapshot for metrics.
+type Stats struct {
+	Routes      int // routes routelet believes are programmed
+	DirtyIfaces int
+	LastResync  time.Duration
+	LastApply   time.Duration
+	Writes      uint64 // netlink writes since New
+}
+
+// Stats returns counters for metrics.
+func (rt *RouteTable) Stats() Stats { panic("unimplemented") }
