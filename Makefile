@@ -3,9 +3,14 @@ GO      ?= go
 BIN     := bin
 GOFLAGS ?=
 
-.PHONY: all build test test-unit bench demo vet fmt clean
+.PHONY: all deps build test test-unit bench demo vet fmt clean
 
 all: build
+
+# Debian packages the demo and the tests need (iproute2, iptables, ping,
+# conntrack, iperf3); installs only what is missing.
+deps:
+	@bash hack/deps.sh
 
 build:
 	@mkdir -p $(BIN)
@@ -14,7 +19,7 @@ build:
 
 # Everything CI runs: vet, formatting, unit tests and the privileged tests
 # (network namespaces; they skip with a reason when not root).
-test: build
+test: deps build
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -24,10 +29,10 @@ test: build
 test-unit:
 	$(GO) test -count=1 -short ./...
 
-bench: build
+bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
-demo: build
+demo: deps build
 	$(GO) run ./demo
 
 vet:
