@@ -1,0 +1,266 @@
+// Command cni benchmarks the routelet CNI plugin against the reference ptp
+// plugin with host-local IPAM. Both run the same way: built from source
+// (ptp and host-local at the containernetworking/plugins version go.mod
+// requires), executed by libcni from a fresh node network namespace, with
+// pod namespaces created before the clock starts. Each plugin gets an
+// equivalent config: the same MTU and one /24 of addresses.
+//
+// Phases per plugin: one unmeasured warm-up ADD+DEL, a sequential ADD of
+// -pods pods followed by their sequential DEL, then -parallel concurrent ADDs
+// followed by their concurrent DELs. It prints p50/p99 latency per phase, the
+// routelet/ptp ratio of ADD p50, and failures; it exits 1 when any operation
+// failed. Run as root: go run ./bench/cni (or make bench).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routelet/routelet/internal/netnstest"
+)
+
+// nsPrefix names every namespace the bench makes; leftovers of a crashed run
+// are removed by it at start.
+const nsPrefix = "routelet-bench-"
+
+func main() {
+	pods := flag.Int("pods", 50, "pods in the sequential phase")
+	parallel := flag.Int("parallel", 32, "concurrent ADDs in the parallel phase")
+	mtu := flag.Int("mtu", 1450, "pod MTU given to both plugins")
+	only := flag.String("plugins", "ptp,routelet", "comma-separated plugins to run: ptp, routelet")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *pods, *parallel, *mtu, strings.Split(*only, ",")); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// sample is one measured CNI operation.
+type sample struct {
+	d   time.Duration
+	err error
+}
+
+// phase is the outcome of one phase of one plugin.
+type phase struct {
+	plugin, name string
+	samples      []sample
+}
+
+func run(ctx context.Context, pods, parallel, mtu int, plugins []string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (creates network namespaces)")
+	}
+	if pods < 1 || parallel < 1 || pods+parallel > 250 {
+		return fmt.Errorf("pods %d, parallel %d: each must be ≥ 1 and together ≤ 250 (one /24)", pods, parallel)
+	}
+	if _, err := netnstest.RemoveLeftovers(nsPrefix); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "routelet-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	binDir := filepath.Join(tmp, "bin")
+
+	var results []phase
+	for _, p := range plugins {
+		var list func(work string) (*libcni.NetworkConfigList, error)
+		switch p {
+		case "ptp":
+			if err := netnstest.BuildReference(ctx, binDir, netnstest.PTPPackage, netnstest.HostLocalPackage); err != nil {
+				return err
+			}
+			list = func(work string) (*libcni.NetworkConfigList, error) {
+				return netnstest.PTPConf{Name: "bench-ptp", CNIVersion: "1.1.0", DataDir: work,
+					MTU: mtu, Subnet: "10.250.0.0/24"}.ConfList()
+			}
+		case "routelet":
+			if err := netnstest.BuildRoutelet(ctx, binDir); err != nil {
+				return err
+			}
+			list = func(work string) (*libcni.NetworkConfigList, error) {
+				return netnstest.RouteletConf{Name: "bench-routelet", CNIVersion: "1.1.0", StateDir: work,
+					MTU: mtu, Blocks: []string{"10.250.0.0/24"}}.ConfList()
+			}
+		default:
+			return fmt.Errorf("plugin %q: want ptp or routelet", p)
+		}
+		work := filepath.Join(tmp, p)
+		l, err := list(work)
+		if err != nil {
+			return err
+		}
+		ph, err := benchPlugin(ctx, p, binDir, work, l, pods, parallel)
+		if err != nil {
+			return err
+		}
+		results = append(results, ph...)
+	}
+	return report(os.Stdout, results, mtu)
+}
+
+// benchPlugin runs every phase for one plugin in its own node namespace and
+// removes the namespaces afterwards.
+func benchPlugin(ctx context.Context, name, binDir, work string, list *libcni.NetworkConfigList, pods, parallel int) (phases []phase, err error) {
+	node, err := netnstest.NewNode(nsPrefix+name+"-node", []string{binDir}, filepath.Join(work, "cache"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, node.Close()) }()
+
+	netnss := make([]ns.NetNS, pods+parallel)
+	defer func() {
+		for _, n := range netnss {
+			err = errors.Join(err, netnstest.Remove(n))
+		}
+	}()
+	for i := range netnss {
+		if netnss[i], err = netnstest.NewNamed(fmt.Sprintf("%s%s-pod%03d", nsPrefix, name, i)); err != nil {
+			return nil, err
+		}
+	}
+	rt := func(i int) *libcni.RuntimeConf {
+		return &libcni.RuntimeConf{
+			ContainerID: fmt.Sprintf("bench%03d", i),
+			NetNS:       netnss[i].Path(),
+			IfName:      "eth0",
+			Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "bench"},
+				{"K8S_POD_NAME", fmt.Sprintf("pod%03d", i)}},
+		}
+	}
+	timed := func(op func() error) sample {
+		start := time.Now()
+		err := op()
+		return sample{time.Since(start), err}
+	}
+
+	// Warm-up: page cache, first exec; not measured.
+	if _, err := node.Add(ctx, list, rt(0)); err != nil {
+		return nil, fmt.Errorf("%s: warm-up ADD: %w", name, err)
+	}
+	if err := node.Del(ctx, list, rt(0)); err != nil {
+		return nil, fmt.Errorf("%s: warm-up DEL: %w", name, err)
+	}
+
+	seqAdd := phase{plugin: name, name: "seq ADD"}
+	for i := range pods {
+		seqAdd.samples = append(seqAdd.samples, timed(func() error { _, err := node.Add(ctx, list, rt(i)); return err }))
+	}
+	seqDel := phase{plugin: name, name: "seq DEL"}
+	for i := range pods {
+		seqDel.samples = append(seqDel.samples, timed(func() error { return node.Del(ctx, list, rt(i)) }))
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+
+	parAdd := phase{plugin: name, name: fmt.Sprintf("%d-par ADD", parallel), samples: make([]sample, parallel)}
+	parDel := phase{plugin: name, name: fmt.Sprintf("%d-par DEL", parallel), samples: make([]sample, parallel)}
+	concurrently(parallel, func(i int) {
+		parAdd.samples[i] = timed(func() error { _, err := node.Add(ctx, list, rt(pods+i)); return err })
+	})
+	concurrently(parallel, func(i int) {
+		parDel.samples[i] = timed(func() error { return node.Del(ctx, list, rt(pods+i)) })
+	})
+	return []phase{seqAdd, seqDel, parAdd, parDel}, ctx.Err()
+}
+
+// concurrently runs f(0..n-1) in n goroutines released together.
+func concurrently(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			f(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
+// percentile returns the nearest-rank q-quantile (0 < q ≤ 1) of the
+// successful samples, and how many failed.
+func percentile(s []sample, q float64) (time.Duration, int) {
+	var ds []time.Duration
+	fails := 0
+	for _, x := range s {
+		if x.err != nil {
+			fails++
+			continue
+		}
+		ds = append(ds, x.d)
+	}
+	if len(ds) == 0 {
+		return 0, fails
+	}
+	slices.Sort(ds)
+	rank := int(q*float64(len(ds))+0.999999) - 1
+	return ds[max(0, min(rank, len(ds)-1))], fails
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// report prints the table and the ratios; it returns an error when any
+// operation failed.
+func report(w *os.File, phases []phase, mtu int) error {
+	fmt.Fprintf(w, "CNI plugin bench: libcni from a fresh node netns, cniVersion 1.1.0, MTU %d, one /24\n", mtu)
+	fmt.Fprintf(w, "%-14s %-12s %4s %5s %9s %9s\n", "plugin", "phase", "n", "fail", "p50 ms", "p99 ms")
+	p50 := map[string]time.Duration{}
+	total := 0
+	var firstErrs []string
+	for _, ph := range phases {
+		a, fails := percentile(ph.samples, 0.50)
+		b, _ := percentile(ph.samples, 0.99)
+		total += fails
+		p50[ph.plugin+" "+ph.name] = a
+		label := ph.plugin
+		if label == "ptp" {
+			label = "ptp+host-local"
+		}
+		fmt.Fprintf(w, "%-14s %-12s %4d %5d %9s %9s\n", label, ph.name, len(ph.samples), fails, ms(a), ms(b))
+		for _, s := range ph.samples {
+			if s.err != nil && len(firstErrs) < 3 {
+				firstErrs = append(firstErrs, fmt.Sprintf("%s %s: %v", ph.plugin, ph.name, s.err))
+			}
+		}
+	}
+	for _, ph := range phases {
+		if ph.plugin != "routelet" {
+			continue
+		}
+		r, p := p50["routelet "+ph.name], p50["ptp "+ph.name]
+		if p > 0 && r > 0 {
+			fmt.Fprintf(w, "ratio routelet/ptp+host-local %-12s p50 %.2f\n", ph.name, float64(r)/float64(p))
+		}
+	}
+	fmt.Fprintf(w, "failures: %d\n", total)
+	for _, e := range firstErrs {
+		slog.Error("bench failure", "err", e)
+	}
+	if total > 0 {
+		return fmt.Errorf("%d operations failed", total)
+	}
+	return nil
+}

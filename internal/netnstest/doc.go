@@ -1,0 +1,15 @@
+// Package netnstest builds throwaway network namespaces and simulated nodes
+// for routelet's privileged tests, the demo and the plugin benchmark.
+//
+// A Node is a fresh network namespace standing in for a host: CNI plugins are
+// executed through libcni from a goroutine locked to an OS thread that has
+// entered the node namespace, so the plugin process inherits it exactly as it
+// inherits the host namespace under containerd. Pods are further namespaces,
+// passed to the plugin as CNI_NETNS paths.
+//
+// Every namespace is bind-mounted under /var/run/netns with a caller-chosen
+// name prefix, so `ip netns exec` works on it and leftovers of a crashed run
+// can be found and removed by prefix (RemoveLeftovers). Nothing here touches
+// the namespace of the calling process: all kernel changes happen inside the
+// namespaces this package created.
+package netnstest

@@ -1,0 +1,213 @@
+package netnstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// RunDir is where named network namespaces are bind-mounted (as `ip netns` does).
+const RunDir = "/var/run/netns"
+
+// NewNamed creates a network namespace bind-mounted at RunDir/name, brings its
+// loopback up and returns a handle on it. It fails when the name is taken.
+// The caller's own thread and namespace are never changed.
+func NewNamed(name string) (ns.NetNS, error) {
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return nil, fmt.Errorf("netns name %q: not a plain file name", name)
+	}
+	if err := ensureRunDir(); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(RunDir, name)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: create mount point: %w", name, err)
+	}
+	f.Close()
+
+	// Unshare on a dedicated, locked thread that is never unlocked: the Go
+	// runtime then discards the thread when the goroutine ends, so no other
+	// goroutine ever runs in the new namespace by accident.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+		if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
+			errc <- fmt.Errorf("bind mount %s: %w", self, err)
+			return
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("netns %s: %w", name, err)
+	}
+
+	n, err := ns.GetNS(path)
+	if err != nil {
+		removePath(path)
+		return nil, fmt.Errorf("netns %s: open: %w", name, err)
+	}
+	err = n.Do(func(ns.NetNS) error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	})
+	if err != nil {
+		Remove(n)
+		return nil, fmt.Errorf("netns %s: loopback up: %w", name, err)
+	}
+	return n, nil
+}
+
+// New creates a namespace named prefix followed by 8 random hex digits.
+func New(prefix string) (ns.NetNS, error) {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("netns name: %w", err)
+	}
+	return NewNamed(prefix + hex.EncodeToString(b))
+}
+
+// Name returns the file name under RunDir of a namespace made by this package.
+func Name(n ns.NetNS) string { return filepath.Base(n.Path()) }
+
+// Remove closes n, unmounts it and deletes its mount point. Links inside the
+// namespace (pod ends of veths, the host ends on a node) go away with it once
+// the last user is gone. Removing an already removed namespace is success.
+func Remove(n ns.NetNS) error {
+	if n == nil {
+		return nil
+	}
+	path := n.Path()
+	n.Close()
+	return removePath(path)
+}
+
+// RemoveLeftovers removes every namespace under RunDir whose name starts with
+// prefix: what a crashed earlier run left behind. It returns the names removed.
+// Ownership is decided by the prefix alone, so callers use one nobody else uses.
+func RemoveLeftovers(prefix string) ([]string, error) {
+	if prefix == "" {
+		return nil, errors.New("remove leftovers: empty prefix would match every namespace")
+	}
+	entries, err := os.ReadDir(RunDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("remove leftovers: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if err := removePath(filepath.Join(RunDir, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removePath unmounts and deletes one mount point. EINVAL (not mounted) and
+// ENOENT (already gone) are success: the goal is that the path is gone.
+func removePath(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil &&
+		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount netns %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove netns %s: %w", path, err)
+	}
+	return nil
+}
+
+// ensureRunDir creates RunDir and makes it a shared mount point, as
+// `ip netns add` does, so namespaces mounted there stay visible to processes
+// in other mount namespaces.
+func ensureRunDir() error {
+	if err := os.MkdirAll(RunDir, 0o755); err != nil {
+		return fmt.Errorf("netns dir %s: %w", RunDir, err)
+	}
+	err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("netns dir %s: make shared: %w", RunDir, err)
+	}
+	// Not a mount point yet: bind it onto itself first.
+	if err := unix.Mount(RunDir, RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("netns dir %s: bind onto itself: %w", RunDir, err)
+	}
+	if err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("netns dir %s: make shared: %w", RunDir, err)
+	}
+	return nil
+}
+
+// Exec runs a command with its network namespace set to n and returns its
+// combined output. The child inherits the namespace of the locked thread
+// that starts it.
+func Exec(ctx context.Context, n ns.NetNS, name string, args ...string) (string, error) {
+	var out []byte
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		out, err = exec.CommandContext(ctx, name, args...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s in netns %s: %w: %s",
+			name, strings.Join(args, " "), Name(n), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Ping sends count echo requests from inside n to dst and fails unless at
+// least one reply arrives within a second each. It returns ping's output.
+func Ping(ctx context.Context, n ns.NetNS, dst string, count int) (string, error) {
+	return Exec(ctx, n, "ping", "-n", "-c", fmt.Sprint(count), "-W", "1", dst)
+}
+
+// Sysctl reads (value == "") or writes a sysctl such as
+// "net/ipv4/conf/all/forwarding" inside n and returns its value.
+func Sysctl(n ns.NetNS, key, value string) (string, error) {
+	path := filepath.Join("/proc/sys", filepath.Clean("/"+key))
+	var got string
+	err := n.Do(func(ns.NetNS) error {
+		if value != "" {
+			if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+				return err
+			}
+		}
+		b, err := os.ReadFile(path)
+		got = strings.TrimSpace(string(b))
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("sysctl %s in netns %s: %w", key, Name(n), err)
+	}
+	return got, nil
+}
