@@ -1,0 +1,188 @@
+package nodeid
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+)
+
+// fakeNL is an in-memory Netlink: links, their addresses and routes.
+type fakeNL struct {
+	links  []netlink.Link
+	addrs  map[string][]string // link name → CIDRs
+	routes []netlink.Route
+	err    error
+}
+
+var _ Netlink = (*fakeNL)(nil)
+
+func (f *fakeNL) LinkList() ([]netlink.Link, error) { return f.links, f.err }
+
+func (f *fakeNL) AddrList(l netlink.Link, fam int) ([]netlink.Addr, error) {
+	var out []netlink.Addr
+	for _, s := range f.addrs[l.Attrs().Name] {
+		ip, n, _ := net.ParseCIDR(s)
+		if (ip.To4() != nil) != (fam == netlink.FAMILY_V4) {
+			continue
+		}
+		n.IP = ip
+		out = append(out, netlink.Addr{IPNet: n})
+	}
+	return out, nil
+}
+
+func (f *fakeNL) RouteListFiltered(fam int, _ *netlink.Route, _ uint64) ([]netlink.Route, error) {
+	var out []netlink.Route
+	for _, r := range f.routes {
+		if r.Family == fam {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func link(idx int, name string, mtu int) netlink.Link {
+	return &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx, Name: name, MTU: mtu}}
+}
+
+func newFake() *fakeNL {
+	return &fakeNL{
+		links: []netlink.Link{link(1, "lo", 65536), link(2, "eth0", 9000), link(3, "eth1", 1500)},
+		addrs: map[string][]string{
+			"lo":   {"127.0.0.1/8", "::1/128"},
+			"eth0": {"10.0.0.5/24", "fe80::1/64", "2001:db8::5/64"},
+			"eth1": {"192.168.7.9/24"},
+		},
+		routes: []netlink.Route{
+			{Family: netlink.FAMILY_V4, LinkIndex: 3, Dst: &net.IPNet{IP: net.IPv4(192, 168, 7, 0).To4(), Mask: net.CIDRMask(24, 32)}},
+			{Family: netlink.FAMILY_V4, LinkIndex: 3, Priority: 100},
+			{Family: netlink.FAMILY_V4, LinkIndex: 2, Priority: 10},
+			{Family: netlink.FAMILY_V6, LinkIndex: 2},
+		},
+	}
+}
+
+func TestDetectFake(t *testing.T) {
+	a := netip.MustParseAddr
+	for _, tc := range []struct {
+		spec      string
+		v4, v6    string
+		iface     string
+		mtu       int
+		wantError bool
+	}{
+		{spec: "", v4: "10.0.0.5", v6: "2001:db8::5", iface: "eth0", mtu: 9000},
+		{spec: "192.168.7.9", v4: "192.168.7.9", iface: "eth1", mtu: 1500},
+		{spec: "203.0.113.1", v4: "203.0.113.1"},
+		{spec: "cidr:192.168.0.0/16", v4: "192.168.7.9", iface: "eth1", mtu: 1500},
+		{spec: "cidr:2001:db8::/32", v6: "2001:db8::5", iface: "eth0", mtu: 9000},
+		{spec: "cidr:172.16.0.0/12", wantError: true},
+		{spec: "interface:^eth1$", v4: "192.168.7.9", iface: "eth1", mtu: 1500},
+		{spec: "interface:^eth", v4: "10.0.0.5", v6: "2001:db8::5", iface: "eth0", mtu: 9000},
+		{spec: "interface:^wlan", wantError: true},
+	} {
+		id, err := Detect(newFake(), tc.spec)
+		if tc.wantError {
+			if err == nil {
+				t.Errorf("Detect(%q) = %+v, want error", tc.spec, id)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Detect(%q): %v", tc.spec, err)
+			continue
+		}
+		var want Identity
+		if tc.v4 != "" {
+			want.IPv4 = a(tc.v4)
+		}
+		if tc.v6 != "" {
+			want.IPv6 = a(tc.v6)
+		}
+		want.Iface, want.MTU = tc.iface, tc.mtu
+		if id != want {
+			t.Errorf("Detect(%q) = %+v, want %+v", tc.spec, id, want)
+		}
+	}
+	f := newFake()
+	f.routes = nil
+	if _, err := Detect(f, ""); err == nil {
+		t.Error("autodetect without a default route succeeded")
+	}
+}
+
+func TestPodMTU(t *testing.T) {
+	v4 := Identity{IPv4: netip.MustParseAddr("10.0.0.1"), MTU: 1500}
+	v6 := Identity{IPv6: netip.MustParseAddr("2001:db8::1"), MTU: 1500}
+	for _, tc := range []struct {
+		cfg   int
+		id    Identity
+		encap string
+		want  int
+	}{
+		{0, v4, "vxlan", 1450}, {0, v6, "vxlan", 1430}, {0, v4, "ipip", 1480},
+		{0, v4, "none", 1500}, {1400, v4, "vxlan", 1400}, {0, Identity{}, "none", 1500},
+	} {
+		if got := PodMTU(tc.cfg, tc.id, tc.encap); got != tc.want {
+			t.Errorf("PodMTU(%d, %+v, %s) = %d, want %d", tc.cfg, tc.id, tc.encap, got, tc.want)
+		}
+	}
+}
+
+// TestDetectKernel runs autodetection against a real namespace with a dummy
+// uplink and a default route.
+func TestDetectKernel(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(); testutils.UnmountNS(n) })
+	err = n.Do(func(ns.NetNS) error {
+		// No dummy driver on every kernel: a veth pair whose both ends
+		// stay here works as an uplink.
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink0", MTU: 1400}, PeerName: "uplink1"}); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("uplink0")
+		if err != nil {
+			return err
+		}
+		for _, name := range []string{"uplink0", "uplink1"} {
+			if err := netlink.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+				return err
+			}
+		}
+		addr, _ := netlink.ParseAddr("192.0.2.10/24")
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			return err
+		}
+		gw := net.ParseIP("192.0.2.1")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw}); err != nil {
+			return err
+		}
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		id, err := Detect(h, "")
+		if err != nil {
+			return err
+		}
+		if id.IPv4 != netip.MustParseAddr("192.0.2.10") || id.Iface != "uplink0" || id.MTU != 1400 {
+			t.Errorf("Detect = %+v, want 192.0.2.10 on uplink0 mtu 1400", id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
