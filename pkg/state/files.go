@@ -1,0 +1,184 @@
+package state
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// tempPrefix starts the name of every temp file a writer creates. Listings
+// ignore dotfiles, so a temp file left behind by a crashed writer is never
+// taken for a record.
+const tempPrefix = ".tmp-"
+
+// maxFileSize bounds what ReadFileNoFollow reads: records are a few hundred
+// bytes, so anything larger is corrupt or hostile.
+const maxFileSize = 1 << 20
+
+// maxPlainName keeps a generated name, plus any suffix a caller adds, well
+// inside NAME_MAX (255 bytes).
+const maxPlainName = 200
+
+// AttachmentName returns the file name stem used for the attachment
+// (containerID, ifName): "<containerID>_<ifName>", or, when that would be too
+// long for a file name, "h-" and the hex SHA-256 of both. The caller must have
+// validated both parts. pkg/ipam uses the same names for its attachment files.
+func AttachmentName(containerID, ifName string) string {
+	plain := containerID + "_" + ifName
+	if len(plain) <= maxPlainName {
+		return plain
+	}
+	sum := sha256.Sum256([]byte(containerID + "\x00" + ifName))
+	return "h-" + hex.EncodeToString(sum[:])
+}
+
+// EnsureDir creates path as a 0700 directory when it is missing. An existing
+// path must be a real directory: a symlink or a file is refused, naming path.
+// Only the last component is created; its parent must exist.
+func EnsureDir(path string) error {
+	err := os.Mkdir(path, 0o700)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create directory %s: %w", path, err)
+	}
+	return checkDir(path)
+}
+
+// checkDir fails unless path is a directory that is not a symlink.
+func checkDir(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("check directory %s: %w", path, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("directory %s is a symlink, refusing to follow it", path)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (mode %s)", path, fi.Mode())
+	}
+	return nil
+}
+
+// validateFileName accepts a single, plain path component.
+func validateFileName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("invalid file name %q", name)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("invalid file name %q: contains '/' or NUL", name)
+	case len(name) > 255:
+		return fmt.Errorf("invalid file name %q: longer than 255 bytes", name)
+	}
+	return nil
+}
+
+// writeFileAtomic implements WriteFileAtomic. Rename replaces whatever is at
+// dir/name (including a symlink) without following it, so a planted link can
+// never redirect the write.
+func writeFileAtomic(dir, name string, data []byte) (err error) {
+	if err := validateFileName(name); err != nil {
+		return err
+	}
+	if err := checkDir(dir); err != nil {
+		return err
+	}
+	// CreateTemp opens with O_CREATE|O_EXCL and mode 0600.
+	tmp, err := os.CreateTemp(dir, tempPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	path := filepath.Join(dir, name)
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = SyncDir(dir); err != nil {
+		return err
+	}
+	return nil
+}
+
+// SyncDir fsyncs a directory so that a rename, link or unlink in it is durable.
+func SyncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open directory %s for sync: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// readFileNoFollow implements ReadFileNoFollow. It opens with O_NOFOLLOW and
+// O_NONBLOCK (a planted FIFO must not hang the reader), then insists on a
+// regular file no larger than maxFileSize. A missing file yields an error
+// that matches fs.ErrNotExist.
+func readFileNoFollow(dir, name string) ([]byte, error) {
+	if err := validateFileName(name); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("read %s: is a symlink, refusing to follow it", path)
+		}
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read %s: not a regular file (mode %s)", path, fi.Mode())
+	}
+	var buf bytes.Buffer
+	if _, err := io.Copy(&buf, io.LimitReader(f, maxFileSize+1)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if buf.Len() > maxFileSize {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxFileSize)
+	}
+	return buf.Bytes(), nil
+}
+
+// removeFile deletes dir/name; a missing file is success (the goal is
+// reached). Unlink never follows a symlink, it removes the link itself.
+func removeFile(dir, name string) error {
+	if err := validateFileName(name); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, name)
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return SyncDir(dir)
+}

@@ -1,0 +1,234 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+const (
+	workloadsSubdir = "workloads"
+	nodesSubdir     = "nodes"
+	daemonFile      = "daemon.json"
+	recordExt       = ".json"
+)
+
+func open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("open state directory: empty path")
+	}
+	root := filepath.Clean(dir)
+	if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return nil, fmt.Errorf("create state directory %s: %w", root, err)
+		}
+	}
+	if err := checkDir(root); err != nil {
+		return nil, fmt.Errorf("open state directory: %w", err)
+	}
+	s := &Store{root: root}
+	for _, sub := range []string{workloadsSubdir, nodesSubdir} {
+		if err := EnsureDir(s.dir(sub)); err != nil {
+			return nil, fmt.Errorf("open state directory: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func (s *Store) dir(sub string) string { return filepath.Join(s.root, sub) }
+
+// marshal encodes a record the way every record file looks on disk.
+func marshal(v any) ([]byte, error) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// readRecord reads and decodes dir/name into v, checking the version field.
+// A missing file yields an error wrapping ErrNotFound.
+func readRecord(dir, name string, v any, version func() int) error {
+	data, err := readFileNoFollow(dir, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, name), ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("parse %s: %w", filepath.Join(dir, name), err)
+	}
+	if got := version(); got != RecordVersion {
+		return fmt.Errorf("parse %s: unknown record version %d (want %d)", filepath.Join(dir, name), got, RecordVersion)
+	}
+	return nil
+}
+
+// listRecords reads every record file in dir in name order. Dotfiles (temp
+// files of writers, possibly crashed) and names without the record extension
+// are not records and are ignored silently; everything else that fails to
+// load is reported in bad and skipped.
+func listRecords[T any](dir string, load func(name string) (*T, error)) (good []*T, bad []error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []error{fmt.Errorf("list %s: %w", dir, err)}
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, recordExt) {
+			continue
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		rec, err := load(n)
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		good = append(good, rec)
+	}
+	return good, bad
+}
+
+func workloadFile(containerID, ifName string) string {
+	return AttachmentName(containerID, ifName) + recordExt
+}
+
+func (s *Store) putWorkload(w *Workload) error {
+	if w == nil {
+		return errors.New("put workload: nil record")
+	}
+	if err := w.validate(); err != nil {
+		return fmt.Errorf("put workload: %w", err)
+	}
+	w.Version = RecordVersion
+	data, err := marshal(w)
+	if err != nil {
+		return fmt.Errorf("put workload %s/%s: %w", w.ContainerID, w.IfName, err)
+	}
+	return writeFileAtomic(s.dir(workloadsSubdir), workloadFile(w.ContainerID, w.IfName), data)
+}
+
+// loadWorkload reads the record in file name and checks that it is valid and
+// really belongs under that name.
+func (s *Store) loadWorkload(name string) (*Workload, error) {
+	dir := s.dir(workloadsSubdir)
+	w := &Workload{}
+	if err := readRecord(dir, name, w, func() int { return w.Version }); err != nil {
+		return nil, err
+	}
+	if err := w.validate(); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, name), err)
+	}
+	if want := workloadFile(w.ContainerID, w.IfName); want != name {
+		return nil, fmt.Errorf("parse %s: record for %s/%s belongs in %s", filepath.Join(dir, name), w.ContainerID, w.IfName, want)
+	}
+	return w, nil
+}
+
+func (s *Store) getWorkload(containerID, ifName string) (*Workload, error) {
+	if err := validateContainerID(containerID); err != nil {
+		return nil, fmt.Errorf("get workload: %w", err)
+	}
+	if err := validateIfName(ifName); err != nil {
+		return nil, fmt.Errorf("get workload: %w", err)
+	}
+	return s.loadWorkload(workloadFile(containerID, ifName))
+}
+
+func (s *Store) deleteWorkload(containerID, ifName string) error {
+	if err := validateContainerID(containerID); err != nil {
+		return fmt.Errorf("delete workload: %w", err)
+	}
+	if err := validateIfName(ifName); err != nil {
+		return fmt.Errorf("delete workload: %w", err)
+	}
+	return removeFile(s.dir(workloadsSubdir), workloadFile(containerID, ifName))
+}
+
+func (s *Store) listWorkloads() ([]*Workload, []error) {
+	return listRecords(s.dir(workloadsSubdir), s.loadWorkload)
+}
+
+func (s *Store) putNode(n *Node) error {
+	if n == nil {
+		return errors.New("put node: nil record")
+	}
+	if err := n.validate(); err != nil {
+		return fmt.Errorf("put node: %w", err)
+	}
+	n.Version = RecordVersion
+	data, err := marshal(n)
+	if err != nil {
+		return fmt.Errorf("put node %s: %w", n.Name, err)
+	}
+	return writeFileAtomic(s.dir(nodesSubdir), n.Name+recordExt, data)
+}
+
+func (s *Store) loadNode(name string) (*Node, error) {
+	dir := s.dir(nodesSubdir)
+	n := &Node{}
+	if err := readRecord(dir, name, n, func() int { return n.Version }); err != nil {
+		return nil, err
+	}
+	if err := n.validate(); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, name), err)
+	}
+	if want := n.Name + recordExt; want != name {
+		return nil, fmt.Errorf("parse %s: record for node %s belongs in %s", filepath.Join(dir, name), n.Name, want)
+	}
+	return n, nil
+}
+
+func (s *Store) getNode(name string) (*Node, error) {
+	if err := validateNodeName(name); err != nil {
+		return nil, fmt.Errorf("get node: %w", err)
+	}
+	return s.loadNode(name + recordExt)
+}
+
+func (s *Store) deleteNode(name string) error {
+	if err := validateNodeName(name); err != nil {
+		return fmt.Errorf("delete node: %w", err)
+	}
+	return removeFile(s.dir(nodesSubdir), name+recordExt)
+}
+
+func (s *Store) listNodes() ([]*Node, []error) {
+	return listRecords(s.dir(nodesSubdir), s.loadNode)
+}
+
+func (s *Store) writeDaemonStatus(st *DaemonStatus) error {
+	if st == nil {
+		return errors.New("write daemon status: nil record")
+	}
+	if err := st.validate(); err != nil {
+		return fmt.Errorf("write daemon status: %w", err)
+	}
+	st.Version = RecordVersion
+	data, err := marshal(st)
+	if err != nil {
+		return fmt.Errorf("write daemon status: %w", err)
+	}
+	return writeFileAtomic(s.root, daemonFile, data)
+}
+
+func (s *Store) readDaemonStatus() (*DaemonStatus, error) {
+	st := &DaemonStatus{}
+	if err := readRecord(s.root, daemonFile, st, func() int { return st.Version }); err != nil {
+		return nil, err
+	}
+	if err := st.validate(); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", filepath.Join(s.root, daemonFile), err)
+	}
+	return st, nil
+}

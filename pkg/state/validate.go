@@ -1,0 +1,157 @@
+package state
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// maxContainerIDLen is a sane bound; runtimes use 64 hex characters.
+const maxContainerIDLen = 256
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func validateContainerID(id string) error {
+	if id == "" {
+		return fmt.Errorf("invalid container ID %q: empty", id)
+	}
+	if len(id) > maxContainerIDLen {
+		return fmt.Errorf("invalid container ID %q: longer than %d bytes", id, maxContainerIDLen)
+	}
+	if !isAlnum(id[0]) {
+		return fmt.Errorf("invalid container ID %q: must start with a letter or digit", id)
+	}
+	for i := 1; i < len(id); i++ {
+		c := id[i]
+		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return fmt.Errorf("invalid container ID %q: character %q not in [a-zA-Z0-9_.-]", id, c)
+		}
+	}
+	return nil
+}
+
+func validateIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("invalid interface name %q: empty", name)
+	case len(name) > 15:
+		return fmt.Errorf("invalid interface name %q: longer than 15 bytes", name)
+	case name == "." || name == "..":
+		return fmt.Errorf("invalid interface name %q", name)
+	}
+	for i := 0; i < len(name); i++ {
+		switch name[i] {
+		case '/', ':', 0, ' ', '\t', '\n', '\v', '\f', '\r':
+			return fmt.Errorf("invalid interface name %q: contains %q", name, name[i])
+		}
+	}
+	return nil
+}
+
+func validateNodeName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("invalid node name %q: empty", name)
+	case len(name) > 253:
+		return fmt.Errorf("invalid node name %q: longer than 253 bytes", name)
+	case !isAlnum(name[0]) || !isAlnum(name[len(name)-1]):
+		return fmt.Errorf("invalid node name %q: must start and end with a letter or digit", name)
+	case strings.Contains(name, ".."):
+		return fmt.Errorf("invalid node name %q: contains \"..\"", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !isAlnum(c) && c != '-' && c != '.' {
+			return fmt.Errorf("invalid node name %q: character %q not in [a-zA-Z0-9.-]", name, c)
+		}
+	}
+	return nil
+}
+
+func validateCIDRs(what string, cidrs []string) error {
+	for _, c := range cidrs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return fmt.Errorf("invalid %s %q: %w", what, c, err)
+		}
+	}
+	return nil
+}
+
+func validateMAC(what, mac string) error {
+	if mac == "" {
+		return nil
+	}
+	if _, err := net.ParseMAC(mac); err != nil {
+		return fmt.Errorf("invalid %s %q: %w", what, mac, err)
+	}
+	return nil
+}
+
+// validateIP accepts "" or an address of the given family (4 or 6).
+func validateIP(what, s string, family int) error {
+	if s == "" {
+		return nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return fmt.Errorf("invalid %s %q: %w", what, s, err)
+	}
+	if family == 4 && !a.Is4() || family == 6 && !(a.Is6() && !a.Is4In6()) {
+		return fmt.Errorf("invalid %s %q: not an IPv%d address", what, s, family)
+	}
+	return nil
+}
+
+func (w *Workload) validate() error {
+	if err := validateContainerID(w.ContainerID); err != nil {
+		return err
+	}
+	if err := validateIfName(w.IfName); err != nil {
+		return err
+	}
+	if err := validateIfName(w.HostIface); err != nil {
+		return fmt.Errorf("host interface: %w", err)
+	}
+	if err := validateCIDRs("workload IP", w.IPs); err != nil {
+		return err
+	}
+	if strings.ContainsRune(w.Netns, 0) {
+		return fmt.Errorf("invalid netns path %q: contains NUL", w.Netns)
+	}
+	return validateMAC("container MAC", w.ContainerMAC)
+}
+
+func (n *Node) validate() error {
+	if err := validateNodeName(n.Name); err != nil {
+		return err
+	}
+	if err := validateIP("host IPv4", n.HostIPv4, 4); err != nil {
+		return err
+	}
+	if err := validateIP("host IPv6", n.HostIPv6, 6); err != nil {
+		return err
+	}
+	if err := validateIP("tunnel IPv4", n.TunnelIPv4, 4); err != nil {
+		return err
+	}
+	if err := validateIP("tunnel IPv6", n.TunnelIPv6, 6); err != nil {
+		return err
+	}
+	if err := validateCIDRs("node block", n.Blocks); err != nil {
+		return err
+	}
+	if err := validateMAC("VTEP MAC", n.VTEPMAC); err != nil {
+		return err
+	}
+	return validateMAC("VTEP MAC (IPv6)", n.VTEPMACv6)
+}
+
+func (d *DaemonStatus) validate() error {
+	if d.PodMTU < 0 || d.PodMTU > 65535 {
+		return fmt.Errorf("invalid pod MTU %d", d.PodMTU)
+	}
+	return validateCIDRs("daemon block", d.Blocks)
+}
