@@ -1,0 +1,174 @@
+package podnet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Route is a route read back from the kernel.
+type Route struct {
+	Dst      netip.Prefix // 0.0.0.0/0 or ::/0 for a default route
+	Gw       netip.Addr   // invalid when the route has no gateway
+	Protocol int
+	Scope    netlink.Scope
+}
+
+// PodView is the pod side of an attachment as the kernel reports it.
+type PodView struct {
+	Exists bool
+	Up     bool
+	MAC    string
+	Addrs  []netip.Prefix
+	Routes []Route // main-table routes through the interface
+}
+
+// HostView is the host side of an attachment as the kernel reports it.
+type HostView struct {
+	Exists bool
+	Type   string // link type, "veth" for ours
+	Up     bool
+	MAC    string
+	Routes []Route // main-table routes through the interface
+}
+
+// InspectPod reads interface ifName inside the namespace at netnsPath. A
+// missing interface gives Exists=false and no error; an unusable namespace is
+// an error.
+func InspectPod(netnsPath, ifName string) (*PodView, error) {
+	nsh, err := netns.GetFromPath(netnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", netnsPath, err)
+	}
+	defer nsh.Close()
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in netns %s: %w", netnsPath, err)
+	}
+	defer h.Close()
+
+	v := &PodView{}
+	l, err := h.LinkByName(ifName)
+	if err != nil {
+		if isNotFound(err) {
+			return v, nil
+		}
+		return nil, fmt.Errorf("look up %s in netns %s: %w", ifName, netnsPath, err)
+	}
+	v.Exists = true
+	v.Up = l.Attrs().Flags&net.FlagUp != 0
+	v.MAC = l.Attrs().HardwareAddr.String()
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of %s in netns %s: %w", ifName, netnsPath, err)
+	}
+	for _, a := range addrs {
+		if p, ok := toPrefix(a.IPNet); ok {
+			v.Addrs = append(v.Addrs, p)
+		}
+	}
+	v.Routes, err = linkRoutes(h, l)
+	if err != nil {
+		return nil, fmt.Errorf("list routes of %s in netns %s: %w", ifName, netnsPath, err)
+	}
+	return v, nil
+}
+
+// InspectHost reads the host veth hostIface in the calling thread's namespace.
+// A missing link gives Exists=false and no error.
+func InspectHost(hostIface string) (*HostView, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in node netns: %w", err)
+	}
+	defer h.Close()
+	v := &HostView{}
+	l, err := h.LinkByName(hostIface)
+	if err != nil {
+		if isNotFound(err) {
+			return v, nil
+		}
+		return nil, fmt.Errorf("look up host veth %s: %w", hostIface, err)
+	}
+	v.Exists = true
+	v.Type = l.Type()
+	v.Up = l.Attrs().Flags&net.FlagUp != 0
+	v.MAC = l.Attrs().HardwareAddr.String()
+	v.Routes, err = linkRoutes(h, l)
+	if err != nil {
+		return nil, fmt.Errorf("list routes of host veth %s: %w", hostIface, err)
+	}
+	return v, nil
+}
+
+// linkRoutes lists the main-table routes of both families through l.
+func linkRoutes(h *netlink.Handle, l netlink.Link) ([]Route, error) {
+	rs, err := retryDump(func() ([]netlink.Route, error) { return h.RouteList(l, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Route, 0, len(rs))
+	for _, r := range rs {
+		var dst netip.Prefix
+		if r.Dst != nil {
+			p, ok := toPrefix(r.Dst)
+			if !ok {
+				continue
+			}
+			dst = p
+		} else if r.Family == netlink.FAMILY_V6 {
+			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		} else {
+			dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		}
+		var gw netip.Addr
+		if r.Gw != nil {
+			gw, _ = netip.AddrFromSlice(r.Gw)
+			gw = gw.Unmap()
+		}
+		out = append(out, Route{Dst: dst, Gw: gw, Protocol: int(r.Protocol), Scope: r.Scope})
+	}
+	return out, nil
+}
+
+// HasRoute reports whether routes holds dst (and gw, when gw is valid).
+func HasRoute(routes []Route, dst netip.Prefix, gw netip.Addr) bool {
+	for _, r := range routes {
+		if r.Dst == dst && (!gw.IsValid() || r.Gw == gw) {
+			return true
+		}
+	}
+	return false
+}
+
+// retryDump repeats a netlink dump that the kernel interrupted because the
+// table changed underneath it (another pod being added), so the answer is
+// complete.
+func retryDump[T any](f func() ([]T, error)) ([]T, error) {
+	var err error
+	for range 5 {
+		var out []T
+		out, err = f()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return nil, err
+}
+
+func toPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a, ones), true
+}

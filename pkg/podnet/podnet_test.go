@@ -1,0 +1,256 @@
+package podnet
+
+import (
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+)
+
+// needRoot skips privileged tests for ordinary users.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces, veths and routes")
+	}
+}
+
+// newNS creates a fresh network namespace removed when the test ends.
+func newNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("create netns: %v", err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		if err := testutils.UnmountNS(n); err != nil {
+			t.Errorf("remove netns %s: %v", n.Path(), err)
+		}
+	})
+	return n
+}
+
+// inNS runs f on a thread locked in n, failing the test on error.
+func inNS(t *testing.T, n ns.NetNS, f func() error) {
+	t.Helper()
+	if err := n.Do(func(ns.NetNS) error { return f() }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ping sends one echo request from inside n to dst and reports the output on
+// failure.
+func ping(t *testing.T, n ns.NetNS, dst netip.Addr) {
+	t.Helper()
+	var out []byte
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		out, err = exec.Command("ping", "-c", "1", "-W", "3", dst.String()).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("ping %s from %s: %v\n%s", dst, n.Path(), err, out)
+	}
+}
+
+func attach(t *testing.T, node, pod ns.NetNS, host string, addrs ...string) *Attached {
+	t.Helper()
+	spec := Spec{HostIface: host, ContIface: "eth0", Netns: pod.Path(), MTU: 1450}
+	for _, a := range addrs {
+		spec.Addrs = append(spec.Addrs, netip.MustParseAddr(a))
+	}
+	var att *Attached
+	inNS(t, node, func() error {
+		var err error
+		if att, err = Setup(spec); err != nil {
+			return err
+		}
+		if err := EnableForwarding(att.HasIPv6); err != nil {
+			return err
+		}
+		return AddHostRoutes(host, spec.Addrs)
+	})
+	return att
+}
+
+func TestSetupConfiguresBothSides(t *testing.T) {
+	needRoot(t)
+	node, pod := newNS(t), newNS(t)
+	att := attach(t, node, pod, "calitest00001", "10.77.0.5", "fd77::5")
+
+	if att.HostMAC.String() != "ee:ee:ee:ee:ee:ee" {
+		t.Errorf("host MAC = %s, want ee:ee:ee:ee:ee:ee", att.HostMAC)
+	}
+	inNS(t, node, func() error {
+		hv, err := InspectHost("calitest00001")
+		if err != nil {
+			return err
+		}
+		if !hv.Exists || hv.Type != "veth" || !hv.Up {
+			t.Errorf("host veth: exists=%v type=%q up=%v, want an up veth", hv.Exists, hv.Type, hv.Up)
+		}
+		for _, want := range []string{"10.77.0.5/32", "fd77::5/128"} {
+			found := false
+			for _, r := range hv.Routes {
+				if r.Dst.String() == want && r.Protocol == int(RouteProtocol) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("host route %s proto 80 missing; routes: %+v", want, hv.Routes)
+			}
+		}
+		for key, want := range map[string]string{
+			"net/ipv4/conf/calitest00001/proxy_arp":    "1",
+			"net/ipv4/neigh/calitest00001/proxy_delay": "0",
+			"net/ipv4/conf/calitest00001/forwarding":   "1",
+			"net/ipv6/conf/calitest00001/accept_ra":    "0",
+			"net/ipv6/conf/calitest00001/proxy_ndp":    "1",
+			"net/ipv6/conf/calitest00001/forwarding":   "1",
+			"net/ipv4/ip_forward":                      "1",
+			"net/ipv6/conf/all/forwarding":             "1",
+		} {
+			got, err := ReadSysctl(key)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				t.Errorf("sysctl %s = %s, want %s", key, got, want)
+			}
+		}
+		return nil
+	})
+
+	pv, err := InspectPod(pod.Path(), "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pv.Exists || !pv.Up || pv.MAC != att.ContMAC.String() {
+		t.Errorf("pod eth0: exists=%v up=%v mac=%s, want up with MAC %s", pv.Exists, pv.Up, pv.MAC, att.ContMAC)
+	}
+	for _, want := range []string{"10.77.0.5/32", "fd77::5/128"} {
+		if !slices.Contains(pv.Addrs, netip.MustParsePrefix(want)) {
+			t.Errorf("pod address %s missing; have %v", want, pv.Addrs)
+		}
+	}
+	for _, want := range []struct{ dst, gw string }{
+		{"0.0.0.0/0", "169.254.1.1"},
+		{"::/0", "fe80::ecee:eeff:feee:eeee"},
+		{"169.254.1.1/32", ""},
+	} {
+		var gw netip.Addr
+		if want.gw != "" {
+			gw = netip.MustParseAddr(want.gw)
+		}
+		if !HasRoute(pv.Routes, netip.MustParsePrefix(want.dst), gw) {
+			t.Errorf("pod route %s via %q missing; routes: %+v", want.dst, want.gw, pv.Routes)
+		}
+	}
+	inNS(t, pod, func() error {
+		neighs, err := netlink.NeighList(att.ContIndex, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, n := range neighs {
+			if n.IP.String() == "169.254.1.1" && n.HardwareAddr.String() == "ee:ee:ee:ee:ee:ee" && n.State == netlink.NUD_PERMANENT {
+				return nil
+			}
+		}
+		t.Errorf("pod has no permanent neighbour 169.254.1.1 -> ee:ee:ee:ee:ee:ee: %+v", neighs)
+		return nil
+	})
+
+	// Teardown removes the pair and the host routes; repeating it is fine.
+	inNS(t, node, func() error {
+		if err := Teardown("calitest00001"); err != nil {
+			return err
+		}
+		if err := Teardown("calitest00001"); err != nil {
+			t.Errorf("second Teardown: %v, want nil", err)
+		}
+		hv, err := InspectHost("calitest00001")
+		if err != nil {
+			return err
+		}
+		if hv.Exists {
+			t.Errorf("host veth still exists after Teardown")
+		}
+		return nil
+	})
+	if pv, err := InspectPod(pod.Path(), "eth0"); err != nil || pv.Exists {
+		t.Errorf("pod eth0 after Teardown: exists=%v err=%v, want gone", pv != nil && pv.Exists, err)
+	}
+}
+
+func TestTwoPodsPingV4AndV6(t *testing.T) {
+	needRoot(t)
+	node, podA, podB := newNS(t), newNS(t), newNS(t)
+	attach(t, node, podA, "calitestpinga", "10.78.0.2", "fd78::2")
+	attach(t, node, podB, "calitestpingb", "10.78.0.3", "fd78::3")
+	ping(t, podA, netip.MustParseAddr("10.78.0.3"))
+	ping(t, podB, netip.MustParseAddr("10.78.0.2"))
+	ping(t, podA, netip.MustParseAddr("fd78::3"))
+	ping(t, podB, netip.MustParseAddr("fd78::2"))
+}
+
+func TestSetupRollsBackWhenPodIfaceTaken(t *testing.T) {
+	needRoot(t)
+	node, pod := newNS(t), newNS(t)
+	inNS(t, pod, func() error {
+		return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}})
+	})
+	inNS(t, node, func() error {
+		_, err := Setup(Spec{HostIface: "calitestroll01", ContIface: "eth0", Netns: pod.Path(), MTU: 1500,
+			Addrs: []netip.Addr{netip.MustParseAddr("10.79.0.2")}})
+		if err == nil || !strings.Contains(err.Error(), "eth0") {
+			t.Errorf("Setup with eth0 taken: err = %v, want an error naming eth0", err)
+		}
+		hv, err := InspectHost("calitestroll01")
+		if err != nil {
+			return err
+		}
+		if hv.Exists {
+			t.Errorf("host veth left behind after failed Setup")
+		}
+		return nil
+	})
+}
+
+func TestSetupReplacesStaleVethButNotForeignLink(t *testing.T) {
+	needRoot(t)
+	node, pod1, pod2 := newNS(t), newNS(t), newNS(t)
+	attach(t, node, pod1, "calitestst0001", "10.80.0.2")
+	// Same host name again (a new sandbox of the same pod): the old pair goes.
+	att := attach(t, node, pod2, "calitestst0001", "10.80.0.3")
+	if !att.ReplacedOld {
+		t.Errorf("ReplacedOld = false, want true")
+	}
+	if pv, err := InspectPod(pod1.Path(), "eth0"); err != nil || pv.Exists {
+		t.Errorf("old pod's eth0 still exists (err %v)", err)
+	}
+	// A link routelet did not create is never deleted.
+	inNS(t, node, func() error {
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "calitestdummy"}}); err != nil {
+			return err
+		}
+		_, err := Setup(Spec{HostIface: "calitestdummy", ContIface: "eth0", Netns: pod1.Path(), MTU: 1500,
+			Addrs: []netip.Addr{netip.MustParseAddr("10.80.0.4")}})
+		if err == nil || !strings.Contains(err.Error(), "calitestdummy") {
+			t.Errorf("Setup over a bridge: err = %v, want an error naming calitestdummy", err)
+		}
+		if err := Teardown("calitestdummy"); err == nil {
+			t.Errorf("Teardown of a bridge succeeded, want refusal")
+		}
+		if _, err := netlink.LinkByName("calitestdummy"); err != nil {
+			t.Errorf("bridge was removed: %v", err)
+		}
+		return nil
+	})
+}
