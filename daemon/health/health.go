@@ -1,0 +1,172 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Status tracks liveness and readiness. Progress is lock-free so the loop
+// can call it from hot paths; ready and reason are guarded by mu.
+type Status struct {
+	staleAfter   time.Duration
+	now          func() time.Time
+	lastProgress atomic.Int64 // unix nanoseconds of the last Progress call
+
+	mu     sync.Mutex
+	ready  bool
+	reason string
+}
+
+// NewStatus returns a Status that reports unhealthy when Progress has not
+// been called for staleAfter, and not ready until SetReady(true, "").
+func NewStatus(staleAfter time.Duration) *Status {
+	s := &Status{staleAfter: staleAfter, now: time.Now, reason: "starting"}
+	s.Progress()
+	return s
+}
+
+// Progress records that the loop is alive and moving.
+func (s *Status) Progress() { s.lastProgress.Store(s.now().UnixNano()) }
+
+// SetReady sets readiness; reason says why not when ready is false.
+func (s *Status) SetReady(ready bool, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ready, s.reason = ready, reason
+}
+
+// Ready reports readiness and, when not ready, why.
+func (s *Status) Ready() (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready, s.reason
+}
+
+// Healthy reports whether the loop made progress within staleAfter.
+func (s *Status) Healthy() (bool, string) {
+	age := s.now().Sub(time.Unix(0, s.lastProgress.Load()))
+	if age > s.staleAfter {
+		return false, fmt.Sprintf("apply loop made no progress for %s (limit %s)", age.Round(time.Millisecond), s.staleAfter)
+	}
+	return true, ""
+}
+
+// Metrics are routeletd's Prometheus metrics, registered on Registry.
+type Metrics struct {
+	Registry         *prometheus.Registry
+	RoutesProgrammed *prometheus.GaugeVec // label table: "ipv4" | "ipv6"
+	DirtyInterfaces  *prometheus.GaugeVec // label table
+	ResyncDuration   prometheus.Histogram
+	ApplyDuration    prometheus.Histogram
+	ApplyErrors      prometheus.Counter
+	Workloads        prometheus.Gauge
+	BadRecords       prometheus.Gauge
+	Peers            prometheus.Gauge
+	LeakCollections  prometheus.Counter
+	Ready            prometheus.Gauge
+}
+
+// NewMetrics creates and registers every metric, plus the Go and process
+// collectors, on a fresh registry.
+func NewMetrics() *Metrics {
+	buckets := []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		RoutesProgrammed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "routelet_routes_programmed", Help: "Routes routelet believes are programmed, per routing table.",
+		}, []string{"table"}),
+		DirtyInterfaces: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "routelet_route_dirty_interfaces", Help: "Interfaces waiting to be reconciled, per routing table.",
+		}, []string{"table"}),
+		ResyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "routelet_resync_duration_seconds", Help: "Duration of full resyncs (re-read records, reconcile every route).", Buckets: buckets,
+		}),
+		ApplyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "routelet_apply_duration_seconds", Help: "Duration of each dataplane apply.", Buckets: buckets,
+		}),
+		ApplyErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "routelet_apply_errors_total", Help: "Applies that returned an error (the failed parts are retried).",
+		}),
+		Workloads: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "routelet_workloads", Help: "Workload records currently served.",
+		}),
+		BadRecords: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "routelet_bad_records", Help: "Records skipped as unreadable, invalid or of an unknown version at the last read.",
+		}),
+		Peers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "routelet_peers", Help: "Node records of other nodes.",
+		}),
+		LeakCollections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "routelet_leak_collections_total", Help: "Workloads released because their netns and host veth were gone past the leak grace period.",
+		}),
+		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "routelet_ready", Help: "1 once the first full sync is done.",
+		}),
+	}
+	m.Registry.MustRegister(m.RoutesProgrammed, m.DirtyInterfaces, m.ResyncDuration, m.ApplyDuration,
+		m.ApplyErrors, m.Workloads, m.BadRecords, m.Peers, m.LeakCollections, m.Ready,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves /healthz, /readyz and /metrics. The probes answer 200 "ok"
+// or 503 with the reason.
+func Handler(st *Status, m *Metrics) http.Handler {
+	mux := http.NewServeMux()
+	probe := func(check func() (bool, string)) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			if ok, why := check(); !ok {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, why)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		}
+	}
+	mux.Handle("GET /healthz", probe(st.Healthy))
+	mux.Handle("GET /readyz", probe(st.Ready))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Listen binds addr; call it before the loop starts so a port clash fails
+// start-up rather than surfacing later.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health-addr %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// Serve serves h on l until ctx is done, then shuts down gracefully.
+func Serve(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	log.Info("serving health and metrics", "addr", l.Addr().String())
+	err := srv.Serve(l)
+	<-done
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("health server %s: %w", l.Addr(), err)
+}
