@@ -37,22 +37,35 @@ func NewNamed(name string) (ns.NetNS, error) {
 	}
 	f.Close()
 
-	// Unshare on a dedicated, locked thread that is never unlocked: the Go
-	// runtime then discards the thread when the goroutine ends, so no other
-	// goroutine ever runs in the new namespace by accident.
+	// Unshare on a dedicated locked thread, mount, then setns back. The
+	// thread returns to the pool only once it is back in its own namespace;
+	// otherwise it stays locked and the runtime discards it when the
+	// goroutine ends. (The runtime cannot discard the main thread, which is
+	// why going back matters rather than relying on the discard alone.)
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+		orig, err := os.Open(self)
+		if err != nil {
+			errc <- fmt.Errorf("open own netns: %w", err)
+			return
+		}
+		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			errc <- fmt.Errorf("unshare: %w", err)
 			return
 		}
-		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind mount %s: %w", self, err)
-			return
+		err = unix.Mount(self, path, "none", unix.MS_BIND, "")
+		if err != nil {
+			err = fmt.Errorf("bind mount %s: %w", self, err)
 		}
-		errc <- nil
+		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
+			err = errors.Join(err, fmt.Errorf("return to own netns: %w", serr))
+		} else {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	if err := <-errc; err != nil {
 		os.Remove(path)

@@ -1,0 +1,288 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// specVersions are the CNI spec versions routelet supports.
+var specVersions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// TestLifecycle walks two pods through the life a runtime gives them, for
+// every spec version: ADD, pod↔pod ping through the host routes, CHECK, DEL,
+// DEL again, DEL with the netns already gone, ADD after DEL.
+func TestLifecycle(t *testing.T) {
+	for _, v := range specVersions {
+		t.Run(v, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t, v)
+			a, b := newPod(t, "pod-a"), newPod(t, "pod-b")
+			attA := e.add(t, a)
+			attB := e.add(t, b)
+			if attA.ips[0] == attB.ips[0] {
+				t.Fatalf("both pods got %s", attA.ips[0])
+			}
+			ping(t, a, attB.ips[0])
+			ping(t, b, attA.ips[0])
+
+			if v != "0.3.1" { // CHECK exists from 0.4.0 on
+				for _, p := range []*pod{a, b} {
+					if err := e.node.Check(ctx, e.list, p.rt); err != nil {
+						t.Errorf("CHECK %s: %v", p.name, err)
+					}
+				}
+			}
+
+			if err := e.node.Del(ctx, e.list, a.rt); err != nil {
+				t.Fatalf("DEL pod-a: %v", err)
+			}
+			e.checkDetached(t, a, attA)
+			if err := e.node.Del(ctx, e.list, a.rt); err != nil {
+				t.Errorf("second DEL pod-a: %v", err)
+			}
+			// pod-b keeps working while pod-a comes and goes.
+			if _, ok := e.hostView(t).routes[attB.ips[0]]; !ok {
+				t.Errorf("pod-b's host route %s vanished with pod-a's DEL", attB.ips[0])
+			}
+
+			// The runtime may DEL after the sandbox is already gone.
+			if err := netnstest.Remove(b.ns); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.node.Del(ctx, e.list, b.rt); err != nil {
+				t.Errorf("DEL pod-b with its netns gone: %v", err)
+			}
+			e.checkDetached(t, b, attB)
+
+			// ADD after DEL: same sandbox, same IDs, working again.
+			again := e.add(t, a)
+			c := newPod(t, "pod-c")
+			attC := e.add(t, c)
+			ping(t, a, attC.ips[0])
+			ping(t, c, again.ips[0])
+			for _, p := range []*pod{a, c} {
+				if err := e.node.Del(ctx, e.list, p.rt); err != nil {
+					t.Errorf("final DEL %s: %v", p.name, err)
+				}
+			}
+		})
+	}
+}
+
+// TestParallelAddDel runs 32 ADDs at once, each its own libcni call and
+// plugin process, then 32 DELs at once.
+func TestParallelAddDel(t *testing.T) {
+	const n = 32
+	ctx := context.Background()
+	e := newEnv(t, "1.1.0")
+	pods := make([]*pod, n)
+	for i := range pods {
+		pods[i] = newPod(t, fmt.Sprintf("par-%02d", i))
+	}
+	results := make([]types.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = e.node.Add(ctx, e.list, p.rt)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("parallel ADD: %v", err)
+	}
+	seen := map[netip.Addr]string{}
+	atts := make([]attachment, n)
+	for i, p := range pods {
+		atts[i] = e.checkAttached(t, p, results[i])
+		ip := atts[i].ips[0]
+		if other, dup := seen[ip]; dup {
+			t.Errorf("%s and %s both got %s", other, p.name, ip)
+		}
+		seen[ip] = p.name
+	}
+	v := e.hostView(t)
+	if len(v.cali) != n || len(v.routes) != n {
+		t.Errorf("node has %d cali veths and %d host routes, want %d each", len(v.cali), len(v.routes), n)
+	}
+	recs, err := filepath.Glob(filepath.Join(e.stateDir, "workloads", "*.json"))
+	if err != nil || len(recs) != n {
+		t.Errorf("%d workload records (%v), want %d", len(recs), err, n)
+	}
+	if got := len(e.allocations(t)); got != n {
+		t.Errorf("IPAM holds %d attachments, want %d", got, n)
+	}
+	ping(t, pods[0], atts[n-1].ips[0])
+
+	for i, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.node.Del(ctx, e.list, p.rt)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("parallel DEL: %v", err)
+	}
+	v = e.hostView(t)
+	if len(v.cali) != 0 || len(v.routes) != 0 {
+		t.Errorf("after DEL the node still has cali veths %v and host routes %v", keys(v.cali), v.routes)
+	}
+	recs, _ = filepath.Glob(filepath.Join(e.stateDir, "workloads", "*"))
+	if len(recs) != 0 {
+		t.Errorf("after DEL workload records remain: %v", recs)
+	}
+	if got := e.allocations(t); len(got) != 0 {
+		t.Errorf("after DEL IPAM still holds %v", got)
+	}
+}
+
+// TestDualStack gives pods an IPv4 and an IPv6 address and pings over both.
+func TestDualStack(t *testing.T) {
+	e := newEnv(t, "1.0.0", "10.244.0.0/24", "fd00:244::/120")
+	a, b := newPod(t, "ds-a"), newPod(t, "ds-b")
+	attA, attB := e.add(t, a), e.add(t, b)
+	for _, v6 := range []bool{false, true} {
+		ping(t, a, attB.ip(v6))
+		ping(t, b, attA.ip(v6))
+	}
+	for _, p := range []*pod{a, b} {
+		if err := e.node.Check(context.Background(), e.list, p.rt); err != nil {
+			t.Errorf("CHECK %s: %v", p.name, err)
+		}
+		if err := e.node.Del(context.Background(), e.list, p.rt); err != nil {
+			t.Errorf("DEL %s: %v", p.name, err)
+		}
+	}
+	e.checkDetached(t, a, attA)
+	e.checkDetached(t, b, attB)
+}
+
+// TestGC attaches three pods, then runs libcni GC with only the first in the
+// valid-attachments list. libcni's own cache is empty for the GC call (a new
+// cache dir, as after a runtime restart), so the plugin's GC alone must find
+// and remove the two stale attachments, and leave the valid one intact.
+func TestGC(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "1.1.0")
+	keep, stale1, stale2 := newPod(t, "gc-keep"), newPod(t, "gc-stale1"), newPod(t, "gc-stale2")
+	attKeep, att1, att2 := e.add(t, keep), e.add(t, stale1), e.add(t, stale2)
+
+	gcNode := &netnstest.Node{NS: e.node.NS, CNI: libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, t.TempDir(), nil)}
+	valid := []types.GCAttachment{{ContainerID: keep.rt.ContainerID, IfName: keep.rt.IfName}}
+	if err := gcNode.GC(ctx, e.list, valid); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	e.checkDetached(t, stale1, att1)
+	e.checkDetached(t, stale2, att2)
+	e.checkHost(t, keep, attKeep)
+	e.checkRecord(t, keep, attKeep)
+	att := ipam.Attachment{ContainerID: keep.rt.ContainerID, IfName: keep.rt.IfName}
+	if got := e.allocations(t)[att]; len(got) != 1 || got[0].Addr != attKeep.ips[0] {
+		t.Errorf("after GC IPAM holds %v for the valid attachment, want %s", got, attKeep.ips[0])
+	}
+	if err := e.node.Check(ctx, e.list, keep.rt); err != nil {
+		t.Errorf("CHECK of the valid attachment after GC: %v", err)
+	}
+}
+
+// TestStatus: STATUS fails with code 50 until daemon.json says ready.
+func TestStatus(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "1.1.0")
+	wantCode := func(err error, code uint, what string) {
+		t.Helper()
+		var ce *types.Error
+		if !errors.As(err, &ce) || ce.Code != code {
+			t.Errorf("STATUS %s: %v, want CNI error code %d", what, err, code)
+		}
+	}
+	wantCode(e.node.Status(ctx, e.list), types.ErrPluginNotAvailable, "without daemon.json")
+
+	st, err := state.Open(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteDaemonStatus(&state.DaemonStatus{Version: 1, Ready: false, Reason: "routes not synced yet"}); err != nil {
+		t.Fatal(err)
+	}
+	err = e.node.Status(ctx, e.list)
+	wantCode(err, types.ErrPluginNotAvailable, "with a not-ready daemon.json")
+	if err != nil && !strings.Contains(err.Error(), "routes not synced yet") {
+		t.Errorf("STATUS not ready: %q does not give the daemon's reason", err)
+	}
+
+	if err := st.WriteDaemonStatus(&state.DaemonStatus{Version: 1, Ready: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.Status(ctx, e.list); err != nil {
+		t.Errorf("STATUS with a ready daemon.json: %v", err)
+	}
+}
+
+// TestPortmapChained runs routelet chained with portmap, the shape of the
+// example conflist in conf/: the DNAT rule appears with ADD and goes with DEL.
+func TestPortmapChained(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "1.0.0")
+	e.conf.Portmap = true
+	e.list = mustList(t, e.conf)
+	p := newPod(t, "web")
+	p.rt.CapabilityArgs = map[string]any{"portMappings": []map[string]any{
+		{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"},
+	}}
+	att := e.add(t, p)
+	dnat := fmt.Sprintf("%s:80", att.ips[0])
+	rules := func() string {
+		out, err := netnstest.Exec(ctx, e.node.NS, "iptables-save", "-t", "nat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if r := rules(); !strings.Contains(r, dnat) || !strings.Contains(r, "18080") {
+		t.Errorf("after ADD the node's nat table has no DNAT 18080 → %s:\n%s", dnat, r)
+	}
+	if err := e.node.Check(ctx, e.list, p.rt); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := e.node.Del(ctx, e.list, p.rt); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	e.checkDetached(t, p, att)
+	if r := rules(); strings.Contains(r, dnat) {
+		t.Errorf("after DEL the node's nat table still DNATs to %s:\n%s", dnat, r)
+	}
+}
+
+// TestNodeNamespaceOnly guards the tests themselves: plugins run in the node
+// namespace, never in the machine's own. The host's links must not gain a
+// cali veth while a pod is attached.
+func TestNodeNamespaceOnly(t *testing.T) {
+	e := newEnv(t, "1.1.0")
+	p := newPod(t, "guard")
+	att := e.add(t, p)
+	if _, err := os.Stat("/sys/class/net/" + att.hostIface); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host veth %s appeared in the machine's own namespace (%v)", att.hostIface, err)
+	}
+	if err := e.node.Del(context.Background(), e.list, p.rt); err != nil {
+		t.Errorf("DEL: %v", err)
+	}
+}
