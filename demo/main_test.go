@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/routelet/routelet/internal/netnstest"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the demo creates network namespaces")
+	}
+}
+
+// requireClean fails t if anything the demo makes is still there.
+func requireClean(t *testing.T) {
+	t.Helper()
+	left, _ := filepath.Glob(filepath.Join(netnstest.RunDir, nsPrefix+"*"))
+	if len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	if _, err := os.Lstat(workDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left behind (%v)", workDir, err)
+	}
+}
+
+// fakePlugin writes an executable "routelet" running script into a new dir.
+func fakePlugin(t *testing.T, script string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "routelet"), []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestDemo runs the whole demo with the real plugin: both pods reach each
+// other over v4 and v6 and nothing is left afterwards.
+func TestDemo(t *testing.T) {
+	requireRoot(t)
+	var out bytes.Buffer
+	// An empty plugin dir makes the demo build the plugin itself.
+	err := run(context.Background(), &out, t.TempDir())
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	for _, want := range []string{"4/4 pings ok", "DEL left 0 host routes", "cleaned up"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	requireClean(t)
+}
+
+// TestDemoPluginFailure: a plugin that fails ADD makes the demo fail with
+// the plugin's message, and it still removes everything it made.
+func TestDemoPluginFailure(t *testing.T) {
+	requireRoot(t)
+	dir := fakePlugin(t, `cat >/dev/null; echo '{"cniVersion":"1.1.0","code":7,"msg":"demo test: bad config"}'; exit 1`)
+	err := run(context.Background(), &bytes.Buffer{}, dir)
+	if err == nil || !strings.Contains(err.Error(), "demo test: bad config") {
+		t.Errorf("demo with a failing plugin: %v, want the plugin's error", err)
+	}
+	requireClean(t)
+}
+
+// TestDemoInterrupted: SIGINT while a plugin runs (the plugin sends it to
+// the demo process) stops the demo, and it still removes everything it made.
+func TestDemoInterrupted(t *testing.T) {
+	requireRoot(t)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	dir := fakePlugin(t, `kill -INT $PPID; exec sleep 30`)
+	err := run(ctx, &bytes.Buffer{}, dir)
+	if err == nil || ctx.Err() == nil {
+		t.Errorf("demo after SIGINT: err %v, context %v; want both set", err, ctx.Err())
+	}
+	requireClean(t)
+}
+
+// TestDemoRemovesLeftovers: namespaces and state of a crashed run are removed
+// at start, so the demo's fixed names are free again.
+func TestDemoRemovesLeftovers(t *testing.T) {
+	requireRoot(t)
+	stale, err := netnstest.NewNamed(nsPrefix + "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netnstest.Remove(stale) })
+	if err := os.MkdirAll(filepath.Join(workDir, "state"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	dir := fakePlugin(t, `cat >/dev/null; echo '{"cniVersion":"1.1.0","code":7,"msg":"demo test: stop here"}'; exit 1`)
+	err = run(context.Background(), &out, dir)
+	if err == nil || !strings.Contains(err.Error(), "demo test: stop here") {
+		t.Errorf("demo after a crashed run: %v, want it to get as far as ADD", err)
+	}
+	if !strings.Contains(out.String(), "removed leftovers") || !strings.Contains(out.String(), nsPrefix+"node") {
+		t.Errorf("demo output does not report the leftovers it removed:\n%s", out.String())
+	}
+	requireClean(t)
+}
