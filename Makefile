@@ -29,11 +29,14 @@ test: deps build
 test-unit:
 	$(GO) test -count=1 -short ./...
 
+# Go benchmarks, then the CNI plugin bench: routelet vs ptp+host-local
+# through libcni (root; see docs/bench-plugin.md).
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+	$(GO) run ./bench/cni
 
 demo: deps build
-	$(GO) run ./demo
+	$(GO) run ./demo -plugin-dir $(BIN)
 
 vet:
 	$(GO) vet ./...
