@@ -60,6 +60,10 @@ type Allocator struct {
 	dir    string
 	blocks []netip.Prefix
 	opts   Options
+
+	// testHook, when set, is called after each step of Allocate and
+	// Release (see step); tests use it to stop at a chosen point.
+	testHook func(step string)
 }
 
 // New returns an Allocator for blocks (at most one IPv4 and/or IPv6 block is
@@ -68,7 +72,7 @@ type Allocator struct {
 // valid, masked prefixes: the error names the bad one. An IPv4 block must have
 // room for at least one usable address after the reserved ones.
 func New(dir string, blocks []netip.Prefix, opts Options) (*Allocator, error) {
-	panic("unimplemented")
+	return newAllocator(dir, blocks, opts)
 }
 
 // Allocate gives att one address per family that has a block (v4 and/or v6).
@@ -80,19 +84,19 @@ func New(dir string, blocks []netip.Prefix, opts Options) (*Allocator, error) {
 // IPv4, its last (broadcast) are never handed out. Cost does not grow with the
 // number of allocations already made (no directory scan per call).
 func (a *Allocator) Allocate(ctx context.Context, att Attachment, requested []netip.Addr) ([]Allocation, error) {
-	panic("unimplemented")
+	return a.allocate(ctx, att, requested)
 }
 
 // Release frees every address held by att. Releasing an attachment that holds
 // nothing is success.
-func (a *Allocator) Release(ctx context.Context, att Attachment) error { panic("unimplemented") }
+func (a *Allocator) Release(ctx context.Context, att Attachment) error { return a.release(ctx, att) }
 
 // Get returns att's current addresses (empty, nil error when none).
 func (a *Allocator) Get(ctx context.Context, att Attachment) ([]Allocation, error) {
-	panic("unimplemented")
+	return a.get(ctx, att)
 }
 
 // List returns every attachment holding addresses (used by GC and leak collection).
 func (a *Allocator) List(ctx context.Context) (map[Attachment][]Allocation, error) {
-	panic("unimplemented")
+	return a.list(ctx)
 }
