@@ -5,10 +5,12 @@
 // pod namespaces created before the clock starts. Each plugin gets an
 // equivalent config: the same MTU and one /24 of addresses.
 //
-// Phases per plugin: one unmeasured warm-up ADD+DEL, a sequential ADD of
-// -pods pods followed by their sequential DEL, then -parallel concurrent ADDs
-// followed by their concurrent DELs. It prints p50/p99 latency per phase, the
-// routelet/ptp ratio of ADD p50, and failures; it exits 1 when any operation
+// Phases: one unmeasured warm-up ADD+DEL per plugin; a sequential ADD of
+// -pods pods, then their sequential DEL, interleaved pod by pod across the
+// plugins so background load hits each alike; then -rounds rounds of
+// -parallel concurrent ADDs followed by their concurrent DELs, one plugin at a
+// time with the order rotating. It prints p50/p99 latency per phase, the
+// routelet/ptp ratio of the p50s, and failures; it exits 1 when any operation
 // failed. Run as root: go run ./bench/cni (or make bench).
 package main
 
@@ -41,12 +43,13 @@ func main() {
 	pods := flag.Int("pods", 50, "pods in the sequential phase")
 	parallel := flag.Int("parallel", 32, "concurrent ADDs in the parallel phase")
 	mtu := flag.Int("mtu", 1450, "pod MTU given to both plugins")
+	rounds := flag.Int("rounds", 3, "rounds of the parallel phase (plugin order rotates each round)")
 	only := flag.String("plugins", "ptp,routelet", "comma-separated plugins to run: ptp, routelet")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *pods, *parallel, *mtu, strings.Split(*only, ",")); err != nil {
+	if err := run(ctx, *pods, *parallel, *rounds, *mtu, strings.Split(*only, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -64,12 +67,13 @@ type phase struct {
 	samples      []sample
 }
 
-func run(ctx context.Context, pods, parallel, mtu int, plugins []string) error {
+func run(ctx context.Context, pods, parallel, rounds, mtu int, plugins []string) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (creates network namespaces)")
 	}
-	if pods < 1 || parallel < 1 || pods+parallel > 250 {
-		return fmt.Errorf("pods %d, parallel %d: each must be ≥ 1 and together ≤ 250 (one /24)", pods, parallel)
+	if pods < 1 || parallel < 1 || rounds < 1 || pods+parallel > 250 {
+		return fmt.Errorf("pods %d, parallel %d, rounds %d: each must be ≥ 1, pods+parallel ≤ 250 (one /24)",
+			pods, parallel, rounds)
 	}
 	if _, err := netnstest.RemoveLeftovers(nsPrefix); err != nil {
 		return err
@@ -81,107 +85,152 @@ func run(ctx context.Context, pods, parallel, mtu int, plugins []string) error {
 	defer os.RemoveAll(tmp)
 	binDir := filepath.Join(tmp, "bin")
 
-	var results []phase
+	var targets []*target
+	defer func() {
+		for _, t := range targets {
+			err = errors.Join(err, t.close())
+		}
+	}()
 	for _, p := range plugins {
-		var list func(work string) (*libcni.NetworkConfigList, error)
+		work := filepath.Join(tmp, p)
+		var list *libcni.NetworkConfigList
 		switch p {
 		case "ptp":
 			if err := netnstest.BuildReference(ctx, binDir, netnstest.PTPPackage, netnstest.HostLocalPackage); err != nil {
 				return err
 			}
-			list = func(work string) (*libcni.NetworkConfigList, error) {
-				return netnstest.PTPConf{Name: "bench-ptp", CNIVersion: "1.1.0", DataDir: work,
-					MTU: mtu, Subnet: "10.250.0.0/24"}.ConfList()
-			}
+			list, err = netnstest.PTPConf{Name: "bench-ptp", CNIVersion: "1.1.0", DataDir: work,
+				MTU: mtu, Subnet: "10.250.0.0/24"}.ConfList()
 		case "routelet":
 			if err := netnstest.BuildRoutelet(ctx, binDir); err != nil {
 				return err
 			}
-			list = func(work string) (*libcni.NetworkConfigList, error) {
-				return netnstest.RouteletConf{Name: "bench-routelet", CNIVersion: "1.1.0", StateDir: work,
-					MTU: mtu, Blocks: []string{"10.250.0.0/24"}}.ConfList()
-			}
+			list, err = netnstest.RouteletConf{Name: "bench-routelet", CNIVersion: "1.1.0", StateDir: work,
+				MTU: mtu, Blocks: []string{"10.250.0.0/24"}}.ConfList()
 		default:
 			return fmt.Errorf("plugin %q: want ptp or routelet", p)
 		}
-		work := filepath.Join(tmp, p)
-		l, err := list(work)
 		if err != nil {
 			return err
 		}
-		ph, err := benchPlugin(ctx, p, binDir, work, l, pods, parallel)
+		t, err := newTarget(p, binDir, work, list, pods+parallel)
+		if t != nil {
+			targets = append(targets, t)
+		}
 		if err != nil {
 			return err
 		}
-		results = append(results, ph...)
 	}
-	return report(os.Stdout, results, mtu)
+
+	// Warm-up: page cache, first exec; not measured.
+	for _, t := range targets {
+		if _, err := t.node.Add(ctx, t.list, t.rt(0)); err != nil {
+			return fmt.Errorf("%s: warm-up ADD: %w", t.name, err)
+		}
+		if err := t.node.Del(ctx, t.list, t.rt(0)); err != nil {
+			return fmt.Errorf("%s: warm-up DEL: %w", t.name, err)
+		}
+	}
+
+	// Sequential phases, interleaved pod by pod so that load from anything
+	// else on the machine hits every plugin alike.
+	for _, t := range targets {
+		t.seqAdd = phase{plugin: t.name, name: "seq ADD"}
+		t.seqDel = phase{plugin: t.name, name: "seq DEL"}
+		t.parAdd = phase{plugin: t.name, name: fmt.Sprintf("%d-par ADD", parallel)}
+		t.parDel = phase{plugin: t.name, name: fmt.Sprintf("%d-par DEL", parallel)}
+	}
+	for i := range pods {
+		for _, t := range targets {
+			t.seqAdd.samples = append(t.seqAdd.samples, timed(func() error { _, err := t.node.Add(ctx, t.list, t.rt(i)); return err }))
+		}
+	}
+	for i := range pods {
+		for _, t := range targets {
+			t.seqDel.samples = append(t.seqDel.samples, timed(func() error { return t.node.Del(ctx, t.list, t.rt(i)) }))
+		}
+	}
+
+	// Parallel phases: one plugin at a time, the order rotating each round.
+	for r := range rounds {
+		for k := range targets {
+			t := targets[(r+k)%len(targets)]
+			add := make([]sample, parallel)
+			del := make([]sample, parallel)
+			concurrently(parallel, func(i int) {
+				add[i] = timed(func() error { _, err := t.node.Add(ctx, t.list, t.rt(pods+i)); return err })
+			})
+			concurrently(parallel, func(i int) {
+				del[i] = timed(func() error { return t.node.Del(ctx, t.list, t.rt(pods+i)) })
+			})
+			t.parAdd.samples = append(t.parAdd.samples, add...)
+			t.parDel.samples = append(t.parDel.samples, del...)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	var results []phase
+	for _, t := range targets {
+		results = append(results, t.seqAdd, t.seqDel, t.parAdd, t.parDel)
+	}
+	return report(os.Stdout, results, mtu, rounds)
 }
 
-// benchPlugin runs every phase for one plugin in its own node namespace and
-// removes the namespaces afterwards.
-func benchPlugin(ctx context.Context, name, binDir, work string, list *libcni.NetworkConfigList, pods, parallel int) (phases []phase, err error) {
+// target is one plugin under test: its own node namespace, its conflist and
+// pod namespaces created up front, and the samples measured so far.
+type target struct {
+	name                           string
+	node                           *netnstest.Node
+	list                           *libcni.NetworkConfigList
+	pods                           []ns.NetNS
+	seqAdd, seqDel, parAdd, parDel phase
+}
+
+// newTarget creates the node and n pod namespaces for one plugin. On error it
+// returns what it made so far, for close.
+func newTarget(name, binDir, work string, list *libcni.NetworkConfigList, n int) (*target, error) {
 	node, err := netnstest.NewNode(nsPrefix+name+"-node", []string{binDir}, filepath.Join(work, "cache"))
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, node.Close()) }()
-
-	netnss := make([]ns.NetNS, pods+parallel)
-	defer func() {
-		for _, n := range netnss {
-			err = errors.Join(err, netnstest.Remove(n))
+	t := &target{name: name, node: node, list: list}
+	for i := range n {
+		p, err := netnstest.NewNamed(fmt.Sprintf("%s%s-pod%03d", nsPrefix, name, i))
+		if err != nil {
+			return t, err
 		}
-	}()
-	for i := range netnss {
-		if netnss[i], err = netnstest.NewNamed(fmt.Sprintf("%s%s-pod%03d", nsPrefix, name, i)); err != nil {
-			return nil, err
-		}
+		t.pods = append(t.pods, p)
 	}
-	rt := func(i int) *libcni.RuntimeConf {
-		return &libcni.RuntimeConf{
-			ContainerID: fmt.Sprintf("bench%03d", i),
-			NetNS:       netnss[i].Path(),
-			IfName:      "eth0",
-			Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "bench"},
-				{"K8S_POD_NAME", fmt.Sprintf("pod%03d", i)}},
-		}
-	}
-	timed := func(op func() error) sample {
-		start := time.Now()
-		err := op()
-		return sample{time.Since(start), err}
-	}
+	return t, nil
+}
 
-	// Warm-up: page cache, first exec; not measured.
-	if _, err := node.Add(ctx, list, rt(0)); err != nil {
-		return nil, fmt.Errorf("%s: warm-up ADD: %w", name, err)
+// close removes the pod and node namespaces (and with them every veth).
+func (t *target) close() error {
+	var errs []error
+	for _, p := range t.pods {
+		errs = append(errs, netnstest.Remove(p))
 	}
-	if err := node.Del(ctx, list, rt(0)); err != nil {
-		return nil, fmt.Errorf("%s: warm-up DEL: %w", name, err)
-	}
+	return errors.Join(append(errs, t.node.Close())...)
+}
 
-	seqAdd := phase{plugin: name, name: "seq ADD"}
-	for i := range pods {
-		seqAdd.samples = append(seqAdd.samples, timed(func() error { _, err := node.Add(ctx, list, rt(i)); return err }))
+// rt is the runtime config of pod i, with the arguments containerd passes.
+func (t *target) rt(i int) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: fmt.Sprintf("bench%03d", i),
+		NetNS:       t.pods[i].Path(),
+		IfName:      "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "bench"},
+			{"K8S_POD_NAME", fmt.Sprintf("pod%03d", i)}},
 	}
-	seqDel := phase{plugin: name, name: "seq DEL"}
-	for i := range pods {
-		seqDel.samples = append(seqDel.samples, timed(func() error { return node.Del(ctx, list, rt(i)) }))
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
+}
 
-	parAdd := phase{plugin: name, name: fmt.Sprintf("%d-par ADD", parallel), samples: make([]sample, parallel)}
-	parDel := phase{plugin: name, name: fmt.Sprintf("%d-par DEL", parallel), samples: make([]sample, parallel)}
-	concurrently(parallel, func(i int) {
-		parAdd.samples[i] = timed(func() error { _, err := node.Add(ctx, list, rt(pods+i)); return err })
-	})
-	concurrently(parallel, func(i int) {
-		parDel.samples[i] = timed(func() error { return node.Del(ctx, list, rt(pods+i)) })
-	})
-	return []phase{seqAdd, seqDel, parAdd, parDel}, ctx.Err()
+// timed runs op and measures it.
+func timed(op func() error) sample {
+	start := time.Now()
+	err := op()
+	return sample{time.Since(start), err}
 }
 
 // concurrently runs f(0..n-1) in n goroutines released together.
@@ -224,8 +273,9 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 
 // report prints the table and the ratios; it returns an error when any
 // operation failed.
-func report(w *os.File, phases []phase, mtu int) error {
-	fmt.Fprintf(w, "CNI plugin bench: libcni from a fresh node netns, cniVersion 1.1.0, MTU %d, one /24\n", mtu)
+func report(w *os.File, phases []phase, mtu, rounds int) error {
+	fmt.Fprintf(w, "CNI plugin bench: libcni from a fresh node netns per plugin, cniVersion 1.1.0, MTU %d, one /24;\n", mtu)
+	fmt.Fprintf(w, "sequential phases interleaved pod by pod, parallel phase %d rounds (samples pooled)\n", rounds)
 	fmt.Fprintf(w, "%-14s %-12s %4s %5s %9s %9s\n", "plugin", "phase", "n", "fail", "p50 ms", "p99 ms")
 	p50 := map[string]time.Duration{}
 	total := 0
