@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	delegated "github.com/containernetworking/plugins/pkg/ipam"
+
+	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// cmdAdd attaches one container: IPAM → veth and pod side → record → host
+// routes. Every step registers its undo; when a later step fails the undos
+// run in reverse, so a failed ADD leaves no address, veth, record or route.
+func cmdAdd(args *skel.CmdArgs) (err error) {
+	c, e := loadConfig(args.StdinData)
+	if e != nil {
+		return e
+	}
+	ka, e := parseCNIArgs(args.Args)
+	if e != nil {
+		return e
+	}
+	want, e := requested(c, ka)
+	if e != nil {
+		return e
+	}
+	store, err := state.Open(c.StateDir)
+	if err != nil {
+		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
+	}
+	node, e := readNodeSettings(c, store)
+	if e != nil {
+		return e
+	}
+	// A second ADD for a live attachment must fail before it touches
+	// anything: its rollback would otherwise release the live pod's address.
+	if pv, err := podnet.InspectPod(args.Netns, args.IfName); err != nil {
+		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_NETNS %q: %v", args.Netns, err)
+	} else if pv.Exists {
+		return cniErr(types.ErrInternal, "interface %s already exists in netns %s (ADD without DEL?)", args.IfName, args.Netns)
+	}
+
+	var undo []func() error
+	defer func() {
+		if err == nil {
+			return
+		}
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](); uerr != nil {
+				slog.Error("rollback step failed", "container", args.ContainerID, "ifname", args.IfName, "err", uerr)
+			}
+		}
+	}()
+
+	ctx := context.Background()
+	var addrs []netip.Addr
+	dns := c.DNS
+	if c.Delegate != "" {
+		var r *types100.Result
+		r, err = delegatedAdd(c, args.StdinData)
+		if err != nil {
+			return err
+		}
+		undo = append(undo, func() error { return delegated.ExecDel(c.Delegate, args.StdinData) })
+		for _, ipc := range r.IPs {
+			a, ok := netip.AddrFromSlice(ipc.Address.IP)
+			if !ok {
+				return cniErr(types.ErrInternal, "ipam plugin %s returned address %q", c.Delegate, ipc.Address.String())
+			}
+			addrs = append(addrs, a.Unmap())
+		}
+		if len(dns.Nameservers) == 0 && len(dns.Search) == 0 && dns.Domain == "" {
+			dns = r.DNS
+		}
+	} else {
+		alloc, err := ipam.New(filepath.Join(c.StateDir, "ipam"), node.blocks, ipam.Options{})
+		if err != nil {
+			return cniErr(types.ErrInvalidNetworkConfig, "ipam: %v", err)
+		}
+		att := ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+		got, err := alloc.Allocate(ctx, att, want)
+		if err != nil {
+			return ipamErr(err)
+		}
+		undo = append(undo, func() error { return alloc.Release(ctx, att) })
+		for _, g := range got {
+			addrs = append(addrs, g.Addr)
+		}
+	}
+	if len(addrs) == 0 {
+		return cniErr(types.ErrInternal, "ipam returned no address")
+	}
+
+	hostIf := hostIfaceName(c, ka, args.ContainerID, args.IfName)
+	has6 := false
+	for _, a := range addrs {
+		has6 = has6 || a.Is6()
+	}
+	if err = podnet.EnableForwarding(has6); err != nil {
+		return cniErr(types.ErrInternal, "enable forwarding: %v", err)
+	}
+	att, err := podnet.Setup(podnet.Spec{
+		HostIface: hostIf,
+		ContIface: args.IfName,
+		Netns:     args.Netns,
+		MTU:       node.mtu,
+		Addrs:     addrs,
+	})
+	if err != nil {
+		return cniErr(types.ErrInternal, "set up pod network: %v", err)
+	}
+	undo = append(undo, func() error { return podnet.Teardown(hostIf) })
+
+	rec := &state.Workload{
+		ContainerID:  args.ContainerID,
+		IfName:       args.IfName,
+		HostIface:    hostIf,
+		Netns:        args.Netns,
+		IPs:          cidrs(addrs),
+		ContainerMAC: att.ContMAC.String(),
+		PodNamespace: ka.PodNamespace,
+		PodName:      ka.PodName,
+		Network:      c.Name,
+		Created:      time.Now().UTC(),
+	}
+	if err = store.PutWorkload(rec); err != nil {
+		return cniErr(types.ErrIOFailure, "write workload record to %s: %v", store.WorkloadsDir(), err)
+	}
+	undo = append(undo, func() error { return store.DeleteWorkload(args.ContainerID, args.IfName) })
+
+	if err = podnet.AddHostRoutes(hostIf, addrs); err != nil {
+		return cniErr(types.ErrInternal, "host routes: %v", err)
+	}
+
+	res := buildResult(att, addrs, dns)
+	if err = types.PrintResult(res, c.CNIVersion); err != nil {
+		return cniErr(types.ErrIOFailure, "print result: %v", err)
+	}
+	return nil
+}
+
+// delegatedAdd runs the configured IPAM plugin and converts its result.
+func delegatedAdd(c *config, stdin []byte) (*types100.Result, error) {
+	r, err := delegated.ExecAdd(c.Delegate, stdin)
+	if err != nil {
+		return nil, asCNIErr(fmt.Sprintf("ipam plugin %s", c.Delegate), err)
+	}
+	cur, err := types100.NewResultFromResult(r)
+	if err != nil {
+		return nil, cniErr(types.ErrDecodingFailure, "ipam plugin %s result: %v", c.Delegate, err)
+	}
+	if len(cur.IPs) == 0 {
+		return nil, cniErr(types.ErrInternal, "ipam plugin %s returned no addresses", c.Delegate)
+	}
+	return cur, nil
+}
+
+// nodeSettings are what the conflist may leave to routeletd.
+type nodeSettings struct {
+	mtu    int
+	blocks []netip.Prefix
+}
+
+// readNodeSettings fills in the MTU (conflist, else daemon.json PodMTU, else
+// DefaultMTU) and, for the built-in IPAM, the blocks (conflist ipam.blocks,
+// else daemon.json Blocks). daemon.json is only read when needed.
+func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Error) {
+	out := &nodeSettings{mtu: c.MTU, blocks: c.Blocks}
+	needBlocks := c.Delegate == "" && len(c.Blocks) == 0
+	if out.mtu > 0 && !needBlocks {
+		return out, nil
+	}
+	st, err := store.ReadDaemonStatus()
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		st = nil
+	case err != nil && needBlocks:
+		return nil, cniErr(types.ErrTryAgainLater, "no blocks: no ipam.blocks in the network config and daemon status unreadable: %v", err)
+	case err != nil:
+		slog.Warn("daemon status unreadable; using the default MTU", "err", err, "mtu", DefaultMTU)
+		st = nil
+	}
+	if out.mtu == 0 {
+		out.mtu = DefaultMTU
+		if st != nil && st.PodMTU >= 68 && st.PodMTU <= 65535 {
+			out.mtu = st.PodMTU
+		}
+	}
+	if !needBlocks {
+		return out, nil
+	}
+	if st != nil {
+		for i, s := range st.Blocks {
+			p, err := parseBlock(s)
+			if err != nil {
+				return nil, cniErr(types.ErrTryAgainLater, "daemon status %s: blocks[%d] %q: %v", filepath.Join(c.StateDir, "daemon.json"), i, s, err)
+			}
+			out.blocks = append(out.blocks, p)
+		}
+	}
+	if len(out.blocks) == 0 {
+		reason := "daemon.json not found in " + c.StateDir
+		if st != nil {
+			reason = "daemon.json lists no blocks"
+			if !st.Ready && st.Reason != "" {
+				reason += " (not ready: " + st.Reason + ")"
+			}
+		}
+		return nil, cniErr(types.ErrTryAgainLater, "no blocks: daemon not ready and no ipam.blocks: %s", reason)
+	}
+	return out, nil
+}
+
+// cidrs renders addresses as host CIDRs (/32, /128) for the record.
+func cidrs(addrs []netip.Addr) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, netip.PrefixFrom(a, a.BitLen()).String())
+	}
+	return out
+}

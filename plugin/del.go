@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	delegated "github.com/containernetworking/plugins/pkg/ipam"
+
+	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// cmdDel removes an attachment: the host veth (taking the pod side and the
+// host routes with it), the address allocation and the workload record. Every
+// piece may already be gone; DEL then succeeds. The steps are independent, so
+// all are tried and their errors joined; the record goes last so routeletd
+// keeps seeing the attachment until nothing else is left.
+func cmdDel(args *skel.CmdArgs) error {
+	c, e := loadConfig(args.StdinData)
+	if e != nil {
+		return e
+	}
+	ka, e := parseCNIArgs(args.Args)
+	if e != nil {
+		return e
+	}
+	store, err := state.Open(c.StateDir)
+	if err != nil {
+		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
+	}
+	rec, err := store.GetWorkload(args.ContainerID, args.IfName)
+	if err != nil {
+		if !errors.Is(err, state.ErrNotFound) {
+			slog.Warn("workload record unreadable; deleting by computed names", "container", args.ContainerID, "ifname", args.IfName, "err", err)
+		}
+		rec = nil
+	}
+	hostIf := hostIfaceName(c, ka, args.ContainerID, args.IfName)
+	if rec != nil && rec.HostIface != "" {
+		hostIf = rec.HostIface
+	}
+
+	var errs []error
+	shared := (ka.PodNamespace != "" && ka.PodName != "") || (rec != nil && rec.PodName != "")
+	if err := deleteHostVeth(store, hostIf, shared, args.ContainerID, args.IfName); err != nil {
+		errs = append(errs, err)
+	}
+	if err := releaseAddrs(c, store, args.StdinData, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		if err := store.DeleteWorkload(args.ContainerID, args.IfName); err != nil {
+			errs = append(errs, fmt.Errorf("delete workload record: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return asCNIErr("del", err)
+	}
+	return nil
+}
+
+// deleteHostVeth deletes hostIf unless another attachment's record claims it.
+// Host names derived from the pod name (shared) are used by successive
+// sandboxes of one pod: when a new sandbox's ADD already replaced the veth, the
+// old sandbox's DEL must leave the new veth alone. Names derived from the
+// container ID are unique to the attachment and need no such check.
+func deleteHostVeth(store *state.Store, hostIf string, shared bool, containerID, ifName string) error {
+	if shared {
+		if owner := claimedBy(store, hostIf, containerID, ifName); owner != nil {
+			slog.Info("host veth belongs to another attachment; leaving it", "iface", hostIf, "owner", owner.ContainerID)
+			return nil
+		}
+	}
+	if err := podnet.Teardown(hostIf); err != nil {
+		return fmt.Errorf("delete host veth: %w", err)
+	}
+	return nil
+}
+
+// claimedBy returns the record of another attachment using hostIf, or nil.
+func claimedBy(store *state.Store, hostIf, containerID, ifName string) *state.Workload {
+	recs, _ := store.ListWorkloads()
+	for _, r := range recs {
+		if r.HostIface == hostIf && (r.ContainerID != containerID || r.IfName != ifName) {
+			return r
+		}
+	}
+	return nil
+}
+
+// releaseAddrs frees the attachment's addresses in the built-in IPAM, or runs
+// the delegated IPAM plugin's DEL.
+func releaseAddrs(c *config, store *state.Store, stdin []byte, att ipam.Attachment) error {
+	if c.Delegate != "" {
+		if err := delegated.ExecDel(c.Delegate, stdin); err != nil {
+			return fmt.Errorf("ipam plugin %s: %w", c.Delegate, err)
+		}
+		return nil
+	}
+	alloc, err := openAllocator(c, store)
+	if err != nil {
+		return err
+	}
+	if err := alloc.Release(context.Background(), att); err != nil {
+		return ipamErr(err)
+	}
+	return nil
+}
+
+// openAllocator opens the built-in IPAM for release and inspection, with the
+// blocks currently known (conflist, else daemon.json, else none): a DEL must
+// work even after the blocks have gone away.
+func openAllocator(c *config, store *state.Store) (*ipam.Allocator, error) {
+	blocks := c.Blocks
+	if len(blocks) == 0 {
+		if st, err := store.ReadDaemonStatus(); err == nil {
+			for _, s := range st.Blocks {
+				if p, err := netip.ParsePrefix(s); err == nil {
+					blocks = append(blocks, p)
+				}
+			}
+		}
+	}
+	alloc, err := ipam.New(filepath.Join(c.StateDir, "ipam"), blocks, ipam.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open ipam in %s: %w", c.StateDir, err)
+	}
+	return alloc, nil
+}
