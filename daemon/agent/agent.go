@@ -1,0 +1,771 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// RouteTable is the part of *routes.RouteTable the loop drives.
+type RouteTable interface {
+	SetRoutes(iface string, targets []routes.Target)
+	OnIfaceStateChanged(iface string, up bool)
+	MarkDirty(iface string)
+	QueueResync()
+	Apply() error
+	Stats() routes.Stats
+}
+
+var _ RouteTable = (*routes.RouteTable)(nil)
+
+// Store is the part of *state.Store the loop reads and writes.
+type Store interface {
+	ListWorkloads() ([]*state.Workload, []error)
+	GetWorkload(containerID, ifName string) (*state.Workload, error)
+	DeleteWorkload(containerID, ifName string) error
+	ListNodes() ([]*state.Node, []error)
+	GetNode(name string) (*state.Node, error)
+	PutNode(n *state.Node) error
+	WriteDaemonStatus(st *state.DaemonStatus) error
+	WorkloadsDir() string
+	NodesDir() string
+}
+
+var _ Store = (*state.Store)(nil)
+
+// Releaser frees a leaked attachment's addresses (in routeletd: the
+// built-in IPAM's Allocator on <stateDir>/ipam). Releasing an attachment
+// that holds nothing is success.
+type Releaser interface {
+	Release(ctx context.Context, containerID, ifName string) error
+}
+
+// Host answers the leak collector's questions about the node.
+type Host interface {
+	// LinkExists reports whether a link named name exists.
+	LinkExists(name string) (bool, error)
+	// NetnsGone reports whether path no longer names a network namespace.
+	NetnsGone(path string) bool
+}
+
+// Manager is a further dataplane component driven by the loop, such as the
+// overlay or the ipset allowlists. Both methods run on the loop goroutine.
+type Manager interface {
+	// OnNodes hands over this node's record and every peer's (memory only).
+	OnNodes(self *state.Node, peers []*state.Node)
+	// Apply programs the kernel; failures are retried on the next pass.
+	Apply() error
+}
+
+// Options configure an Agent. Zero durations take the defaults noted.
+type Options struct {
+	NodeName        string
+	Self            state.Node     // this node's record (name, host IPs, blocks); written by the agent
+	LocalBlocks     []netip.Prefix // blackholed; also published in daemon.json
+	PodMTU          int
+	Version         string
+	IfacePrefix     string        // default "cali"
+	RouteProtocol   int           // default routes.DefaultProtocol
+	ResyncPeriod    time.Duration // default 90s
+	TickPeriod      time.Duration // liveness and leak checks; default 10s
+	LeakGracePeriod time.Duration // default 15m
+	Debounce        time.Duration // default 2ms; negative disables
+	// StaticARP programs a permanent neighbour entry with the container MAC
+	// for each IPv4 workload route, as Calico does (saves an ARP round trip).
+	StaticARP bool
+}
+
+// Agent is the apply loop. Notify* methods may be called from any
+// goroutine; everything else belongs to the goroutine running Run.
+type Agent struct {
+	opts     Options
+	store    Store
+	rt4, rt6 RouteTable
+	releaser Releaser // nil: leaked records are deleted without IPAM release
+	host     Host
+	managers []Manager
+	status   *health.Status
+	metrics  *health.Metrics
+	log      *slog.Logger
+	now      func() time.Time
+
+	// Hints from watchers, guarded by mu; kick (capacity 1) wakes the loop.
+	mu      sync.Mutex
+	pending pending
+	kick    chan struct{}
+
+	// Loop-owned state.
+	workloads    map[string]*state.Workload // by file name in workloads/
+	nodes        map[string]*state.Node     // by file name in nodes/
+	desired      [2]map[string][]routes.Target
+	absentSince  map[string]time.Time // host iface → first seen missing (leak collection)
+	badSeen      map[string]bool      // bad-record messages already logged
+	ready        bool
+	lastErr      string
+	needApply    bool
+	needResync   bool
+	retryBackoff time.Duration
+}
+
+// pending collects watcher hints between two loop passes.
+type pending struct {
+	files    map[fileKey]struct{}
+	rescan   bool
+	links    map[string]bool // iface → up (false also when deleted)
+	routeEvs []RouteEvent
+	neighEvs []NeighEvent
+}
+
+type fileKey struct {
+	node bool // nodes/ rather than workloads/
+	name string
+}
+
+// New returns an Agent. rt6 may be nil on IPv4-only nodes; releaser may be
+// nil when there are no local blocks.
+func New(opts Options, store Store, rt4, rt6 RouteTable, releaser Releaser, host Host, managers []Manager,
+	status *health.Status, metrics *health.Metrics, log *slog.Logger) *Agent {
+	if opts.IfacePrefix == "" {
+		opts.IfacePrefix = "cali"
+	}
+	if opts.RouteProtocol == 0 {
+		opts.RouteProtocol = routes.DefaultProtocol
+	}
+	if opts.ResyncPeriod <= 0 {
+		opts.ResyncPeriod = 90 * time.Second
+	}
+	if opts.TickPeriod <= 0 {
+		opts.TickPeriod = 10 * time.Second
+	}
+	if opts.LeakGracePeriod <= 0 {
+		opts.LeakGracePeriod = 15 * time.Minute
+	}
+	if opts.Debounce == 0 {
+		opts.Debounce = 2 * time.Millisecond
+	}
+	return &Agent{
+		opts: opts, store: store, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
+		status: status, metrics: metrics, log: log, now: time.Now,
+		kick:        make(chan struct{}, 1),
+		workloads:   map[string]*state.Workload{},
+		nodes:       map[string]*state.Node{},
+		desired:     [2]map[string][]routes.Target{{}, {}},
+		absentSince: map[string]time.Time{},
+		badSeen:     map[string]bool{},
+	}
+}
+
+// wake signals the loop without blocking.
+func (a *Agent) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// NotifyFile records that name in workloads/ (node false) or nodes/ (node
+// true) was created, changed or removed.
+func (a *Agent) NotifyFile(node bool, name string) {
+	if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
+		return // writers' temp files and strangers are not records
+	}
+	a.mu.Lock()
+	if a.pending.files == nil {
+		a.pending.files = map[fileKey]struct{}{}
+	}
+	a.pending.files[fileKey{node, name}] = struct{}{}
+	a.mu.Unlock()
+	a.wake()
+}
+
+// NotifyRescan asks for a full re-read of both record directories (e.g.
+// after the file watcher lost events).
+func (a *Agent) NotifyRescan() {
+	a.mu.Lock()
+	a.pending.rescan = true
+	a.mu.Unlock()
+	a.wake()
+}
+
+// NotifyLink records a link's state; deleted links are down.
+func (a *Agent) NotifyLink(name string, up bool) {
+	if !strings.HasPrefix(name, a.opts.IfacePrefix) {
+		return
+	}
+	a.mu.Lock()
+	if a.pending.links == nil {
+		a.pending.links = map[string]bool{}
+	}
+	a.pending.links[name] = up
+	a.mu.Unlock()
+	a.wake()
+}
+
+// RouteEvent is a kernel route notification, reduced to what ownership and
+// tamper checks need.
+type RouteEvent struct {
+	IPv6     bool
+	Iface    string // routes.InterfaceNone for routes without a device
+	Dst      netip.Prefix
+	Protocol int
+	Table    int
+	Deleted  bool
+}
+
+// NotifyRoute queues a route notification; the loop decides whether it shows
+// tampering with something routelet owns.
+func (a *Agent) NotifyRoute(ev RouteEvent) {
+	if ev.Iface != routes.InterfaceNone && !strings.HasPrefix(ev.Iface, a.opts.IfacePrefix) && ev.Protocol != a.opts.RouteProtocol {
+		return // neither on a workload interface nor stamped by us
+	}
+	a.mu.Lock()
+	a.pending.routeEvs = append(a.pending.routeEvs, ev)
+	a.mu.Unlock()
+	a.wake()
+}
+
+// NeighEvent is a kernel neighbour notification on some interface.
+type NeighEvent struct {
+	Iface   string
+	IP      netip.Addr
+	Deleted bool
+}
+
+// NotifyNeigh queues a neighbour notification (only deletions on workload
+// interfaces can matter: those may remove a static ARP entry routelet set).
+func (a *Agent) NotifyNeigh(ev NeighEvent) {
+	if !ev.Deleted || !strings.HasPrefix(ev.Iface, a.opts.IfacePrefix) {
+		return
+	}
+	a.mu.Lock()
+	a.pending.neighEvs = append(a.pending.neighEvs, ev)
+	a.mu.Unlock()
+	a.wake()
+}
+
+// Run is the loop. It reads every record, programs the kernel, reports ready,
+// then reacts to hints and timers until ctx is done. On return the dataplane
+// is left in place and daemon.json says the daemon stopped.
+func (a *Agent) Run(ctx context.Context) error {
+	a.status.SetReady(false, "initial sync in progress")
+	a.writeStatus("initial sync in progress")
+	a.fullSync()
+	a.ready = true
+	a.status.SetReady(true, "")
+	a.metrics.Ready.Set(1)
+	a.writeStatus("")
+	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerCount(), "error", a.lastErr)
+
+	resync := time.NewTicker(a.opts.ResyncPeriod)
+	defer resync.Stop()
+	tick := time.NewTicker(a.opts.TickPeriod)
+	defer tick.Stop()
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	for {
+		if a.needApply && retryC == nil {
+			// The last apply failed: retry with backoff rather than wait
+			// for the next resync.
+			if retry != nil {
+				retry.Stop()
+			}
+			retry = time.NewTimer(a.retryBackoff)
+			retryC = retry.C
+		}
+		a.status.Progress()
+		select {
+		case <-ctx.Done():
+			a.ready = false
+			a.status.SetReady(false, "stopping")
+			a.writeStatus("routeletd stopped")
+			return nil
+		case <-a.kick:
+			if a.opts.Debounce > 0 {
+				t := time.NewTimer(a.opts.Debounce)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					continue
+				}
+			}
+		case <-resync.C:
+			a.needResync = true
+		case <-tick.C:
+			a.collectLeaks(ctx)
+		case <-retryC:
+			retryC = nil
+			a.needApply = true
+		}
+		if a.needResync {
+			a.fullSync()
+		} else {
+			a.processPending()
+			if a.needApply {
+				a.apply()
+			}
+		}
+	}
+}
+
+// fullSync re-reads every record, re-derives all desired routes, queues a
+// full RouteTable resync and applies. It also drains pending hints, which the
+// re-read supersedes except for link states.
+func (a *Agent) fullSync() {
+	start := a.now()
+	a.needResync = false
+	p := a.takePending()
+	a.applyLinks(p.links)
+
+	ws, bad := a.store.ListWorkloads()
+	ns, nbad := a.store.ListNodes()
+	a.reportBad(append(bad, nbad...))
+	a.workloads = map[string]*state.Workload{}
+	for _, w := range ws {
+		a.workloads[state.AttachmentName(w.ContainerID, w.IfName)+".json"] = w
+	}
+	a.nodes = map[string]*state.Node{}
+	for _, n := range ns {
+		a.nodes[n.Name+".json"] = n
+	}
+	a.ensureSelf()
+	a.syncDesired()
+	a.nodesChanged()
+	a.rt4.QueueResync()
+	if a.rt6 != nil {
+		a.rt6.QueueResync()
+	}
+	a.apply()
+	a.metrics.ResyncDuration.Observe(a.now().Sub(start).Seconds())
+}
+
+func (a *Agent) takePending() pending {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.pending
+	a.pending = pending{}
+	return p
+}
+
+// processPending applies queued hints to memory and marks what needs an Apply.
+func (a *Agent) processPending() {
+	p := a.takePending()
+	if p.rescan {
+		a.needResync = true
+		a.fullSync()
+		return
+	}
+	a.applyLinks(p.links)
+	workloadsChanged, nodesChanged := false, false
+	for k := range p.files {
+		if k.node {
+			nodesChanged = a.reloadNode(k.name) || nodesChanged
+		} else {
+			workloadsChanged = a.reloadWorkload(k.name) || workloadsChanged
+		}
+	}
+	if workloadsChanged {
+		a.syncDesired()
+	}
+	if nodesChanged {
+		a.ensureSelf()
+		a.nodesChanged()
+	}
+	for _, ev := range p.routeEvs {
+		a.checkRouteEvent(ev)
+	}
+	for _, ev := range p.neighEvs {
+		a.checkNeighEvent(ev)
+	}
+}
+
+func (a *Agent) applyLinks(links map[string]bool) {
+	for name, up := range links {
+		a.rt4.OnIfaceStateChanged(name, up)
+		if a.rt6 != nil {
+			a.rt6.OnIfaceStateChanged(name, up)
+		}
+		if up {
+			delete(a.absentSince, name)
+		}
+		a.needApply = true
+	}
+}
+
+// reloadWorkload re-reads one workload file; it reports whether the served
+// set changed. An unreadable record is logged and no longer served.
+func (a *Agent) reloadWorkload(name string) bool {
+	old := a.workloads[name]
+	w, err := a.readWorkload(name)
+	switch {
+	case errors.Is(err, state.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		delete(a.workloads, name)
+	case err != nil:
+		a.log.Warn("skipping bad workload record", "file", name, "err", err)
+		delete(a.workloads, name)
+	default:
+		a.workloads[name] = w
+	}
+	a.metrics.Workloads.Set(float64(len(a.workloads)))
+	return old != nil || a.workloads[name] != nil
+}
+
+// readWorkload reads workloads/name through the Store, which validates it;
+// the record must be the one that belongs under that file name.
+func (a *Agent) readWorkload(name string) (*state.Workload, error) {
+	data, err := state.ReadFileNoFollow(a.store.WorkloadsDir(), name)
+	if err != nil {
+		return nil, err
+	}
+	var id struct {
+		ContainerID string `json:"containerID"`
+		IfName      string `json:"ifName"`
+	}
+	if err := json.Unmarshal(data, &id); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", name, err)
+	}
+	if state.ValidateContainerID(id.ContainerID) != nil || state.ValidateIfName(id.IfName) != nil ||
+		state.AttachmentName(id.ContainerID, id.IfName)+".json" != name {
+		return nil, fmt.Errorf("parse %s: containerID %q / ifName %q do not match the file name", name, id.ContainerID, id.IfName)
+	}
+	return a.store.GetWorkload(id.ContainerID, id.IfName)
+}
+
+// reloadNode re-reads one node file; it reports whether anything changed.
+func (a *Agent) reloadNode(name string) bool {
+	old := a.nodes[name]
+	n, err := a.store.GetNode(strings.TrimSuffix(name, ".json"))
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		delete(a.nodes, name)
+	case err != nil:
+		a.log.Warn("skipping bad node record", "file", name, "err", err)
+		delete(a.nodes, name)
+	default:
+		a.nodes[name] = n
+	}
+	return old != nil || a.nodes[name] != nil
+}
+
+// reportBad logs each bad record once (until it is fixed or changes).
+func (a *Agent) reportBad(bad []error) {
+	seen := map[string]bool{}
+	for _, err := range bad {
+		msg := err.Error()
+		seen[msg] = true
+		if !a.badSeen[msg] {
+			a.log.Warn("skipping bad record", "err", err)
+		}
+	}
+	a.badSeen = seen
+	a.metrics.BadRecords.Set(float64(len(bad)))
+}
+
+// syncDesired derives every interface's routes from the workloads and the
+// local blocks, and hands the interfaces whose routes changed to the tables.
+func (a *Agent) syncDesired() {
+	next := [2]map[string][]routes.Target{{}, {}}
+	for _, name := range sortedKeys(a.workloads) {
+		w := a.workloads[name]
+		var mac net.HardwareAddr
+		if a.opts.StaticARP {
+			mac, _ = net.ParseMAC(w.ContainerMAC)
+		}
+		for _, s := range w.IPs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				continue // the Store validated IPs; be safe anyway
+			}
+			p = netip.PrefixFrom(p.Addr(), p.Addr().BitLen())
+			t := routes.Target{CIDR: p, Type: routes.TypeLink}
+			fam := 0
+			if p.Addr().Is6() {
+				fam = 1
+			} else if mac != nil {
+				t.DestMAC = mac
+			}
+			next[fam][w.HostIface] = append(next[fam][w.HostIface], t)
+		}
+	}
+	for _, b := range a.opts.LocalBlocks {
+		fam := 0
+		if b.Addr().Is6() {
+			fam = 1
+		}
+		next[fam][routes.InterfaceNone] = append(next[fam][routes.InterfaceNone], routes.Target{CIDR: b, Type: routes.TypeBlackhole})
+	}
+	for fam, rt := range []RouteTable{a.rt4, a.rt6} {
+		if rt == nil {
+			continue
+		}
+		for iface, ts := range next[fam] {
+			sortTargets(ts)
+			if !targetsEqual(a.desired[fam][iface], ts) {
+				rt.SetRoutes(iface, ts)
+				a.needApply = true
+			}
+		}
+		for iface := range a.desired[fam] {
+			if _, ok := next[fam][iface]; !ok {
+				rt.SetRoutes(iface, nil)
+				a.needApply = true
+			}
+		}
+	}
+	a.desired = next
+	a.metrics.Workloads.Set(float64(len(a.workloads)))
+}
+
+// checkRouteEvent marks an owned interface dirty when a route event shows its
+// routes differ from what is desired: a desired route deleted, or an
+// unexpected or foreign-protocol route added. Events that match the desired
+// state (the echo of routelet's own writes) are ignored.
+func (a *Agent) checkRouteEvent(ev RouteEvent) {
+	if ev.Table != 0 && ev.Table != 254 {
+		return
+	}
+	fam := 0
+	rt := a.rt4
+	if ev.IPv6 {
+		fam, rt = 1, a.rt6
+	}
+	if rt == nil {
+		return
+	}
+	desired := slices.ContainsFunc(a.desired[fam][ev.Iface], func(t routes.Target) bool { return t.CIDR == ev.Dst })
+	if ev.Deleted == desired || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
+		a.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
+		rt.MarkDirty(ev.Iface)
+		a.needApply = true
+	}
+}
+
+// checkNeighEvent marks a workload interface dirty when a neighbour entry for
+// one of its desired IPv4 routes was deleted (the static ARP entry).
+func (a *Agent) checkNeighEvent(ev NeighEvent) {
+	if !a.opts.StaticARP || !ev.IP.Is4() {
+		return
+	}
+	p := netip.PrefixFrom(ev.IP, 32)
+	if slices.ContainsFunc(a.desired[0][ev.Iface], func(t routes.Target) bool { return t.CIDR == p }) {
+		a.rt4.MarkDirty(ev.Iface)
+		a.needApply = true
+	}
+}
+
+// apply runs every table's and manager's Apply, updates metrics and status,
+// and leaves needApply set when something failed (the caller retries).
+func (a *Agent) apply() {
+	start := a.now()
+	var errs []error
+	for _, rt := range []RouteTable{a.rt4, a.rt6} {
+		if rt == nil {
+			continue
+		}
+		if err := rt.Apply(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, m := range a.managers {
+		if err := m.Apply(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.metrics.ApplyDuration.Observe(a.now().Sub(start).Seconds())
+	for i, rt := range []RouteTable{a.rt4, a.rt6} {
+		if rt == nil {
+			continue
+		}
+		st := rt.Stats()
+		table := [2]string{"ipv4", "ipv6"}[i]
+		a.metrics.RoutesProgrammed.WithLabelValues(table).Set(float64(st.Routes))
+		a.metrics.DirtyInterfaces.WithLabelValues(table).Set(float64(st.DirtyIfaces))
+	}
+	err := errors.Join(errs...)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		a.metrics.ApplyErrors.Inc()
+		a.needApply = true
+		a.retryBackoff = min(max(2*a.retryBackoff, 50*time.Millisecond), 10*time.Second)
+		if msg != a.lastErr {
+			a.log.Warn("apply failed, will retry", "err", err, "retry_in", a.retryBackoff)
+		}
+	} else {
+		a.needApply = false
+		a.retryBackoff = 0
+	}
+	if msg != a.lastErr {
+		a.lastErr = msg
+		if a.ready {
+			a.writeStatus("")
+		}
+	}
+}
+
+// writeStatus writes daemon.json; reason non-empty means not ready.
+func (a *Agent) writeStatus(reason string) {
+	var blocks []string
+	for _, b := range a.opts.LocalBlocks {
+		blocks = append(blocks, b.String())
+	}
+	st := &state.DaemonStatus{
+		Ready:         a.ready && reason == "",
+		Reason:        reason,
+		PodMTU:        a.opts.PodMTU,
+		Blocks:        blocks,
+		DaemonVersion: a.opts.Version,
+		LastSyncError: a.lastErr,
+		Updated:       a.now().UTC(),
+	}
+	if err := a.store.WriteDaemonStatus(st); err != nil {
+		a.log.Error("cannot write daemon status", "err", err)
+	}
+}
+
+// ensureSelf (re)writes this node's record when it is missing or differs
+// from what the agent publishes.
+func (a *Agent) ensureSelf() {
+	name := a.opts.Self.Name + ".json"
+	cur := a.nodes[name]
+	if cur != nil && sameNode(cur, &a.opts.Self) {
+		return
+	}
+	n := a.opts.Self
+	n.Updated = a.now().UTC()
+	if err := a.store.PutNode(&n); err != nil {
+		a.log.Error("cannot write own node record", "node", n.Name, "err", err)
+		return
+	}
+	a.log.Info("wrote own node record", "node", n.Name, "hostIPv4", n.HostIPv4, "hostIPv6", n.HostIPv6, "blocks", n.Blocks)
+	a.nodes[name] = &n
+}
+
+func sameNode(x, y *state.Node) bool {
+	return x.Name == y.Name && x.HostIPv4 == y.HostIPv4 && x.HostIPv6 == y.HostIPv6 &&
+		slices.Equal(x.Blocks, y.Blocks) && x.VTEPMAC == y.VTEPMAC && x.VTEPMACv6 == y.VTEPMACv6 &&
+		x.TunnelIPv4 == y.TunnelIPv4 && x.TunnelIPv6 == y.TunnelIPv6
+}
+
+// nodesChanged updates the peer metric and hands node records to managers.
+func (a *Agent) nodesChanged() {
+	var self *state.Node
+	var peers []*state.Node
+	for _, name := range sortedKeys(a.nodes) {
+		n := a.nodes[name]
+		if n.Name == a.opts.Self.Name {
+			self = n
+		} else {
+			peers = append(peers, n)
+		}
+	}
+	a.metrics.Peers.Set(float64(len(peers)))
+	for _, m := range a.managers {
+		m.OnNodes(self, peers)
+		a.needApply = true
+	}
+}
+
+func (a *Agent) peerCount() int {
+	n := 0
+	for _, r := range a.nodes {
+		if r.Name != a.opts.Self.Name {
+			n++
+		}
+	}
+	return n
+}
+
+// collectLeaks releases workloads whose host veth has been missing for the
+// leak grace period and whose netns is gone. A record with a live veth or a
+// live netns is never touched.
+func (a *Agent) collectLeaks(ctx context.Context) {
+	now := a.now()
+	changed := false
+	seen := map[string]bool{}
+	for _, name := range sortedKeys(a.workloads) {
+		w := a.workloads[name]
+		seen[w.HostIface] = true
+		exists, err := a.host.LinkExists(w.HostIface)
+		if err != nil {
+			a.log.Warn("leak check: cannot look up link", "iface", w.HostIface, "err", err)
+			continue
+		}
+		if exists {
+			delete(a.absentSince, w.HostIface)
+			continue
+		}
+		since, ok := a.absentSince[w.HostIface]
+		if !ok {
+			a.absentSince[w.HostIface] = now
+			continue
+		}
+		if now.Sub(since) < a.opts.LeakGracePeriod || !a.host.NetnsGone(w.Netns) {
+			continue
+		}
+		if a.releaser != nil {
+			if err := a.releaser.Release(ctx, w.ContainerID, w.IfName); err != nil {
+				a.log.Warn("leak collection: cannot release addresses, will retry", "container", w.ContainerID, "ifname", w.IfName, "err", err)
+				continue
+			}
+		}
+		if err := a.store.DeleteWorkload(w.ContainerID, w.IfName); err != nil {
+			a.log.Warn("leak collection: cannot delete record, will retry", "container", w.ContainerID, "ifname", w.IfName, "err", err)
+			continue
+		}
+		a.log.Info("released leaked workload: netns and host veth gone past the grace period",
+			"container", w.ContainerID, "ifname", w.IfName, "iface", w.HostIface, "netns", w.Netns,
+			"ips", w.IPs, "absent_for", now.Sub(since).Round(time.Millisecond))
+		a.metrics.LeakCollections.Inc()
+		delete(a.workloads, name)
+		delete(a.absentSince, w.HostIface)
+		changed = true
+	}
+	for iface := range a.absentSince {
+		if !seen[iface] {
+			delete(a.absentSince, iface)
+		}
+	}
+	if changed {
+		a.syncDesired()
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func sortTargets(ts []routes.Target) {
+	sort.Slice(ts, func(i, j int) bool {
+		if c := ts[i].CIDR.Addr().Compare(ts[j].CIDR.Addr()); c != 0 {
+			return c < 0
+		}
+		return ts[i].CIDR.Bits() < ts[j].CIDR.Bits()
+	})
+}
+
+func targetsEqual(x, y []routes.Target) bool {
+	return slices.EqualFunc(x, y, func(a, b routes.Target) bool {
+		return a.CIDR == b.CIDR && a.Type == b.Type && a.Gateway == b.Gateway && a.OnLink == b.OnLink &&
+			a.Src == b.Src && a.MTU == b.MTU && slices.Equal(a.DestMAC, b.DestMAC)
+	})
+}

@@ -1,0 +1,391 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// fakeRT is an in-memory RouteTable: desired routes per iface, the dirty
+// marks and an injectable Apply error.
+type fakeRT struct {
+	mu       sync.Mutex
+	routes   map[string][]routes.Target
+	up       map[string]bool
+	dirty    map[string]int
+	resyncs  int
+	applies  int
+	applyErr error
+}
+
+var _ RouteTable = (*fakeRT)(nil)
+
+func newFakeRT() *fakeRT {
+	return &fakeRT{routes: map[string][]routes.Target{}, up: map[string]bool{}, dirty: map[string]int{}}
+}
+
+func (f *fakeRT) SetRoutes(iface string, ts []routes.Target) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(ts) == 0 {
+		delete(f.routes, iface)
+		return
+	}
+	f.routes[iface] = append([]routes.Target(nil), ts...)
+}
+func (f *fakeRT) OnIfaceStateChanged(iface string, up bool) {
+	f.mu.Lock()
+	f.up[iface] = up
+	f.mu.Unlock()
+}
+func (f *fakeRT) MarkDirty(iface string) { f.mu.Lock(); f.dirty[iface]++; f.mu.Unlock() }
+func (f *fakeRT) QueueResync()           { f.mu.Lock(); f.resyncs++; f.mu.Unlock() }
+func (f *fakeRT) Apply() error           { f.mu.Lock(); defer f.mu.Unlock(); f.applies++; return f.applyErr }
+func (f *fakeRT) Stats() routes.Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, ts := range f.routes {
+		n += len(ts)
+	}
+	return routes.Stats{Routes: n}
+}
+
+// cidrs returns iface's desired CIDRs.
+func (f *fakeRT) cidrs(iface string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, t := range f.routes[iface] {
+		out = append(out, t.CIDR.String())
+	}
+	return out
+}
+
+type fakeHost struct {
+	mu     sync.Mutex
+	links  map[string]bool
+	netns  map[string]bool // path → alive
+	errFor string
+}
+
+func (h *fakeHost) LinkExists(name string) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if name == h.errFor {
+		return false, errors.New("injected")
+	}
+	return h.links[name], nil
+}
+func (h *fakeHost) NetnsGone(path string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.netns[path]
+}
+
+type fakeReleaser struct {
+	released []string
+	err      error
+}
+
+func (r *fakeReleaser) Release(_ context.Context, cid, ifn string) error {
+	if r.err != nil {
+		return r.err
+	}
+	r.released = append(r.released, cid+"/"+ifn)
+	return nil
+}
+
+type fixture struct {
+	store *state.Store
+	rt4   *fakeRT
+	rt6   *fakeRT
+	host  *fakeHost
+	rel   *fakeReleaser
+	a     *Agent
+	st    *health.Status
+	m     *health.Metrics
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	s, err := state.Open(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{store: s, rt4: newFakeRT(), rt6: newFakeRT(), host: &fakeHost{links: map[string]bool{}, netns: map[string]bool{}},
+		rel: &fakeReleaser{}, st: health.NewStatus(time.Minute), m: health.NewMetrics()}
+	opts := Options{
+		Self:        state.Node{Name: "node-a", HostIPv4: "192.0.2.10", Blocks: []string{"10.244.1.0/24", "fd00:1::/120"}},
+		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1::/120")},
+		PodMTU:      1450, Version: "test", StaticARP: true, LeakGracePeriod: time.Minute,
+	}
+	f.a = New(opts, s, f.rt4, f.rt6, f.rel, f.host, nil, f.st, f.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return f
+}
+
+func (f *fixture) put(t *testing.T, cid, iface string, ips ...string) {
+	t.Helper()
+	w := &state.Workload{ContainerID: cid, IfName: "eth0", HostIface: iface, Netns: "/var/run/netns/" + cid,
+		IPs: ips, ContainerMAC: "02:00:00:00:00:01", Created: time.Now()}
+	if err := f.store.PutWorkload(w); err != nil {
+		t.Fatal(err)
+	}
+	f.host.mu.Lock()
+	f.host.links[iface] = true
+	f.host.netns[w.Netns] = true
+	f.host.mu.Unlock()
+}
+
+func TestFullSyncProgramsRecordsAndBlackholes(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	// A corrupt and an unknown-version record next to good ones.
+	dir := f.store.WorkloadsDir()
+	os.WriteFile(filepath.Join(dir, "bad_eth0.json"), []byte("{not json"), 0o600)
+	os.WriteFile(filepath.Join(dir, "v9_eth0.json"), []byte(`{"version":9,"containerID":"v9","ifName":"eth0","hostIface":"cali9","ips":["10.244.1.9/32"]}`), 0o600)
+
+	f.a.fullSync()
+	if got := f.rt4.cidrs("cali1"); len(got) != 1 || got[0] != "10.244.1.2/32" {
+		t.Errorf("cali1 v4 routes = %v", got)
+	}
+	if got := f.rt6.cidrs("cali1"); len(got) != 1 || got[0] != "fd00:1::2/128" {
+		t.Errorf("cali1 v6 routes = %v", got)
+	}
+	if got := f.rt4.cidrs("cali2"); len(got) != 1 {
+		t.Errorf("cali2 routes = %v", got)
+	}
+	if got := f.rt4.cidrs("cali9"); len(got) != 0 {
+		t.Errorf("unknown-version record served: %v", got)
+	}
+	if f.rt4.routes["cali1"][0].DestMAC.String() != "02:00:00:00:00:01" {
+		t.Errorf("static ARP MAC not set: %+v", f.rt4.routes["cali1"][0])
+	}
+	bh := f.rt4.routes[routes.InterfaceNone]
+	if len(bh) != 1 || bh[0].Type != routes.TypeBlackhole || bh[0].CIDR.String() != "10.244.1.0/24" {
+		t.Errorf("v4 blackholes = %+v", bh)
+	}
+	if got := f.rt6.cidrs(routes.InterfaceNone); len(got) != 1 || got[0] != "fd00:1::/120" {
+		t.Errorf("v6 blackholes = %v", got)
+	}
+	if f.rt4.resyncs != 1 || f.rt4.applies != 1 {
+		t.Errorf("resyncs=%d applies=%d, want 1 and 1", f.rt4.resyncs, f.rt4.applies)
+	}
+	n, err := f.store.GetNode("node-a")
+	if err != nil || n.HostIPv4 != "192.0.2.10" {
+		t.Errorf("own node record = %+v, %v", n, err)
+	}
+}
+
+func TestRunReadinessStatusAndEvents(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	if ok, _ := f.st.Ready(); ok {
+		t.Fatal("ready before Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := WatchFiles(ctx, f.a, f.store.WorkloadsDir(), f.store.NodesDir(), slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- f.a.Run(ctx) }()
+	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
+	ds, err := f.store.ReadDaemonStatus()
+	if err != nil || !ds.Ready || ds.PodMTU != 1450 || len(ds.Blocks) != 2 || ds.DaemonVersion != "test" {
+		t.Fatalf("daemon.json = %+v, %v", ds, err)
+	}
+	if len(f.rt4.cidrs("cali1")) != 1 {
+		t.Error("ready before the record was served")
+	}
+	// A new record is picked up through the file watcher.
+	f.put(t, "c3", "cali3", "10.244.1.4/32")
+	waitFor(t, "cali3 route", func() bool { return len(f.rt4.cidrs("cali3")) == 1 })
+	// Removing a record removes its routes.
+	if err := f.store.DeleteWorkload("c1", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "cali1 routes gone", func() bool { return len(f.rt4.cidrs("cali1")) == 0 })
+	// A corrupted record stops being served; the others stay.
+	os.WriteFile(filepath.Join(f.store.WorkloadsDir(), "c3_eth0.json"), []byte("garbage"), 0o600)
+	waitFor(t, "corrupt cali3 dropped", func() bool { return len(f.rt4.cidrs("cali3")) == 0 })
+	// Own node record deleted → rewritten.
+	f.store.DeleteNode("node-a")
+	waitFor(t, "node record rewritten", func() bool { _, err := f.store.GetNode("node-a"); return err == nil })
+	// A peer appears.
+	f.store.PutNode(&state.Node{Name: "node-b", HostIPv4: "192.0.2.11", Blocks: []string{"10.244.2.0/24"}})
+	waitFor(t, "peer counted", func() bool { return gauge(f.m.Peers) == 1 })
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ds, _ = f.store.ReadDaemonStatus()
+	if ds.Ready || ds.Reason == "" {
+		t.Errorf("daemon.json after stop = %+v, want not ready with a reason", ds)
+	}
+}
+
+func TestApplyErrorRetriedAndReported(t *testing.T) {
+	f := newFixture(t)
+	f.rt4.applyErr = errors.New("injected: netlink busy")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
+	ds, _ := f.store.ReadDaemonStatus()
+	if ds.LastSyncError == "" || !ds.Ready {
+		t.Errorf("daemon.json = %+v, want ready with lastSyncError", ds)
+	}
+	waitFor(t, "retries", func() bool { f.rt4.mu.Lock(); defer f.rt4.mu.Unlock(); return f.rt4.applies >= 3 })
+	f.rt4.mu.Lock()
+	f.rt4.applyErr = nil
+	f.rt4.mu.Unlock()
+	waitFor(t, "error cleared", func() bool { ds, _ := f.store.ReadDaemonStatus(); return ds != nil && ds.LastSyncError == "" })
+	if counter(f.m.ApplyErrors) < 1 {
+		t.Error("apply errors not counted")
+	}
+}
+
+func TestRouteEventsMarkOnlyTampering(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.a.fullSync()
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name  string
+		ev    RouteEvent
+		dirty bool
+	}{
+		{"desired route deleted", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80, Deleted: true}, true},
+		{"echo of our add", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80}, false},
+		{"desired route replaced with another protocol", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 4}, true},
+		{"unexpected route added", RouteEvent{Iface: "cali1", Dst: p("10.9.9.9/32"), Protocol: 4}, true},
+		{"echo of our delete", RouteEvent{Iface: "cali1", Dst: p("10.9.9.9/32"), Protocol: 80, Deleted: true}, false},
+		{"blackhole deleted", RouteEvent{Iface: routes.InterfaceNone, Dst: p("10.244.1.0/24"), Protocol: 80, Deleted: true}, true},
+		{"other table", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80, Deleted: true, Table: 100}, false},
+	} {
+		iface := tc.ev.Iface
+		before := f.rt4.dirty[iface]
+		f.a.NotifyRoute(tc.ev)
+		f.a.processPending()
+		if got := f.rt4.dirty[iface] > before; got != tc.dirty {
+			t.Errorf("%s: marked dirty = %v, want %v", tc.name, got, tc.dirty)
+		}
+	}
+	// Routes on foreign interfaces without our protocol are not even queued.
+	f.a.NotifyRoute(RouteEvent{Iface: "eth0", Dst: p("0.0.0.0/0"), Protocol: 4, Deleted: true})
+	if len(f.a.pending.routeEvs) != 0 {
+		t.Error("foreign route event queued")
+	}
+	// A deleted static ARP entry marks the workload interface dirty.
+	f.a.NotifyNeigh(NeighEvent{Iface: "cali1", IP: netip.MustParseAddr("10.244.1.2"), Deleted: true})
+	f.a.processPending()
+	if f.rt4.dirty["cali1"] != 4 {
+		t.Errorf("neighbour deletion: dirty = %d, want 4", f.rt4.dirty["cali1"])
+	}
+}
+
+func TestLeakCollection(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "live", "cali1", "10.244.1.2/32")
+	f.put(t, "gone", "cali2", "10.244.1.3/32")
+	f.put(t, "vethonly", "cali3", "10.244.1.4/32") // veth gone, netns alive
+	f.put(t, "nsonly", "cali4", "10.244.1.5/32")   // netns gone, veth alive
+	f.a.fullSync()
+	clock := time.Unix(1000, 0)
+	f.a.now = func() time.Time { return clock }
+	f.host.mu.Lock()
+	f.host.links["cali2"], f.host.links["cali3"] = false, false
+	f.host.netns["/var/run/netns/gone"], f.host.netns["/var/run/netns/nsonly"] = false, false
+	f.host.mu.Unlock()
+
+	ctx := context.Background()
+	f.a.collectLeaks(ctx) // first sighting of the absence
+	clock = clock.Add(59 * time.Second)
+	f.a.collectLeaks(ctx)
+	if len(f.rel.released) != 0 {
+		t.Fatalf("released before the grace period: %v", f.rel.released)
+	}
+	clock = clock.Add(2 * time.Second)
+	f.a.collectLeaks(ctx)
+	if len(f.rel.released) != 1 || f.rel.released[0] != "gone/eth0" {
+		t.Fatalf("released = %v, want [gone/eth0]", f.rel.released)
+	}
+	if _, err := f.store.GetWorkload("gone", "eth0"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("leaked record still there: %v", err)
+	}
+	if len(f.rt4.cidrs("cali2")) != 0 {
+		t.Error("leaked workload's route still desired")
+	}
+	for _, cid := range []string{"live", "vethonly", "nsonly"} {
+		if _, err := f.store.GetWorkload(cid, "eth0"); err != nil {
+			t.Errorf("record %s touched: %v", cid, err)
+		}
+	}
+	if counter(f.m.LeakCollections) != 1 {
+		t.Errorf("leak metric = %v", counter(f.m.LeakCollections))
+	}
+
+	// A veth that comes back resets the clock; a failing release keeps the record.
+	f.put(t, "retry", "cali5", "10.244.1.6/32")
+	f.a.fullSync()
+	f.host.mu.Lock()
+	f.host.links["cali5"] = false
+	f.host.netns["/var/run/netns/retry"] = false
+	f.host.mu.Unlock()
+	f.rel.err = errors.New("injected: ipam lock busy")
+	f.a.collectLeaks(ctx)
+	clock = clock.Add(2 * time.Minute)
+	f.a.collectLeaks(ctx)
+	if _, err := f.store.GetWorkload("retry", "eth0"); err != nil {
+		t.Errorf("record deleted although release failed: %v", err)
+	}
+	f.rel.err = nil
+	f.a.collectLeaks(ctx)
+	if _, err := f.store.GetWorkload("retry", "eth0"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("record not collected after release succeeded: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// value reads a gauge's or counter's current value.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		return -1
+	}
+	if d.Gauge != nil {
+		return d.Gauge.GetValue()
+	}
+	return d.Counter.GetValue()
+}
+
+func gauge(g prometheus.Gauge) float64     { return value(g) }
+func counter(c prometheus.Counter) float64 { return value(c) }

@@ -1,0 +1,19 @@
+// Package agent is routeletd's apply loop: it turns the state directory's
+// records into desired routes, hands them to the RouteTables and keeps the
+// kernel in line.
+//
+// One goroutine (Run) owns every RouteTable and all desired state. Watchers
+// (fsnotify on workloads/ and nodes/, netlink link/route/neighbour
+// subscriptions) run in their own goroutines and only queue hints through the
+// Notify* methods; the loop wakes, waits a short debounce so a burst becomes
+// one pass, re-reads what the hints name, and calls Apply, the only path to
+// the kernel. A full re-read of every record plus a full RouteTable resync
+// runs every resync period, so a lost event costs at most one period.
+//
+// Ownership: routes on interfaces named with the interface prefix belong to
+// routelet; elsewhere only routes carrying routelet's route protocol do (the
+// local blocks' blackholes live under routes.InterfaceNone).
+//
+// Seams for later work: Manager takes node records (peers) and applies its
+// own dataplane (overlay devices, ipsets) in the same loop.
+package agent

@@ -1,0 +1,238 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/fsnotify/fsnotify"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/routes"
+)
+
+// WatchFiles watches dirs (workloads/, nodes/) and forwards each event to a
+// until ctx is done. A watcher error (e.g. queue overflow) asks for a full
+// re-read, since events may have been lost.
+func WatchFiles(ctx context.Context, a *Agent, workloadsDir, nodesDir string, log *slog.Logger) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("file watcher: %w", err)
+	}
+	for _, d := range []string{workloadsDir, nodesDir} {
+		if err := w.Add(d); err != nil {
+			w.Close()
+			return fmt.Errorf("watch %s: %w", d, err)
+		}
+	}
+	go func() {
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				dir, name := filepath.Split(ev.Name)
+				a.NotifyFile(filepath.Clean(dir) == filepath.Clean(nodesDir), name)
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				log.Warn("file watcher error, re-reading all records", "err", err)
+				a.NotifyRescan()
+			}
+		}
+	}()
+	return nil
+}
+
+// WatchNetlink subscribes to link, route and neighbour notifications of the
+// calling process's network namespace and forwards them to a until ctx is
+// done. Existing links are reported before it returns, so the first sync
+// knows which workload interfaces are up. A subscription that fails later
+// asks for a full re-read and is not restarted: the periodic resync still
+// repairs drift.
+func WatchNetlink(ctx context.Context, a *Agent, log *slog.Logger) error {
+	done := make(chan struct{})
+	go func() { <-ctx.Done(); close(done) }()
+	onErr := func(what string) func(error) {
+		return func(err error) {
+			log.Warn("netlink subscription error, re-reading everything", "subscription", what, "err", err)
+			a.NotifyRescan()
+		}
+	}
+	linkCh := make(chan netlink.LinkUpdate, 256)
+	routeCh := make(chan netlink.RouteUpdate, 1024)
+	neighCh := make(chan netlink.NeighUpdate, 256)
+	if err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr("link")}); err != nil {
+		return fmt.Errorf("subscribe to links: %w", err)
+	}
+	if err := netlink.RouteSubscribeWithOptions(routeCh, done, netlink.RouteSubscribeOptions{ErrorCallback: onErr("route")}); err != nil {
+		return fmt.Errorf("subscribe to routes: %w", err)
+	}
+	if err := netlink.NeighSubscribeWithOptions(neighCh, done, netlink.NeighSubscribeOptions{ErrorCallback: onErr("neigh")}); err != nil {
+		return fmt.Errorf("subscribe to neighbours: %w", err)
+	}
+	names := &ifNames{byIndex: map[int]string{}}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		names.set(l.Attrs().Index, l.Attrs().Name)
+		a.NotifyLink(l.Attrs().Name, linkUp(l))
+	}
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case u, ok := <-linkCh:
+				if !ok {
+					return
+				}
+				name := u.Attrs().Name
+				if u.Header.Type == unix.RTM_DELLINK {
+					names.del(u.Attrs().Index)
+					a.NotifyLink(name, false)
+					continue
+				}
+				names.set(u.Attrs().Index, name)
+				a.NotifyLink(name, linkUp(u.Link))
+			case u, ok := <-routeCh:
+				if !ok {
+					return
+				}
+				if ev, ok := routeEvent(u, names); ok {
+					a.NotifyRoute(ev)
+				}
+			case u, ok := <-neighCh:
+				if !ok {
+					return
+				}
+				ip, ok := netip.AddrFromSlice(u.IP)
+				if !ok {
+					continue
+				}
+				a.NotifyNeigh(NeighEvent{Iface: names.get(u.LinkIndex), IP: ip.Unmap(), Deleted: u.Type == unix.RTM_DELNEIGH})
+			}
+		}
+	}()
+	return nil
+}
+
+// linkUp: administratively up and not known to be without carrier.
+func linkUp(l netlink.Link) bool {
+	at := l.Attrs()
+	if at.Flags&net.FlagUp == 0 {
+		return false
+	}
+	return at.OperState == netlink.OperUp || at.OperState == netlink.OperUnknown
+}
+
+// routeEvent reduces a route update to a RouteEvent.
+func routeEvent(u netlink.RouteUpdate, names *ifNames) (RouteEvent, bool) {
+	if u.Type != unix.RTM_NEWROUTE && u.Type != unix.RTM_DELROUTE {
+		return RouteEvent{}, false
+	}
+	ev := RouteEvent{
+		IPv6:     u.Family == netlink.FAMILY_V6,
+		Protocol: int(u.Protocol),
+		Table:    u.Table,
+		Deleted:  u.Type == unix.RTM_DELROUTE,
+		Iface:    routes.InterfaceNone,
+	}
+	if u.LinkIndex != 0 {
+		ev.Iface = names.get(u.LinkIndex)
+		if ev.Iface == "" {
+			return RouteEvent{}, false
+		}
+	}
+	if u.Dst == nil {
+		return RouteEvent{}, false // default routes are never routelet's
+	}
+	ip, ok := netip.AddrFromSlice(u.Dst.IP)
+	if !ok {
+		return RouteEvent{}, false
+	}
+	if !ev.IPv6 {
+		ip = ip.Unmap()
+	}
+	ones, _ := u.Dst.Mask.Size()
+	ev.Dst = netip.PrefixFrom(ip, ones)
+	return ev, true
+}
+
+// ifNames maps interface indexes to names for route and neighbour events.
+// Index lookups for unknown indexes go to the kernel; mu guards byIndex.
+type ifNames struct {
+	mu      sync.Mutex
+	byIndex map[int]string
+}
+
+func (n *ifNames) set(i int, name string) {
+	n.mu.Lock()
+	n.byIndex[i] = name
+	n.mu.Unlock()
+}
+
+func (n *ifNames) del(i int) {
+	n.mu.Lock()
+	delete(n.byIndex, i)
+	n.mu.Unlock()
+}
+
+func (n *ifNames) get(i int) string {
+	n.mu.Lock()
+	name, ok := n.byIndex[i]
+	n.mu.Unlock()
+	if ok {
+		return name
+	}
+	l, err := netlink.LinkByIndex(i)
+	if err != nil {
+		return ""
+	}
+	n.set(i, l.Attrs().Name)
+	return l.Attrs().Name
+}
+
+// KernelHost is the real Host: netlink of the calling process's namespace
+// and the filesystem for netns paths.
+type KernelHost struct{}
+
+// LinkExists reports whether a link named name exists.
+func (KernelHost) LinkExists(name string) (bool, error) {
+	_, err := netlink.LinkByName(name)
+	if err == nil {
+		return true, nil
+	}
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	return false, fmt.Errorf("look up link %s: %w", name, err)
+}
+
+// NetnsGone reports whether path no longer exists or is no longer a network
+// namespace (e.g. an unmounted bind-mount point left behind). Other errors
+// (permissions) count as alive: never release on doubt.
+func (KernelHost) NetnsGone(path string) bool {
+	if path == "" {
+		return true
+	}
+	err := ns.IsNSorErr(path)
+	var notExist ns.NSPathNotExistErr
+	var notNS ns.NSPathNotNSErr
+	return errors.As(err, &notExist) || errors.As(err, &notNS)
+}
