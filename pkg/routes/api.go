@@ -73,40 +73,6 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// RouteTable reconciles desired routes with one kernel routing table. It is
-// not safe for concurrent use: one goroutine (the daemon's apply loop) owns it.
-type RouteTable struct{}
-
-// New returns a RouteTable using the real kernel (netlink, conntrack) of the
-// calling thread's network namespace at the time of the call.
-func New(cfg Config) (*RouteTable, error) { panic("unimplemented") }
-
-// SetRoutes replaces every desired route on iface (memory only).
-func (rt *RouteTable) SetRoutes(iface string, targets []Target) { panic("unimplemented") }
-
-// RouteUpdate adds or changes one desired route on iface (memory only).
-func (rt *RouteTable) RouteUpdate(iface string, t Target) { panic("unimplemented") }
-
-// RouteRemove drops one desired route from iface (memory only).
-func (rt *RouteTable) RouteRemove(iface string, cidr netip.Prefix) { panic("unimplemented") }
-
-// OnIfaceStateChanged records that iface went up (true) or down/away (false);
-// an iface coming up is marked dirty so its routes are programmed.
-func (rt *RouteTable) OnIfaceStateChanged(iface string, up bool) { panic("unimplemented") }
-
-// MarkDirty asks the next Apply to re-read and repair iface (e.g. after a
-// netlink route event showed tampering). InterfaceNone is accepted.
-func (rt *RouteTable) MarkDirty(iface string) { panic("unimplemented") }
-
-// QueueResync makes the next Apply a full resync (re-read the whole table).
-func (rt *RouteTable) QueueResync() { panic("unimplemented") }
-
-// Apply reconciles the kernel with the desired state: a full resync when one
-// is queued (and on the first call), else only dirty interfaces. Failed
-// interfaces stay dirty and are retried on the next call. It returns the
-// errors joined.
-func (rt *RouteTable) Apply() error { panic("unimplemented") }
-
 // Stats is a snapshot for metrics.
 type Stats struct {
 	Routes      int // routes routelet believes are programmed
@@ -114,7 +80,6 @@ type Stats struct {
 	LastResync  time.Duration
 	LastApply   time.Duration
 	Writes      uint64 // netlink writes since New
+	// ConntrackFlowsDeleted counts conntrack flows deleted since New.
+	ConntrackFlowsDeleted uint64
 }
-
-// Stats returns counters for metrics.
-func (rt *RouteTable) Stats() Stats { panic("unimplemented") }

@@ -1,0 +1,650 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ifaceWork is one interface's share of an Apply: what the kernel holds,
+// what to write, and how it went.
+type ifaceWork struct {
+	name string
+	kind ifaceKind
+	link Link
+	// usable: the interface exists and is up (always true for InterfaceNone).
+	usable bool
+	// kernel holds the routes of our table through this interface that
+	// ownership lets us look at.
+	kernel []netlink.Route
+	adds   []routeAdd
+	dels   []netlink.Route
+	errs   []error
+	// graceHeld: an unexpected route was kept because of the grace period.
+	graceHeld bool
+	want      map[netip.Prefix]Target
+	// moved lists host IPs the kernel already routes here while we last
+	// saw them on another interface.
+	moved []netip.Addr
+}
+
+type routeAdd struct {
+	target Target
+	route  netlink.Route
+}
+
+// Apply reconciles the kernel with the desired state: a full resync when one
+// is queued (and on the first call), else only dirty interfaces. Failed
+// interfaces stay dirty and are retried on the next call. It returns the
+// errors joined.
+//
+// Order of work: every add and change (RouteReplace) of every interface goes
+// first, deletes after, so a route that moves between interfaces, or changes
+// type, is never absent from the kernel.
+func (rt *RouteTable) Apply() error {
+	start := time.Now()
+	rt.reapConntrack()
+	var errs []error
+	var work []*ifaceWork
+	full := rt.fullResync
+	var kernelNeigh map[neighKey]netlink.Neigh
+	if full {
+		w, err := rt.readAll()
+		if err != nil {
+			rt.lastApply = time.Since(start)
+			return err
+		}
+		work = w
+		rt.fullResync = false
+		clear(rt.dirty)
+		kernelNeigh, err = rt.readNeighbours(work)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		for iface := range rt.dirty {
+			w, err := rt.readOne(iface)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			work = append(work, w)
+		}
+	}
+
+	for _, w := range work {
+		rt.plan(w)
+	}
+	rt.startMoveCleanups(work)
+	clear(rt.replaced)
+	for _, w := range work {
+		rt.applyAdds(w)
+	}
+	for _, w := range work {
+		rt.applyDeletes(w)
+	}
+	for _, w := range work {
+		rt.applyNeighbours(w, full, kernelNeigh)
+	}
+
+	rt.graceUntil = time.Time{}
+	for _, w := range work {
+		if len(w.errs) > 0 {
+			errs = append(errs, w.errs...)
+			rt.dirty[w.name] = struct{}{}
+			continue
+		}
+		if w.graceHeld {
+			rt.dirty[w.name] = struct{}{}
+			if _, end := rt.inGrace(w.name); rt.graceUntil.IsZero() || end.Before(rt.graceUntil) {
+				rt.graceUntil = end
+			}
+			continue
+		}
+		delete(rt.dirty, w.name)
+	}
+	rt.cleanupOrphans()
+
+	rt.lastApply = time.Since(start)
+	if full {
+		rt.lastResync = rt.lastApply
+	}
+	return errors.Join(errs...)
+}
+
+// readAll reads the interface list and the whole table (one dump) and files
+// every route we may own under its interface. It returns work for every
+// managed interface that exists or has desired routes.
+func (rt *RouteTable) readAll() ([]*ifaceWork, error) {
+	links, err := rt.nl.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("routes: full resync: %w", err)
+	}
+	routes, err := rt.nl.RouteList(rt.family, rt.table, 0)
+	if err != nil {
+		return nil, fmt.Errorf("routes: full resync: %w", err)
+	}
+	byName := map[string]*ifaceWork{}
+	byIndex := map[int]*ifaceWork{}
+	seen := map[string]struct{}{}
+	for _, l := range links {
+		kind := rt.kindOf(l.Name)
+		if kind == kindUnmanaged {
+			continue
+		}
+		w := &ifaceWork{name: l.Name, kind: kind, link: l, usable: l.Up}
+		byName[l.Name] = w
+		byIndex[l.Index] = w
+		seen[l.Name] = struct{}{}
+		rt.onIfaceSeen(l.Name)
+	}
+	// Forget first-seen times of interfaces that are gone, once their grace
+	// period is over (a quick delete and re-create keeps its grace).
+	for name := range rt.firstSeen {
+		if _, ok := seen[name]; !ok {
+			if in, _ := rt.inGrace(name); !in {
+				delete(rt.firstSeen, name)
+			}
+		}
+	}
+	if rt.cfg.IncludeNoInterface || len(rt.desired[InterfaceNone]) > 0 {
+		byName[InterfaceNone] = &ifaceWork{name: InterfaceNone, kind: rt.kindOf(InterfaceNone), usable: true}
+	}
+	for i := range routes {
+		r := &routes[i]
+		var w *ifaceWork
+		if isNoIfaceType(r.Type) {
+			w = byName[InterfaceNone]
+		} else if r.Type == unix.RTN_UNICAST && len(r.MultiPath) == 0 {
+			w = byIndex[r.LinkIndex]
+		}
+		if w == nil {
+			continue
+		}
+		w.kernel = append(w.kernel, *r)
+	}
+	for name := range rt.desired {
+		if _, ok := byName[name]; !ok {
+			byName[name] = &ifaceWork{name: name, kind: rt.kindOf(name)}
+		}
+	}
+	work := make([]*ifaceWork, 0, len(byName))
+	for _, w := range byName {
+		work = append(work, w)
+		rt.tick()
+	}
+	return work, nil
+}
+
+// readOne reads one dirty interface: its link and the routes of our table
+// through it (the dump is filtered by the kernel).
+func (rt *RouteTable) readOne(iface string) (*ifaceWork, error) {
+	w := &ifaceWork{name: iface, kind: rt.kindOf(iface)}
+	if iface == InterfaceNone {
+		w.usable = true
+		routes, err := rt.nl.RouteList(rt.family, rt.table, 0)
+		if err != nil {
+			return nil, fmt.Errorf("routes: read %s: %w", iface, err)
+		}
+		for _, r := range routes {
+			if isNoIfaceType(r.Type) {
+				w.kernel = append(w.kernel, r)
+			}
+		}
+		return w, nil
+	}
+	if w.kind == kindUnmanaged {
+		return w, nil
+	}
+	link, err := rt.nl.LinkByName(iface)
+	if errors.Is(err, ErrLinkNotFound) {
+		return w, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("routes: read %s: %w", iface, err)
+	}
+	w.link = link
+	rt.onIfaceSeen(iface)
+	if !link.Up {
+		return w, nil
+	}
+	w.usable = true
+	routes, err := rt.nl.RouteList(rt.family, rt.table, link.Index)
+	if err != nil {
+		if isGoneErr(err) {
+			w.usable = false
+			return w, nil
+		}
+		return nil, fmt.Errorf("routes: read %s: %w", iface, err)
+	}
+	for _, r := range routes {
+		if r.LinkIndex == link.Index && r.Type == unix.RTN_UNICAST && len(r.MultiPath) == 0 {
+			w.kernel = append(w.kernel, r)
+		}
+	}
+	return w, nil
+}
+
+// plan compares what w's interface should hold with what the kernel holds
+// and fills w.adds and w.dels.
+func (rt *RouteTable) plan(w *ifaceWork) {
+	if !w.usable {
+		rt.synced[w.name] = 0
+		return
+	}
+	w.want = rt.effective(w.name)
+	satisfied := make(map[netip.Prefix]struct{}, len(w.want))
+	for i := range w.kernel {
+		r := &w.kernel[i]
+		dst, ok := rt.routeDst(r)
+		if !ok {
+			continue
+		}
+		if isHost(dst) && (w.kind == kindWorkload || r.Protocol == rt.protocol) {
+			if prev, ok := rt.hostRoutes[dst]; ok && prev != w.name {
+				// Someone else (the CNI plugin) already moved the IP.
+				w.moved = append(w.moved, dst.Addr())
+			}
+			rt.hostRoutes[dst] = w.name
+		}
+		if r.Tos == 0 && r.Priority == rt.priority {
+			if t, ok := w.want[dst]; ok {
+				satisfied[dst] = struct{}{}
+				if !rt.matches(w, t, r) {
+					w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
+				}
+				continue
+			}
+		}
+		if rt.mayDelete(w, r, dst) {
+			w.dels = append(w.dels, *r)
+		}
+	}
+	for cidr, t := range w.want {
+		if _, ok := satisfied[cidr]; !ok {
+			w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
+		}
+	}
+	rt.synced[w.name] = len(w.want)
+}
+
+// mayDelete applies the ownership rules (see RouteTable) to an undesired
+// kernel route on w's interface.
+func (rt *RouteTable) mayDelete(w *ifaceWork, r *netlink.Route, dst netip.Prefix) bool {
+	switch w.kind {
+	case kindShared, kindNoIface:
+		return r.Protocol == rt.protocol
+	case kindWorkload:
+	default:
+		return false
+	}
+	if in, _ := rt.inGrace(w.name); in {
+		// The CNI plugin may have added a route before the daemon heard
+		// of the workload: leave it until the grace period ends.
+		w.graceHeld = true
+		rt.log.Debug("keeping unexpected route during grace period", "iface", w.name, "cidr", dst)
+		return false
+	}
+	if r.Protocol == rt.protocol {
+		return true
+	}
+	if !rt.cfg.RemoveExternalRoutes {
+		return false
+	}
+	if dst.Addr().Is6() && dst.Addr().IsLinkLocalUnicast() {
+		return false
+	}
+	return true
+}
+
+// buildRoute turns a target into the kernel route routelet writes.
+func (rt *RouteTable) buildRoute(w *ifaceWork, t Target) netlink.Route {
+	r := netlink.Route{
+		Dst:      prefixToIPNet(t.CIDR),
+		Family:   rt.family,
+		Table:    rt.table,
+		Protocol: rt.protocol,
+		Priority: rt.priority,
+		Type:     t.Type.kernelType(),
+		Scope:    netlink.SCOPE_UNIVERSE,
+		Src:      addrToIP(t.Src),
+		MTU:      t.MTU,
+	}
+	switch t.Type {
+	case TypeLink:
+		r.LinkIndex = w.link.Index
+		if rt.family == netlink.FAMILY_V4 {
+			// IPv6 has no route scopes: the kernel reports universe.
+			r.Scope = netlink.SCOPE_LINK
+		}
+	case TypeGateway:
+		r.LinkIndex = w.link.Index
+		r.Gw = addrToIP(t.Gateway)
+		if t.OnLink {
+			r.Flags = int(netlink.FLAG_ONLINK)
+		}
+	}
+	return r
+}
+
+// matches reports whether kernel route k already is what target t asks for,
+// comparing every attribute routelet sets. Flags other than onlink (the
+// kernel adds "linkdown" and friends) do not count.
+func (rt *RouteTable) matches(w *ifaceWork, t Target, k *netlink.Route) bool {
+	want := rt.buildRoute(w, t)
+	if k.Type != want.Type || k.Protocol != want.Protocol || k.MTU != want.MTU {
+		return false
+	}
+	if rt.family == netlink.FAMILY_V4 && k.Scope != want.Scope {
+		return false
+	}
+	if !isNoIfaceType(want.Type) && k.LinkIndex != want.LinkIndex {
+		return false
+	}
+	if k.Flags&int(netlink.FLAG_ONLINK) != want.Flags&int(netlink.FLAG_ONLINK) {
+		return false
+	}
+	return ipEqual(k.Gw, want.Gw) && ipEqual(k.Src, want.Src)
+}
+
+func ipEqual(a, b net.IP) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	return a.Equal(b)
+}
+
+// startMoveCleanups starts conntrack cleanup for host routes about to move
+// from one interface to another: flows of the IP's previous owner must not
+// leak to the new one. The adds wait for it (waitConntrack).
+func (rt *RouteTable) startMoveCleanups(work []*ifaceWork) {
+	if rt.cleaner == nil {
+		return
+	}
+	var ips []netip.Addr
+	for _, w := range work {
+		ips = append(ips, w.moved...)
+		for _, a := range w.adds {
+			cidr := a.target.CIDR
+			if !isHost(cidr) {
+				continue
+			}
+			if prev, ok := rt.hostRoutes[cidr]; ok && prev != w.name {
+				ips = append(ips, cidr.Addr())
+			}
+		}
+	}
+	if len(ips) == 0 {
+		return
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	ips = slices.Compact(ips)
+	rt.log.Debug("routes moving between interfaces, cleaning conntrack first", "ips", ips)
+	done := rt.cleaner.start(ips)
+	for _, ip := range ips {
+		rt.pendingCT[ip] = done
+	}
+}
+
+// waitConntrack blocks until a conntrack cleanup running for ip, if any, has
+// finished, so that a re-added IP never meets the flows of its predecessor.
+func (rt *RouteTable) waitConntrack(ip netip.Addr) {
+	ch, ok := rt.pendingCT[ip]
+	if !ok {
+		return
+	}
+	<-ch
+	delete(rt.pendingCT, ip)
+}
+
+// reapConntrack forgets finished cleanups.
+func (rt *RouteTable) reapConntrack() {
+	for ip, ch := range rt.pendingCT {
+		select {
+		case <-ch:
+			delete(rt.pendingCT, ip)
+		default:
+		}
+	}
+}
+
+// applyAdds writes w's adds and changes with RouteReplace, which is atomic:
+// the old route (on this or another interface) is replaced, never removed
+// first.
+func (rt *RouteTable) applyAdds(w *ifaceWork) {
+	for i := range w.adds {
+		a := &w.adds[i]
+		rt.tick()
+		if isHost(a.target.CIDR) {
+			rt.waitConntrack(a.target.CIDR.Addr())
+		}
+		rt.writes++
+		err := rt.nl.RouteReplace(&a.route)
+		if err != nil {
+			if w.name != InterfaceNone && isGoneErr(err) {
+				// The interface vanished or went down since we read it;
+				// its state change will mark it dirty again.
+				rt.log.Debug("interface gone while adding routes", "iface", w.name, "err", err)
+				w.usable = false
+				w.adds, w.dels = nil, nil
+				rt.synced[w.name] = 0
+				return
+			}
+			rt.synced[w.name]--
+			w.errs = append(w.errs, fmt.Errorf("routes: replace %s %s dev %s: %w",
+				a.target.Type, a.target.CIDR, w.name, err))
+			rt.log.Warn("route replace failed", "iface", w.name, "cidr", a.target.CIDR, "err", err)
+			continue
+		}
+		rt.replaced[a.target.CIDR] = struct{}{}
+		if isHost(a.target.CIDR) {
+			rt.hostRoutes[a.target.CIDR] = w.name
+		}
+		rt.log.Debug("route programmed", "iface", w.name, "cidr", a.target.CIDR, "type", a.target.Type)
+	}
+}
+
+// applyDeletes removes w's undesired routes. It deletes exactly the route it
+// read (destination, table, TOS, metric, type, protocol and interface), so a
+// route that meanwhile moved to another interface is not touched; "no such
+// route" counts as success.
+func (rt *RouteTable) applyDeletes(w *ifaceWork) {
+	if !w.usable {
+		return
+	}
+	for i := range w.dels {
+		k := &w.dels[i]
+		rt.tick()
+		dst, _ := rt.routeDst(k)
+		if _, ok := rt.replaced[dst]; ok && k.Tos == 0 && k.Priority == rt.priority {
+			// Our replace on another interface took this key over already.
+			continue
+		}
+		del := netlink.Route{
+			Dst:      k.Dst,
+			Family:   rt.family,
+			Table:    rt.table,
+			Tos:      k.Tos,
+			Priority: k.Priority,
+			Type:     k.Type,
+			Protocol: k.Protocol,
+			Scope:    k.Scope,
+			Gw:       k.Gw,
+		}
+		if !isNoIfaceType(k.Type) {
+			del.LinkIndex = k.LinkIndex
+		}
+		if del.Dst == nil {
+			del.Dst = prefixToIPNet(dst)
+		}
+		rt.writes++
+		err := rt.nl.RouteDel(&del)
+		if err != nil && !isGoneErr(err) {
+			w.errs = append(w.errs, fmt.Errorf("routes: delete %s dev %s: %w", dst, w.name, err))
+			rt.log.Warn("route delete failed", "iface", w.name, "cidr", dst, "err", err)
+			continue
+		}
+		rt.log.Debug("route removed", "iface", w.name, "cidr", dst, "proto", int(k.Protocol))
+		// A host route nobody wants any more: clean its conntrack flows
+		// (cleanupOrphans). One that another interface wants keeps its
+		// hostRoutes entry, so that the move is noticed when that
+		// interface gets it.
+		if isHost(dst) && rt.hostRoutes[dst] == w.name && rt.winner(dst) == "" {
+			rt.orphans[dst] = struct{}{}
+		}
+	}
+}
+
+// isGoneErr reports errors meaning the route, or its device, is not there:
+// ESRCH/ENOENT (no such route), ENODEV (no such device), ENETDOWN (device
+// down: the kernel already flushed its routes).
+func isGoneErr(err error) bool {
+	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) ||
+		errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENETDOWN) || errors.Is(err, ErrLinkNotFound)
+}
+
+// cleanupOrphans starts conntrack cleanup for host CIDRs nobody claims any
+// more, once their kernel route is gone (deleted by us, or gone with its
+// interface). An orphan whose interface is still dirty (its delete failed or
+// waits for the grace period) is kept for a later Apply.
+func (rt *RouteTable) cleanupOrphans() {
+	var ips []netip.Addr
+	for cidr := range rt.orphans {
+		if rt.winner(cidr) != "" {
+			delete(rt.orphans, cidr)
+			continue
+		}
+		iface, ok := rt.hostRoutes[cidr]
+		if !ok {
+			delete(rt.orphans, cidr)
+			continue
+		}
+		if _, dirty := rt.dirty[iface]; dirty {
+			continue
+		}
+		delete(rt.orphans, cidr)
+		delete(rt.hostRoutes, cidr)
+		ips = append(ips, cidr.Addr())
+	}
+	if len(ips) == 0 || rt.cleaner == nil {
+		return
+	}
+	rt.log.Debug("routes removed, cleaning conntrack", "ips", ips)
+	done := rt.cleaner.start(ips)
+	for _, ip := range ips {
+		rt.pendingCT[ip] = done
+	}
+}
+
+// neighKey identifies a neighbour entry: the kernel keys them by device and IP.
+type neighKey struct {
+	link int
+	ip   netip.Addr
+}
+
+// readNeighbours dumps the IPv4 neighbour table when any desired or
+// programmed static ARP entry exists, so a full resync can re-assert them
+// without writing the ones that are already right.
+func (rt *RouteTable) readNeighbours(work []*ifaceWork) (map[neighKey]netlink.Neigh, error) {
+	if rt.family != netlink.FAMILY_V4 {
+		return nil, nil
+	}
+	need := false
+	for _, m := range rt.arp {
+		if len(m) > 0 {
+			need = true
+		}
+	}
+	for _, w := range work {
+		for _, t := range rt.desired[w.name] {
+			if t.DestMAC != nil {
+				need = true
+			}
+		}
+	}
+	if !need {
+		return nil, nil
+	}
+	neighs, err := rt.nl.NeighList(netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("routes: full resync: %w", err)
+	}
+	out := make(map[neighKey]netlink.Neigh, len(neighs))
+	for _, n := range neighs {
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		out[neighKey{n.LinkIndex, ip.Unmap()}] = n
+	}
+	return out, nil
+}
+
+// applyNeighbours programs the permanent ARP entries of w's targets that
+// carry a DestMAC and deletes the ones no longer wanted. On a full resync the
+// kernel's table (kernel) is the reference, so a changed or deleted entry is
+// repaired; otherwise what we last wrote is.
+func (rt *RouteTable) applyNeighbours(w *ifaceWork, full bool, kernel map[neighKey]netlink.Neigh) {
+	if rt.family != netlink.FAMILY_V4 || w.name == InterfaceNone {
+		return
+	}
+	have := rt.arp[w.name]
+	if !w.usable {
+		// The kernel flushes a device's neighbours with the device.
+		delete(rt.arp, w.name)
+		return
+	}
+	want := map[netip.Addr]net.HardwareAddr{}
+	for cidr, t := range w.want {
+		if t.DestMAC != nil {
+			want[cidr.Addr()] = t.DestMAC
+		}
+	}
+	next := make(map[netip.Addr]string, len(want))
+	for ip, mac := range want {
+		ok := have[ip] == mac.String()
+		if full {
+			n, found := kernel[neighKey{w.link.Index, ip}]
+			ok = found && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == mac.String()
+		}
+		if !ok {
+			rt.writes++
+			err := rt.nl.NeighSet(&netlink.Neigh{
+				LinkIndex:    w.link.Index,
+				Family:       netlink.FAMILY_V4,
+				State:        netlink.NUD_PERMANENT,
+				Type:         unix.RTN_UNICAST,
+				IP:           addrToIP(ip),
+				HardwareAddr: mac,
+			})
+			if err != nil {
+				w.errs = append(w.errs, fmt.Errorf("routes: static ARP %s lladdr %s dev %s: %w", ip, mac, w.name, err))
+				continue
+			}
+			rt.log.Debug("static ARP entry programmed", "iface", w.name, "ip", ip, "mac", mac)
+		}
+		next[ip] = mac.String()
+	}
+	for ip := range have {
+		if _, ok := want[ip]; ok {
+			continue
+		}
+		rt.writes++
+		err := rt.nl.NeighDel(&netlink.Neigh{LinkIndex: w.link.Index, Family: netlink.FAMILY_V4, IP: addrToIP(ip)})
+		if err != nil && !isGoneErr(err) {
+			w.errs = append(w.errs, fmt.Errorf("routes: delete static ARP %s dev %s: %w", ip, w.name, err))
+			next[ip] = have[ip]
+		}
+	}
+	if len(next) == 0 {
+		delete(rt.arp, w.name)
+	} else {
+		rt.arp[w.name] = next
+	}
+}

@@ -1,0 +1,672 @@
+package routes
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ti-mo/conntrack"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+var (
+	_ Netlink   = (*FakeNetlink)(nil)
+	_ Conntrack = (*FakeConntrack)(nil)
+)
+
+// FakeNetlink is an in-memory kernel for tests: links, one route store keyed
+// like the kernel's FIB (family, table, destination, TOS, metric) and a
+// neighbour table. It validates writes the way the kernel does for the cases
+// routelet meets: a route through a missing device fails with ENODEV, through
+// a down device with ENETDOWN, "onlink" without a gateway with EINVAL, a
+// gateway that no link route on the device covers (without onlink) with
+// ENETUNREACH. A device going down or away takes its routes and neighbours
+// with it. IPv6 routes without a metric get 1024, and IPv6 no-device routes
+// are reported on "lo", as the kernel does.
+//
+// Failures can be injected per call name ("LinkList", "LinkByName",
+// "RouteList", "RouteReplace", "RouteDel", "NeighList", "NeighSet",
+// "NeighDel") for the Nth next call. It is safe for concurrent use.
+type FakeNetlink struct {
+	mu        sync.Mutex
+	links     map[int]*Link
+	nextIndex int
+	routes    map[fakeRouteKey]netlink.Route
+	neighs    map[neighKey]netlink.Neigh
+	calls     map[string]int
+	failures  []fakeFailure
+	writes    int
+}
+
+type fakeRouteKey struct {
+	family, table int
+	dst           netip.Prefix
+	tos, priority int
+}
+
+type fakeFailure struct {
+	call string
+	at   int // fires when calls[call] reaches at
+	err  error
+}
+
+// NewFakeNetlink returns a fake kernel holding only "lo" (index 1, up).
+func NewFakeNetlink() *FakeNetlink {
+	f := &FakeNetlink{
+		links:     map[int]*Link{},
+		nextIndex: 1,
+		routes:    map[fakeRouteKey]netlink.Route{},
+		neighs:    map[neighKey]netlink.Neigh{},
+		calls:     map[string]int{},
+	}
+	f.AddLink("lo", true)
+	return f
+}
+
+// AddLink creates an interface and returns it.
+func (f *FakeNetlink) AddLink(name string, up bool) Link {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := &Link{Index: f.nextIndex, Name: name, Up: up}
+	f.nextIndex++
+	f.links[l.Index] = l
+	return *l
+}
+
+// SetLinkUp changes an interface's state; going down flushes its routes and
+// neighbours like the kernel does.
+func (f *FakeNetlink) SetLinkUp(name string, up bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.byName(name)
+	if l == nil {
+		return fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
+	}
+	l.Up = up
+	if !up {
+		f.flushLink(l.Index)
+	}
+	return nil
+}
+
+// RenameLink renames an interface; its index and routes stay.
+func (f *FakeNetlink) RenameLink(from, to string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.byName(from)
+	if l == nil {
+		return fmt.Errorf("fake: link %q: %w", from, ErrLinkNotFound)
+	}
+	l.Name = to
+	return nil
+}
+
+// DelLink deletes an interface together with its routes and neighbours.
+func (f *FakeNetlink) DelLink(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.byName(name)
+	if l == nil {
+		return fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
+	}
+	f.flushLink(l.Index)
+	delete(f.links, l.Index)
+	return nil
+}
+
+// AddRoute inserts a route as another program would (validated, not counted
+// as a write, no failure injection). It fails with EEXIST when the key is
+// taken, like "ip route add".
+func (f *FakeNetlink) AddRoute(r netlink.Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k, r, err := f.validate(r)
+	if err != nil {
+		return err
+	}
+	if _, ok := f.routes[k]; ok {
+		return fmt.Errorf("fake: route %s: %w", k.dst, unix.EEXIST)
+	}
+	f.routes[k] = r
+	return nil
+}
+
+// Routes returns every route of family in table (0 = main), sorted by
+// destination then metric.
+func (f *FakeNetlink) Routes(family, table int) []netlink.Route {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.list(family, table, 0)
+}
+
+// Neighbours returns every neighbour entry, sorted by device and IP.
+func (f *FakeNetlink) Neighbours() []netlink.Neigh {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]neighKey, 0, len(f.neighs))
+	for k := range f.neighs {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b neighKey) int {
+		if a.link != b.link {
+			return a.link - b.link
+		}
+		return a.ip.Compare(b.ip)
+	})
+	out := make([]netlink.Neigh, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, f.neighs[k])
+	}
+	return out
+}
+
+// FailOn makes the nth next call named call (1 = the very next one) return
+// err without doing anything.
+func (f *FakeNetlink) FailOn(call string, nth int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failures = append(f.failures, fakeFailure{call: call, at: f.calls[call] + nth, err: err})
+}
+
+// Calls returns how many times call was made (failed calls included).
+func (f *FakeNetlink) Calls(call string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[call]
+}
+
+// Writes returns how many route and neighbour writes were attempted.
+func (f *FakeNetlink) Writes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writes
+}
+
+// enter counts a call and returns an injected failure for it, if any.
+// Caller holds mu.
+func (f *FakeNetlink) enter(call string) error {
+	f.calls[call]++
+	for i, fl := range f.failures {
+		if fl.call == call && fl.at == f.calls[call] {
+			f.failures = slices.Delete(f.failures, i, i+1)
+			return fl.err
+		}
+	}
+	return nil
+}
+
+func (f *FakeNetlink) byName(name string) *Link {
+	for _, l := range f.links {
+		if l.Name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+func (f *FakeNetlink) flushLink(index int) {
+	for k, r := range f.routes {
+		if r.LinkIndex == index && !isNoIfaceType(r.Type) {
+			delete(f.routes, k)
+		}
+	}
+	for k := range f.neighs {
+		if k.link == index {
+			delete(f.neighs, k)
+		}
+	}
+}
+
+// validate checks r like the kernel would and returns its key and the route
+// as a dump would report it. Caller holds mu.
+func (f *FakeNetlink) validate(r netlink.Route) (fakeRouteKey, netlink.Route, error) {
+	if r.Dst == nil {
+		return fakeRouteKey{}, r, fmt.Errorf("fake: route without destination: %w", unix.EINVAL)
+	}
+	dst, err := ipNetToPrefix(r.Dst)
+	if err != nil {
+		return fakeRouteKey{}, r, err
+	}
+	family := netlink.FAMILY_V4
+	if dst.Addr().Is6() {
+		family = netlink.FAMILY_V6
+	}
+	r = cloneRoute(r)
+	r.Family = family
+	if r.Table == 0 {
+		r.Table = unix.RT_TABLE_MAIN
+	}
+	if r.Type == 0 {
+		r.Type = unix.RTN_UNICAST
+	}
+	if family == netlink.FAMILY_V6 {
+		if r.Priority == 0 {
+			r.Priority = v6DefaultMetric
+		}
+		r.Scope = netlink.SCOPE_UNIVERSE
+	}
+	onlink := r.Flags&int(netlink.FLAG_ONLINK) != 0
+	switch {
+	case isNoIfaceType(r.Type):
+		r.LinkIndex, r.Gw, r.Flags = 0, nil, 0
+		if family == netlink.FAMILY_V6 {
+			r.LinkIndex = 1 // the kernel reports IPv6 no-device routes on lo
+		}
+	case r.Type != unix.RTN_UNICAST:
+		return fakeRouteKey{}, r, fmt.Errorf("fake: route type %d not modelled: %w", r.Type, unix.EINVAL)
+	default:
+		l := f.links[r.LinkIndex]
+		switch {
+		case r.LinkIndex == 0 || l == nil:
+			return fakeRouteKey{}, r, fmt.Errorf("fake: route %s dev index %d: %w", dst, r.LinkIndex, unix.ENODEV)
+		case !l.Up:
+			return fakeRouteKey{}, r, fmt.Errorf("fake: route %s dev %s: %w", dst, l.Name, unix.ENETDOWN)
+		case onlink && r.Gw == nil:
+			return fakeRouteKey{}, r, fmt.Errorf("fake: route %s: onlink without gateway: %w", dst, unix.EINVAL)
+		case r.Gw != nil && !onlink && !f.coveredByLink(family, r.Table, r.LinkIndex, r.Gw):
+			return fakeRouteKey{}, r, fmt.Errorf("fake: route %s via %s: gateway unreachable: %w", dst, r.Gw, unix.ENETUNREACH)
+		}
+	}
+	k := fakeRouteKey{family: family, table: r.Table, dst: dst, tos: r.Tos, priority: r.Priority}
+	return k, r, nil
+}
+
+// coveredByLink reports whether a link-scope route through index covers gw,
+// the kernel's condition for a gateway without "onlink".
+func (f *FakeNetlink) coveredByLink(family, table, index int, gw net.IP) bool {
+	a, ok := netip.AddrFromSlice(gw)
+	if !ok {
+		return false
+	}
+	a = a.Unmap()
+	for k, r := range f.routes {
+		if k.family == family && k.table == table && r.LinkIndex == index && r.Gw == nil &&
+			r.Type == unix.RTN_UNICAST && k.dst.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *FakeNetlink) list(family, table, linkIndex int) []netlink.Route {
+	if table == 0 {
+		table = unix.RT_TABLE_MAIN
+	}
+	keys := make([]fakeRouteKey, 0, len(f.routes))
+	for k, r := range f.routes {
+		if k.family != family || k.table != table || (linkIndex > 0 && r.LinkIndex != linkIndex) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b fakeRouteKey) int {
+		if c := a.dst.Addr().Compare(b.dst.Addr()); c != 0 {
+			return c
+		}
+		if a.dst.Bits() != b.dst.Bits() {
+			return a.dst.Bits() - b.dst.Bits()
+		}
+		return a.priority - b.priority
+	})
+	out := make([]netlink.Route, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, cloneRoute(f.routes[k]))
+	}
+	return out
+}
+
+// LinkList implements Netlink.
+func (f *FakeNetlink) LinkList() ([]Link, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.enter("LinkList"); err != nil {
+		return nil, err
+	}
+	out := make([]Link, 0, len(f.links))
+	for _, l := range f.links {
+		out = append(out, *l)
+	}
+	slices.SortFunc(out, func(a, b Link) int { return a.Index - b.Index })
+	return out, nil
+}
+
+// LinkByName implements Netlink.
+func (f *FakeNetlink) LinkByName(name string) (Link, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.enter("LinkByName"); err != nil {
+		return Link{}, err
+	}
+	l := f.byName(name)
+	if l == nil {
+		return Link{}, fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
+	}
+	return *l, nil
+}
+
+// RouteList implements Netlink.
+func (f *FakeNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.enter("RouteList"); err != nil {
+		return nil, err
+	}
+	return f.list(family, table, linkIndex), nil
+}
+
+// RouteReplace implements Netlink.
+func (f *FakeNetlink) RouteReplace(r *netlink.Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if err := f.enter("RouteReplace"); err != nil {
+		return err
+	}
+	k, route, err := f.validate(*r)
+	if err != nil {
+		return err
+	}
+	f.routes[k] = route
+	return nil
+}
+
+// RouteDel implements Netlink. Like the kernel it matches the key, then every
+// attribute the request sets (device, protocol, type, gateway).
+func (f *FakeNetlink) RouteDel(r *netlink.Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if err := f.enter("RouteDel"); err != nil {
+		return err
+	}
+	if r.Dst == nil {
+		return fmt.Errorf("fake: delete without destination: %w", unix.EINVAL)
+	}
+	dst, err := ipNetToPrefix(r.Dst)
+	if err != nil {
+		return err
+	}
+	family := netlink.FAMILY_V4
+	if dst.Addr().Is6() {
+		family = netlink.FAMILY_V6
+	}
+	table := r.Table
+	if table == 0 {
+		table = unix.RT_TABLE_MAIN
+	}
+	for k, have := range f.routes {
+		if k.family != family || k.table != table || k.dst != dst || k.tos != r.Tos {
+			continue
+		}
+		switch {
+		case r.Priority != 0 && k.priority != r.Priority,
+			r.LinkIndex != 0 && have.LinkIndex != r.LinkIndex,
+			r.Protocol != 0 && have.Protocol != r.Protocol,
+			r.Type != 0 && have.Type != r.Type,
+			r.Gw != nil && !have.Gw.Equal(r.Gw):
+			continue
+		}
+		delete(f.routes, k)
+		return nil
+	}
+	return fmt.Errorf("fake: delete %s: %w", dst, unix.ESRCH)
+}
+
+// NeighList implements Netlink.
+func (f *FakeNetlink) NeighList(family int) ([]netlink.Neigh, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.enter("NeighList"); err != nil {
+		return nil, err
+	}
+	var out []netlink.Neigh
+	for k, n := range f.neighs {
+		if (family == netlink.FAMILY_V4) == k.ip.Is4() {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// NeighSet implements Netlink.
+func (f *FakeNetlink) NeighSet(n *netlink.Neigh) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if err := f.enter("NeighSet"); err != nil {
+		return err
+	}
+	k, err := f.neighKeyOf(n)
+	if err != nil {
+		return err
+	}
+	if f.links[n.LinkIndex] == nil {
+		return fmt.Errorf("fake: neighbour %s dev index %d: %w", k.ip, n.LinkIndex, unix.ENODEV)
+	}
+	c := *n
+	c.IP = slices.Clone(n.IP)
+	c.HardwareAddr = slices.Clone(n.HardwareAddr)
+	f.neighs[k] = c
+	return nil
+}
+
+// NeighDel implements Netlink.
+func (f *FakeNetlink) NeighDel(n *netlink.Neigh) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if err := f.enter("NeighDel"); err != nil {
+		return err
+	}
+	k, err := f.neighKeyOf(n)
+	if err != nil {
+		return err
+	}
+	if _, ok := f.neighs[k]; !ok {
+		return fmt.Errorf("fake: neighbour %s: %w", k.ip, unix.ENOENT)
+	}
+	delete(f.neighs, k)
+	return nil
+}
+
+// SetNeighbour overwrites a neighbour entry as another program would.
+func (f *FakeNetlink) SetNeighbour(n netlink.Neigh) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if k, err := f.neighKeyOf(&n); err == nil {
+		f.neighs[k] = n
+	}
+}
+
+func (f *FakeNetlink) neighKeyOf(n *netlink.Neigh) (neighKey, error) {
+	ip, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return neighKey{}, fmt.Errorf("fake: neighbour IP %v: %w", n.IP, unix.EINVAL)
+	}
+	return neighKey{link: n.LinkIndex, ip: ip.Unmap()}, nil
+}
+
+// Close implements Netlink.
+func (f *FakeNetlink) Close() error { return nil }
+
+// Dump renders the table like "ip route show" (one line per route, sorted),
+// for golden comparisons in tests.
+func (f *FakeNetlink) Dump(family, table int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	for _, r := range f.list(family, table, 0) {
+		b.WriteString(f.format(r))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func (f *FakeNetlink) format(r netlink.Route) string {
+	dst, _ := ipNetToPrefix(r.Dst)
+	var parts []string
+	if r.Type != unix.RTN_UNICAST {
+		parts = append(parts, routeTypeName(r.Type))
+	}
+	parts = append(parts, dst.String())
+	if r.Gw != nil {
+		parts = append(parts, "via", r.Gw.String())
+	}
+	if r.LinkIndex != 0 {
+		name := fmt.Sprintf("if%d", r.LinkIndex)
+		if l := f.links[r.LinkIndex]; l != nil {
+			name = l.Name
+		}
+		parts = append(parts, "dev", name)
+	}
+	parts = append(parts, "proto", fmt.Sprint(int(r.Protocol)))
+	if r.Scope == netlink.SCOPE_LINK {
+		parts = append(parts, "scope", "link")
+	}
+	if r.Src != nil {
+		parts = append(parts, "src", r.Src.String())
+	}
+	if r.Priority != 0 {
+		parts = append(parts, "metric", fmt.Sprint(r.Priority))
+	}
+	if r.Flags&int(netlink.FLAG_ONLINK) != 0 {
+		parts = append(parts, "onlink")
+	}
+	if r.MTU != 0 {
+		parts = append(parts, "mtu", fmt.Sprint(r.MTU))
+	}
+	return strings.Join(parts, " ")
+}
+
+func routeTypeName(t int) string {
+	switch t {
+	case unix.RTN_BLACKHOLE:
+		return "blackhole"
+	case unix.RTN_UNREACHABLE:
+		return "unreachable"
+	case unix.RTN_PROHIBIT:
+		return "prohibit"
+	case unix.RTN_THROW:
+		return "throw"
+	}
+	return fmt.Sprintf("type%d", t)
+}
+
+func ipNetToPrefix(n *net.IPNet) (netip.Prefix, error) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("fake: bad destination %v: %w", n, unix.EINVAL)
+	}
+	ones, bits := n.Mask.Size()
+	if len(n.IP) == net.IPv4len || bits == 32 {
+		a = a.Unmap()
+	}
+	return netip.PrefixFrom(a, ones).Masked(), nil
+}
+
+func cloneRoute(r netlink.Route) netlink.Route {
+	if r.Dst != nil {
+		r.Dst = &net.IPNet{IP: slices.Clone(r.Dst.IP), Mask: slices.Clone(r.Dst.Mask)}
+	}
+	r.Gw = slices.Clone(r.Gw)
+	r.Src = slices.Clone(r.Src)
+	return r
+}
+
+// FakeConntrack is an in-memory conntrack table for tests, with failure
+// injection for Dump and Delete. It is safe for concurrent use.
+type FakeConntrack struct {
+	mu      sync.Mutex
+	flows   []conntrack.Flow
+	dumpErr error
+	delErr  error
+	dumps   int
+}
+
+// NewFakeConntrack returns an empty conntrack table.
+func NewFakeConntrack() *FakeConntrack { return &FakeConntrack{} }
+
+// AddFlow adds a TCP flow from src:sport to dst:dport (reply tuple mirrored).
+func (f *FakeConntrack) AddFlow(src, dst netip.Addr, sport, dport uint16) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flows = append(f.flows, conntrack.NewFlow(unix.IPPROTO_TCP, 0, src, dst, sport, dport, 120, 0))
+}
+
+// AddNATFlow adds a flow whose reply source (realDst) differs from the
+// original destination (vip), as after DNAT to a pod.
+func (f *FakeConntrack) AddNATFlow(src, vip, realDst netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := conntrack.NewFlow(unix.IPPROTO_TCP, 0, src, vip, 1000, 80, 120, 0)
+	fl.TupleReply.IP.SourceAddress = realDst
+	f.flows = append(f.flows, fl)
+}
+
+// Flows returns the flows left, as "src->dst" of the original direction.
+func (f *FakeConntrack) Flows() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, fl := range f.flows {
+		out = append(out, fl.TupleOrig.IP.SourceAddress.String()+"->"+fl.TupleOrig.IP.DestinationAddress.String())
+	}
+	return out
+}
+
+// Dumps returns how many dumps were made.
+func (f *FakeConntrack) Dumps() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dumps
+}
+
+// FailDelete makes the next Delete return err.
+func (f *FakeConntrack) FailDelete(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.delErr = err
+}
+
+// FailDump makes the next Dump return err.
+func (f *FakeConntrack) FailDump(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dumpErr = err
+}
+
+// Dump implements Conntrack.
+func (f *FakeConntrack) Dump() ([]conntrack.Flow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dumps++
+	if err := f.dumpErr; err != nil {
+		f.dumpErr = nil
+		return nil, err
+	}
+	return slices.Clone(f.flows), nil
+}
+
+// Delete implements Conntrack.
+func (f *FakeConntrack) Delete(fl conntrack.Flow) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.delErr; err != nil {
+		f.delErr = nil
+		return err
+	}
+	for i, have := range f.flows {
+		if have.TupleOrig == fl.TupleOrig {
+			f.flows = slices.Delete(f.flows, i, i+1)
+			return nil
+		}
+	}
+	return fmt.Errorf("fake: flow %s: %w", fl.TupleOrig, unix.ENOENT)
+}
+
+// Close implements Conntrack.
+func (f *FakeConntrack) Close() error { return nil }
