@@ -423,10 +423,14 @@ func (a *Allocator) release(ctx context.Context, att Attachment) error {
 
 	rec, err := a.readAttachment(att)
 	if err != nil {
-		// A corrupt record cannot tell us which claims are att's; drop it so
-		// DEL converges (its claims stay taken: safe, never double-allocated).
-		slog.Warn("ipam: removing unreadable record", "containerID", att.ContainerID, "ifname", att.IfName, "err", err)
-		return a.removeAttachment(att)
+		// A corrupt record cannot tell us which claims are att's. This
+		// should never happen, so pay for one scan of the claims to find
+		// them, then drop the record so DEL converges.
+		slog.Warn("ipam: unreadable record, scanning claims to release", "containerID", att.ContainerID, "ifname", att.IfName, "err", err)
+		rec, err = a.recordFromClaims(att)
+		if err != nil {
+			return fmt.Errorf("ipam: release %s/%s: %w", att.ContainerID, att.IfName, err)
+		}
 	}
 	if rec == nil {
 		return nil
@@ -442,7 +446,9 @@ func (a *Allocator) release(ctx context.Context, att Attachment) error {
 			continue // never claimed (crashed Allocate) or someone else's now
 		}
 		// Hint bit first, claim second: a set bit must always have a claim.
-		if m, err := openBlockMapIfExists(a.sub(blocksSubdir), al.Block); err != nil {
+		if !al.Block.IsValid() {
+			// No block known (record rebuilt from claims): no hint to update.
+		} else if m, err := openBlockMapIfExists(a.sub(blocksSubdir), al.Block); err != nil {
 			errs = append(errs, err)
 			continue
 		} else if m != nil {
@@ -527,4 +533,26 @@ func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, erro
 		}
 	}
 	return out, nil
+}
+
+// recordFromClaims rebuilds att's record from the claims that name att. It
+// reads every claim: only for the rare repair of a corrupt record.
+func (a *Allocator) recordFromClaims(att Attachment) (*attachmentRecord, error) {
+	dir := a.sub(addrsSubdir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", dir, err)
+	}
+	rec := &attachmentRecord{Version: 1, ContainerID: att.ContainerID, IfName: att.IfName}
+	for _, e := range entries {
+		addr, err := netip.ParseAddr(e.Name())
+		if err != nil {
+			continue // temp files
+		}
+		if owner, found, err := a.readOwner(addr); err == nil && found && owner == att {
+			b, _ := a.blockOf(addr)
+			rec.Allocations = append(rec.Allocations, allocationJSON{Addr: addr, Block: b})
+		}
+	}
+	return rec, nil
 }

@@ -71,6 +71,11 @@ func (a *Allocator) loadAttachment(name string, want *Attachment) (*attachmentRe
 	if err := validateAttachment(got); err != nil {
 		return nil, fmt.Errorf("parse ipam record %s: %w", path, err)
 	}
+	for _, al := range rec.Allocations {
+		if !al.Addr.IsValid() || al.Block.IsValid() && !al.Block.Contains(al.Addr) {
+			return nil, fmt.Errorf("parse ipam record %s: bad allocation %s in %s", path, al.Addr, al.Block)
+		}
+	}
 	if attachmentFile(got) != name || want != nil && got != *want {
 		return nil, fmt.Errorf("parse ipam record %s: describes %s/%s", path, got.ContainerID, got.IfName)
 	}
