@@ -265,9 +265,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.writeStatus("initial sync in progress")
 	a.fullSync()
 	a.ready = true
+	a.writeStatus("") // daemon.json first: whoever sees /readyz ok also finds it ready
 	a.status.SetReady(true, "")
 	a.metrics.Ready.Set(1)
-	a.writeStatus("")
 	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerCount(), "error", a.lastErr)
 
 	resync := time.NewTicker(a.opts.ResyncPeriod)

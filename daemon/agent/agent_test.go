@@ -203,8 +203,9 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	if err := WatchFiles(ctx, f.a, f.store.WorkloadsDir(), f.store.NodesDir(), slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() { done <- f.a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	ds, err := f.store.ReadDaemonStatus()
 	if err != nil || !ds.Ready || ds.PodMTU != 1450 || len(ds.Blocks) != 2 || ds.DaemonVersion != "test" {
@@ -235,6 +236,7 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	done <- nil // for the deferred wait
 	ds, _ = f.store.ReadDaemonStatus()
 	if ds.Ready || ds.Reason == "" {
 		t.Errorf("daemon.json after stop = %+v, want not ready with a reason", ds)
