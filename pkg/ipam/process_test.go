@@ -175,7 +175,7 @@ func TestLockTimeoutAcrossProcesses(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
-	if _, err := a.Allocate(context.Background(), att("waiter"), nil); err != nil {
+	if _, err := newAt(t, dir, "10.0.0.0/29").Allocate(context.Background(), att("waiter"), nil); err != nil {
 		t.Fatalf("Allocate after the holder exited: %v", err)
 	}
 }
