@@ -28,6 +28,9 @@ type RouteTable interface {
 	QueueResync()
 	Apply() error
 	Stats() routes.Stats
+	// RetryAfter says when an unexpected route kept for the grace period
+	// may be removed: the loop applies again then.
+	RetryAfter() (time.Duration, bool)
 }
 
 var _ RouteTable = (*routes.RouteTable)(nil)
@@ -119,6 +122,7 @@ type Agent struct {
 	needApply    bool
 	needResync   bool
 	retryBackoff time.Duration
+	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 }
 
 // pending collects watcher hints between two loop passes.
@@ -274,9 +278,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer resync.Stop()
 	tick := time.NewTicker(a.opts.TickPeriod)
 	defer tick.Stop()
-	var retry *time.Timer
-	var retryC <-chan time.Time
+	var retry, grace *time.Timer
+	var retryC, graceC <-chan time.Time
 	for {
+		if a.graceWait > 0 {
+			if grace != nil {
+				grace.Stop()
+			}
+			grace = time.NewTimer(a.graceWait)
+			graceC = grace.C
+			a.graceWait = 0
+		}
 		if a.needApply && retryC == nil {
 			// The last apply failed: retry with backoff rather than wait
 			// for the next resync.
@@ -310,6 +322,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-retryC:
 			retryC = nil
 			a.needApply = true
+		case <-graceC:
+			graceC = nil
+			a.needApply = true // the tables kept the held interfaces dirty
 		}
 		if a.needResync {
 			a.fullSync()
@@ -589,6 +604,9 @@ func (a *Agent) apply() {
 	for i, rt := range []RouteTable{a.rt4, a.rt6} {
 		if rt == nil {
 			continue
+		}
+		if d, ok := rt.RetryAfter(); ok && (a.graceWait == 0 || d < a.graceWait) {
+			a.graceWait = max(d, time.Millisecond)
 		}
 		st := rt.Stats()
 		table := [2]string{"ipv4", "ipv6"}[i]

@@ -52,9 +52,10 @@ func (f *fakeRT) OnIfaceStateChanged(iface string, up bool) {
 	f.up[iface] = up
 	f.mu.Unlock()
 }
-func (f *fakeRT) MarkDirty(iface string) { f.mu.Lock(); f.dirty[iface]++; f.mu.Unlock() }
-func (f *fakeRT) QueueResync()           { f.mu.Lock(); f.resyncs++; f.mu.Unlock() }
-func (f *fakeRT) Apply() error           { f.mu.Lock(); defer f.mu.Unlock(); f.applies++; return f.applyErr }
+func (f *fakeRT) MarkDirty(iface string)            { f.mu.Lock(); f.dirty[iface]++; f.mu.Unlock() }
+func (f *fakeRT) QueueResync()                      { f.mu.Lock(); f.resyncs++; f.mu.Unlock() }
+func (f *fakeRT) Apply() error                      { f.mu.Lock(); defer f.mu.Unlock(); f.applies++; return f.applyErr }
+func (f *fakeRT) RetryAfter() (time.Duration, bool) { return 0, false }
 func (f *fakeRT) Stats() routes.Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -67,6 +67,9 @@ func WatchNetlink(ctx context.Context, a *Agent, log *slog.Logger) error {
 	go func() { <-ctx.Done(); close(done) }()
 	onErr := func(what string) func(error) {
 		return func(err error) {
+			if ctx.Err() != nil {
+				return // closing the subscription on shutdown reports an error
+			}
 			log.Warn("netlink subscription error, re-reading everything", "subscription", what, "err", err)
 			a.NotifyRescan()
 		}

@@ -1,0 +1,118 @@
+package cleanup
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// Options say what cleanup owns.
+type Options struct {
+	StateDir      string
+	IfacePrefix   string
+	RouteProtocol int
+}
+
+// Report lists what was removed.
+type Report struct {
+	Links  []string
+	Routes []string
+	Paths  []string
+}
+
+// Run removes routelet's links, routes and state in the calling process's
+// network namespace. Missing objects are not errors; every step runs even
+// when an earlier one failed, and the errors are joined.
+func Run(opts Options, log *slog.Logger) (Report, error) {
+	var rep Report
+	var errs []error
+	if opts.IfacePrefix == "" {
+		return rep, errors.New("cleanup: empty interface prefix would claim every interface")
+	}
+	if _, err := os.Lstat(opts.StateDir); err == nil {
+		store, err := state.Open(opts.StateDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: %w", err))
+		} else {
+			ws, bad := store.ListWorkloads()
+			for _, err := range bad {
+				log.Warn("cleanup: skipping bad record", "err", err)
+			}
+			for _, w := range ws {
+				if !strings.HasPrefix(w.HostIface, opts.IfacePrefix) {
+					continue
+				}
+				l, err := netlink.LinkByName(w.HostIface)
+				var nf netlink.LinkNotFoundError
+				if errors.As(err, &nf) {
+					continue // already gone
+				}
+				if err == nil {
+					err = netlink.LinkDel(l)
+				}
+				if err != nil && !errors.Is(err, unix.ENODEV) {
+					errs = append(errs, fmt.Errorf("cleanup: delete link %s: %w", w.HostIface, err))
+					continue
+				}
+				log.Info("deleted workload veth", "iface", w.HostIface, "container", w.ContainerID)
+				rep.Links = append(rep.Links, w.HostIface)
+			}
+		}
+	}
+
+	// Routes carrying our protocol are ours (DESIGN: every route routelet
+	// programs carries it); nothing else is touched.
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		filter := &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: netlink.RouteProtocol(opts.RouteProtocol)}
+		rs, err := netlink.RouteListFiltered(fam, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: list routes: %w", err))
+			continue
+		}
+		for i := range rs {
+			r := &rs[i]
+			if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("cleanup: delete route %s: %w", r, err))
+				continue
+			}
+			desc := "default"
+			if r.Dst != nil {
+				desc = r.Dst.String()
+			}
+			log.Info("deleted route", "cidr", desc, "ifindex", r.LinkIndex, "type", r.Type)
+			rep.Routes = append(rep.Routes, desc)
+		}
+	}
+
+	entries, err := os.ReadDir(opts.StateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("cleanup: read %s: %w", opts.StateDir, err))
+	}
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case n == "workloads" || n == "nodes" || n == "ipam" || n == "daemon.json" || strings.HasPrefix(n, ".tmp-"):
+		default:
+			log.Warn("cleanup: leaving unknown entry in the state directory", "path", filepath.Join(opts.StateDir, n))
+			continue
+		}
+		p := filepath.Join(opts.StateDir, n)
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: remove %s: %w", p, err))
+			continue
+		}
+		rep.Paths = append(rep.Paths, p)
+	}
+	if err := os.Remove(opts.StateDir); err == nil {
+		rep.Paths = append(rep.Paths, opts.StateDir)
+	}
+	return rep, errors.Join(errs...)
+}

@@ -1,0 +1,259 @@
+// Command routeletd is routelet's node daemon: it keeps the kernel's routes
+// in line with the state directory's workload records, publishes the node's
+// record and status, and serves health and metrics. See docs/daemon.md.
+//
+//	routeletd [flags]           run the daemon
+//	routeletd cleanup [flags]   remove what routelet created on this node
+//	routeletd version           print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/cleanup"
+	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/nodeid"
+	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFail   = 1
+	exitConfig = 2
+)
+
+func run(args []string) int {
+	cmd := "run"
+	if len(args) > 0 && (args[0] == "cleanup" || args[0] == "version") {
+		cmd, args = args[0], args[1:]
+	}
+	if cmd == "version" {
+		fmt.Println("routeletd", fullVersion())
+		return exitOK
+	}
+	cfg, err := config.Load(args, os.LookupEnv, os.ReadFile, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
+		return exitConfig
+	}
+	log := newLogger(cfg)
+	slog.SetDefault(log)
+	if cmd == "cleanup" {
+		rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol}, log)
+		log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
+		if err != nil {
+			log.Error("cleanup incomplete", "err", err)
+			return exitFail
+		}
+		return exitOK
+	}
+	if cfg.Datastore != config.DatastoreFile {
+		fmt.Fprintf(os.Stderr, "routeletd: config key %q: value %q is not supported by this version (only %q)\n",
+			"datastore", cfg.Datastore, config.DatastoreFile)
+		return exitConfig
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := daemon(ctx, cfg, log); err != nil {
+		log.Error("routeletd failed", "err", err)
+		return exitFail
+	}
+	log.Info("routeletd stopped; dataplane left in place")
+	return exitOK
+}
+
+func fullVersion() string {
+	if version != "dev" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return "dev-" + s.Value[:12]
+			}
+		}
+	}
+	return version
+}
+
+func newLogger(cfg *config.Config) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// daemon runs until ctx is done. It serves health first (not ready), waits
+// for the node's identity, then runs the apply loop.
+func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	log.Info("routeletd starting", "version", fullVersion(), "node", cfg.NodeName, "stateDir", cfg.StateDir,
+		"podCIDRs", cfg.PodCIDRs, "encapsulation", cfg.Encapsulation, "config", cfg.ConfigFile)
+	if cfg.Encapsulation != config.EncapNone || cfg.CrossSubnet || cfg.NATOutgoing {
+		log.Warn("overlay, cross-subnet and NAT outgoing are recorded but not implemented in this version: "+
+			"only local pod routes are programmed", "encapsulation", cfg.Encapsulation,
+			"crossSubnet", cfg.CrossSubnet, "natOutgoing", cfg.NATOutgoing)
+	}
+	if len(cfg.PodCIDRs) == 0 {
+		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
+	}
+	store, err := state.Open(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	// The loop ticks at least every device-check period; allow three misses.
+	status := health.NewStatus(max(3*cfg.DeviceCheckPeriod, 30*time.Second))
+	metrics := health.NewMetrics()
+	serveDone := make(chan struct{})
+	if cfg.HealthAddr != "" {
+		l, err := health.Listen(cfg.HealthAddr)
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer close(serveDone)
+			if err := health.Serve(ctx, l, health.Handler(status, metrics), log); err != nil {
+				log.Error("health server stopped", "err", err)
+			}
+		}()
+	} else {
+		close(serveDone)
+	}
+	defer func() { <-serveDone }()
+
+	id, err := waitIdentity(ctx, cfg, store, status, log)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
+	log.Info("node identity", "hostIPv4", addrString(id.IPv4), "hostIPv6", addrString(id.IPv6), "iface", id.Iface, "podMTU", podMTU)
+
+	self := state.Node{Name: cfg.NodeName, HostIPv4: addrString(id.IPv4), HostIPv6: addrString(id.IPv6)}
+	for _, b := range cfg.PodCIDRs {
+		self.Blocks = append(self.Blocks, b.String())
+	}
+	grace := cfg.GracePeriod
+	if grace == 0 {
+		grace = -1 // RouteTable: negative disables, 0 means its default
+	}
+	newTable := func(v int) (*routes.RouteTable, error) {
+		return routes.New(routes.Config{
+			IPVersion: v, Protocol: cfg.RouteProtocol,
+			InterfacePrefixes: []string{cfg.IfacePrefix}, IncludeNoInterface: true,
+			RemoveExternalRoutes: true, GracePeriod: grace,
+			Liveness: status.Progress, Logger: log.With("component", "routes"),
+		})
+	}
+	rt4, err := newTable(4)
+	if err != nil {
+		return err
+	}
+	defer rt4.Close()
+	var rt6 agent.RouteTable
+	if t6, err := newTable(6); err != nil {
+		log.Warn("IPv6 route table unavailable; IPv6 pod routes will not be programmed", "err", err)
+	} else {
+		defer t6.Close()
+		rt6 = t6
+	}
+	alloc, err := ipam.New(filepath.Join(cfg.StateDir, "ipam"), cfg.PodCIDRs, ipam.Options{})
+	if err != nil {
+		return err
+	}
+	a := agent.New(agent.Options{
+		NodeName: cfg.NodeName, Self: self, LocalBlocks: cfg.PodCIDRs, PodMTU: podMTU, Version: fullVersion(),
+		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
+		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
+		StaticARP: true,
+	}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, nil, status, metrics, log)
+
+	// Watchers first, so nothing that happens during the first sync is lost.
+	if err := agent.WatchFiles(ctx, a, store.WorkloadsDir(), store.NodesDir(), log); err != nil {
+		return err
+	}
+	if err := agent.WatchNetlink(ctx, a, log); err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// waitIdentity detects the node's address, retrying (not ready meanwhile)
+// until it succeeds: at boot the uplink may not be configured yet.
+func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, status *health.Status, log *slog.Logger) (nodeid.Identity, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nodeid.Identity{}, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	backoff := 250 * time.Millisecond
+	lastErr := ""
+	for {
+		id, err := nodeid.Detect(h, cfg.NodeIP)
+		if err == nil {
+			return id, nil
+		}
+		status.Progress()
+		if err.Error() != lastErr {
+			lastErr = err.Error()
+			reason := "waiting for the node IP: " + lastErr
+			log.Warn("cannot determine node IP yet, retrying", "nodeIP", cfg.NodeIP, "err", err)
+			status.SetReady(false, reason)
+			if werr := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); werr != nil {
+				log.Error("cannot write daemon status", "err", werr)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nodeid.Identity{}, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+// ipamReleaser adapts the built-in IPAM to agent.Releaser.
+type ipamReleaser struct{ a *ipam.Allocator }
+
+func (r ipamReleaser) Release(ctx context.Context, containerID, ifName string) error {
+	return r.a.Release(ctx, ipam.Attachment{ContainerID: containerID, IfName: ifName})
+}
