@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -204,5 +205,35 @@ func TestPreflight(t *testing.T) {
 		if e := preflight(func(k string) string { return env[k] }); e != nil {
 			t.Errorf("preflight(%v) = %v, want nil", env, e)
 		}
+	}
+}
+
+// TestExampleConflist loads conf/10-routelet.conflist's routelet stanza the
+// way a runtime hands it to the plugin.
+func TestExampleConflist(t *testing.T) {
+	b, err := os.ReadFile("../conf/10-routelet.conflist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		CNIVersion string           `json:"cniVersion"`
+		Name       string           `json:"name"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Fatalf("conf/10-routelet.conflist: %v", err)
+	}
+	if len(list.Plugins) != 2 || list.Plugins[0]["type"] != "routelet" || list.Plugins[1]["type"] != "portmap" {
+		t.Fatalf("plugins = %v, want routelet then portmap", list.Plugins)
+	}
+	stanza := list.Plugins[0]
+	stanza["name"], stanza["cniVersion"] = list.Name, list.CNIVersion
+	raw, _ := json.Marshal(stanza)
+	c, e := loadConfig(raw)
+	if e != nil {
+		t.Fatalf("example routelet stanza rejected: %v", e)
+	}
+	if c.StateDir != "/run/routelet" || c.Prefix != "cali" || c.Delegate != "" {
+		t.Errorf("example config parsed as %+v", c)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -419,4 +420,29 @@ func TestDelegatedIPAM(t *testing.T) {
 		}
 	}
 	n.assertEmpty("after DEL")
+}
+
+// TestFailedAddRollsBack makes the pod side fail after the address was
+// allocated and the veth created and configured on the host (the pod's
+// namespace has IPv6 disabled, so its IPv6 address is refused), and checks
+// that everything is undone.
+func TestFailedAddRollsBack(t *testing.T) {
+	n := newNode(t)
+	pod := newNetNS(t)
+	err := pod.Do(func(ns.NetNS) error {
+		return os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := n.conf("1.0.0", nil)
+	o := n.run(call{cmd: "ADD", containerID: "rollback", netns: pod.Path(), ifName: "eth0", conf: conf})
+	if o.exitCode == 0 {
+		t.Fatalf("ADD of an IPv6 address into a namespace without IPv6 succeeded: %s", o.stdout)
+	}
+	mustContain(t, "error", o.cniErr.Msg, "fd90::1/128", "eth0")
+	n.assertEmpty("after failed ADD")
+	if pv, err := podnet.InspectPod(pod.Path(), "eth0"); err != nil || pv.Exists {
+		t.Errorf("pod netns has eth0 after failed ADD (err %v)", err)
+	}
 }

@@ -312,6 +312,9 @@ func validateSpec(s Spec) error {
 		if !a.IsValid() || a.Is4In6() {
 			return fmt.Errorf("pod address %s: not a plain IPv4 or IPv6 address", a)
 		}
+		if a.Is6() && s.MTU < 1280 {
+			return fmt.Errorf("mtu %d: below 1280, the IPv6 minimum, but pod address %s is IPv6", s.MTU, a)
+		}
 	}
 	return nil
 }
