@@ -504,6 +504,10 @@ func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, erro
 		return nil, err
 	}
 	defer l.unlock()
+	// List is the GC path, where a scan is expected: tidy up after crashed
+	// writers on the way.
+	a.sweepTemps(addrsSubdir)
+	a.sweepTemps(attachmentsSubdir)
 	dir := a.sub(attachmentsSubdir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -555,4 +559,23 @@ func (a *Allocator) recordFromClaims(att Attachment) (*attachmentRecord, error) 
 		}
 	}
 	return rec, nil
+}
+
+// sweepTemps removes the temp files a killed writer left in sub. It must run
+// under the lock: every writer holds the lock while its temp file exists, so
+// any temp file seen by the lock holder belongs to a dead process.
+func (a *Allocator) sweepTemps(sub string) {
+	dir := a.sub(sub)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		slog.Warn("ipam: cannot list for temp files", "dir", dir, "err", err)
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tempPrefix) {
+			if err := removeFile(dir, e.Name()); err != nil {
+				slog.Warn("ipam: stale temp file not removed", "file", filepath.Join(dir, e.Name()), "err", err)
+			}
+		}
+	}
 }

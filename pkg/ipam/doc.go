@@ -22,9 +22,11 @@
 // and the block hint makes finding a free address O(1) on disk: the search
 // walks the hint bitmap in memory from the cursor (the address handed out
 // last, so released addresses are not reused at once) and lstats only the
-// candidate. Every operation holds an exclusive flock on lock, waiting at most
-// Options.LockTimeout; the kernel drops a dead holder's flock, so a crashed
-// plugin never wedges IPAM.
+// candidate. Every operation holds an exclusive flock on lock, waiting (in a
+// blocking flock, so the kernel hands the lock straight to the next waiter) at
+// most Options.LockTimeout; the kernel drops a dead holder's flock, so a
+// crashed plugin never wedges IPAM, and a waiter that gives up reports the
+// holder line the current holder wrote into the lock file.
 //
 // # Crash safety
 //
@@ -60,6 +62,15 @@
 //     reporting ErrExhausted every set bit is re-checked, so a free address
 //     is never lost for good.
 //
+// Temp files (".tmp-*") a killed writer leaves behind are never taken for
+// state; List, the GC path, removes them (under the lock, any temp file is a
+// dead writer's). A record that cannot be parsed makes Get and Allocate fail
+// naming the file; Release then finds that attachment's claims with the only
+// scan of addrs/ in the package, frees them and drops the record, so DEL
+// always converges.
+//
 // Writes are fsynced (file, then directory) like the rest of the state
-// directory, although only power loss, not a plugin crash, needs that.
+// directory, although only power loss, not a plugin crash, needs that. On the
+// tmpfs the state directory normally lives on, fsync costs nothing; on a
+// disk-backed directory it dominates the cost of an allocation.
 package ipam

@@ -548,3 +548,59 @@ func TestCorruptRecord(t *testing.T) {
 	}
 	checkOwnership(t, a)
 }
+
+func TestListSweepsTempFilesOfDeadWriters(t *testing.T) {
+	a := newTest(t, "10.0.0.0/29")
+	mustAllocate(t, a, att("c"))
+	var planted []string
+	for _, sub := range []string{addrsSubdir, attachmentsSubdir} {
+		p := filepath.Join(a.dir, sub, tempPrefix+"123")
+		if err := os.WriteFile(p, []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		planted = append(planted, p)
+	}
+	all, err := a.List(context.Background())
+	if err != nil || len(all) != 1 {
+		t.Fatalf("List = %v, %v", all, err)
+	}
+	for _, p := range planted {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("temp file %s survived List: %v", p, err)
+		}
+	}
+}
+
+func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
+	ctx := context.Background()
+	a := newTest(t, "10.0.0.0/29")
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A symlink at a claim path: the address counts as taken by an unknown
+	// owner, and nothing is written through it.
+	if err := os.Symlink(victim, filepath.Join(a.dir, addrsSubdir, "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustAllocate(t, a, att("a")); got[0].Addr.String() != "10.0.0.2" {
+		t.Errorf("Allocate next to a planted claim symlink = %v, want 10.0.0.2", got)
+	}
+	if _, err := a.Allocate(ctx, att("b"), []netip.Addr{netip.MustParseAddr("10.0.0.1")}); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("requesting the symlinked address: err = %v, want ErrInUse mentioning the symlink", err)
+	}
+	// A symlink at a record path is refused on read and replaced on write.
+	rec := filepath.Join(a.dir, attachmentsSubdir, "c_eth0.json")
+	if err := os.Symlink(victim, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctx, att("c")); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("Get through a record symlink: err = %v, want a refusal", err)
+	}
+	if err := a.Release(ctx, att("c")); err != nil {
+		t.Errorf("Release with a planted record symlink: %v", err)
+	}
+	if data, _ := os.ReadFile(victim); string(data) != "precious" {
+		t.Errorf("symlink target changed to %q", data)
+	}
+}
