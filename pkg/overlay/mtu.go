@@ -1,0 +1,47 @@
+package overlay
+
+import "fmt"
+
+// Encapsulation overheads in bytes: outer IP header + UDP + VXLAN + inner
+// Ethernet for VXLAN, outer IPv4 header for IPIP.
+const (
+	OverheadVXLANv4 = 50
+	OverheadVXLANv6 = 70
+	OverheadIPIP    = 20
+)
+
+// Overhead returns the bytes the mode's encapsulation adds to a packet on an
+// IPv4 (underlayV6 false) or IPv6 underlay. Cross-subnet modes count the
+// encapsulated case, since some peers are still reached through the tunnel.
+func Overhead(mode Mode, underlayV6 bool) int {
+	switch mode {
+	case ModeVXLAN, ModeVXLANCrossSubnet:
+		if underlayV6 {
+			return OverheadVXLANv6
+		}
+		return OverheadVXLANv4
+	case ModeIPIP, ModeIPIPCrossSubnet:
+		return OverheadIPIP
+	}
+	return 0
+}
+
+// PodMTU returns the MTU for pod interfaces and overlay devices: configured
+// when positive, else the parent's MTU minus the mode's overhead. The error
+// names the values when the result would be below the IPv4 minimum of 68 (or
+// 1280 for an IPv6 underlay, whose VXLAN device carries IPv6 pods).
+func PodMTU(configured, parentMTU int, mode Mode, underlayV6 bool) (int, error) {
+	if configured > 0 {
+		return configured, nil
+	}
+	mtu := parentMTU - Overhead(mode, underlayV6)
+	min := 68
+	if underlayV6 {
+		min = 1280
+	}
+	if mtu < min {
+		return 0, fmt.Errorf("mtu: parent MTU %d minus %s overhead %d is %d, below the minimum %d",
+			parentMTU, mode, Overhead(mode, underlayV6), mtu, min)
+	}
+	return mtu, nil
+}
