@@ -92,6 +92,7 @@ func TestBadInput(t *testing.T) {
 		{"invalid CNI_CONTAINERID", func(n *node, c *call) { c.containerID = "bad/id" }, types.ErrInvalidEnvironmentVariables, []string{"CNI_CONTAINERID", "bad/id"}},
 		{"ifname too long", func(n *node, c *call) { c.ifName = "eth0123456789abcdef" }, types.ErrInvalidEnvironmentVariables, []string{"CNI_IFNAME", "eth0123456789abcdef"}},
 		{"netns is a regular file", func(n *node, c *call) { c.netns = regular }, types.ErrInvalidEnvironmentVariables, []string{"CNI_NETNS", regular}},
+		{"netns is the node's own", func(n *node, c *call) { c.netns = n.ns.Path() }, types.ErrInvalidEnvironmentVariables, []string{"CNI_NETNS", "own"}},
 		{"malformed JSON", func(n *node, c *call) { c.conf = []byte(`{"cniVersion":"1.0.0","name":`) }, types.ErrDecodingFailure, []string{"unexpected end of JSON"}},
 		{"unsupported cniVersion", func(n *node, c *call) { c.conf = n.conf("9.9.9", nil) }, types.ErrIncompatibleCNIVersion, []string{"9.9.9"}},
 		{"bad CNI_ARGS", func(n *node, c *call) { c.args = "FOO=bar" }, types.ErrInvalidEnvironmentVariables, []string{"CNI_ARGS", "FOO=bar"}},

@@ -66,6 +66,13 @@ func Setup(spec Spec) (*Attached, error) {
 		return nil, fmt.Errorf("open netns %s: %w", spec.Netns, err)
 	}
 	defer nsh.Close()
+	if self, err := netns.Get(); err == nil {
+		same := self.Equal(nsh)
+		self.Close()
+		if same {
+			return nil, fmt.Errorf("netns %s is the node's own namespace", spec.Netns)
+		}
+	}
 	host, err := netlink.NewHandle()
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in node netns: %w", err)
