@@ -137,9 +137,9 @@ func (a *Allocator) blocksString(fam int) string {
 
 // owned returns the allocations of rec that att really owns (its claim file
 // names att), in record order.
-func (a *Allocator) owned(att Attachment, rec *attachmentRecord) ([]Allocation, error) {
+func (a *Allocator) owned(att Attachment, rec *attachmentRecord) []Allocation {
 	if rec == nil {
-		return nil, nil
+		return nil
 	}
 	var out []Allocation
 	for _, al := range rec.Allocations {
@@ -152,7 +152,7 @@ func (a *Allocator) owned(att Attachment, rec *attachmentRecord) ([]Allocation, 
 			out = append(out, Allocation(al))
 		}
 	}
-	return out, nil
+	return out
 }
 
 func sortAllocations(allocs []Allocation) {
@@ -198,10 +198,7 @@ func (a *Allocator) allocate(ctx context.Context, att Attachment, requested []ne
 	if err != nil {
 		return nil, fmt.Errorf("ipam: allocate for %s/%s: %w", att.ContainerID, att.IfName, err)
 	}
-	held, err := a.owned(att, rec)
-	if err != nil {
-		return nil, err
-	}
+	held := a.owned(att, rec)
 	heldFam := map[int]Allocation{}
 	for _, h := range held {
 		if _, dup := heldFam[family(h.Addr)]; !dup {
@@ -439,29 +436,16 @@ func (a *Allocator) release(ctx context.Context, att Attachment) error {
 	for _, al := range rec.Allocations {
 		owner, found, err := a.readOwner(al.Addr)
 		if err != nil {
-			errs = append(errs, err)
+			// Whose it is cannot be told: leave it taken (safe) rather
+			// than fail every retry of this release.
+			slog.Warn("ipam: unreadable claim left in place", "addr", al.Addr, "err", err)
 			continue
 		}
 		if !found || owner != att {
 			continue // never claimed (crashed Allocate) or someone else's now
 		}
 		// Hint bit first, claim second: a set bit must always have a claim.
-		if !al.Block.IsValid() {
-			// No block known (record rebuilt from claims): no hint to update.
-		} else if m, err := openBlockMapIfExists(a.sub(blocksSubdir), al.Block); err != nil {
-			errs = append(errs, err)
-			continue
-		} else if m != nil {
-			off, ok := m.offset(al.Addr)
-			if ok {
-				err = m.set(off, false)
-			}
-			m.close()
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		}
+		a.clearHint(Allocation(al))
 		a.step("unhint")
 		if err := a.unclaim(al.Addr); err != nil {
 			errs = append(errs, err)
@@ -480,6 +464,25 @@ func (a *Allocator) release(ctx context.Context, att Attachment) error {
 	return nil
 }
 
+// clearHint clears al's bit in its block's hint, when there is one. A hint
+// that cannot be updated is only logged: the bit then wrongly says "taken",
+// which the re-check before ErrExhausted repairs, and the release goes on.
+func (a *Allocator) clearHint(al Allocation) {
+	if !al.Block.IsValid() {
+		return // record rebuilt from claims for an address outside the blocks
+	}
+	m, err := openBlockMapIfExists(a.sub(blocksSubdir), al.Block)
+	if err == nil && m != nil {
+		if off, ok := m.offset(al.Addr); ok {
+			err = m.set(off, false)
+		}
+		m.close()
+	}
+	if err != nil {
+		slog.Warn("ipam: block hint not updated", "addr", al.Addr, "err", err)
+	}
+}
+
 func (a *Allocator) get(ctx context.Context, att Attachment) ([]Allocation, error) {
 	if err := validateAttachment(att); err != nil {
 		return nil, fmt.Errorf("ipam: get: %w", err)
@@ -493,9 +496,9 @@ func (a *Allocator) get(ctx context.Context, att Attachment) ([]Allocation, erro
 	if err != nil {
 		return nil, fmt.Errorf("ipam: get %s/%s: %w", att.ContainerID, att.IfName, err)
 	}
-	held, err := a.owned(att, rec)
+	held := a.owned(att, rec)
 	sortAllocations(held)
-	return held, err
+	return held, nil
 }
 
 func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, error) {
@@ -527,11 +530,7 @@ func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, erro
 			continue
 		}
 		att := Attachment{ContainerID: rec.ContainerID, IfName: rec.IfName}
-		held, err := a.owned(att, rec)
-		if err != nil {
-			return nil, err
-		}
-		if len(held) > 0 {
+		if held := a.owned(att, rec); len(held) > 0 {
 			sortAllocations(held)
 			out[att] = held
 		}

@@ -600,6 +600,21 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 	if err := a.Release(ctx, att("c")); err != nil {
 		t.Errorf("Release with a planted record symlink: %v", err)
 	}
+	// An unreadable claim of a listed address does not wedge DEL: the
+	// address stays taken (its owner cannot be told) and the release ends.
+	claim := filepath.Join(a.dir, addrsSubdir, "10.0.0.2")
+	if err := os.Remove(claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, att("a")); err != nil {
+		t.Errorf("Release with an unreadable claim: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(a.dir, attachmentsSubdir, "a_eth0.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Release left a's record: %v", err)
+	}
 	if data, _ := os.ReadFile(victim); string(data) != "precious" {
 		t.Errorf("symlink target changed to %q", data)
 	}
