@@ -1,0 +1,328 @@
+package ipset
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func pfx(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// wantSnapshot fails unless the fake holds exactly want (name → members).
+func wantSnapshot(t *testing.T, f *Fake, want map[string][]netip.Prefix) {
+	t.Helper()
+	got := f.Snapshot()
+	for _, m := range want {
+		slices.SortFunc(m, func(a, b netip.Prefix) int { return a.Compare(b) })
+	}
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("kernel sets = %v, want %v", got, want)
+	}
+}
+
+func TestSetsCreateThenApplyByDifference(t *testing.T) {
+	f := NewFake()
+	s := NewSets(f, nil)
+	if err := s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.2/32", "198.51.100.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(Name(VXLANPeers, IPv6), IPv6, pfx("2001:db8::1/128")); err != nil {
+		t.Fatal(err)
+	}
+	if f.Writes() != 0 {
+		t.Fatalf("Set touched the kernel: %d writes", f.Writes())
+	}
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wantSnapshot(t, f, map[string][]netip.Prefix{
+		"routelet-vxlan-peers":    pfx("192.0.2.1/32", "192.0.2.2/32", "198.51.100.0/24"),
+		"routelet-vxlan-peers-v6": pfx("2001:db8::1/128"),
+	})
+	if f.Calls("rename") != 2 || f.Calls("swap") != 0 {
+		t.Fatalf("first creation: %d renames, %d swaps; want the scratch set renamed into place for each set", f.Calls("rename"), f.Calls("swap"))
+	}
+
+	// One member changed: one add, one del, no read, no rewrite.
+	f.ResetCalls()
+	if err := s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.3/32", "198.51.100.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Calls("add") != 1 || f.Calls("del") != 1 || f.Writes() != 2 || f.Calls("list") != 0 {
+		t.Fatalf("one-member change: add=%d del=%d writes=%d lists=%d; want 1 1 2 0",
+			f.Calls("add"), f.Calls("del"), f.Writes(), f.Calls("list"))
+	}
+	wantSnapshot(t, f, map[string][]netip.Prefix{
+		"routelet-vxlan-peers":    pfx("192.0.2.1/32", "192.0.2.3/32", "198.51.100.0/24"),
+		"routelet-vxlan-peers-v6": pfx("2001:db8::1/128"),
+	})
+
+	// No change: the same members again, then Apply: no call at all.
+	f.ResetCalls()
+	if err := s.Set(VXLANPeers, IPv4, pfx("198.51.100.7/24", "192.0.2.3/32", "192.0.2.1/32")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Calls("list") + f.Writes(); n != 0 {
+		t.Fatalf("no-change Apply made %d kernel calls, want 0", n)
+	}
+	// Check reads each set once and writes nothing.
+	if n, err := s.Check(); err != nil || n != 0 {
+		t.Fatalf("Check = %d, %v; want 0 drifted", n, err)
+	}
+	if f.Calls("list") != 2 || f.Writes() != 0 {
+		t.Fatalf("clean Check: lists=%d writes=%d; want 2 0", f.Calls("list"), f.Writes())
+	}
+}
+
+func TestSetsValidation(t *testing.T) {
+	s := NewSets(NewFake(), nil)
+	for _, tc := range []struct {
+		name    string
+		family  Family
+		members []netip.Prefix
+		inErr   string
+	}{
+		{"kube-peers", IPv4, nil, `"kube-peers"`},
+		{"routelet-a-very-long-name-beyond", IPv4, nil, "longer than"},
+		{"routelet-x", Family(7), nil, "unknown family 7"},
+		{"routelet-x", IPv4, pfx("2001:db8::/64"), "2001:db8::/64 is not an inet prefix"},
+		{"routelet-x", IPv6, pfx("10.0.0.0/8"), "10.0.0.0/8 is not an inet6 prefix"},
+		{"routelet-x", IPv4, pfx("0.0.0.0/0"), "0.0.0.0/0"},
+		{"routelet-x", IPv4, []netip.Prefix{{}}, "invalid member"},
+	} {
+		err := s.Set(tc.name, tc.family, tc.members)
+		if err == nil || !strings.Contains(err.Error(), tc.inErr) {
+			t.Errorf("Set(%q, %v, %v) err = %v, want it to mention %q", tc.name, tc.family, tc.members, err, tc.inErr)
+		}
+	}
+	if s.Dirty() {
+		t.Fatal("rejected Set calls marked something dirty")
+	}
+	// Host bits are cleared.
+	if err := s.Set("routelet-x", IPv4, pfx("10.1.2.3/16")); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := s.Members("routelet-x"); !slices.Equal(m, pfx("10.1.0.0/16")) {
+		t.Fatalf("Members = %v, want [10.1.0.0/16]", m)
+	}
+}
+
+func TestSetsLargeDifferenceSwapsAtomically(t *testing.T) {
+	f := NewFake()
+	old := make([]netip.Prefix, 100)
+	for i := range old {
+		old[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 32)
+	}
+	f.Put(Pools, "", IPv4, old...)
+	f.SetReferenced(Pools, true) // a rule uses it: swapping is fine, destroying is not
+	s := NewSets(f, nil)
+	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16", "10.245.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Calls("swap") != 1 || f.Calls("del") != 0 {
+		t.Fatalf("large difference: swaps=%d dels=%d; want 1 swap and no member deletes", f.Calls("swap"), f.Calls("del"))
+	}
+	wantSnapshot(t, f, map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16", "10.245.0.0/16")})
+}
+
+func TestSetsWrongTypeOrFamilyReplaced(t *testing.T) {
+	f := NewFake()
+	f.Put(Pools, "hash:ip", IPv4, pfx("10.0.0.1/32")...)
+	f.Put(Name(Pools, IPv6), "", IPv4, pfx("10.0.0.2/32")...) // v4 set under the v6 name
+	s := NewSets(f, nil)
+	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(Name(Pools, IPv6), IPv6, pfx("fd00::/48")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wantSnapshot(t, f, map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16"), Pools + V6Suffix: pfx("fd00::/48")})
+	info, _ := f.List(Pools)
+	if info.Type != HashNet {
+		t.Fatalf("type = %q, want %q", info.Type, HashNet)
+	}
+
+	// A wrong-family set a rule still uses cannot be replaced: the error
+	// says why and the set stays dirty.
+	f = NewFake()
+	f.Put(Pools, "", IPv6)
+	f.SetReferenced(Pools, true)
+	s = NewSets(f, nil)
+	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Apply()
+	if !errors.Is(err, ErrReferenced) || !strings.Contains(err.Error(), "cannot be replaced") {
+		t.Fatalf("Apply err = %v, want ErrReferenced explaining the set cannot be replaced", err)
+	}
+	if !s.Dirty() {
+		t.Fatal("failed set not left dirty")
+	}
+	f.SetReferenced(Pools, false)
+	if err := s.Apply(); err != nil {
+		t.Fatalf("retry after the rule is gone: %v", err)
+	}
+	wantSnapshot(t, f, map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16")})
+}
+
+// scenario prepares a fake kernel and a Sets with a desired state that takes
+// several kernel calls of every kind to reach.
+type scenario struct {
+	name  string
+	setup func(f *Fake, s *Sets)
+	want  map[string][]netip.Prefix
+}
+
+var scenarios = []scenario{
+	{
+		name: "create",
+		setup: func(f *Fake, s *Sets) {
+			_ = s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.2/32"))
+			_ = s.Set(Name(VXLANPeers, IPv6), IPv6, pfx("2001:db8::1/128"))
+		},
+		want: map[string][]netip.Prefix{VXLANPeers: pfx("192.0.2.1/32", "192.0.2.2/32"), VXLANPeers + V6Suffix: pfx("2001:db8::1/128")},
+	},
+	{
+		name: "diff",
+		setup: func(f *Fake, s *Sets) {
+			f.Put(IPIPPeers, "", IPv4, pfx("192.0.2.1/32", "192.0.2.9/32", "192.0.2.10/32")...)
+			_ = s.Set(IPIPPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32"))
+		},
+		want: map[string][]netip.Prefix{IPIPPeers: pfx("192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32")},
+	},
+	{
+		name: "wrong-type-and-removed",
+		setup: func(f *Fake, s *Sets) {
+			f.Put(Pools, "hash:ip", IPv4, pfx("10.0.0.1/32")...)
+			f.Put(IPIPPeers, "", IPv4, pfx("10.0.0.1/32")...)
+			f.Put("other-set", "", IPv4, pfx("10.0.0.1/32")...)
+			_ = s.Set(Pools, IPv4, pfx("10.244.0.0/16", "10.245.0.0/16"))
+			_ = s.Set(IPIPPeers, IPv4, nil)
+			s.Remove(IPIPPeers)
+		},
+		want: map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16", "10.245.0.0/16"), "other-set": pfx("10.0.0.1/32")},
+	},
+}
+
+// TestSetsFailureMatrixConverges fails each kernel call of each scenario in
+// turn: Apply reports the failure and leaves the set dirty, and the next
+// Apply reaches exactly the desired state with no scratch set left behind.
+func TestSetsFailureMatrixConverges(t *testing.T) {
+	for _, sc := range scenarios {
+		// Count the calls a clean run makes.
+		f := NewFake()
+		s := NewSets(f, nil)
+		sc.setup(f, s)
+		f.ResetCalls()
+		if err := s.Apply(); err != nil {
+			t.Fatalf("%s: clean run: %v", sc.name, err)
+		}
+		wantSnapshot(t, f, sc.want)
+		total := f.Calls("list") + f.Writes()
+
+		for i := 1; i <= total; i++ {
+			t.Run(fmt.Sprintf("%s/fail-call-%d", sc.name, i), func(t *testing.T) {
+				f := NewFake()
+				s := NewSets(f, nil)
+				sc.setup(f, s)
+				n := 0
+				var failedOp string
+				f.Inject = func(op, name string) error {
+					n++
+					if n == i {
+						failedOp = op + " " + name
+						return fmt.Errorf("injected failure of %s", failedOp)
+					}
+					return nil
+				}
+				if err := s.Apply(); err == nil || !strings.Contains(err.Error(), "injected") {
+					t.Fatalf("Apply with call %d failing: err = %v, want the injected error", i, err)
+				}
+				if !s.Dirty() {
+					t.Fatalf("after failed %s nothing is dirty", failedOp)
+				}
+				f.Inject = nil
+				if err := s.Apply(); err != nil {
+					t.Fatalf("retry after failed %s: %v", failedOp, err)
+				}
+				if s.Dirty() {
+					t.Fatal("still dirty after a clean retry")
+				}
+				wantSnapshot(t, f, sc.want)
+			})
+		}
+	}
+}
+
+func TestSetsCheckRepairsDrift(t *testing.T) {
+	f := NewFake()
+	s := NewSets(f, nil)
+	want := pfx("192.0.2.1/32", "192.0.2.2/32")
+	if err := s.Set(VXLANPeers, IPv4, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tamper := range []struct {
+		name string
+		do   func()
+	}{
+		{"member deleted", func() { _ = f.Del(VXLANPeers, want[0]) }},
+		{"foreign member added", func() { _ = f.Add(VXLANPeers, netip.MustParsePrefix("203.0.113.66/32")) }},
+		{"set destroyed", func() { _ = f.Destroy(VXLANPeers) }},
+		{"set replaced by another type", func() { f.Put(VXLANPeers, "hash:ip", IPv4, want...) }},
+	} {
+		tamper.do()
+		n, err := s.Check()
+		if err != nil || n != 1 {
+			t.Fatalf("%s: Check = %d, %v; want 1 drifted set repaired", tamper.name, n, err)
+		}
+		wantSnapshot(t, f, map[string][]netip.Prefix{VXLANPeers: want})
+	}
+}
+
+func TestSetsRemoveAndCleanup(t *testing.T) {
+	f := NewFake()
+	f.Put("kube-something", "", IPv4, pfx("10.0.0.1/32")...)
+	f.Put(Pools+TmpSuffix, "", IPv4) // left by a crash mid-rewrite
+	s := NewSets(f, nil)
+	_ = s.Set(Pools, IPv4, pfx("10.244.0.0/16"))
+	_ = s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32"))
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	s.Remove(VXLANPeers)
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.List(VXLANPeers); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("removed set still present (err %v)", err)
+	}
+	if err := Cleanup(f, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantSnapshot(t, f, map[string][]netip.Prefix{"kube-something": pfx("10.0.0.1/32")})
+}
