@@ -45,7 +45,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	// A second ADD for a live attachment must fail before it touches
 	// anything: its rollback would otherwise release the live pod's address.
-	if pv, err := podnet.InspectPod(args.Netns, args.IfName); err != nil {
+	if pv, err := dp.InspectPod(args.Netns, args.IfName); err != nil {
 		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_NETNS %q: %v", args.Netns, err)
 	} else if pv.Exists {
 		return cniErr(types.ErrInternal, "interface %s already exists in netns %s (ADD without DEL?)", args.IfName, args.Netns)
@@ -107,10 +107,10 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	for _, a := range addrs {
 		has6 = has6 || a.Is6()
 	}
-	if err = podnet.EnableForwarding(has6); err != nil {
+	if err = dp.EnableForwarding(has6); err != nil {
 		return cniErr(types.ErrInternal, "enable forwarding: %v", err)
 	}
-	att, err := podnet.Setup(podnet.Spec{
+	att, err := dp.Setup(podnet.Spec{
 		HostIface: hostIf,
 		ContIface: args.IfName,
 		Netns:     args.Netns,
@@ -120,7 +120,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return cniErr(types.ErrInternal, "set up pod network: %v", err)
 	}
-	undo = append(undo, func() error { return podnet.Teardown(hostIf) })
+	undo = append(undo, func() error { return dp.Teardown(hostIf) })
 
 	rec := &state.Workload{
 		ContainerID:  args.ContainerID,
@@ -139,12 +139,15 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	undo = append(undo, func() error { return store.DeleteWorkload(args.ContainerID, args.IfName) })
 
-	if err = podnet.AddHostRoutes(hostIf, addrs); err != nil {
+	if err = dp.AddHostRoutes(hostIf, addrs); err != nil {
 		return cniErr(types.ErrInternal, "host routes: %v", err)
 	}
 
-	res := buildResult(att, addrs, dns)
-	if err = types.PrintResult(res, c.CNIVersion); err != nil {
+	res, err := buildResult(att, addrs, dns).GetAsVersion(c.CNIVersion)
+	if err != nil {
+		return cniErr(types.ErrIncompatibleCNIVersion, "convert result to %s: %v", c.CNIVersion, err)
+	}
+	if err = res.PrintTo(stdout); err != nil {
 		return cniErr(types.ErrIOFailure, "print result: %v", err)
 	}
 	return nil

@@ -106,7 +106,7 @@ func expectedFromPrev(prev *types100.Result, args *skel.CmdArgs, c *config, ka *
 
 // checkPod compares the container interface with prevResult.
 func checkPod(args *skel.CmdArgs, want *expected) []string {
-	pv, err := podnet.InspectPod(args.Netns, args.IfName)
+	pv, err := dp.InspectPod(args.Netns, args.IfName)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -149,7 +149,7 @@ func checkPod(args *skel.CmdArgs, want *expected) []string {
 
 // checkHost verifies the host veth and one host route per pod address.
 func checkHost(want *expected) []string {
-	hv, err := podnet.InspectHost(want.hostIf)
+	hv, err := dp.InspectHost(want.hostIf)
 	if err != nil {
 		return []string{err.Error()}
 	}

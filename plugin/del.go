@@ -13,7 +13,6 @@ import (
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
 
 	"github.com/routelet/routelet/pkg/ipam"
-	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -78,7 +77,7 @@ func deleteHostVeth(store *state.Store, hostIf string, shared bool, containerID,
 			return nil
 		}
 	}
-	if err := podnet.Teardown(hostIf); err != nil {
+	if err := dp.Teardown(hostIf); err != nil {
 		return fmt.Errorf("delete host veth: %w", err)
 	}
 	return nil

@@ -21,6 +21,7 @@ import (
 // TestLifecycle runs ADD, ping pod to pod (v4 and v6), CHECK, DEL, DEL again
 // and ADD after DEL for every supported spec version.
 func TestLifecycle(t *testing.T) {
+	needRoot(t)
 	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			n := newNode(t)

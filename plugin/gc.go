@@ -11,7 +11,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routelet/routelet/pkg/ipam"
-	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -49,7 +48,7 @@ func cmdGC(args *skel.CmdArgs) error {
 		slog.Info("collecting stale attachment", "container", r.ContainerID, "ifname", r.IfName, "iface", r.HostIface)
 		var stepErrs []error
 		if r.HostIface != "" && !claimedByLive(recs, keep, c.Name, r) {
-			if err := podnet.Teardown(r.HostIface); err != nil {
+			if err := dp.Teardown(r.HostIface); err != nil {
 				stepErrs = append(stepErrs, err)
 			}
 		}

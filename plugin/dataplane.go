@@ -1,0 +1,45 @@
+package main
+
+import (
+	"io"
+	"net/netip"
+	"os"
+
+	"github.com/routelet/routelet/pkg/podnet"
+)
+
+// dataplane is the kernel work the commands need, as one narrow seam:
+// pkg/podnet in the binary, an in-memory fake with failure injection in the
+// unit tests.
+type dataplane interface {
+	InspectPod(netnsPath, ifName string) (*podnet.PodView, error)
+	InspectHost(hostIface string) (*podnet.HostView, error)
+	EnableForwarding(ipv6 bool) error
+	Setup(spec podnet.Spec) (*podnet.Attached, error)
+	AddHostRoutes(hostIface string, addrs []netip.Addr) error
+	Teardown(hostIface string) error
+}
+
+// kernel is the real dataplane.
+type kernel struct{}
+
+var _ dataplane = kernel{}
+
+func (kernel) InspectPod(netnsPath, ifName string) (*podnet.PodView, error) {
+	return podnet.InspectPod(netnsPath, ifName)
+}
+func (kernel) InspectHost(hostIface string) (*podnet.HostView, error) {
+	return podnet.InspectHost(hostIface)
+}
+func (kernel) EnableForwarding(ipv6 bool) error                 { return podnet.EnableForwarding(ipv6) }
+func (kernel) Setup(spec podnet.Spec) (*podnet.Attached, error) { return podnet.Setup(spec) }
+func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr) error {
+	return podnet.AddHostRoutes(hostIface, addrs)
+}
+func (kernel) Teardown(hostIface string) error { return podnet.Teardown(hostIface) }
+
+// dp is the dataplane the commands use; unit tests swap it.
+var dp dataplane = kernel{}
+
+// stdout receives results; unit tests swap it.
+var stdout io.Writer = os.Stdout

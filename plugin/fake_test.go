@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/routelet/routelet/pkg/podnet"
+)
+
+// fakeDataplane keeps veths and host routes in memory and fails the step
+// named in failAt.
+type fakeDataplane struct {
+	failAt string
+	veths  map[string]podnet.Spec  // host iface → what Setup made
+	routes map[string][]netip.Addr // host iface → host routes
+	calls  []string                // step names in call order
+	podIfs map[string]bool         // "<netns>/<ifname>" present
+}
+
+var _ dataplane = (*fakeDataplane)(nil)
+
+func newFake() *fakeDataplane {
+	return &fakeDataplane{veths: map[string]podnet.Spec{}, routes: map[string][]netip.Addr{}, podIfs: map[string]bool{}}
+}
+
+var errInjected = errors.New("injected failure")
+
+func (f *fakeDataplane) step(name string) error {
+	f.calls = append(f.calls, name)
+	if f.failAt == name {
+		return fmt.Errorf("%s: %w", name, errInjected)
+	}
+	return nil
+}
+
+func (f *fakeDataplane) InspectPod(netnsPath, ifName string) (*podnet.PodView, error) {
+	if err := f.step("inspect-pod"); err != nil {
+		return nil, err
+	}
+	v := &podnet.PodView{Exists: f.podIfs[netnsPath+"/"+ifName]}
+	if v.Exists {
+		for _, s := range f.veths {
+			if s.Netns == netnsPath && s.ContIface == ifName {
+				v.Up, v.MAC = true, "02:00:00:00:00:01"
+				for _, a := range s.Addrs {
+					v.Addrs = append(v.Addrs, netip.PrefixFrom(a, a.BitLen()))
+				}
+				v.Routes = []podnet.Route{
+					{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gw: podnet.GatewayV4},
+					{Dst: netip.MustParsePrefix("::/0"), Gw: podnet.GatewayV6},
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+func (f *fakeDataplane) InspectHost(hostIface string) (*podnet.HostView, error) {
+	if err := f.step("inspect-host"); err != nil {
+		return nil, err
+	}
+	if _, ok := f.veths[hostIface]; !ok {
+		return &podnet.HostView{}, nil
+	}
+	v := &podnet.HostView{Exists: true, Type: "veth", Up: true, MAC: podnet.HostMAC.String()}
+	for _, a := range f.routes[hostIface] {
+		v.Routes = append(v.Routes, podnet.Route{Dst: netip.PrefixFrom(a, a.BitLen()), Protocol: int(podnet.RouteProtocol)})
+	}
+	return v, nil
+}
+
+func (f *fakeDataplane) EnableForwarding(bool) error { return f.step("forwarding") }
+
+func (f *fakeDataplane) Setup(spec podnet.Spec) (*podnet.Attached, error) {
+	if err := f.step("setup"); err != nil {
+		return nil, err
+	}
+	f.veths[spec.HostIface] = spec
+	f.podIfs[spec.Netns+"/"+spec.ContIface] = true
+	mac, _ := net.ParseMAC("02:00:00:00:00:01")
+	return &podnet.Attached{HostIface: spec.HostIface, HostMAC: podnet.HostMAC, ContIface: spec.ContIface,
+		ContMAC: mac, MTU: spec.MTU, NetnsPath: spec.Netns}, nil
+}
+
+func (f *fakeDataplane) AddHostRoutes(hostIface string, addrs []netip.Addr) error {
+	if err := f.step("host-routes"); err != nil {
+		return err
+	}
+	f.routes[hostIface] = append(f.routes[hostIface], addrs...)
+	return nil
+}
+
+func (f *fakeDataplane) Teardown(hostIface string) error {
+	if err := f.step("teardown"); err != nil {
+		return err
+	}
+	if s, ok := f.veths[hostIface]; ok {
+		delete(f.podIfs, s.Netns+"/"+s.ContIface)
+	}
+	delete(f.veths, hostIface)
+	delete(f.routes, hostIface)
+	return nil
+}
+
+// useFake swaps the dataplane and stdout for the test's duration.
+func useFake(t *testing.T) (*fakeDataplane, *bytes.Buffer) {
+	t.Helper()
+	f := newFake()
+	var out bytes.Buffer
+	oldDP, oldOut := dp, stdout
+	dp, stdout = f, &out
+	t.Cleanup(func() { dp, stdout = oldDP, oldOut })
+	return f, &out
+}
+
+// unitNode is a state directory for fake-backed command tests.
+func unitNode(t *testing.T) (*node, []byte) {
+	n := &node{t: t, stateDir: filepath.Join(t.TempDir(), "state")}
+	return n, n.conf("1.0.0", nil)
+}
+
+// TestAddFailureMatrix fails each step of ADD in turn and checks that the
+// address, the veth, the record and the host routes are all undone and the
+// error names the failed step. It needs no root: the kernel is faked, the
+// IPAM and state directory are real.
+func TestAddFailureMatrix(t *testing.T) {
+	for _, step := range []string{"inspect-pod", "forwarding", "setup", "host-routes"} {
+		t.Run(step, func(t *testing.T) {
+			f, out := useFake(t)
+			f.failAt = step
+			n, conf := unitNode(t)
+			err := cmdAdd(&skel.CmdArgs{ContainerID: "matrix", Netns: "/run/netns/pod", IfName: "eth0", StdinData: conf})
+			if err == nil {
+				t.Fatalf("ADD succeeded with %s failing", step)
+			}
+			if !strings.Contains(err.Error(), step) {
+				t.Errorf("error %q does not name the failed step %s", err, step)
+			}
+			if out.Len() != 0 {
+				t.Errorf("failed ADD printed a result: %s", out)
+			}
+			if len(f.veths) != 0 || len(f.routes) != 0 {
+				t.Errorf("veths %v / routes %v left after failed ADD", f.veths, f.routes)
+			}
+			if r := n.records(); len(r) != 0 {
+				t.Errorf("%d records left after failed ADD", len(r))
+			}
+			if a := n.allocations(); len(a) != 0 {
+				t.Errorf("allocations left after failed ADD: %v", a)
+			}
+		})
+	}
+}
+
+// TestAddDelWithFake walks ADD, CHECK and DEL against the fake, including a
+// DEL whose veth teardown fails (the record must survive for the retry).
+func TestAddDelWithFake(t *testing.T) {
+	f, out := useFake(t)
+	n, conf := unitNode(t)
+	args := &skel.CmdArgs{ContainerID: "fake", Netns: "/run/netns/pod", IfName: "eth0", Args: "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=web", StdinData: conf}
+	if err := cmdAdd(args); err != nil {
+		t.Fatal(err)
+	}
+	host := podnet.VethName("cali", "ns1", "web", "fake", "eth0")
+	if _, ok := f.veths[host]; !ok {
+		t.Fatalf("no veth %s; have %v", host, f.veths)
+	}
+	if got := f.routes[host]; len(got) != 2 {
+		t.Errorf("host routes %v, want one v4 and one v6", got)
+	}
+	recs := n.records()
+	if len(recs) != 1 || recs[0].PodNamespace != "ns1" || recs[0].PodName != "web" || recs[0].HostIface != host {
+		t.Errorf("records = %+v", recs)
+	}
+	wantOrder := []string{"inspect-pod", "forwarding", "setup", "host-routes"}
+	if !slices.Equal(f.calls, wantOrder) {
+		t.Errorf("ADD steps %v, want %v", f.calls, wantOrder)
+	}
+
+	checkArgs := *args
+	checkArgs.StdinData = withPrev(t, conf, out.Bytes())
+	if err := cmdCheck(&checkArgs); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	f.routes[host] = f.routes[host][1:] // lose the IPv4 host route
+	if err := cmdCheck(&checkArgs); err == nil || !strings.Contains(err.Error(), "host route 10.90.0.1/32 dev "+host+" is missing") {
+		t.Errorf("CHECK with a missing host route: %v", err)
+	}
+
+	f.failAt = "teardown"
+	err := cmdDel(args)
+	var te *types.Error
+	if !errors.As(err, &te) || !strings.Contains(te.Msg, "teardown") {
+		t.Fatalf("DEL with failing teardown: %v, want an error naming it", err)
+	}
+	if len(n.records()) != 1 {
+		t.Errorf("record removed although the veth is still there")
+	}
+	f.failAt = ""
+	if err := cmdDel(args); err != nil {
+		t.Fatalf("DEL retry: %v", err)
+	}
+	if len(f.veths) != 0 || len(n.records()) != 0 || len(n.allocations()) != 0 {
+		t.Errorf("after DEL: veths %v, %d records, allocations %v", f.veths, len(n.records()), n.allocations())
+	}
+	if err := cmdDel(args); err != nil {
+		t.Errorf("second DEL: %v", err)
+	}
+}
+
+// TestDelLeavesNewSandboxVeth: two sandboxes of one pod share the host veth
+// name; the old sandbox's DEL must not delete the new sandbox's veth.
+func TestDelLeavesNewSandboxVeth(t *testing.T) {
+	f, _ := useFake(t)
+	n, conf := unitNode(t)
+	podArgs := "K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=web"
+	old := &skel.CmdArgs{ContainerID: "sandbox-old", Netns: "/run/netns/old", IfName: "eth0", Args: podArgs, StdinData: conf}
+	cur := &skel.CmdArgs{ContainerID: "sandbox-new", Netns: "/run/netns/new", IfName: "eth0", Args: podArgs, StdinData: conf}
+	if err := cmdAdd(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmdAdd(cur); err != nil { // replaces the veth, as podnet.Setup does
+		t.Fatal(err)
+	}
+	if err := cmdDel(old); err != nil {
+		t.Fatal(err)
+	}
+	host := podnet.VethName("cali", "ns1", "web", "", "eth0")
+	if s, ok := f.veths[host]; !ok || s.Netns != "/run/netns/new" {
+		t.Errorf("new sandbox's veth %s gone after the old sandbox's DEL (veths %v)", host, f.veths)
+	}
+	if r := n.records(); len(r) != 1 || r[0].ContainerID != "sandbox-new" {
+		t.Errorf("records after DEL of old sandbox: %+v", r)
+	}
+}
