@@ -32,6 +32,11 @@ type ifaceWork struct {
 	// moved lists host IPs the kernel already routes here while we last
 	// saw them on another interface.
 	moved []netip.Addr
+	// fromMemory: planned against rt.programmed instead of a kernel read.
+	fromMemory bool
+	// reread: the interface changed under us (e.g. re-created with a new
+	// index); read it on the next Apply.
+	reread bool
 }
 
 type routeAdd struct {
@@ -68,7 +73,11 @@ func (rt *RouteTable) Apply() error {
 			errs = append(errs, err)
 		}
 	} else {
-		for iface := range rt.dirty {
+		for iface, kind := range rt.dirty {
+			if w := rt.fromMemory(iface, kind); w != nil {
+				work = append(work, w)
+				continue
+			}
 			w, err := rt.readOne(iface)
 			if err != nil {
 				errs = append(errs, err)
@@ -95,19 +104,22 @@ func (rt *RouteTable) Apply() error {
 
 	rt.graceUntil = time.Time{}
 	for _, w := range work {
-		if len(w.errs) > 0 {
+		switch {
+		case len(w.errs) > 0:
+			// The kernel state is uncertain now: re-read it next time.
 			errs = append(errs, w.errs...)
-			rt.dirty[w.name] = struct{}{}
-			continue
-		}
-		if w.graceHeld {
-			rt.dirty[w.name] = struct{}{}
+			rt.dirty[w.name] = needRead
+			delete(rt.programmed, w.name)
+		case w.graceHeld:
+			rt.dirty[w.name] = needRead
 			if _, end := rt.inGrace(w.name); rt.graceUntil.IsZero() || end.Before(rt.graceUntil) {
 				rt.graceUntil = end
 			}
-			continue
+		case w.reread:
+			rt.dirty[w.name] = needRead
+		default:
+			delete(rt.dirty, w.name)
 		}
-		delete(rt.dirty, w.name)
 	}
 	rt.cleanupOrphans()
 
@@ -133,11 +145,13 @@ func (rt *RouteTable) readAll() ([]*ifaceWork, error) {
 	byName := map[string]*ifaceWork{}
 	byIndex := map[int]*ifaceWork{}
 	seen := map[string]struct{}{}
+	clear(rt.links)
 	for _, l := range links {
 		kind := rt.kindOf(l.Name)
 		if kind == kindUnmanaged {
 			continue
 		}
+		rt.links[l.Name] = l
 		w := &ifaceWork{name: l.Name, kind: kind, link: l, usable: l.Up}
 		byName[l.Name] = w
 		byIndex[l.Index] = w
@@ -204,11 +218,13 @@ func (rt *RouteTable) readOne(iface string) (*ifaceWork, error) {
 	}
 	link, err := rt.nl.LinkByName(iface)
 	if errors.Is(err, ErrLinkNotFound) {
+		delete(rt.links, iface)
 		return w, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("routes: read %s: %w", iface, err)
 	}
+	rt.links[iface] = link
 	w.link = link
 	rt.onIfaceSeen(iface)
 	if !link.Up {
@@ -231,14 +247,44 @@ func (rt *RouteTable) readOne(iface string) (*ifaceWork, error) {
 	return w, nil
 }
 
+// fromMemory returns work for an interface whose only change is in the
+// desired state and whose kernel state we know (rt.programmed), or nil when
+// the kernel must be read.
+func (rt *RouteTable) fromMemory(iface string, kind dirtyKind) *ifaceWork {
+	if kind != needSync {
+		return nil
+	}
+	if _, ok := rt.programmed[iface]; !ok {
+		return nil
+	}
+	w := &ifaceWork{name: iface, kind: rt.kindOf(iface), usable: true, fromMemory: true}
+	if iface != InterfaceNone {
+		link, ok := rt.links[iface]
+		if !ok || !link.Up {
+			return nil
+		}
+		w.link = link
+	}
+	return w
+}
+
 // plan compares what w's interface should hold with what the kernel holds
-// and fills w.adds and w.dels.
+// (or, for work from memory, what we know we programmed) and fills w.adds
+// and w.dels.
 func (rt *RouteTable) plan(w *ifaceWork) {
 	if !w.usable {
 		rt.synced[w.name] = 0
+		delete(rt.programmed, w.name)
 		return
 	}
 	w.want = rt.effective(w.name)
+	rt.synced[w.name] = len(w.want)
+	if w.fromMemory {
+		rt.planFromMemory(w)
+		return
+	}
+	have := make(map[netip.Prefix]Target, len(w.want))
+	rt.programmed[w.name] = have
 	satisfied := make(map[netip.Prefix]struct{}, len(w.want))
 	for i := range w.kernel {
 		r := &w.kernel[i]
@@ -256,7 +302,9 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 		if r.Tos == 0 && r.Priority == rt.priority {
 			if t, ok := w.want[dst]; ok {
 				satisfied[dst] = struct{}{}
-				if !rt.matches(w, t, r) {
+				if rt.matches(w, t, r) {
+					have[dst] = t
+				} else {
 					w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
 				}
 				continue
@@ -271,7 +319,28 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 			w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
 		}
 	}
-	rt.synced[w.name] = len(w.want)
+}
+
+// planFromMemory diffs the desired targets against the ones we know we
+// programmed. Deletes name the route by key, device, type and our protocol,
+// with scope "nowhere" (any): what we wrote, whatever its other attributes
+// became since.
+func (rt *RouteTable) planFromMemory(w *ifaceWork) {
+	have := rt.programmed[w.name]
+	for cidr, t := range w.want {
+		if h, ok := have[cidr]; !ok || !sameRoute(h, t) {
+			w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
+		}
+	}
+	for cidr, h := range have {
+		if _, ok := w.want[cidr]; ok {
+			continue
+		}
+		r := rt.buildRoute(w, h)
+		r.Scope = netlink.SCOPE_NOWHERE
+		r.Src, r.MTU = nil, 0
+		w.dels = append(w.dels, r)
+	}
 }
 
 // mayDelete applies the ownership rules (see RouteTable) to an undesired
@@ -428,12 +497,16 @@ func (rt *RouteTable) applyAdds(w *ifaceWork) {
 		err := rt.nl.RouteReplace(&a.route)
 		if err != nil {
 			if w.name != InterfaceNone && isGoneErr(err) {
-				// The interface vanished or went down since we read it;
-				// its state change will mark it dirty again.
+				// The interface vanished or went down since we read it (or
+				// was re-created under a new index): read it again next
+				// time; if it is really gone that read finds nothing to do.
 				rt.log.Debug("interface gone while adding routes", "iface", w.name, "err", err)
 				w.usable = false
+				w.reread = true
 				w.adds, w.dels = nil, nil
 				rt.synced[w.name] = 0
+				delete(rt.programmed, w.name)
+				delete(rt.links, w.name)
 				return
 			}
 			rt.synced[w.name]--
@@ -443,6 +516,9 @@ func (rt *RouteTable) applyAdds(w *ifaceWork) {
 			continue
 		}
 		rt.replaced[a.target.CIDR] = struct{}{}
+		if have := rt.programmed[w.name]; have != nil {
+			have[a.target.CIDR] = a.target
+		}
 		if isHost(a.target.CIDR) {
 			rt.hostRoutes[a.target.CIDR] = w.name
 		}
@@ -462,8 +538,10 @@ func (rt *RouteTable) applyDeletes(w *ifaceWork) {
 		k := &w.dels[i]
 		rt.tick()
 		dst, _ := rt.routeDst(k)
-		if _, ok := rt.replaced[dst]; ok && k.Tos == 0 && k.Priority == rt.priority {
+		ourKey := k.Tos == 0 && k.Priority == rt.priority
+		if _, ok := rt.replaced[dst]; ok && ourKey {
 			// Our replace on another interface took this key over already.
+			delete(rt.programmed[w.name], dst)
 			continue
 		}
 		del := netlink.Route{
@@ -489,6 +567,9 @@ func (rt *RouteTable) applyDeletes(w *ifaceWork) {
 			w.errs = append(w.errs, fmt.Errorf("routes: delete %s dev %s: %w", dst, w.name, err))
 			rt.log.Warn("route delete failed", "iface", w.name, "cidr", dst, "err", err)
 			continue
+		}
+		if ourKey {
+			delete(rt.programmed[w.name], dst)
 		}
 		rt.log.Debug("route removed", "iface", w.name, "cidr", dst, "proto", int(k.Protocol))
 		// A host route nobody wants any more: clean its conntrack flows

@@ -24,7 +24,7 @@ import (
 // netlink handle into it for setup and checks. Everything is removed in
 // t.Cleanup, also when the test fails.
 type kernelEnv struct {
-	t    *testing.T
+	t    testing.TB
 	ns   ns.NetNS
 	name string // as "ip -n" knows it
 	h    *netlink.Handle
@@ -37,7 +37,7 @@ func needRoot(t testing.TB) {
 	}
 }
 
-func newKernelEnv(t *testing.T) *kernelEnv {
+func newKernelEnv(t testing.TB) *kernelEnv {
 	t.Helper()
 	needRoot(t)
 	n, err := testutils.NewNS()

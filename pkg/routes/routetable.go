@@ -86,8 +86,10 @@ type RouteTable struct {
 	// kernel holds one route per key, so the most recent claim wins and the
 	// others wait until it is withdrawn.
 	claims map[netip.Prefix][]string
-	// dirty interfaces are re-read and repaired by the next Apply.
-	dirty      map[string]struct{}
+	// dirty interfaces are synced by the next Apply; the value says whether
+	// the kernel must be re-read first (needRead) or whether the remembered
+	// view (programmed) is good enough (needSync).
+	dirty      map[string]dirtyKind
 	fullResync bool
 	// firstSeen is when each managed interface was first seen; it starts the
 	// grace period.
@@ -113,6 +115,14 @@ type RouteTable struct {
 	// synced counts, per interface, the desired routes known to be in the
 	// kernel after the last sync of that interface.
 	synced map[string]int
+	// links caches the last link seen per managed interface name.
+	links map[string]Link
+	// programmed is, per interface, the targets known to be in the kernel as
+	// routelet wants them: set from the last read of the interface, then kept
+	// up to date by every successful write. A nil map means "unknown, read
+	// the kernel". It lets an Apply that only follows setter changes skip the
+	// route dump (which walks the whole table even when filtered).
+	programmed map[string]map[netip.Prefix]Target
 	// replaced holds the CIDRs written by RouteReplace in the current Apply.
 	replaced map[netip.Prefix]struct{}
 
@@ -161,7 +171,9 @@ func NewWithDeps(cfg Config, nl Netlink, ct Conntrack, clock Clock) (*RouteTable
 		log:        cfg.Logger,
 		desired:    map[string]map[netip.Prefix]Target{},
 		claims:     map[netip.Prefix][]string{},
-		dirty:      map[string]struct{}{},
+		dirty:      map[string]dirtyKind{},
+		links:      map[string]Link{},
+		programmed: map[string]map[netip.Prefix]Target{},
 		fullResync: true,
 		firstSeen:  map[string]time.Time{},
 		hostRoutes: map[netip.Prefix]string{},
@@ -286,7 +298,7 @@ func (rt *RouteTable) SetRoutes(iface string, targets []Target) {
 		rt.desired[iface] = next
 	}
 	if changed {
-		rt.dirty[iface] = struct{}{}
+		rt.markDirty(iface, needSync)
 	}
 }
 
@@ -313,7 +325,7 @@ func (rt *RouteTable) RouteUpdate(iface string, t Target) {
 	if !ok {
 		rt.claim(iface, t.CIDR)
 	}
-	rt.dirty[iface] = struct{}{}
+	rt.markDirty(iface, needSync)
 }
 
 // RouteRemove drops one desired route from iface (memory only).
@@ -328,7 +340,7 @@ func (rt *RouteTable) RouteRemove(iface string, cidr netip.Prefix) {
 		delete(rt.desired, iface)
 	}
 	rt.unclaim(iface, cidr)
-	rt.dirty[iface] = struct{}{}
+	rt.markDirty(iface, needSync)
 }
 
 // OnIfaceStateChanged records that iface went up (true) or down/away (false);
@@ -341,10 +353,11 @@ func (rt *RouteTable) OnIfaceStateChanged(iface string, up bool) {
 		// The kernel drops the routes of a device that goes down; they are
 		// put back when it comes up again.
 		rt.synced[iface] = 0
+		delete(rt.programmed, iface)
 		return
 	}
 	rt.onIfaceSeen(iface)
-	rt.dirty[iface] = struct{}{}
+	rt.markDirty(iface, needRead)
 }
 
 // MarkDirty asks the next Apply to re-read and repair iface (e.g. after a
@@ -353,7 +366,26 @@ func (rt *RouteTable) MarkDirty(iface string) {
 	if rt.kindOf(iface) == kindUnmanaged {
 		return
 	}
-	rt.dirty[iface] = struct{}{}
+	rt.markDirty(iface, needRead)
+}
+
+// dirtyKind says how much work a dirty interface needs.
+type dirtyKind uint8
+
+const (
+	// needSync: only the desired state changed; the remembered kernel view
+	// of the interface is trusted.
+	needSync dirtyKind = iota + 1
+	// needRead: the kernel may differ from what we remember (an event, a
+	// failure, an interface coming up); read it first.
+	needRead
+)
+
+// markDirty records that iface needs at least kind of work.
+func (rt *RouteTable) markDirty(iface string, kind dirtyKind) {
+	if rt.dirty[iface] < kind {
+		rt.dirty[iface] = kind
+	}
 }
 
 // QueueResync makes the next Apply a full resync (re-read the whole table).
@@ -451,7 +483,7 @@ func (rt *RouteTable) claim(iface string, cidr netip.Prefix) {
 		prev := list[n-1]
 		rt.log.Warn("two interfaces want the same route; the newest wins",
 			"cidr", cidr, "iface", iface, "previous", prev)
-		rt.dirty[prev] = struct{}{}
+		rt.markDirty(prev, needSync)
 	}
 	rt.claims[cidr] = append(slices.DeleteFunc(list, func(s string) bool { return s == iface }), iface)
 	delete(rt.orphans, cidr)
@@ -473,7 +505,7 @@ func (rt *RouteTable) unclaim(iface string, cidr netip.Prefix) {
 	}
 	rt.claims[cidr] = list
 	if wasWinner {
-		rt.dirty[list[len(list)-1]] = struct{}{}
+		rt.markDirty(list[len(list)-1], needSync)
 	}
 }
 
@@ -533,8 +565,14 @@ func (rt *RouteTable) tick() {
 func isHost(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
 
 func targetsEqual(a, b Target) bool {
+	return sameRoute(a, b) && bytes.Equal(a.DestMAC, b.DestMAC)
+}
+
+// sameRoute reports whether a and b make the same kernel route (DestMAC is a
+// neighbour entry, not part of the route).
+func sameRoute(a, b Target) bool {
 	return a.CIDR == b.CIDR && a.Type == b.Type && a.Gateway == b.Gateway && a.OnLink == b.OnLink &&
-		a.Src == b.Src && a.MTU == b.MTU && bytes.Equal(a.DestMAC, b.DestMAC)
+		a.Src == b.Src && a.MTU == b.MTU
 }
 
 // String names the target type the way `ip route` would.
