@@ -107,7 +107,7 @@ func syncNeigh(nl Netlink, log *slog.Logger, index, ipVersion int, want map[neti
 			errs = append(errs, fmt.Errorf("set neighbour %s lladdr %s: %w", ip, mac, err))
 			continue
 		}
-		log.Debug("set neighbour", "ip", ip, "mac", mac)
+		log.Debug("set neighbour", "ip", ip, "mac", mac.String())
 	}
 	for _, n := range stale {
 		if err := nl.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -115,7 +115,7 @@ func syncNeigh(nl Netlink, log *slog.Logger, index, ipVersion int, want map[neti
 			errs = append(errs, fmt.Errorf("delete neighbour %s lladdr %s: %w", n.IP, n.HardwareAddr, err))
 			continue
 		}
-		log.Debug("deleted neighbour", "ip", n.IP, "mac", n.HardwareAddr)
+		log.Debug("deleted neighbour", "ip", n.IP.String(), "mac", n.HardwareAddr.String())
 	}
 	return errors.Join(errs...)
 }
@@ -166,7 +166,7 @@ func syncFDB(nl Netlink, log *slog.Logger, index int, want map[string]netip.Addr
 			errs = append(errs, fmt.Errorf("set fdb %s dst %s: %w", mac, dst, err))
 			continue
 		}
-		log.Debug("set fdb entry", "mac", mac, "dst", dst)
+		log.Debug("set fdb entry", "mac", mac.String(), "dst", dst)
 	}
 	for _, n := range stale {
 		n.Flags |= netlink.NTF_SELF
@@ -174,7 +174,7 @@ func syncFDB(nl Netlink, log *slog.Logger, index int, want map[string]netip.Addr
 			errs = append(errs, fmt.Errorf("delete fdb %s dst %s: %w", n.HardwareAddr, n.IP, err))
 			continue
 		}
-		log.Debug("deleted fdb entry", "mac", n.HardwareAddr, "dst", n.IP)
+		log.Debug("deleted fdb entry", "mac", n.HardwareAddr.String(), "dst", n.IP.String())
 	}
 	return errors.Join(errs...)
 }

@@ -284,7 +284,7 @@ func (m *VXLAN) applyDevice() error {
 		if err := m.nl.LinkSetHardwareAddr(link, c.MAC); err != nil {
 			errs = append(errs, fmt.Errorf("set MAC of %s to %s: %w", c.Device, c.MAC, err))
 		} else {
-			m.log.Debug("set device MAC", "old", link.Attrs().HardwareAddr, "mac", c.MAC)
+			m.log.Debug("set device MAC", "old", link.Attrs().HardwareAddr.String(), "mac", c.MAC.String())
 			link.Attrs().HardwareAddr = c.MAC
 		}
 	}
@@ -322,7 +322,7 @@ func (m *VXLAN) create(want *netlink.Vxlan) (netlink.Link, error) {
 	m.dev.Created++
 	m.l2Dirty = true // a new device has no neighbour or FDB entries
 	m.log.Info("created vxlan device", "vni", want.VxlanId, "port", want.Port,
-		"parent", m.dev.Parent.Name, "local", want.SrcAddr, "mac", want.HardwareAddr)
+		"parent", m.dev.Parent.Name, "local", want.SrcAddr.String(), "mac", want.HardwareAddr.String())
 	return link, nil
 }
 

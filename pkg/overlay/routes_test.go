@@ -1,0 +1,276 @@
+package overlay
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/routelet/routelet/pkg/routes"
+)
+
+// render prints routes like `ip route` would, one line each, sorted, per
+// interface in name order; interfaces with no routes show as "<iface>: -".
+func render(byIface map[string][]routes.Target) string {
+	var names []string
+	for n := range byIface {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, n := range names {
+		ts := byIface[n]
+		if len(ts) == 0 {
+			fmt.Fprintf(&b, "%s: -\n", n)
+			continue
+		}
+		var lines []string
+		for _, t := range ts {
+			if t.Type != routes.TypeGateway {
+				lines = append(lines, fmt.Sprintf("%s type %d dev %s", t.CIDR, t.Type, n))
+				continue
+			}
+			l := fmt.Sprintf("%s via %s dev %s", t.CIDR, t.Gateway, n)
+			if t.OnLink {
+				l += " onlink"
+			}
+			if t.MTU != 0 {
+				l += fmt.Sprintf(" mtu %d", t.MTU)
+			}
+			lines = append(lines, l)
+		}
+		slices.Sort(lines)
+		for _, l := range lines {
+			fmt.Fprintf(&b, "%s\n", l)
+		}
+	}
+	return b.String()
+}
+
+func TestRoutesPerMode(t *testing.T) {
+	// Node a on 10.0.0.0/24 (eth0); b on the same subnet; c behind a router.
+	base := RouteInput{
+		IPVersion:     4,
+		Parent:        "eth0",
+		ParentSubnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+		LocalBlocks:   []netip.Prefix{netip.MustParsePrefix("10.244.1.0/26")},
+		MTU:           1450,
+		Peers:         []Peer{peerC, peerB},
+	}
+	tests := []struct {
+		mode     Mode
+		mtu      int
+		want     string
+		problems int
+	}{
+		{ModeVXLAN, 1450, `eth0: -
+tunl0: -
+10.244.2.0/26 via 10.244.2.0 dev vxlan.calico onlink mtu 1450
+10.244.3.0/26 via 10.244.3.0 dev vxlan.calico onlink mtu 1450
+10.244.4.0/26 via 10.244.3.0 dev vxlan.calico onlink mtu 1450
+`, 0},
+		{ModeVXLANCrossSubnet, 1450, `10.244.2.0/26 via 10.0.0.2 dev eth0
+tunl0: -
+10.244.3.0/26 via 10.244.3.0 dev vxlan.calico onlink mtu 1450
+10.244.4.0/26 via 10.244.3.0 dev vxlan.calico onlink mtu 1450
+`, 0},
+		{ModeIPIP, 1480, `eth0: -
+10.244.2.0/26 via 10.0.0.2 dev tunl0 onlink mtu 1480
+10.244.3.0/26 via 10.1.0.3 dev tunl0 onlink mtu 1480
+10.244.4.0/26 via 10.1.0.3 dev tunl0 onlink mtu 1480
+vxlan.calico: -
+`, 0},
+		{ModeIPIPCrossSubnet, 1480, `10.244.2.0/26 via 10.0.0.2 dev eth0
+10.244.3.0/26 via 10.1.0.3 dev tunl0 onlink mtu 1480
+10.244.4.0/26 via 10.1.0.3 dev tunl0 onlink mtu 1480
+vxlan.calico: -
+`, 0},
+		{ModeNone, 0, `10.244.2.0/26 via 10.0.0.2 dev eth0
+tunl0: -
+vxlan.calico: -
+`, 1}, // c is not on our subnet: reported, not routed
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			in := base
+			in.Mode, in.MTU = tc.mode, tc.mtu
+			got, problems := Routes(in)
+			if r := render(got); r != tc.want {
+				t.Errorf("routes:\n%s\nwant:\n%s", r, tc.want)
+			}
+			if len(problems) != tc.problems {
+				t.Errorf("problems %v, want %d", problems, tc.problems)
+			}
+			for _, p := range problems {
+				if !strings.Contains(p.Error(), "peer c") {
+					t.Errorf("problem %q does not name the peer", p)
+				}
+			}
+			// Every owned interface is a key, so feeding the result to
+			// SetRoutes clears the routes of the other modes.
+			for _, name := range OwnedInterfaces(in) {
+				if _, ok := got[name]; !ok {
+					t.Errorf("owned interface %s missing from the result", name)
+				}
+			}
+		})
+	}
+}
+
+func TestRoutesIPv6(t *testing.T) {
+	b6 := Peer{Name: "b", HostIP: netip.MustParseAddr("fd00::2"), VTEPMAC: macB, TunnelIP: netip.MustParseAddr("fd10:2::"),
+		Blocks: []netip.Prefix{netip.MustParsePrefix("fd10:2::/122")}}
+	c6 := Peer{Name: "c", HostIP: netip.MustParseAddr("fd01::3"), VTEPMAC: macC, TunnelIP: netip.MustParseAddr("fd10:3::"),
+		Blocks: []netip.Prefix{netip.MustParsePrefix("fd10:3::/122"), netip.MustParsePrefix("10.244.3.0/26")}}
+	in := RouteInput{Mode: ModeVXLANCrossSubnet, IPVersion: 6, Parent: "eth0", MTU: 1430,
+		ParentSubnets: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}, Peers: []Peer{b6, c6}}
+	got, problems := Routes(in)
+	want := `fd10:2::/122 via fd00::2 dev eth0
+fd10:3::/122 via fd10:3:: dev vxlan-v6.calico onlink mtu 1430
+`
+	if r := render(got); r != want || len(problems) != 0 {
+		t.Fatalf("v6 routes:\n%s\nwant:\n%s(problems %v)", r, want, problems)
+	}
+	if names := OwnedInterfaces(in); !slices.Equal(names, []string{"vxlan-v6.calico", "eth0"}) {
+		t.Fatalf("owned v6 interfaces %v", names)
+	}
+
+	// IPIP has no IPv6 tunnel: same-subnet peers still get direct routes,
+	// the others are reported.
+	in.Mode = ModeIPIPCrossSubnet
+	got, problems = Routes(in)
+	if r := render(got); r != "fd10:2::/122 via fd00::2 dev eth0\nvxlan-v6.calico: -\n" || len(problems) != 1 || !strings.Contains(problems[0].Error(), "IPv4 only") {
+		t.Fatalf("v6 in ipip mode:\n%s problems %v", r, problems)
+	}
+}
+
+func TestRoutesConflictsAndIncompletePeers(t *testing.T) {
+	ours := Peer{Name: "evil", HostIP: netip.MustParseAddr("10.0.0.66"), VTEPMAC: macC, TunnelIP: netip.MustParseAddr("10.244.66.0"),
+		Blocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("10.244.66.0/26")}}
+	dup := Peer{Name: "zz", HostIP: netip.MustParseAddr("10.0.0.77"), VTEPMAC: macC, TunnelIP: netip.MustParseAddr("10.244.77.0"),
+		Blocks: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/26")}}
+	noVTEP := Peer{Name: "novtep", HostIP: netip.MustParseAddr("10.9.0.1"), Blocks: []netip.Prefix{netip.MustParsePrefix("10.244.9.0/26")}}
+	in := RouteInput{Mode: ModeVXLAN, IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/26")}, Peers: []Peer{dup, noVTEP, ours, peerB}}
+	got, problems := Routes(in)
+	want := `eth0: -
+tunl0: -
+10.244.2.0/26 via 10.244.2.0 dev vxlan.calico onlink
+10.244.66.0/26 via 10.244.66.0 dev vxlan.calico onlink
+`
+	if r := render(got); r != want {
+		t.Fatalf("routes:\n%s\nwant:\n%s", r, want)
+	}
+	var msgs []string
+	for _, p := range problems {
+		msgs = append(msgs, p.Error())
+	}
+	joined := strings.Join(msgs, "\n")
+	for _, w := range []string{"peer evil: block 10.244.1.0/24 overlaps", "peer zz: block 10.244.2.0/26", "peer novtep: no IPv4 VTEP"} {
+		if !strings.Contains(joined, w) {
+			t.Errorf("problems lack %q:\n%s", w, joined)
+		}
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	tests := []struct {
+		encap string
+		cross bool
+		want  Mode
+	}{
+		{"vxlan", false, ModeVXLAN}, {"VXLAN", true, ModeVXLANCrossSubnet},
+		{"ipip", false, ModeIPIP}, {"ipip", true, ModeIPIPCrossSubnet},
+		{"none", false, ModeNone}, {"none", true, ModeNone},
+	}
+	for _, tc := range tests {
+		if got, err := ParseMode(tc.encap, tc.cross); err != nil || got != tc.want {
+			t.Errorf("ParseMode(%q, %v) = %q, %v; want %q", tc.encap, tc.cross, got, err, tc.want)
+		}
+	}
+	if _, err := ParseMode("gre", false); err == nil || !strings.Contains(err.Error(), `"gre"`) {
+		t.Errorf("ParseMode(gre): %v, want an error naming it", err)
+	}
+}
+
+func TestPodMTU(t *testing.T) {
+	tests := []struct {
+		configured, parent int
+		mode               Mode
+		v6                 bool
+		want               int
+	}{
+		{0, 1500, ModeVXLAN, false, 1450},
+		{0, 1500, ModeVXLANCrossSubnet, true, 1430},
+		{0, 1500, ModeIPIP, false, 1480},
+		{0, 9001, ModeNone, false, 9001},
+		{1400, 1500, ModeVXLAN, false, 1400},
+	}
+	for _, tc := range tests {
+		got, err := PodMTU(tc.configured, tc.parent, tc.mode, tc.v6)
+		if err != nil || got != tc.want {
+			t.Errorf("PodMTU(%d, %d, %s, v6=%v) = %d, %v; want %d", tc.configured, tc.parent, tc.mode, tc.v6, got, err, tc.want)
+		}
+	}
+	if _, err := PodMTU(0, 1300, ModeVXLAN, true); err == nil || !strings.Contains(err.Error(), "1300") {
+		t.Errorf("PodMTU below the IPv6 minimum: %v, want an error naming 1300", err)
+	}
+}
+
+func TestVTEPMACAndTunnelAddress(t *testing.T) {
+	a, b := VTEPMAC("node-a", 4), VTEPMAC("node-b", 4)
+	if a.String() == b.String() {
+		t.Fatal("two nodes derived the same MAC")
+	}
+	if a.String() != VTEPMAC("node-a", 4).String() {
+		t.Fatal("MAC not stable for the same node")
+	}
+	for _, mac := range []string{a.String(), b.String(), VTEPMAC("node-a", 6).String()} {
+		first := mac[:2]
+		var v byte
+		fmt.Sscanf(first, "%02x", &v)
+		if v&1 != 0 || v&2 == 0 {
+			t.Errorf("MAC %s is not locally administered unicast", mac)
+		}
+	}
+	blocks := []netip.Prefix{netip.MustParsePrefix("fd10::/122"), netip.MustParsePrefix("10.244.1.0/26"), netip.MustParsePrefix("10.244.9.0/26")}
+	if got, ok := TunnelAddress(blocks, 4); !ok || got != netip.MustParseAddr("10.244.1.0") {
+		t.Errorf("v4 tunnel address %s %v", got, ok)
+	}
+	if got, ok := TunnelAddress(blocks, 6); !ok || got != netip.MustParseAddr("fd10::") {
+		t.Errorf("v6 tunnel address %s %v", got, ok)
+	}
+	if _, ok := TunnelAddress(blocks[:1], 4); ok {
+		t.Error("tunnel address without a v4 block")
+	}
+}
+
+func TestParsePeer(t *testing.T) {
+	p, err := ParsePeer(4, "b", "10.0.0.2", "02:00:00:00:00:0b", "10.244.2.0", []string{"10.244.2.0/26", "fd10:2::/122"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.HostIP != hostB || p.VTEPMAC.String() != "02:00:00:00:00:0b" || p.TunnelIP != netip.MustParseAddr("10.244.2.0") ||
+		!slices.Equal(p.Blocks, []netip.Prefix{netip.MustParsePrefix("10.244.2.0/26")}) {
+		t.Fatalf("parsed %+v", p)
+	}
+	p6, err := ParsePeer(6, "b", "fd00::2", "", "", []string{"10.244.2.0/26", "fd10:2::/122"})
+	if err != nil || len(p6.Blocks) != 1 || p6.VTEPMAC != nil || p6.TunnelIP.IsValid() {
+		t.Fatalf("v6 peer %+v, %v", p6, err)
+	}
+	bad := []struct {
+		host, mac, tunnel, block, want string
+	}{
+		{"10.0.0", "", "", "10.244.2.0/26", "10.0.0"},
+		{"fd00::2", "", "", "10.244.2.0/26", "fd00::2"},
+		{"10.0.0.2", "01:00:5e:00:00:01", "", "10.244.2.0/26", "01:00:5e:00:00:01"},
+		{"10.0.0.2", "", "10.244.2.0", "10.244.2.1/26", "10.244.2.1/26"},
+		{"10.0.0.2", "", "x", "10.244.2.0/26", `"x"`},
+	}
+	for _, tc := range bad {
+		if _, err := ParsePeer(4, "b", tc.host, tc.mac, tc.tunnel, []string{tc.block}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParsePeer(%q, %q, %q, %q): %v, want an error naming %s", tc.host, tc.mac, tc.tunnel, tc.block, err, tc.want)
+		}
+	}
+}
