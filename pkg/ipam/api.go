@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,6 +65,9 @@ type Allocator struct {
 	// testHook, when set, is called after each step of Allocate and
 	// Release (see step); tests use it to stop at a chosen point.
 	testHook func(step string)
+	// lookups counts claim lookups (lstat or read of addrs/<addr>), so
+	// tests can check that allocation cost does not grow with the fill.
+	lookups atomic.Int64
 }
 
 // New returns an Allocator for blocks (at most one IPv4 and/or IPv6 block is

@@ -108,6 +108,7 @@ func claimName(addr netip.Addr) string { return addr.String() }
 // reported as an error: the address is then treated as taken by an unknown
 // owner, never as free.
 func (a *Allocator) readOwner(addr netip.Addr) (owner Attachment, found bool, err error) {
+	a.lookups.Add(1)
 	data, err := state.ReadFileNoFollow(a.sub(addrsSubdir), claimName(addr))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Attachment{}, false, nil
@@ -125,6 +126,7 @@ func (a *Allocator) readOwner(addr netip.Addr) (owner Attachment, found bool, er
 
 // claimExists reports whether addr has a claim file (one lstat).
 func (a *Allocator) claimExists(addr netip.Addr) (bool, error) {
+	a.lookups.Add(1)
 	_, err := os.Lstat(filepath.Join(a.sub(addrsSubdir), claimName(addr)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil

@@ -619,3 +619,29 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 		t.Errorf("symlink target changed to %q", data)
 	}
 }
+
+// TestAllocationCostIsFlat counts claim lookups (the filesystem work that
+// would grow with a scan or a linear probe) per Allocate+Release cycle: a
+// nearly full /24 must cost exactly what an empty one does, also while the
+// cursor wraps around the block many times.
+func TestAllocationCostIsFlat(t *testing.T) {
+	ctx := context.Background()
+	worst := map[int]int64{}
+	for _, allocated := range []int{1, 250} {
+		a := newTest(t, "10.0.0.0/24")
+		for i := 0; i < allocated-1; i++ {
+			mustAllocate(t, a, att(fmt.Sprintf("filler%d", i)))
+		}
+		for i := 0; i < 40; i++ { // 8 trips around the 5 free addresses
+			before := a.lookups.Load()
+			mustAllocate(t, a, att("me"))
+			if err := a.Release(ctx, att("me")); err != nil {
+				t.Fatal(err)
+			}
+			worst[allocated] = max(worst[allocated], a.lookups.Load()-before)
+		}
+	}
+	if worst[250] > worst[1] || worst[1] > 3 {
+		t.Fatalf("claim lookups per Allocate+Release: %d at 250 allocated, %d at 1; want equal and at most 3", worst[250], worst[1])
+	}
+}
