@@ -84,6 +84,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 			dns = r.DNS
 		}
 	} else {
+		if e := checkRequested(want, node.blocks); e != nil {
+			return e
+		}
 		alloc, err := ipam.New(filepath.Join(c.StateDir, "ipam"), node.blocks, ipam.Options{})
 		if err != nil {
 			return cniErr(types.ErrInvalidNetworkConfig, "ipam: %v", err)
@@ -232,4 +235,36 @@ func cidrs(addrs []netip.Addr) []string {
 		out = append(out, netip.PrefixFrom(a, a.BitLen()).String())
 	}
 	return out
+}
+
+// checkRequested rejects, as a configuration error, a requested address that
+// no block can give: outside every block, or a block's reserved first (or,
+// for IPv4, last) address.
+func checkRequested(want []netip.Addr, blocks []netip.Prefix) *types.Error {
+	for _, a := range want {
+		var in netip.Prefix
+		for _, b := range blocks {
+			if b.Contains(a) {
+				in = b
+				break
+			}
+		}
+		if !in.IsValid() {
+			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is in none of the blocks %v", a, blocks)
+		}
+		if a == in.Addr() || (a.Is4() && a == lastAddr(in)) {
+			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is reserved in block %s", a, in)
+		}
+	}
+	return nil
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }

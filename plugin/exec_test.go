@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -107,7 +108,8 @@ func TestBadInput(t *testing.T) {
 		{"no blocks and no daemon", func(n *node, c *call) { c.conf = n.conf("1.0.0", map[string]any{"ipam": nil}) }, types.ErrTryAgainLater, []string{"no blocks", "daemon.json"}},
 		{"requested address outside blocks", func(n *node, c *call) {
 			c.conf = n.conf("1.0.0", map[string]any{"runtimeConfig": map[string]any{"ips": []string{"192.0.2.7"}}})
-		}, types.ErrInternal, []string{"192.0.2.7"}},
+		}, types.ErrInvalidNetworkConfig, []string{"192.0.2.7", "10.90.0.0/26"}},
+		{"requested address reserved", func(n *node, c *call) { c.args = "IgnoreUnknown=1;IP=10.90.0.63" }, types.ErrInvalidNetworkConfig, []string{"10.90.0.63", "reserved"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -447,4 +449,45 @@ func TestFailedAddRollsBack(t *testing.T) {
 	if pv, err := podnet.InspectPod(pod.Path(), "eth0"); err != nil || pv.Exists {
 		t.Errorf("pod netns has eth0 after failed ADD (err %v)", err)
 	}
+}
+
+// TestVersion: VERSION lists the supported spec versions.
+func TestVersion(t *testing.T) {
+	cmd := exec.Command(filepath.Join(pluginDir(t), "routelet"))
+	cmd.Env = []string{"CNI_COMMAND=VERSION"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("VERSION: %v", err)
+	}
+	var v struct {
+		CNIVersion        string   `json:"cniVersion"`
+		SupportedVersions []string `json:"supportedVersions"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("VERSION output %s: %v", out, err)
+	}
+	if strings.Join(v.SupportedVersions, ",") != "0.3.1,0.4.0,1.0.0,1.1.0" {
+		t.Errorf("supportedVersions = %v", v.SupportedVersions)
+	}
+}
+
+// TestRequestedIP: the ips capability and CNI_ARGS IP= pick the addresses.
+func TestRequestedIP(t *testing.T) {
+	n := newNode(t)
+	pod := newNetNS(t)
+	conf := n.conf("1.0.0", map[string]any{"runtimeConfig": map[string]any{"ips": []string{"10.90.0.42/26"}}})
+	res := n.run(call{cmd: "ADD", containerID: "wants-ip", netns: pod.Path(), ifName: "eth0", args: "IgnoreUnknown=1;IP=fd90::2a", conf: conf}).mustOK(t, "ADD")
+	if got := fmt.Sprint(addrsOf(t, res.stdout)); got != "[10.90.0.42 fd90::2a]" {
+		t.Errorf("addresses %s, want [10.90.0.42 fd90::2a]", got)
+	}
+	// The same address for a second attachment: busy, try again later.
+	other := newNetNS(t)
+	o := n.run(call{cmd: "ADD", containerID: "wants-same", netns: other.Path(), ifName: "eth0", conf: conf})
+	if o.exitCode == 0 || o.cniErr.Code != types.ErrTryAgainLater {
+		t.Fatalf("second ADD for 10.90.0.42: exit %d %s, want code 11", o.exitCode, o.stdout)
+	}
+	mustContain(t, "in-use message", o.cniErr.Msg, "10.90.0.42")
+	n.run(call{cmd: "DEL", containerID: "wants-ip", netns: pod.Path(), ifName: "eth0", conf: conf}).mustOK(t, "DEL")
+	n.run(call{cmd: "DEL", containerID: "wants-same", netns: other.Path(), ifName: "eth0", conf: conf}).mustOK(t, "DEL of the failed one")
+	n.assertEmpty("after DEL")
 }
