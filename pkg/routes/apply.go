@@ -283,6 +283,7 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 		rt.planFromMemory(w)
 		return
 	}
+	prev := rt.programmed[w.name]
 	have := make(map[netip.Prefix]Target, len(w.want))
 	rt.programmed[w.name] = have
 	satisfied := make(map[netip.Prefix]struct{}, len(w.want))
@@ -309,6 +310,12 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 				}
 				continue
 			}
+		}
+		if _, wrote := prev[dst]; wrote && r.Protocol == rt.protocol && r.Tos == 0 && r.Priority == rt.priority {
+			// We programmed it and nobody wants it now: not "unexpected",
+			// so no grace period applies.
+			w.dels = append(w.dels, *r)
+			continue
 		}
 		if rt.mayDelete(w, r, dst) {
 			w.dels = append(w.dels, *r)
@@ -670,7 +677,7 @@ func (rt *RouteTable) readNeighbours(work []*ifaceWork) (map[neighKey]netlink.Ne
 // applyNeighbours programs the permanent ARP entries of w's targets that
 // carry a DestMAC and deletes the ones no longer wanted. On a full resync the
 // kernel's table (kernel) is the reference, so a changed or deleted entry is
-// repaired; otherwise what we last wrote is.
+// repaired without rewriting the good ones.
 func (rt *RouteTable) applyNeighbours(w *ifaceWork, full bool, kernel map[neighKey]netlink.Neigh) {
 	if rt.family != netlink.FAMILY_V4 || w.name == InterfaceNone {
 		return
@@ -689,7 +696,10 @@ func (rt *RouteTable) applyNeighbours(w *ifaceWork, full bool, kernel map[neighK
 	}
 	next := make(map[netip.Addr]string, len(want))
 	for ip, mac := range want {
-		ok := have[ip] == mac.String()
+		// From memory, trust what we wrote; a read (an event or a failure
+		// made the interface suspect) re-asserts every entry; a full
+		// resync compares with the kernel's table.
+		ok := w.fromMemory && have[ip] == mac.String()
 		if full {
 			n, found := kernel[neighKey{w.link.Index, ip}]
 			ok = found && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == mac.String()

@@ -402,3 +402,29 @@ func TestKernelConntrackCleanup(t *testing.T) {
 	}
 	e.wantIP([]string{"-4", "route", "show", "proto", "80"}, "10.0.0.2 dev cali2 scope link", "10.0.0.3 dev cali1 scope link")
 }
+
+// TestKernelClosedTableTouchesNothing checks that a closed RouteTable fails
+// instead of falling back to the calling thread's namespace (the host's).
+func TestKernelClosedTableTouchesNothing(t *testing.T) {
+	e := newKernelEnv(t)
+	e.veth("cali1", "pod1")
+	var rt *RouteTable
+	if err := e.ns.Do(func(ns.NetNS) error {
+		var err error
+		rt, err = New(Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, Logger: slog.New(slog.DiscardHandler)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	if err := rt.Apply(); err == nil {
+		t.Fatal("Apply on a closed RouteTable succeeded")
+	}
+	e.wantIP([]string{"-4", "route", "show", "proto", "80"})
+}

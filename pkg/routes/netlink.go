@@ -55,6 +55,9 @@ type Netlink interface {
 
 var _ Netlink = (*realNetlink)(nil)
 
+// errClosed is returned by a realNetlink used after Close.
+var errClosed = errors.New("netlink: closed")
+
 // dumpAttempts bounds the retries of a dump the kernel reported as
 // interrupted (NLM_F_DUMP_INTR: the table changed while it was being read).
 const dumpAttempts = 5
@@ -91,6 +94,10 @@ func newRealNetlink(timeout time.Duration) (*realNetlink, error) {
 func (r *realNetlink) handle() (*netlink.Handle, error) {
 	if r.h != nil {
 		return r.h, nil
+	}
+	if !r.ns.IsOpen() {
+		// Never fall back to the calling thread's namespace.
+		return nil, errClosed
 	}
 	h, err := netlink.NewHandleAt(r.ns, unix.NETLINK_ROUTE)
 	if err != nil {
@@ -172,6 +179,9 @@ const rtextFilterSkipStats = 1 << 3
 // Caller holds mu.
 func (r *realNetlink) linkDump() ([]Link, error) {
 	if r.ls == nil {
+		if !r.ns.IsOpen() {
+			return nil, errClosed
+		}
 		s, err := nl.GetNetlinkSocketAt(r.ns, netns.None(), unix.NETLINK_ROUTE)
 		if err != nil {
 			return nil, fmt.Errorf("open socket: %w", err)
@@ -345,5 +355,10 @@ func (r *realNetlink) Close() error {
 		r.ls.Socket.Close()
 		r.ls = nil
 	}
-	return r.ns.Close()
+	if !r.ns.IsOpen() {
+		return nil
+	}
+	err := r.ns.Close()
+	r.ns = netns.None()
+	return err
 }

@@ -354,6 +354,7 @@ func (rt *RouteTable) OnIfaceStateChanged(iface string, up bool) {
 		// put back when it comes up again.
 		rt.synced[iface] = 0
 		delete(rt.programmed, iface)
+		delete(rt.links, iface)
 		return
 	}
 	rt.onIfaceSeen(iface)

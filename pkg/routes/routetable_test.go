@@ -266,6 +266,12 @@ func TestGracePeriod(t *testing.T) {
 	if !strings.Contains(f.dump(), "10.0.0.9/32") {
 		t.Fatal("route removed inside the grace period")
 	}
+	// A route we programmed ourselves is not "unexpected": removing it from
+	// the desired state removes it at once, grace period or not.
+	f.rt.RouteRemove("cali1", pfx("10.0.0.1/32"))
+	f.apply()
+	f.wantDump("10.0.0.9/32 dev cali1 proto 80 scope link")
+	f.rt.RouteUpdate("cali1", Target{CIDR: pfx("10.0.0.1/32")})
 	// The daemon learns about the pod: the route becomes desired and stays.
 	f.rt.RouteUpdate("cali1", Target{CIDR: pfx("10.0.0.9/32")})
 	f.clock.Advance(2 * time.Second)
@@ -541,6 +547,16 @@ func TestStaticARP(t *testing.T) {
 	f.apply()
 	if n := f.nl.Neighbours(); len(n) != 1 || n[0].HardwareAddr.String() != mac.String() || n[0].State != netlink.NUD_PERMANENT {
 		t.Fatalf("neighbours after resync %v", n)
+	}
+	// Deleted by hand; a neighbour event makes the daemon mark the
+	// interface dirty, which re-asserts it.
+	if err := f.nl.NeighDel(&netlink.Neigh{LinkIndex: cali.Index, IP: net.ParseIP("10.0.0.1").To4()}); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.MarkDirty("cali1")
+	f.apply()
+	if n := f.nl.Neighbours(); len(n) != 1 || n[0].HardwareAddr.String() != mac.String() {
+		t.Fatalf("neighbours after MarkDirty %v", n)
 	}
 	// Removing the target removes the entry.
 	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
