@@ -24,7 +24,7 @@ func strs(ps []netip.Prefix) []string {
 // and checks every step with the ipset binary, as an operator would.
 func TestSetsKernel(t *testing.T) {
 	k, n := newTestNetlink(t)
-	s := NewSets(k, nil)
+	s := NewSets(k, quiet)
 	v4 := pfx("192.0.2.1/32", "192.0.2.2/32", "198.51.100.0/24")
 	v6 := pfx("2001:db8::1/128", "2001:db8:1::/64")
 	if err := s.Set(VXLANPeers, IPv4, v4); err != nil {
@@ -109,7 +109,7 @@ func TestSetsKernel(t *testing.T) {
 	}
 
 	// Cleanup removes ours only.
-	if err := Cleanup(k, nil); err != nil {
+	if err := Cleanup(k, quiet); err != nil {
 		t.Fatal(err)
 	}
 	if got := splitLines(ipsetCLI(t, n, "list", "-n")); !slices.Equal(got, []string{"foreign-set"}) {

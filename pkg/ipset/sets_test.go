@@ -3,12 +3,16 @@ package ipset
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 )
+
+// quiet discards the logs of the code under test.
+var quiet = slog.New(slog.DiscardHandler)
 
 func pfx(ss ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(ss))
@@ -32,7 +36,7 @@ func wantSnapshot(t *testing.T, f *Fake, want map[string][]netip.Prefix) {
 
 func TestSetsCreateThenApplyByDifference(t *testing.T) {
 	f := NewFake()
-	s := NewSets(f, nil)
+	s := NewSets(f, quiet)
 	if err := s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.2/32", "198.51.100.0/24")); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +95,7 @@ func TestSetsCreateThenApplyByDifference(t *testing.T) {
 }
 
 func TestSetsValidation(t *testing.T) {
-	s := NewSets(NewFake(), nil)
+	s := NewSets(NewFake(), quiet)
 	for _, tc := range []struct {
 		name    string
 		family  Family
@@ -131,7 +135,7 @@ func TestSetsLargeDifferenceSwapsAtomically(t *testing.T) {
 	}
 	f.Put(Pools, "", IPv4, old...)
 	f.SetReferenced(Pools, true) // a rule uses it: swapping is fine, destroying is not
-	s := NewSets(f, nil)
+	s := NewSets(f, quiet)
 	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16", "10.245.0.0/16")); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +152,7 @@ func TestSetsWrongTypeOrFamilyReplaced(t *testing.T) {
 	f := NewFake()
 	f.Put(Pools, "hash:ip", IPv4, pfx("10.0.0.1/32")...)
 	f.Put(Name(Pools, IPv6), "", IPv4, pfx("10.0.0.2/32")...) // v4 set under the v6 name
-	s := NewSets(f, nil)
+	s := NewSets(f, quiet)
 	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16")); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +173,7 @@ func TestSetsWrongTypeOrFamilyReplaced(t *testing.T) {
 	f = NewFake()
 	f.Put(Pools, "", IPv6)
 	f.SetReferenced(Pools, true)
-	s = NewSets(f, nil)
+	s = NewSets(f, quiet)
 	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16")); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +237,7 @@ func TestSetsFailureMatrixConverges(t *testing.T) {
 	for _, sc := range scenarios {
 		// Count the calls a clean run makes.
 		f := NewFake()
-		s := NewSets(f, nil)
+		s := NewSets(f, quiet)
 		sc.setup(f, s)
 		f.ResetCalls()
 		if err := s.Apply(); err != nil {
@@ -245,7 +249,7 @@ func TestSetsFailureMatrixConverges(t *testing.T) {
 		for i := 1; i <= total; i++ {
 			t.Run(fmt.Sprintf("%s/fail-call-%d", sc.name, i), func(t *testing.T) {
 				f := NewFake()
-				s := NewSets(f, nil)
+				s := NewSets(f, quiet)
 				sc.setup(f, s)
 				n := 0
 				var failedOp string
@@ -278,7 +282,7 @@ func TestSetsFailureMatrixConverges(t *testing.T) {
 
 func TestSetsCheckRepairsDrift(t *testing.T) {
 	f := NewFake()
-	s := NewSets(f, nil)
+	s := NewSets(f, quiet)
 	want := pfx("192.0.2.1/32", "192.0.2.2/32")
 	if err := s.Set(VXLANPeers, IPv4, want); err != nil {
 		t.Fatal(err)
@@ -308,7 +312,7 @@ func TestSetsRemoveAndCleanup(t *testing.T) {
 	f := NewFake()
 	f.Put("kube-something", "", IPv4, pfx("10.0.0.1/32")...)
 	f.Put(Pools+TmpSuffix, "", IPv4) // left by a crash mid-rewrite
-	s := NewSets(f, nil)
+	s := NewSets(f, quiet)
 	_ = s.Set(Pools, IPv4, pfx("10.244.0.0/16"))
 	_ = s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32"))
 	if err := s.Apply(); err != nil {
@@ -321,7 +325,7 @@ func TestSetsRemoveAndCleanup(t *testing.T) {
 	if _, err := f.List(VXLANPeers); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("removed set still present (err %v)", err)
 	}
-	if err := Cleanup(f, nil); err != nil {
+	if err := Cleanup(f, quiet); err != nil {
 		t.Fatal(err)
 	}
 	wantSnapshot(t, f, map[string][]netip.Prefix{"kube-something": pfx("10.0.0.1/32")})

@@ -1,0 +1,27 @@
+// Package rules renders routelet's iptables chains from a Config and keeps
+// them, and the jumps to them, in place through coreos/go-iptables.
+//
+// Three chains, per IP family (iptables and ip6tables):
+//
+//   - ROUTELET-INPUT (filter, jumped to from INPUT): accept VXLAN (UDP to the
+//     configured port) addressed to a local address from the peers set and
+//     drop all other VXLAN to local addresses; the same for IPIP (IPv4
+//     protocol 4). Rules exist only for the enabled encapsulations.
+//   - ROUTELET-FORWARD (filter, from FORWARD): accept traffic from and to
+//     pod interfaces (cali+) and the enabled overlay devices, so pods are
+//     forwarded even when the FORWARD policy is DROP.
+//   - ROUTELET-POSTROUTING (nat, from POSTROUTING): with NAT outgoing,
+//     masquerade traffic from the pools set to destinations outside it;
+//     traffic leaving through an overlay device is never masqueraded.
+//
+// A [Chains] holds the desired Config in memory; [Chains.Apply] brings the
+// kernel in line and [Chains.Check] re-reads each chain (one `iptables -S`
+// per chain) and repairs drift. A chain whose rules differ is replaced as a
+// whole — the new rules appended, then the old ones deleted from the top —
+// never edited rule by rule and never left empty. Each jump sits first in
+// its built-in chain, exactly once.
+//
+// Ownership: only the three ROUTELET-* chains are ever flushed or deleted;
+// in the built-in chains only rules that are exactly a jump to one of them
+// are inserted or removed.
+package rules

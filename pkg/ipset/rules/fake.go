@@ -1,0 +1,254 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// FakeTable is an in-memory Table for tests: tables of chains of rule specs,
+// listed the way `iptables -S` prints them. It counts calls per method and
+// can fail chosen calls. Built-in chains of the filter and nat tables exist
+// from the start with policy ACCEPT.
+type FakeTable struct {
+	mu sync.Mutex
+	// chains maps "table/chain" to its rule specs; builtin marks built-in
+	// chains. Guarded by mu.
+	chains  map[string][]string
+	builtin map[string]bool
+	calls   map[string]int
+	// Inject, when set, is called before every method with its name
+	// ("List", "Append", …), table and chain; a non-nil result fails the
+	// call unchanged.
+	Inject func(method, table, chain string) error
+}
+
+var _ Table = (*FakeTable)(nil)
+
+// FakeExitError is the error FakeTable returns where iptables would exit
+// with a status: 1 for a missing chain or rule.
+type FakeExitError struct {
+	Status int
+	Msg    string
+}
+
+// Error implements error.
+func (e *FakeExitError) Error() string { return fmt.Sprintf("exit status %d: %s", e.Status, e.Msg) }
+
+// ExitStatus returns the simulated exit status.
+func (e *FakeExitError) ExitStatus() int { return e.Status }
+
+// NewFakeTable returns a FakeTable with the built-in chains.
+func NewFakeTable() *FakeTable {
+	f := &FakeTable{chains: map[string][]string{}, builtin: map[string]bool{}, calls: map[string]int{}}
+	for _, k := range []string{"filter/INPUT", "filter/FORWARD", "filter/OUTPUT", "nat/PREROUTING", "nat/INPUT", "nat/OUTPUT", "nat/POSTROUTING"} {
+		f.chains[k] = nil
+		f.builtin[k] = true
+	}
+	return f
+}
+
+// Calls returns how often method was called.
+func (f *FakeTable) Calls(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[method]
+}
+
+// Execs returns the total number of calls (each would be one exec).
+func (f *FakeTable) Execs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		n += c
+	}
+	return n
+}
+
+// ResetCalls zeroes the counters.
+func (f *FakeTable) ResetCalls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.calls)
+}
+
+// Rules returns the rule specs of table/chain and whether it exists.
+func (f *FakeTable) Rules(table, chain string) ([]string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.chains[table+"/"+chain]
+	return slices.Clone(r), ok
+}
+
+// SetRules replaces (creating if needed) the rules of table/chain directly,
+// as another program would.
+func (f *FakeTable) SetRules(table, chain string, rules ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.chains[table+"/"+chain] = slices.Clone(rules)
+}
+
+// RemoveChain deletes table/chain directly.
+func (f *FakeTable) RemoveChain(table, chain string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.chains, table+"/"+chain)
+}
+
+func (f *FakeTable) begin(method, table, chain string) error {
+	f.calls[method]++
+	if f.Inject != nil {
+		return f.Inject(method, table, chain)
+	}
+	return nil
+}
+
+func (f *FakeTable) get(table, chain string) ([]string, error) {
+	r, ok := f.chains[table+"/"+chain]
+	if !ok {
+		return nil, &FakeExitError{1, "No chain/target/match by that name."}
+	}
+	return r, nil
+}
+
+// List implements Table.
+func (f *FakeTable) List(table, chain string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("List", table, chain); err != nil {
+		return nil, err
+	}
+	r, err := f.get(table, chain)
+	if err != nil {
+		return nil, err
+	}
+	head := "-N " + chain
+	if f.builtin[table+"/"+chain] {
+		head = "-P " + chain + " ACCEPT"
+	}
+	out := []string{head}
+	for _, spec := range r {
+		out = append(out, "-A "+chain+" "+spec)
+	}
+	return out, nil
+}
+
+// ListById implements Table.
+func (f *FakeTable) ListById(table, chain string, id int) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("ListById", table, chain); err != nil {
+		return "", err
+	}
+	r, err := f.get(table, chain)
+	if err != nil {
+		return "", err
+	}
+	if id < 1 || id > len(r) {
+		return "", &FakeExitError{1, "Index of deletion too big."}
+	}
+	return "-A " + chain + " " + r[id-1], nil
+}
+
+// NewChain implements Table.
+func (f *FakeTable) NewChain(table, chain string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("NewChain", table, chain); err != nil {
+		return err
+	}
+	if _, ok := f.chains[table+"/"+chain]; ok {
+		return &FakeExitError{1, "Chain already exists."}
+	}
+	f.chains[table+"/"+chain] = []string{}
+	return nil
+}
+
+// Append implements Table.
+func (f *FakeTable) Append(table, chain string, rulespec ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("Append", table, chain); err != nil {
+		return err
+	}
+	r, err := f.get(table, chain)
+	if err != nil {
+		return err
+	}
+	f.chains[table+"/"+chain] = append(r, strings.Join(rulespec, " "))
+	return nil
+}
+
+// Insert implements Table.
+func (f *FakeTable) Insert(table, chain string, pos int, rulespec ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("Insert", table, chain); err != nil {
+		return err
+	}
+	r, err := f.get(table, chain)
+	if err != nil {
+		return err
+	}
+	if pos < 1 || pos > len(r)+1 {
+		return &FakeExitError{2, "Index of insertion too big."}
+	}
+	f.chains[table+"/"+chain] = slices.Insert(slices.Clone(r), pos-1, strings.Join(rulespec, " "))
+	return nil
+}
+
+// DeleteById implements Table.
+func (f *FakeTable) DeleteById(table, chain string, id int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("DeleteById", table, chain); err != nil {
+		return err
+	}
+	r, err := f.get(table, chain)
+	if err != nil {
+		return err
+	}
+	if id < 1 || id > len(r) {
+		return &FakeExitError{1, "Index of deletion too big."}
+	}
+	f.chains[table+"/"+chain] = slices.Delete(slices.Clone(r), id-1, id)
+	return nil
+}
+
+// ClearChain implements Table.
+func (f *FakeTable) ClearChain(table, chain string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("ClearChain", table, chain); err != nil {
+		return err
+	}
+	f.chains[table+"/"+chain] = []string{}
+	return nil
+}
+
+// DeleteChain implements Table.
+func (f *FakeTable) DeleteChain(table, chain string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin("DeleteChain", table, chain); err != nil {
+		return err
+	}
+	r, err := f.get(table, chain)
+	if err != nil {
+		return err
+	}
+	if len(r) > 0 {
+		return &FakeExitError{1, "Directory not empty."}
+	}
+	for k, rules := range f.chains {
+		for _, spec := range rules {
+			if strings.HasSuffix(spec, "-j "+chain) {
+				return &FakeExitError{1, "Too many links (referenced by " + k + ")."}
+			}
+		}
+	}
+	delete(f.chains, table+"/"+chain)
+	return nil
+}

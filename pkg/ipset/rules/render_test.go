@@ -1,0 +1,90 @@
+package rules
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/routelet/routelet/pkg/ipset"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current rendering")
+
+// dump renders chains as an operator reads them: per chain the table and the
+// `iptables -S` lines.
+func dump(chains []Chain) string {
+	var b strings.Builder
+	for _, ch := range chains {
+		b.WriteString("# -t " + ch.Table + " (jumped to from " + ch.Hook + ")\n")
+		for _, l := range ch.Lines() {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func TestRenderGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		family ipset.Family
+	}{
+		{"none-v4", Config{}, ipset.IPv4},
+		{"vxlan-v4", Config{VXLAN: true}, ipset.IPv4},
+		{"vxlan-nat-v6", Config{VXLAN: true, NATOutgoing: true}, ipset.IPv6},
+		{"ipip-nat-v4", Config{IPIP: true, NATOutgoing: true}, ipset.IPv4},
+		{"ipip-v6", Config{IPIP: true, NATOutgoing: true}, ipset.IPv6},
+		{"both-nat-v4", Config{VXLAN: true, IPIP: true, NATOutgoing: true}, ipset.IPv4},
+		{"custom-v4", Config{VXLAN: true, VXLANPort: 8472, VXLANDevice: "flannel.1", InterfacePrefix: "veth", NATOutgoing: true}, ipset.IPv4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := dump(Render(tc.cfg, tc.family))
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -run TestRenderGolden -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("Render(%+v, %s) =\n%s\nwant (%s):\n%s", tc.cfg, tc.family, got, path, want)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		inErr string
+	}{
+		{Config{VXLANPort: 70000}, "VXLAN port 70000"},
+		{Config{VXLANPort: -1}, "VXLAN port -1"},
+		{Config{VXLANDevice: "a-very-long-device-name"}, `"a-very-long-device-name"`},
+		{Config{InterfacePrefix: "cali+"}, `interface prefix "cali+"`},
+		{Config{IPIPDevice: "tun 0"}, `"tun 0"`},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.inErr) {
+			t.Errorf("Validate(%+v) = %v, want it to mention %s", tc.cfg, err, tc.inErr)
+		}
+	}
+	if err := (Config{VXLAN: true, IPIP: true, NATOutgoing: true}).Validate(); err != nil {
+		t.Fatalf("defaults rejected: %v", err)
+	}
+}
+
+func TestSetsUsed(t *testing.T) {
+	got := strings.Join(Sets(Config{VXLAN: true, IPIP: true, NATOutgoing: true}, ipset.IPv6), ",")
+	if got != "routelet-vxlan-peers,routelet-pools" {
+		t.Fatalf("Sets(v6) = %s, want vxlan peers and pools (no IPIP in IPv6)", got)
+	}
+}
