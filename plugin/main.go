@@ -4,15 +4,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netns"
 
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -91,30 +90,12 @@ func preflight(getenv func(string) string) *types.Error {
 	if err := ns.IsNSorErr(path); err != nil {
 		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_NETNS %q: not a network namespace: %v", path, err)
 	}
-	if same, err := isOwnNetns(path); err != nil {
+	if same, err := podnet.IsCurrentNetns(path); err != nil {
 		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_NETNS %q: %v", path, err)
 	} else if same {
 		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_NETNS %q is the plugin's own (node) network namespace", path)
 	}
 	return nil
-}
-
-// isOwnNetns reports whether path is the namespace the plugin runs in (every
-// thread of the plugin process is in the node namespace).
-func isOwnNetns(path string) (bool, error) {
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return false, fmt.Errorf("open: %w", err)
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	self, err := netns.Get()
-	if err != nil {
-		return false, fmt.Errorf("open own netns: %w", err)
-	}
-	defer self.Close()
-	return target.Equal(self), nil
 }
 
 // explain adds skel's details to the message (skel puts the offending

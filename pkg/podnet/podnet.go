@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -66,12 +67,8 @@ func Setup(spec Spec) (*Attached, error) {
 		return nil, fmt.Errorf("open netns %s: %w", spec.Netns, err)
 	}
 	defer nsh.Close()
-	if self, err := netns.Get(); err == nil {
-		same := self.Equal(nsh)
-		self.Close()
-		if same {
-			return nil, fmt.Errorf("netns %s is the node's own namespace", spec.Netns)
-		}
+	if same, err := isCurrent(nsh); err == nil && same {
+		return nil, fmt.Errorf("netns %s is the node's own namespace", spec.Netns)
 	}
 	host, err := netlink.NewHandle()
 	if err != nil {
@@ -324,6 +321,30 @@ func validateSpec(s Spec) error {
 		}
 	}
 	return nil
+}
+
+// IsCurrentNetns reports whether the namespace at path is the calling
+// thread's own network namespace (the node's, in the plugin).
+func IsCurrentNetns(path string) (bool, error) {
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		return false, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer h.Close()
+	return isCurrent(h)
+}
+
+// isCurrent compares h with the calling thread's namespace, pinning the
+// thread so the answer is about one thread.
+func isCurrent(h netns.NsHandle) (bool, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	self, err := netns.Get()
+	if err != nil {
+		return false, fmt.Errorf("open own netns: %w", err)
+	}
+	defer self.Close()
+	return self.Equal(h), nil
 }
 
 // hostNet returns a as a single-address IPNet (/32 or /128).

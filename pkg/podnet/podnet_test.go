@@ -254,3 +254,22 @@ func TestSetupReplacesStaleVethButNotForeignLink(t *testing.T) {
 		return nil
 	})
 }
+
+func TestSetupRefusesOwnNamespace(t *testing.T) {
+	needRoot(t)
+	node, pod := newNS(t), newNS(t)
+	inNS(t, node, func() error {
+		if same, err := IsCurrentNetns(node.Path()); err != nil || !same {
+			t.Errorf("IsCurrentNetns(node) = %v, %v; want true", same, err)
+		}
+		if same, err := IsCurrentNetns(pod.Path()); err != nil || same {
+			t.Errorf("IsCurrentNetns(pod) = %v, %v; want false", same, err)
+		}
+		_, err := Setup(Spec{HostIface: "calitestown001", ContIface: "eth0", Netns: node.Path(), MTU: 1500,
+			Addrs: []netip.Addr{netip.MustParseAddr("10.81.0.2")}})
+		if err == nil || !strings.Contains(err.Error(), node.Path()) {
+			t.Errorf("Setup into the node's own netns: err = %v, want refusal naming it", err)
+		}
+		return nil
+	})
+}
