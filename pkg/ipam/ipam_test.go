@@ -426,6 +426,13 @@ func TestLockTimeoutNamesHolder(t *testing.T) {
 	if _, err := waiter.Get(ctx, att("waiter")); !errors.Is(err, context.Canceled) {
 		t.Errorf("Get with a cancelled context: err = %v, want context.Canceled", err)
 	}
+	// A context that ends while waiting stops the wait too.
+	patient := newAt(t, dir, "10.0.0.0/29")
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := patient.Allocate(ctx, att("waiter"), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Allocate whose context ends while waiting: err = %v, want context.DeadlineExceeded", err)
+	}
 
 	l.unlock()
 	l = &ipamLock{fd: -1} // keep the deferred unlock harmless
