@@ -21,6 +21,7 @@ import (
 // rename and unlink is what protects), only resilience to power loss does.
 const durable = true
 
+// newAllocator implements New.
 func newAllocator(dir string, blocks []netip.Prefix, opts Options) (*Allocator, error) {
 	if dir == "" {
 		return nil, errors.New("ipam: empty directory")
@@ -68,6 +69,7 @@ func validateBlocks(blocks []netip.Prefix) error {
 	return nil
 }
 
+// validateAttachment checks both halves of the key before they become file names.
 func validateAttachment(att Attachment) error {
 	if err := state.ValidateContainerID(att.ContainerID); err != nil {
 		return err
@@ -75,6 +77,7 @@ func validateAttachment(att Attachment) error {
 	return state.ValidateIfName(att.IfName)
 }
 
+// family returns 4 or 6.
 func family(a netip.Addr) int {
 	if a.Is4() {
 		return 4
@@ -155,6 +158,7 @@ func (a *Allocator) owned(att Attachment, rec *attachmentRecord) []Allocation {
 	return out
 }
 
+// sortAllocations orders IPv4 before IPv6, then by address.
 func sortAllocations(allocs []Allocation) {
 	slices.SortFunc(allocs, func(x, y Allocation) int {
 		return cmp.Or(cmp.Compare(family(x.Addr), family(y.Addr)), x.Addr.Compare(y.Addr))
@@ -177,6 +181,7 @@ type pick struct {
 	req bool      // requested by the caller: the cursor is not moved for it
 }
 
+// allocate implements Allocate; the steps and why they are safe are in doc.go.
 func (a *Allocator) allocate(ctx context.Context, att Attachment, requested []netip.Addr) ([]Allocation, error) {
 	if err := validateAttachment(att); err != nil {
 		return nil, fmt.Errorf("ipam: allocate: %w", err)
@@ -408,6 +413,7 @@ func (a *Allocator) searchBlock(m *blockMap) (uint64, bool, error) {
 	return free[0], true, nil
 }
 
+// release implements Release (see doc.go for the order of steps).
 func (a *Allocator) release(ctx context.Context, att Attachment) error {
 	if err := validateAttachment(att); err != nil {
 		return fmt.Errorf("ipam: release: %w", err)
@@ -483,6 +489,7 @@ func (a *Allocator) clearHint(al Allocation) {
 	}
 }
 
+// get implements Get: the record's addresses that att's claims confirm.
 func (a *Allocator) get(ctx context.Context, att Attachment) ([]Allocation, error) {
 	if err := validateAttachment(att); err != nil {
 		return nil, fmt.Errorf("ipam: get: %w", err)
@@ -501,6 +508,7 @@ func (a *Allocator) get(ctx context.Context, att Attachment) ([]Allocation, erro
 	return held, nil
 }
 
+// list implements List by reading every record (the GC path may scan).
 func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, error) {
 	l, err := a.lock(ctx, "list", nil)
 	if err != nil {

@@ -30,6 +30,7 @@ type LockTimeoutError struct {
 	Holder string
 }
 
+// Error says which lock was busy, for how long, and who held it if known.
 func (e *LockTimeoutError) Error() string {
 	if e.Holder == "" {
 		return fmt.Sprintf("ipam lock %s busy after %s", e.Path, e.Waited)

@@ -106,6 +106,7 @@ func openBlockMapIfExists(dir string, block netip.Prefix) (*blockMap, error) {
 	return openBlockMap(dir, block)
 }
 
+// close closes the hint file.
 func (m *blockMap) close() { _ = m.f.Close() }
 
 // reserved reports whether offset off is never handed out: the first address
@@ -117,6 +118,7 @@ func (m *blockMap) reserved(off uint64) bool {
 	return m.block.Addr().Is4() && off == m.size-1 && trackedSize(m.block) == uint64(1)<<(32-m.block.Bits())
 }
 
+// isSet reports whether off is believed allocated.
 func (m *blockMap) isSet(off uint64) bool { return m.bits[off/8]&(1<<(off%8)) != 0 }
 
 // set updates one bit in memory and on disk (a one-byte pwrite, atomic with

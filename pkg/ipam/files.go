@@ -37,8 +37,10 @@ type allocationJSON struct {
 	Block netip.Prefix `json:"block"`
 }
 
+// sub returns the path of a subdirectory of the IPAM directory.
 func (a *Allocator) sub(name string) string { return filepath.Join(a.dir, name) }
 
+// attachmentFile is the record file name of att (shared naming with pkg/state).
 func attachmentFile(att Attachment) string {
 	return state.AttachmentName(att.ContainerID, att.IfName) + attachmentExt
 }

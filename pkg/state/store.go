@@ -18,6 +18,7 @@ const (
 	recordExt       = ".json"
 )
 
+// open implements Open.
 func open(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("open state directory: empty path")
@@ -40,6 +41,7 @@ func open(dir string) (*Store, error) {
 	return s, nil
 }
 
+// dir returns the path of a subdirectory of the root.
 func (s *Store) dir(sub string) string { return filepath.Join(s.root, sub) }
 
 // marshal encodes a record the way every record file looks on disk.
@@ -99,10 +101,12 @@ func listRecords[T any](dir string, load func(name string) (*T, error)) (good []
 	return good, bad
 }
 
+// workloadFile is the record file name of an attachment.
 func workloadFile(containerID, ifName string) string {
 	return AttachmentName(containerID, ifName) + recordExt
 }
 
+// putWorkload implements PutWorkload.
 func (s *Store) putWorkload(w *Workload) error {
 	if w == nil {
 		return errors.New("put workload: nil record")
@@ -135,6 +139,7 @@ func (s *Store) loadWorkload(name string) (*Workload, error) {
 	return w, nil
 }
 
+// getWorkload implements GetWorkload; names are validated before any path is built.
 func (s *Store) getWorkload(containerID, ifName string) (*Workload, error) {
 	if err := validateContainerID(containerID); err != nil {
 		return nil, fmt.Errorf("get workload: %w", err)
@@ -145,6 +150,7 @@ func (s *Store) getWorkload(containerID, ifName string) (*Workload, error) {
 	return s.loadWorkload(workloadFile(containerID, ifName))
 }
 
+// deleteWorkload implements DeleteWorkload.
 func (s *Store) deleteWorkload(containerID, ifName string) error {
 	if err := validateContainerID(containerID); err != nil {
 		return fmt.Errorf("delete workload: %w", err)
@@ -155,10 +161,12 @@ func (s *Store) deleteWorkload(containerID, ifName string) error {
 	return removeFile(s.dir(workloadsSubdir), workloadFile(containerID, ifName))
 }
 
+// listWorkloads implements ListWorkloads.
 func (s *Store) listWorkloads() ([]*Workload, []error) {
 	return listRecords(s.dir(workloadsSubdir), s.loadWorkload)
 }
 
+// putNode implements PutNode.
 func (s *Store) putNode(n *Node) error {
 	if n == nil {
 		return errors.New("put node: nil record")
@@ -174,6 +182,7 @@ func (s *Store) putNode(n *Node) error {
 	return writeFileAtomic(s.dir(nodesSubdir), n.Name+recordExt, data)
 }
 
+// loadNode reads the node record in file name and checks it belongs there.
 func (s *Store) loadNode(name string) (*Node, error) {
 	dir := s.dir(nodesSubdir)
 	n := &Node{}
@@ -189,6 +198,7 @@ func (s *Store) loadNode(name string) (*Node, error) {
 	return n, nil
 }
 
+// getNode implements GetNode.
 func (s *Store) getNode(name string) (*Node, error) {
 	if err := validateNodeName(name); err != nil {
 		return nil, fmt.Errorf("get node: %w", err)
@@ -196,6 +206,7 @@ func (s *Store) getNode(name string) (*Node, error) {
 	return s.loadNode(name + recordExt)
 }
 
+// deleteNode implements DeleteNode.
 func (s *Store) deleteNode(name string) error {
 	if err := validateNodeName(name); err != nil {
 		return fmt.Errorf("delete node: %w", err)
@@ -203,10 +214,12 @@ func (s *Store) deleteNode(name string) error {
 	return removeFile(s.dir(nodesSubdir), name+recordExt)
 }
 
+// listNodes implements ListNodes.
 func (s *Store) listNodes() ([]*Node, []error) {
 	return listRecords(s.dir(nodesSubdir), s.loadNode)
 }
 
+// writeDaemonStatus implements WriteDaemonStatus.
 func (s *Store) writeDaemonStatus(st *DaemonStatus) error {
 	if st == nil {
 		return errors.New("write daemon status: nil record")
@@ -222,6 +235,7 @@ func (s *Store) writeDaemonStatus(st *DaemonStatus) error {
 	return writeFileAtomic(s.root, daemonFile, data)
 }
 
+// readDaemonStatus implements ReadDaemonStatus.
 func (s *Store) readDaemonStatus() (*DaemonStatus, error) {
 	st := &DaemonStatus{}
 	if err := readRecord(s.root, daemonFile, st, func() int { return st.Version }); err != nil {

@@ -10,10 +10,12 @@ import (
 // maxContainerIDLen is a sane bound; runtimes use 64 hex characters.
 const maxContainerIDLen = 256
 
+// isAlnum reports whether c is an ASCII letter or digit.
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
+// validateContainerID implements ValidateContainerID.
 func validateContainerID(id string) error {
 	if id == "" {
 		return fmt.Errorf("invalid container ID %q: empty", id)
@@ -33,6 +35,7 @@ func validateContainerID(id string) error {
 	return nil
 }
 
+// validateIfName implements ValidateIfName, mirroring the kernel's dev_valid_name.
 func validateIfName(name string) error {
 	switch {
 	case name == "":
@@ -51,6 +54,7 @@ func validateIfName(name string) error {
 	return nil
 }
 
+// validateNodeName implements ValidateNodeName.
 func validateNodeName(name string) error {
 	switch {
 	case name == "":
@@ -71,6 +75,7 @@ func validateNodeName(name string) error {
 	return nil
 }
 
+// validateCIDRs checks that every entry parses as a prefix; what names the field.
 func validateCIDRs(what string, cidrs []string) error {
 	for _, c := range cidrs {
 		if _, err := netip.ParsePrefix(c); err != nil {
@@ -80,6 +85,7 @@ func validateCIDRs(what string, cidrs []string) error {
 	return nil
 }
 
+// validateMAC accepts "" or a MAC address; what names the field.
 func validateMAC(what, mac string) error {
 	if mac == "" {
 		return nil
@@ -105,6 +111,7 @@ func validateIP(what, s string, family int) error {
 	return nil
 }
 
+// validate checks every field a reader or the daemon relies on.
 func (w *Workload) validate() error {
 	if err := validateContainerID(w.ContainerID); err != nil {
 		return err
@@ -124,6 +131,7 @@ func (w *Workload) validate() error {
 	return validateMAC("container MAC", w.ContainerMAC)
 }
 
+// validate checks the node name and every address, block and MAC.
 func (n *Node) validate() error {
 	if err := validateNodeName(n.Name); err != nil {
 		return err
@@ -149,6 +157,7 @@ func (n *Node) validate() error {
 	return validateMAC("VTEP MAC (IPv6)", n.VTEPMACv6)
 }
 
+// validate checks the MTU range and the blocks.
 func (d *DaemonStatus) validate() error {
 	if d.PodMTU < 0 || d.PodMTU > 65535 {
 		return fmt.Errorf("invalid pod MTU %d", d.PodMTU)
