@@ -508,7 +508,9 @@ func (a *Allocator) get(ctx context.Context, att Attachment) ([]Allocation, erro
 	return held, nil
 }
 
-// list implements List by reading every record (the GC path may scan).
+// list implements List by reading every record (the GC path may scan). On
+// the way it removes what dead writers left: temp files, and records that own
+// no address.
 func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, error) {
 	l, err := a.lock(ctx, "list", nil)
 	if err != nil {
@@ -538,10 +540,18 @@ func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, erro
 			continue
 		}
 		att := Attachment{ContainerID: rec.ContainerID, IfName: rec.IfName}
-		if held := a.owned(att, rec); len(held) > 0 {
-			sortAllocations(held)
-			out[att] = held
+		held := a.owned(att, rec)
+		if len(held) == 0 {
+			// The intent of an Allocate that died before claiming: under
+			// the lock nothing is in flight, so it owns nothing and never
+			// will. Dropping it keeps every invariant.
+			if err := removeFile(dir, name); err != nil {
+				slog.Warn("ipam: stale record not removed", "file", filepath.Join(dir, name), "err", err)
+			}
+			continue
 		}
+		sortAllocations(held)
+		out[att] = held
 	}
 	return out, nil
 }

@@ -63,8 +63,8 @@
 //     is never lost for good.
 //
 // Temp files (".tmp-*") a killed writer leaves behind are never taken for
-// state; List, the GC path, removes them (under the lock, any temp file is a
-// dead writer's). A record that cannot be parsed makes Get and Allocate fail
+// state. List, the GC path, removes them and records that own no address
+// (under the lock nothing is in flight, so both can only be a dead writer's). A record that cannot be parsed makes Get and Allocate fail
 // naming the file; Release then finds that attachment's claims with the only
 // scan of addrs/ in the package, frees them and drops the record, so DEL
 // always converges.

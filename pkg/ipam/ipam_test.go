@@ -556,7 +556,7 @@ func TestCorruptRecord(t *testing.T) {
 	checkOwnership(t, a)
 }
 
-func TestListSweepsTempFilesOfDeadWriters(t *testing.T) {
+func TestListSweepsWhatDeadWritersLeft(t *testing.T) {
 	a := newTest(t, "10.0.0.0/29")
 	mustAllocate(t, a, att("c"))
 	var planted []string
@@ -567,9 +567,15 @@ func TestListSweepsTempFilesOfDeadWriters(t *testing.T) {
 		}
 		planted = append(planted, p)
 	}
+	// The intent record of an Allocate that died before claiming.
+	stale := Attachment{ContainerID: "dead", IfName: "eth0"}
+	if err := a.writeAttachment(stale, []Allocation{{Addr: netip.MustParseAddr("10.0.0.6"), Block: v4Block29}}); err != nil {
+		t.Fatal(err)
+	}
+	planted = append(planted, filepath.Join(a.dir, attachmentsSubdir, "dead_eth0.json"))
 	all, err := a.List(context.Background())
-	if err != nil || len(all) != 1 {
-		t.Fatalf("List = %v, %v", all, err)
+	if err != nil || len(all) != 1 || all[att("c")] == nil {
+		t.Fatalf("List = %v, %v; want only c", all, err)
 	}
 	for _, p := range planted {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
