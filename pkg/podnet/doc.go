@@ -11,6 +11,15 @@
 // process's (tests) must do so on a locked OS thread, for example inside
 // ns.NetNS.Do.
 //
+// Gateways: the pod routes everything via 169.254.1.1 (IPv4) and
+// fe80::ecee:eeff:feee:eeee (IPv6), with a permanent neighbour entry for each
+// pointing at the host veth's MAC ee:ee:ee:ee:ee:ee. The entry saves the first
+// packet's ARP/NDP round trip and does not depend on the node having a route
+// to 169.254.1.1 (which proxy ARP needs); proxy_arp and proxy_ndp are set on
+// the host side anyway for pods whose neighbour table gets flushed. The host
+// side carries fe80::ecee:eeff:feee:eeee/64 without duplicate address
+// detection, so it can solicit IPv6 pods from the first packet on.
+//
 // Ownership: podnet only deletes links it can prove it made: a veth whose name
 // the caller derived from the attachment (see VethName). Host routes carry
 // RouteProtocol so other tools can tell them apart.

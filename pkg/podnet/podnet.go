@@ -40,16 +40,16 @@ type Spec struct {
 
 // Attached reports what Setup made.
 type Attached struct {
-	HostIface   string
-	HostMAC     net.HardwareAddr
-	HostIndex   int
-	ContIface   string
-	ContMAC     net.HardwareAddr
-	ContIndex   int
-	MTU         int
-	NetnsPath   string
-	HasIPv6     bool
-	ReplacedOld bool // a stale host veth of the same name was deleted first
+	HostIface   string           // host-side veth name
+	HostMAC     net.HardwareAddr // always HostMAC
+	HostIndex   int              // ifindex in the node namespace
+	ContIface   string           // pod-side name
+	ContMAC     net.HardwareAddr // kernel-chosen MAC of the pod side
+	ContIndex   int              // ifindex inside the pod namespace
+	MTU         int              // MTU of both ends
+	NetnsPath   string           // the pod namespace (the result's sandbox)
+	HasIPv6     bool             // the pod got an IPv6 address
+	ReplacedOld bool             // a stale host veth of the same name was deleted first
 }
 
 // Setup creates the veth pair and configures both ends: host sysctls, host
