@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// binDir holds routeletd and the routelet plugin, built once in TestMain.
+var binDir string
+
+// nsPrefix names every namespace these tests create, so leftovers of a
+// crashed run can be removed.
+const nsPrefix = "rltd-"
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "routeletd-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	ctx := context.Background()
+	root, err := netnstest.ModuleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "routeletd"), "./daemon")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build routeletd: %v\n%s", err, out)
+		return 1
+	}
+	if os.Geteuid() == 0 {
+		if err := netnstest.BuildRoutelet(ctx, dir); err != nil {
+			fmt.Fprintf(os.Stderr, "build plugin: %v\n", err)
+			return 1
+		}
+		netnstest.RemoveLeftovers(nsPrefix)
+	}
+	return m.Run()
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces and runs routeletd in them")
+	}
+}
+
+// testNode is a fresh "node" network namespace with an uplink, a state dir,
+// a libcni handle for the plugin and a netlink handle for looking inside.
+type testNode struct {
+	t        *testing.T
+	node     *netnstest.Node
+	nl       *netlink.Handle
+	stateDir string
+	store    *state.Store
+	conf     *libcni.NetworkConfigList
+	podCIDR  string
+}
+
+// newTestNode creates the node namespace with uplink up0 (192.0.2.10/24) and,
+// when withDefault, a default route through it.
+func newTestNode(t *testing.T, withDefault bool) *testNode {
+	t.Helper()
+	needRoot(t)
+	name := fmt.Sprintf("%s%d", nsPrefix, time.Now().UnixNano()%1e9)
+	cache := t.TempDir()
+	node, err := netnstest.NewNode(name, []string{binDir}, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close() })
+	h, err := netns.GetFromPath(node.NS.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := netlink.NewHandleAt(h)
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nl.Close)
+	tn := &testNode{t: t, node: node, nl: nl, stateDir: filepath.Join(t.TempDir(), "state"), podCIDR: "10.244.7.0/24"}
+	if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"lo", "up0", "up1"} {
+		l, err := nl.LinkByName(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nl.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	up0, _ := nl.LinkByName("up0")
+	addr, _ := netlink.ParseAddr("192.0.2.10/24")
+	if err := nl.AddrAdd(up0, addr); err != nil {
+		t.Fatal(err)
+	}
+	if withDefault {
+		tn.addDefaultRoute()
+	}
+	tn.store, err = state.Open(tn.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.conf, err = netnstest.RouteletConf{Name: "routelet", CNIVersion: "1.1.0", StateDir: tn.stateDir, Blocks: []string{tn.podCIDR}}.ConfList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tn
+}
+
+func (tn *testNode) addDefaultRoute() {
+	tn.t.Helper()
+	up0, err := tn.nl.LinkByName("up0")
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	if err := tn.nl.RouteAdd(&netlink.Route{LinkIndex: up0.Attrs().Index, Gw: net.ParseIP("192.0.2.1")}); err != nil {
+		tn.t.Fatal(err)
+	}
+}
+
+// daemonProc is a routeletd running in a test node.
+type daemonProc struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startDaemon runs routeletd in the node with `ip netns exec`, test-sized
+// periods and extra flags; it is killed at cleanup and its log is printed
+// when the test failed.
+func (tn *testNode) startDaemon(extra ...string) *daemonProc {
+	tn.t.Helper()
+	args := []string{"netns", "exec", netnstest.Name(tn.node.NS), filepath.Join(binDir, "routeletd"),
+		"--node-name=node-a", "--state-dir=" + tn.stateDir, "--pod-cidr=" + tn.podCIDR,
+		"--encapsulation=none", "--log-level=debug", "--grace-period=1s",
+		"--device-check-period=200ms", "--resync-period=30s"}
+	args = append(args, extra...)
+	d := &daemonProc{cmd: exec.Command("ip", args...), log: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		tn.t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t := tn.t
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		<-d.done
+		d.done <- nil
+		if t.Failed() {
+			t.Logf("routeletd log:\n%s", d.log.String())
+		}
+	})
+	return d
+}
+
+// stop sends SIGTERM and waits for the exit status.
+func (d *daemonProc) stop(t *testing.T) error {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("routeletd did not stop within 10s of SIGTERM")
+		return nil
+	}
+}
+
+// kill9 kills the daemon outright.
+func (d *daemonProc) kill9(t *testing.T) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-d.done
+	d.done <- err
+}
+
+// get fetches path from the daemon's health server inside the node; the
+// connection is dialled on a thread in the node namespace.
+func (tn *testNode) get(path string) (int, string, error) {
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := tn.node.NS.Do(func(ns.NetNS) error {
+			var err error
+			c, err = (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 2 * time.Second}
+	resp, err := cl.Get("http://127.0.0.1:9099" + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// metric returns the value line of a metric (e.g. "routelet_workloads").
+func (tn *testNode) metric(name string) string {
+	_, body, err := tn.get("/metrics")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			return strings.TrimPrefix(l, name+" ")
+		}
+	}
+	return ""
+}
+
+// waitReady polls /readyz until 200.
+func (tn *testNode) waitReady() {
+	tn.t.Helper()
+	eventually(tn.t, 10*time.Second, "daemon ready", func() bool {
+		code, _, err := tn.get("/readyz")
+		return err == nil && code == 200
+	})
+}
+
+// routes returns the node's main-table routes of family with routelet's
+// protocol, as "cidr dev" strings ("blackhole" for no device).
+func (tn *testNode) routes(family int) map[string]bool {
+	tn.t.Helper()
+	rs, err := tn.nl.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, r := range rs {
+		if r.Dst == nil {
+			continue
+		}
+		dev := "blackhole"
+		if r.LinkIndex != 0 {
+			l, err := tn.nl.LinkByIndex(r.LinkIndex)
+			if err != nil {
+				continue
+			}
+			dev = l.Attrs().Name
+		}
+		out[fmt.Sprintf("%s %s proto %d", r.Dst, dev, r.Protocol)] = true
+	}
+	return out
+}
+
+func (tn *testNode) hasRoute(family int, s string) bool { return tn.routes(family)[s] }
+
+// addVeth creates a host veth named name in the node with its peer (named
+// peer) left in the node too, both up: a stand-in for a pod's attachment.
+func (tn *testNode) addVeth(name, peer string) {
+	tn.t.Helper()
+	if err := tn.nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
+		tn.t.Fatalf("add veth %s: %v", name, err)
+	}
+	for _, n := range []string{name, peer} {
+		l, err := tn.nl.LinkByName(n)
+		if err != nil {
+			tn.t.Fatal(err)
+		}
+		if err := tn.nl.LinkSetUp(l); err != nil {
+			tn.t.Fatal(err)
+		}
+	}
+}
+
+// addRecord writes a workload record as the plugin would.
+func (tn *testNode) addRecord(cid, hostIface, netnsPath string, ips ...string) {
+	tn.t.Helper()
+	err := tn.store.PutWorkload(&state.Workload{ContainerID: cid, IfName: "eth0", HostIface: hostIface, Netns: netnsPath,
+		IPs: ips, ContainerMAC: "02:00:00:00:00:01", Created: time.Now()})
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+}
+
+// pod is a workload added through the plugin.
+type pod struct {
+	ns    ns.NetNS
+	rt    *libcni.RuntimeConf
+	iface string
+	ip    string
+}
+
+// addPod creates a pod namespace and runs CNI ADD through the built plugin.
+func (tn *testNode) addPod(cid string) *pod {
+	tn.t.Helper()
+	pns, err := netnstest.New(nsPrefix + "pod-")
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	tn.t.Cleanup(func() { netnstest.Remove(pns) })
+	rt := &libcni.RuntimeConf{ContainerID: cid, NetNS: pns.Path(), IfName: "eth0"}
+	if _, err := tn.node.Add(context.Background(), tn.conf, rt); err != nil {
+		tn.t.Fatalf("CNI ADD %s: %v", cid, err)
+	}
+	w, err := tn.store.GetWorkload(cid, "eth0")
+	if err != nil {
+		tn.t.Fatalf("record after ADD: %v", err)
+	}
+	return &pod{ns: pns, rt: rt, iface: w.HostIface, ip: w.IPs[0]}
+}
+
+func (tn *testNode) delPod(p *pod) {
+	tn.t.Helper()
+	if err := tn.node.Del(context.Background(), tn.conf, p.rt); err != nil {
+		tn.t.Fatalf("CNI DEL %s: %v", p.rt.ContainerID, err)
+	}
+}
+
+// eventually polls cond every 10ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// exitCode returns the exit status of a finished command's error.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err == nil {
+		return 0
+	}
+	return -1
+}
