@@ -98,9 +98,6 @@ func helperCmd(t *testing.T, dir, blocks string, job ...string) *exec.Cmd {
 }
 
 func TestConcurrentProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("re-executes the test binary")
-	}
 	dir := filepath.Join(t.TempDir(), "ipam")
 	const procs, each = 4, 15 // 60 of the 62 usable addresses of a /26
 	var cmds []*exec.Cmd
@@ -134,9 +131,6 @@ func TestConcurrentProcesses(t *testing.T) {
 }
 
 func TestLockTimeoutAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("re-executes the test binary")
-	}
 	dir := filepath.Join(t.TempDir(), "ipam")
 	cmd := helperCmd(t, dir, "10.0.0.0/29", "hold", "sleepy")
 	stdin, err := cmd.StdinPipe()
@@ -187,9 +181,6 @@ func TestLockTimeoutAcrossProcesses(t *testing.T) {
 // that nothing leaks: once everything is released the whole block is
 // allocatable again.
 func TestCrashBetweenSteps(t *testing.T) {
-	if testing.Short() {
-		t.Skip("re-executes the test binary")
-	}
 	const blocks = "10.0.0.0/29 fd00::/125"
 	for _, tc := range []struct {
 		op, step string
