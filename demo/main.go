@@ -173,7 +173,7 @@ func run(ctx context.Context, w io.Writer, pluginDir string) (err error) {
 			total++
 			out, err := netnstest.Ping(ctx, from.ns, dst.String(), 1)
 			if err != nil {
-				fmt.Fprintf(w, "  %s → %s %-14s FAILED\n", from.name, to.name, dst)
+				fmt.Fprintf(w, "  %s → %s %-14s FAILED\n%s", from.name, to.name, dst, indent(out))
 				failed = append(failed, fmt.Sprintf("%s → %s %s", from.name, to.name, dst))
 				continue
 			}
@@ -291,4 +291,13 @@ func rtt(out string) string {
 		return m[1]
 	}
 	return ""
+}
+
+// indent prefixes every line of s with four spaces.
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return ""
+	}
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ") + "\n"
 }

@@ -7,12 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipam"
@@ -155,24 +157,58 @@ func TestParallelAddDel(t *testing.T) {
 }
 
 // TestDualStack gives pods an IPv4 and an IPv6 address and pings over both.
+// The pings come right after ADD, before anything else: when ADD returns the
+// pod must be reachable, as a runtime starts the workload at once.
 func TestDualStack(t *testing.T) {
+	ctx := context.Background()
 	e := newEnv(t, "1.0.0", "10.244.0.0/24", "fd00:244::/120")
 	a, b := newPod(t, "ds-a"), newPod(t, "ds-b")
-	attA, attB := e.add(t, a), e.add(t, b)
-	for _, v6 := range []bool{false, true} {
-		ping(t, a, attB.ip(v6))
-		ping(t, b, attA.ip(v6))
+	resA, err := e.node.Add(ctx, e.list, a.rt)
+	if err != nil {
+		t.Fatalf("ADD %s: %v", a.name, err)
+	}
+	resB, err := e.node.Add(ctx, e.list, b.rt)
+	if err != nil {
+		t.Fatalf("ADD %s: %v", b.name, err)
+	}
+	ipA, ipB := resultIPs(t, resA), resultIPs(t, resB)
+	if len(ipA) != 2 || len(ipB) != 2 {
+		t.Fatalf("ADD results give %v and %v, want an IPv4 and an IPv6 address each", ipA, ipB)
+	}
+	for i := range ipA {
+		ping(t, a, ipB[len(ipB)-1-i]) // v6 first
+		ping(t, b, ipA[len(ipA)-1-i])
+	}
+	attA, attB := e.checkAttached(t, a, resA), e.checkAttached(t, b, resB)
+	if !attA.ip(true).IsValid() || !attB.ip(true).IsValid() {
+		t.Fatalf("no IPv6 address: %v %v", attA.ips, attB.ips)
 	}
 	for _, p := range []*pod{a, b} {
-		if err := e.node.Check(context.Background(), e.list, p.rt); err != nil {
+		if err := e.node.Check(ctx, e.list, p.rt); err != nil {
 			t.Errorf("CHECK %s: %v", p.name, err)
 		}
-		if err := e.node.Del(context.Background(), e.list, p.rt); err != nil {
+		if err := e.node.Del(ctx, e.list, p.rt); err != nil {
 			t.Errorf("DEL %s: %v", p.name, err)
 		}
 	}
 	e.checkDetached(t, a, attA)
 	e.checkDetached(t, b, attB)
+}
+
+// resultIPs returns the addresses of an ADD result, IPv4 before IPv6.
+func resultIPs(t *testing.T, raw types.Result) []netip.Addr {
+	t.Helper()
+	res, err := types100.NewResultFromResult(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ips []netip.Addr
+	for _, ipc := range res.IPs {
+		a, _ := netip.AddrFromSlice(ipc.Address.IP)
+		ips = append(ips, a.Unmap())
+	}
+	slices.SortFunc(ips, func(x, y netip.Addr) int { return x.Compare(y) })
+	return ips
 }
 
 // TestGC attaches three pods, then runs libcni GC with only the first in the
