@@ -124,7 +124,7 @@ func useFake(t *testing.T) (*fakeDataplane, *bytes.Buffer) {
 }
 
 // unitNode is a state directory for fake-backed command tests.
-func unitNode(t *testing.T) (*node, []byte) {
+func unitNode(t testing.TB) (*node, []byte) {
 	n := &node{t: t, stateDir: filepath.Join(t.TempDir(), "state")}
 	return n, n.conf("1.0.0", nil)
 }

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 
 // pluginDir builds the binaries on first use and returns their directory
 // (used as CNI_PATH).
-func pluginDir(t *testing.T) string {
+func pluginDir(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "routelet-plugin-test-")
@@ -65,7 +65,7 @@ func pluginDir(t *testing.T) string {
 }
 
 // needRoot skips privileged tests for ordinary users.
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs the plugin in fresh network namespaces")
@@ -73,7 +73,7 @@ func needRoot(t *testing.T) {
 }
 
 // newNetNS creates a network namespace removed when the test ends.
-func newNetNS(t *testing.T) ns.NetNS {
+func newNetNS(t testing.TB) ns.NetNS {
 	t.Helper()
 	n, err := testutils.NewNS()
 	if err != nil {
@@ -91,13 +91,13 @@ func newNetNS(t *testing.T) ns.NetNS {
 // node is a simulated node: a network namespace the plugin runs in and a
 // state directory.
 type node struct {
-	t        *testing.T
+	t        testing.TB
 	ns       ns.NetNS
 	stateDir string
 	bin      string
 }
 
-func newNode(t *testing.T) *node {
+func newNode(t testing.TB) *node {
 	t.Helper()
 	needRoot(t)
 	return &node{t: t, ns: newNetNS(t), stateDir: filepath.Join(t.TempDir(), "state"), bin: pluginDir(t)}
@@ -167,7 +167,7 @@ func (n *node) run(c call) outcome {
 }
 
 // mustOK fails the test unless the plugin succeeded.
-func (o outcome) mustOK(t *testing.T, what string) outcome {
+func (o outcome) mustOK(t testing.TB, what string) outcome {
 	t.Helper()
 	if o.exitCode != 0 {
 		t.Fatalf("%s: exit %d: %s (stderr %s)", what, o.exitCode, o.stdout, o.stderr)
@@ -199,7 +199,7 @@ func (n *node) conf(version string, extra map[string]any) []byte {
 }
 
 // withPrev adds prevResult to a config (for CHECK).
-func withPrev(t *testing.T, conf, prev []byte) []byte {
+func withPrev(t testing.TB, conf, prev []byte) []byte {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(conf, &m); err != nil {
@@ -309,7 +309,7 @@ func (n *node) assertEmpty(what string) {
 }
 
 // ping sends one echo request from inside n to dst.
-func ping(t *testing.T, n ns.NetNS, dst string) {
+func ping(t testing.TB, n ns.NetNS, dst string) {
 	t.Helper()
 	var out []byte
 	err := n.Do(func(ns.NetNS) error {
@@ -323,7 +323,7 @@ func ping(t *testing.T, n ns.NetNS, dst string) {
 }
 
 // addrsOf pulls the addresses out of an ADD result (any version).
-func addrsOf(t *testing.T, out []byte) []netip.Addr {
+func addrsOf(t testing.TB, out []byte) []netip.Addr {
 	t.Helper()
 	var r struct {
 		IPs []struct{ Address string }
@@ -343,7 +343,7 @@ func addrsOf(t *testing.T, out []byte) []netip.Addr {
 }
 
 // hostIfOf returns the host interface named in an ADD result.
-func hostIfOf(t *testing.T, out []byte) string {
+func hostIfOf(t testing.TB, out []byte) string {
 	t.Helper()
 	var r struct {
 		Interfaces []struct{ Name, Sandbox string }
@@ -360,7 +360,7 @@ func hostIfOf(t *testing.T, out []byte) string {
 	return ""
 }
 
-func mustContain(t *testing.T, what, s string, subs ...string) {
+func mustContain(t testing.TB, what, s string, subs ...string) {
 	t.Helper()
 	for _, sub := range subs {
 		if !strings.Contains(s, sub) {
