@@ -3,8 +3,8 @@ package rules
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
