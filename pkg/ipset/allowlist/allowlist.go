@@ -1,0 +1,250 @@
+package allowlist
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+)
+
+// Manager keeps the allowlist sets and routelet's chains of one node in
+// line with the desired peers, pools and Config. Safe for concurrent use.
+type Manager struct {
+	sets *ipset.Sets
+	// chains per family; IPv6 is absent when the node has no ip6tables.
+	chains map[ipset.Family]*rules.Chains
+	log    *slog.Logger
+
+	mu sync.Mutex
+	// cfg, peers and pools are the desired state; guarded by mu.
+	cfg        rules.Config
+	vxlanPeers []netip.Prefix
+	ipipPeers  []netip.Prefix
+	pools      []netip.Prefix
+	// placed lists the set names handed to sets, to know which ones to
+	// remove when the Config no longer needs them; guarded by mu.
+	placed map[string]bool
+}
+
+// New returns a Manager that manages sets through k and IPv4 rules through
+// v4; v6 may be nil to leave IPv6 alone (no ip6tables rules, no -v6 sets).
+// log may be nil.
+func New(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) *Manager {
+	if log == nil {
+		log = slog.Default()
+	}
+	m := &Manager{
+		sets:   ipset.NewSets(k, log),
+		chains: map[ipset.Family]*rules.Chains{ipset.IPv4: rules.New(v4, ipset.IPv4, log)},
+		log:    log,
+		placed: map[string]bool{},
+	}
+	if v6 != nil {
+		m.chains[ipset.IPv6] = rules.New(v6, ipset.IPv6, log)
+	}
+	return m
+}
+
+// families returns the managed families in a fixed order.
+func (m *Manager) families() []ipset.Family {
+	if m.chains[ipset.IPv6] != nil {
+		return []ipset.Family{ipset.IPv4, ipset.IPv6}
+	}
+	return []ipset.Family{ipset.IPv4}
+}
+
+// SetConfig sets which rules are wanted (encapsulations, port, devices, NAT
+// outgoing); it is validated first.
+func (m *Manager) SetConfig(cfg rules.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cfg = cfg
+	for _, c := range m.chains {
+		if err := c.SetConfig(cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetVXLANPeers sets the underlay addresses or CIDRs (either family) allowed
+// to send VXLAN to this node: the other nodes' host IPs and any configured
+// external node CIDRs.
+func (m *Manager) SetVXLANPeers(peers []netip.Prefix) error {
+	return m.setList(&m.vxlanPeers, "VXLAN peer", peers)
+}
+
+// SetIPIPPeers sets the IPv4 underlay addresses or CIDRs allowed to send
+// IPIP; IPv6 entries are ignored (IPIP is IPv4 only).
+func (m *Manager) SetIPIPPeers(peers []netip.Prefix) error {
+	var v4 []netip.Prefix
+	for _, p := range peers {
+		if p.Addr().Is4() {
+			v4 = append(v4, p)
+		}
+	}
+	return m.setList(&m.ipipPeers, "IPIP peer", v4)
+}
+
+// SetPools sets every pod CIDR of the cluster (either family): NAT outgoing
+// leaves traffic between two of them alone.
+func (m *Manager) SetPools(pools []netip.Prefix) error {
+	return m.setList(&m.pools, "pool", pools)
+}
+
+func (m *Manager) setList(dst *[]netip.Prefix, what string, ps []netip.Prefix) error {
+	for _, p := range ps {
+		if !p.IsValid() || p.Bits() == 0 || p.Addr().Is4In6() {
+			return fmt.Errorf("allowlist: %s %v: want an IPv4 or IPv6 prefix longer than /0", what, p)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	*dst = slices.Clone(ps)
+	return nil
+}
+
+// members returns the desired members of set base for family f.
+func (m *Manager) members(base string, f ipset.Family) []netip.Prefix {
+	var src []netip.Prefix
+	switch base {
+	case ipset.VXLANPeers:
+		src = m.vxlanPeers
+	case ipset.IPIPPeers:
+		src = m.ipipPeers
+	case ipset.Pools:
+		src = m.pools
+	}
+	var out []netip.Prefix
+	for _, p := range src {
+		if p.Addr().Is4() == (f == ipset.IPv4) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// place hands the desired members of every set the Config needs to sets and
+// returns the names of placed sets no longer needed.
+func (m *Manager) place() ([]string, error) {
+	needed := map[string]bool{}
+	var errs []error
+	for _, f := range m.families() {
+		for _, base := range rules.Sets(m.cfg, f) {
+			name := ipset.Name(base, f)
+			needed[name] = true
+			if err := m.sets.Set(name, f, m.members(base, f)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			m.placed[name] = true
+		}
+	}
+	var unneeded []string
+	for name := range m.placed {
+		if !needed[name] {
+			unneeded = append(unneeded, name)
+		}
+	}
+	slices.Sort(unneeded)
+	return unneeded, errors.Join(errs...)
+}
+
+// Apply reconciles: sets first, then chains, then the removal of sets no
+// rule uses any more (only once every chain applied). It returns the joined
+// errors; whatever failed stays dirty for the next Apply. With nothing
+// changed it makes no netlink write and runs no iptables.
+func (m *Manager) Apply() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	unneeded, err := m.place()
+	errs := []error{err, m.sets.Apply()}
+	chainsOK := true
+	for _, f := range m.families() {
+		if err := m.chains[f].Apply(); err != nil {
+			chainsOK = false
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, m.removeUnneeded(unneeded, chainsOK))
+	return errors.Join(errs...)
+}
+
+// removeUnneeded destroys the sets no rendered rule uses, once the chains
+// that used them are known rewritten.
+func (m *Manager) removeUnneeded(names []string, chainsOK bool) error {
+	if !chainsOK || len(names) == 0 {
+		return nil
+	}
+	for _, name := range names {
+		m.sets.Remove(name)
+		delete(m.placed, name)
+	}
+	return m.sets.Apply()
+}
+
+// Check re-reads every set (one netlink list each) and every chain and
+// built-in chain (one `iptables -S` each, six per family), repairs what
+// drifted and returns how many sets, chains or jumps needed repair. Sets go
+// first so that a chain being recreated finds the sets its rules use.
+func (m *Manager) Check() (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	unneeded, err := m.place()
+	errs := []error{err}
+	n, err := m.sets.Check()
+	errs = append(errs, err)
+	chainsOK := true
+	for _, f := range m.families() {
+		r, err := m.chains[f].Check()
+		n += r
+		if err != nil {
+			chainsOK = false
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, m.removeUnneeded(unneeded, chainsOK))
+	return n, errors.Join(errs...)
+}
+
+// Stats is the count of kernel calls a Manager made.
+type Stats struct {
+	NetlinkReads  int // ipset list dumps
+	NetlinkWrites int // ipset create, destroy, add, del, swap, rename
+	IptablesReads int // iptables -S execs
+	IptablesExecs int // every iptables exec, reads included
+}
+
+// Stats returns the kernel calls made so far.
+func (m *Manager) Stats() Stats {
+	s := m.sets.Stats()
+	out := Stats{NetlinkReads: s.Reads, NetlinkWrites: s.Writes}
+	for _, c := range m.chains {
+		cs := c.Stats()
+		out.IptablesReads += cs.Reads
+		out.IptablesExecs += cs.Reads + cs.Writes
+	}
+	return out
+}
+
+// Cleanup removes routelet's jumps and chains from v4 and v6 (either may be
+// nil), then destroys every routelet set, for the daemon's cleanup command.
+// Rules go first: the kernel refuses to destroy a set a rule uses.
+func Cleanup(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) error {
+	var errs []error
+	for _, t := range []rules.Table{v4, v6} {
+		if t != nil {
+			errs = append(errs, rules.Cleanup(t, log))
+		}
+	}
+	errs = append(errs, ipset.Cleanup(k, log))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,211 @@
+package allowlist
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func pfx(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// kernelLike makes the fake ipset kernel refuse, as the real one does, to
+// destroy a set that a rule in one of the fake tables still names.
+func kernelLike(k *ipset.Fake, tables ...*rules.FakeTable) {
+	k.Inject = func(op, name string) error {
+		if op != "destroy" {
+			return nil
+		}
+		for _, t := range tables {
+			for _, ch := range []string{rules.InputChain, rules.ForwardChain} {
+				r, _ := t.Rules("filter", ch)
+				for _, spec := range r {
+					if strings.Contains(spec, " "+name+" ") {
+						return fmt.Errorf("destroy %q: %w", name, ipset.ErrReferenced)
+					}
+				}
+			}
+			r, _ := t.Rules("nat", rules.PostroutingChain)
+			for _, spec := range r {
+				if strings.Contains(spec, " "+name+" ") {
+					return fmt.Errorf("destroy %q: %w", name, ipset.ErrReferenced)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+func setup(t *testing.T) (*ipset.Fake, *rules.FakeTable, *rules.FakeTable, *Manager) {
+	t.Helper()
+	k, v4, v6 := ipset.NewFake(), rules.NewFakeTable(), rules.NewFakeTable()
+	kernelLike(k, v4, v6)
+	m := New(k, v4, v6, quiet)
+	if err := m.SetConfig(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true}); err != nil {
+		t.Fatal(err)
+	}
+	peers := pfx("192.0.2.1/32", "192.0.2.2/32", "2001:db8::1/128")
+	if err := m.SetVXLANPeers(peers); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetIPIPPeers(peers); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetPools(pfx("10.244.0.0/16", "fd00:10:244::/48")); err != nil {
+		t.Fatal(err)
+	}
+	return k, v4, v6, m
+}
+
+func TestManagerApply(t *testing.T) {
+	k, v4, v6, m := setup(t)
+	if k.Writes()+v4.Execs()+v6.Execs() != 0 {
+		t.Fatal("setters touched the kernel")
+	}
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]netip.Prefix{
+		"routelet-vxlan-peers":    pfx("192.0.2.1/32", "192.0.2.2/32"),
+		"routelet-vxlan-peers-v6": pfx("2001:db8::1/128"),
+		"routelet-ipip-peers":     pfx("192.0.2.1/32", "192.0.2.2/32"),
+		"routelet-pools":          pfx("10.244.0.0/16"),
+		"routelet-pools-v6":       pfx("fd00:10:244::/48"),
+	}
+	if got := k.Snapshot(); len(got) != len(want) {
+		t.Fatalf("sets = %v, want %v", got, want)
+	} else {
+		for name, w := range want {
+			if !slices.Equal(got[name], w) {
+				t.Fatalf("set %s = %v, want %v", name, got[name], w)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		tab *rules.FakeTable
+		f   ipset.Family
+	}{{v4, ipset.IPv4}, {v6, ipset.IPv6}} {
+		for _, ch := range rules.Render(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true}, tc.f) {
+			if got, _ := tc.tab.Rules(ch.Table, ch.Name); !slices.Equal(got, ch.Rules) {
+				t.Fatalf("%s %s = %q, want %q", tc.f, ch.Name, got, ch.Rules)
+			}
+		}
+	}
+
+	// Nothing changed: no write, no exec.
+	before := m.Stats()
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if after := m.Stats(); after != before {
+		t.Fatalf("no-change Apply: stats %+v → %+v, want unchanged", before, after)
+	}
+}
+
+// TestManagerDisableIPIPOrder: turning IPIP off rewrites the input chain
+// before the IPIP set is destroyed; while the chain cannot be rewritten the
+// set stays.
+func TestManagerDisableIPIPOrder(t *testing.T) {
+	k, v4, _, m := setup(t)
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetConfig(rules.Config{VXLAN: true, NATOutgoing: true}); err != nil {
+		t.Fatal(err)
+	}
+	v4.Inject = func(method, table, chain string) error {
+		if method == "Append" {
+			return &rules.FakeExitError{Status: 4, Msg: "injected"}
+		}
+		return nil
+	}
+	if err := m.Apply(); err == nil {
+		t.Fatal("Apply succeeded with iptables failing")
+	}
+	if _, ok := k.Snapshot()[ipset.IPIPPeers]; !ok {
+		t.Fatal("IPIP set destroyed although the chain using it was not rewritten")
+	}
+	v4.Inject = nil
+	if err := m.Apply(); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if _, ok := k.Snapshot()[ipset.IPIPPeers]; ok {
+		t.Fatal("IPIP set still present after IPIP was disabled")
+	}
+	if r, _ := v4.Rules("filter", rules.InputChain); slices.ContainsFunc(r, func(s string) bool { return strings.Contains(s, "-p 4") }) {
+		t.Fatalf("IPIP rules still in %s: %q", rules.InputChain, r)
+	}
+}
+
+func TestManagerCheckRepairs(t *testing.T) {
+	k, v4, _, m := setup(t)
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	k.Inject = nil
+	_ = k.Destroy(ipset.Pools)
+	v4.SetRules("filter", rules.InputChain)
+	n, err := m.Check()
+	if err != nil || n != 2 {
+		t.Fatalf("Check = %d, %v; want 2 repairs (a set and a chain)", n, err)
+	}
+	if got := k.Snapshot()[ipset.Pools]; !slices.Equal(got, pfx("10.244.0.0/16")) {
+		t.Fatalf("pools after Check = %v", got)
+	}
+	if n, err := m.Check(); n != 0 || err != nil {
+		t.Fatalf("second Check = %d, %v", n, err)
+	}
+}
+
+func TestManagerRejectsBadInput(t *testing.T) {
+	k := ipset.NewFake()
+	m := New(k, rules.NewFakeTable(), nil, quiet)
+	if err := m.SetPools([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}); err == nil || !strings.Contains(err.Error(), "0.0.0.0/0") {
+		t.Fatalf("SetPools(/0) = %v, want an error naming it", err)
+	}
+	if err := m.SetConfig(rules.Config{VXLANPort: 99999}); err == nil || !strings.Contains(err.Error(), "99999") {
+		t.Fatalf("SetConfig(port 99999) = %v, want an error naming it", err)
+	}
+	// IPv4-only manager: v6 peers are ignored, no -v6 set appears.
+	_ = m.SetConfig(rules.Config{VXLAN: true})
+	_ = m.SetVXLANPeers(pfx("2001:db8::1/128", "192.0.2.1/32"))
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	got := k.Snapshot()
+	if len(got) != 1 || !slices.Equal(got[ipset.VXLANPeers], pfx("192.0.2.1/32")) {
+		t.Fatalf("IPv4-only sets = %v, want only %s with the IPv4 peer", got, ipset.VXLANPeers)
+	}
+}
+
+func TestCleanup(t *testing.T) {
+	k, v4, v6, m := setup(t)
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	k.Put("kube-ipvs", "", ipset.IPv4)
+	if err := Cleanup(k, v4, v6, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.Snapshot(); len(got) != 1 {
+		t.Fatalf("sets after Cleanup = %v, want only kube-ipvs", got)
+	}
+	for _, tab := range []*rules.FakeTable{v4, v6} {
+		if r, _ := tab.Rules("filter", "INPUT"); len(r) != 0 {
+			t.Fatalf("INPUT after Cleanup = %q", r)
+		}
+	}
+}
