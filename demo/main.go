@@ -4,8 +4,10 @@
 // routelet plugin in the node namespace; the demo prints what was built and
 // pings pod↔pod over IPv4 and IPv6 through the node's host routes, then
 // detaches the pods and removes everything it made — also on failure and on
-// Ctrl-C/SIGTERM. Leftovers of a crashed earlier run (namespaces named
-// routelet-demo-*, /run/routelet-demo) are removed at start.
+// Ctrl-C/SIGTERM. Everything it makes is named after its PID (namespaces
+// routelet-demo-<pid>-*, state in /run/routelet-demo/<pid>), so demos run at
+// the same time keep apart, and leftovers of crashed runs (whose PID is gone)
+// are removed at start.
 //
 // Run as root: make demo (or go run ./demo after make build).
 package main
@@ -23,6 +25,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,9 +39,14 @@ import (
 )
 
 const (
-	nsPrefix = "routelet-demo-"     // every namespace the demo makes
-	workDir  = "/run/routelet-demo" // state dir and libcni cache
-	version  = "1.1.0"              // CNI spec version the demo speaks
+	demoPrefix = "routelet-demo-"     // every namespace a demo makes, then its PID
+	workRoot   = "/run/routelet-demo" // per-PID state dirs and libcni caches
+	version    = "1.1.0"              // CNI spec version the demo speaks
+)
+
+var (
+	nsPrefix = netnstest.OwnedPrefix(demoPrefix)                  // this run's namespaces
+	workDir  = filepath.Join(workRoot, strconv.Itoa(os.Getpid())) // this run's files
 )
 
 // blocks are the demo's pod address blocks; they exist only inside the
@@ -205,13 +213,19 @@ func run(ctx context.Context, w io.Writer, pluginDir string) (err error) {
 	return nil
 }
 
-// cleanLeftovers removes namespaces and the work dir of an earlier run.
+// cleanLeftovers removes namespaces and work dirs of earlier runs whose
+// process is gone.
 func cleanLeftovers() ([]string, error) {
-	removed, err := netnstest.RemoveLeftovers(nsPrefix)
-	if _, serr := os.Lstat(workDir); serr == nil {
-		removed = append(removed, workDir)
+	removed, err := netnstest.RemoveStale(demoPrefix)
+	entries, _ := os.ReadDir(workRoot)
+	for _, e := range entries {
+		if netnstest.StaleOwner("", e.Name()) {
+			p := filepath.Join(workRoot, e.Name())
+			err = errors.Join(err, os.RemoveAll(p))
+			removed = append(removed, p)
+		}
 	}
-	return removed, errors.Join(err, os.RemoveAll(workDir))
+	return removed, err
 }
 
 // cleanup detaches pods still attached (so the plugin releases what it
@@ -234,10 +248,10 @@ func cleanup(node *netnstest.Node, pods []*pod) error {
 	if node != nil {
 		errs = append(errs, node.Close())
 	}
-	if _, err := netnstest.RemoveLeftovers(nsPrefix); err != nil {
-		errs = append(errs, err)
-	}
 	errs = append(errs, os.RemoveAll(workDir))
+	if err := os.Remove(workRoot); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+		errs = append(errs, err) // another demo may still use it
+	}
 	return errors.Join(errs...)
 }
 

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -88,15 +90,23 @@ func TestDemoInterrupted(t *testing.T) {
 }
 
 // TestDemoRemovesLeftovers: namespaces and state of a crashed run are removed
-// at start, so the demo's fixed names are free again.
+// at start.
 func TestDemoRemovesLeftovers(t *testing.T) {
 	requireRoot(t)
-	stale, err := netnstest.NewNamed(nsPrefix + "node")
+	// A crashed run: a PID that is certainly gone (a reaped child) owns a
+	// node namespace and a work dir.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	stale, err := netnstest.NewNamed(demoPrefix + pid + "-node")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { netnstest.Remove(stale) })
-	if err := os.MkdirAll(filepath.Join(workDir, "state"), 0o700); err != nil {
+	staleDir := filepath.Join(workRoot, pid)
+	if err := os.MkdirAll(filepath.Join(staleDir, "state"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -105,8 +115,14 @@ func TestDemoRemovesLeftovers(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "demo test: stop here") {
 		t.Errorf("demo after a crashed run: %v, want it to get as far as ADD", err)
 	}
-	if !strings.Contains(out.String(), "removed leftovers") || !strings.Contains(out.String(), nsPrefix+"node") {
+	if !strings.Contains(out.String(), "removed leftovers") || !strings.Contains(out.String(), netnstest.Name(stale)) {
 		t.Errorf("demo output does not report the leftovers it removed:\n%s", out.String())
+	}
+	if _, err := os.Stat(stale.Path()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale namespace %s survived (%v)", stale.Path(), err)
+	}
+	if _, err := os.Stat(staleDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale work dir %s survived (%v)", staleDir, err)
 	}
 	requireClean(t)
 }

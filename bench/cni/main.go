@@ -35,9 +35,13 @@ import (
 	"github.com/routelet/routelet/internal/netnstest"
 )
 
-// nsPrefix names every namespace the bench makes; leftovers of a crashed run
-// are removed by it at start.
-const nsPrefix = "routelet-bench-"
+// benchPrefix starts the name of every namespace a bench run makes, followed
+// by the run's PID: concurrent runs keep apart, and namespaces of crashed runs
+// are removed at start.
+const benchPrefix = "routelet-bench-"
+
+// nsPrefix is this run's own prefix.
+var nsPrefix = netnstest.OwnedPrefix(benchPrefix)
 
 func main() {
 	pods := flag.Int("pods", 50, "pods in the sequential phase")
@@ -75,7 +79,7 @@ func run(ctx context.Context, pods, parallel, rounds, mtu int, plugins []string)
 		return fmt.Errorf("pods %d, parallel %d, rounds %d: each must be ≥ 1, pods+parallel ≤ 250 (one /24)",
 			pods, parallel, rounds)
 	}
-	if _, err := netnstest.RemoveLeftovers(nsPrefix); err != nil {
+	if _, err := netnstest.RemoveStale(benchPrefix); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp("", "routelet-bench-")

@@ -8,8 +8,10 @@
 // passed to the plugin as CNI_NETNS paths.
 //
 // Every namespace is bind-mounted under /var/run/netns with a caller-chosen
-// name prefix, so `ip netns exec` works on it and leftovers of a crashed run
-// can be found and removed by prefix (RemoveLeftovers). Nothing here touches
+// name, so `ip netns exec` works on it. Names start with OwnedPrefix (a
+// prefix plus the creating process's PID), so runs going on at the same time
+// never collide, and leftovers of crashed runs are found and removed by
+// RemoveStale. Nothing here touches
 // the namespace of the calling process: all kernel changes happen inside the
 // namespaces this package created.
 package netnstest

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -115,24 +116,31 @@ func Remove(n ns.NetNS) error {
 	return removePath(path)
 }
 
-// RemoveLeftovers removes every namespace under RunDir whose name starts with
-// prefix: what a crashed earlier run left behind. It returns the names removed.
-// Ownership is decided by the prefix alone, so callers use one nobody else uses.
-func RemoveLeftovers(prefix string) ([]string, error) {
+// OwnedPrefix returns prefix followed by this process's PID and a dash.
+// Namespaces named with it can be told apart from those of other runs going
+// on at the same time, and found by RemoveStale once this process is gone.
+func OwnedPrefix(prefix string) string { return fmt.Sprintf("%s%d-", prefix, os.Getpid()) }
+
+// RemoveStale removes the namespaces under RunDir named prefix<pid>-… (see
+// OwnedPrefix) whose process no longer exists: what crashed earlier runs left
+// behind. Namespaces of live processes, including this one, are left alone,
+// so concurrent runs never pull namespaces from under each other. It returns
+// the names removed.
+func RemoveStale(prefix string) ([]string, error) {
 	if prefix == "" {
-		return nil, errors.New("remove leftovers: empty prefix would match every namespace")
+		return nil, errors.New("remove stale namespaces: empty prefix")
 	}
 	entries, err := os.ReadDir(RunDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("remove leftovers: %w", err)
+		return nil, fmt.Errorf("remove stale namespaces: %w", err)
 	}
 	var removed []string
 	var errs []error
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), prefix) {
+		if !StaleOwner(prefix, e.Name()) {
 			continue
 		}
 		if err := removePath(filepath.Join(RunDir, e.Name())); err != nil {
@@ -142,6 +150,22 @@ func RemoveLeftovers(prefix string) ([]string, error) {
 		removed = append(removed, e.Name())
 	}
 	return removed, errors.Join(errs...)
+}
+
+// StaleOwner reports whether name is prefix<pid>-… or prefix<pid> and no
+// process pid exists.
+func StaleOwner(prefix, name string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return false
+	}
+	digits, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(digits)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = unix.Kill(pid, 0)
+	return errors.Is(err, unix.ESRCH)
 }
 
 // removePath unmounts and deletes one mount point. EINVAL (not mounted) and

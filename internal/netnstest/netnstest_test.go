@@ -3,8 +3,10 @@ package netnstest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -36,7 +38,7 @@ func inode(t *testing.T, path string) uint64 {
 // and is gone after Remove; a second Remove is success.
 func TestNewRemove(t *testing.T) {
 	requireRoot(t)
-	n, err := New(testPrefix)
+	n, err := New(OwnedPrefix(testPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,30 +74,41 @@ func TestNewRemove(t *testing.T) {
 	}
 }
 
-// TestRemoveLeftovers removes namespaces by prefix and nothing else.
-func TestRemoveLeftovers(t *testing.T) {
+// TestRemoveStale removes namespaces of dead processes and nothing else.
+func TestRemoveStale(t *testing.T) {
 	requireRoot(t)
-	a, err := New(testPrefix + "left-")
+	// A PID that is certainly gone: a child that has exited and been reaped.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := NewNamed(fmt.Sprintf("%s%d-x", testPrefix, cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := New(testPrefix + "keep-")
+	mine, err := New(OwnedPrefix(testPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { Remove(a); Remove(other) })
-	removed, err := RemoveLeftovers(testPrefix + "left-")
+	odd, err := New(testPrefix + "nopid-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(removed) != 1 || removed[0] != Name(a) {
-		t.Errorf("removed %v, want [%s]", removed, Name(a))
+	t.Cleanup(func() { Remove(dead); Remove(mine); Remove(odd) })
+	removed, err := RemoveStale(testPrefix)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(other.Path()); err != nil {
-		t.Errorf("namespace with another prefix was removed: %v", err)
+	if len(removed) != 1 || removed[0] != Name(dead) {
+		t.Errorf("removed %v, want [%s]", removed, Name(dead))
 	}
-	if _, err := RemoveLeftovers(""); err == nil {
-		t.Error("RemoveLeftovers(\"\") succeeded; it must refuse to match everything")
+	for _, n := range []ns.NetNS{mine, odd} {
+		if _, err := os.Stat(n.Path()); err != nil {
+			t.Errorf("%s was removed: %v", Name(n), err)
+		}
+	}
+	if _, err := RemoveStale(""); err == nil {
+		t.Error("RemoveStale(\"\") succeeded; it must refuse an empty prefix")
 	}
 }
 
@@ -110,7 +123,7 @@ func TestNodeRunsPluginInNodeNamespace(t *testing.T) {
 	if err := BuildReference(ctx, bin, PTPPackage, HostLocalPackage); err != nil {
 		t.Fatal(err)
 	}
-	node, err := NewNode(testPrefix+"node", []string{bin}, t.TempDir())
+	node, err := NewNode(OwnedPrefix(testPrefix)+"node", []string{bin}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +138,7 @@ func TestNodeRunsPluginInNodeNamespace(t *testing.T) {
 	var pods []ns.NetNS
 	var ips []string
 	for _, id := range []string{"a", "b"} {
-		p, err := New(testPrefix + "pod-")
+		p, err := New(OwnedPrefix(testPrefix) + "pod-")
 		if err != nil {
 			t.Fatal(err)
 		}

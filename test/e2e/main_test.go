@@ -27,8 +27,11 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// nsPrefix names every namespace these tests create.
-const nsPrefix = "routelet-e2e-"
+// e2ePrefix starts the name of every namespace these tests create; nsPrefix
+// adds this test process's PID (see netnstest.OwnedPrefix).
+const e2ePrefix = "routelet-e2e-"
+
+var nsPrefix = netnstest.OwnedPrefix(e2ePrefix)
 
 // routeProto is the protocol routelet stamps on its host routes (DESIGN.md).
 const routeProto = 80
@@ -46,6 +49,10 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		if os.Geteuid() != 0 {
 			return m.Run() // every test skips
+		}
+		// Namespaces of earlier test runs that crashed before their cleanup.
+		if _, err := netnstest.RemoveStale(e2ePrefix); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
 		}
 		dir, err := os.MkdirTemp("", "routelet-e2e-bin-")
 		if err != nil {
