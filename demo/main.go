@@ -57,8 +57,10 @@ func main() {
 	pluginDir := flag.String("plugin-dir", "bin", "directory holding the routelet plugin (built there when missing)")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// A closed stdout (demo | head) must not kill the demo before it cleans up.
+	signal.Ignore(syscall.SIGPIPE)
 	err := run(ctx, os.Stdout, *pluginDir)
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "demo interrupted:", err)
