@@ -16,49 +16,15 @@ import (
 	"github.com/routelet/routelet/pkg/ipset"
 )
 
-// nsTable runs every iptables exec of t inside a network namespace: ns.Do
-// locks the goroutine to a thread switched into the namespace, and the
-// iptables child forks from that thread, so it inherits the namespace.
+// nsTable is the NetNS Table of a test namespace, with the packet counters
+// read through the same go-iptables handle.
 type nsTable struct {
+	NetNS
 	ipt *iptables.IPTables
 	n   ns.NetNS
 }
 
 func (t nsTable) do(f func() error) error { return t.n.Do(func(ns.NetNS) error { return f() }) }
-
-func (t nsTable) List(table, chain string) (out []string, err error) {
-	err = t.do(func() error { out, err = t.ipt.List(table, chain); return err })
-	return out, err
-}
-
-func (t nsTable) ListById(table, chain string, id int) (out string, err error) {
-	err = t.do(func() error { out, err = t.ipt.ListById(table, chain, id); return err })
-	return out, err
-}
-
-func (t nsTable) NewChain(table, chain string) error {
-	return t.do(func() error { return t.ipt.NewChain(table, chain) })
-}
-
-func (t nsTable) Append(table, chain string, spec ...string) error {
-	return t.do(func() error { return t.ipt.Append(table, chain, spec...) })
-}
-
-func (t nsTable) Insert(table, chain string, pos int, spec ...string) error {
-	return t.do(func() error { return t.ipt.Insert(table, chain, pos, spec...) })
-}
-
-func (t nsTable) DeleteById(table, chain string, id int) error {
-	return t.do(func() error { return t.ipt.DeleteById(table, chain, id) })
-}
-
-func (t nsTable) ClearChain(table, chain string) error {
-	return t.do(func() error { return t.ipt.ClearChain(table, chain) })
-}
-
-func (t nsTable) DeleteChain(table, chain string) error {
-	return t.do(func() error { return t.ipt.DeleteChain(table, chain) })
-}
 
 // packets returns the packet counters of chain's rules, in order.
 func (t nsTable) packets(table, chain string) (out []uint64, err error) {
@@ -118,7 +84,7 @@ func newFixture(t *testing.T, backend string, family ipset.Family, cfg Config, m
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Close)
-	f := &fixture{n: n, bin: bin, tab: nsTable{ipt: ipt, n: n}, sets: ipset.NewSets(k, quiet)}
+	f := &fixture{n: n, bin: bin, tab: nsTable{NetNS: NetNS{T: ipt, Path: n.Path()}, ipt: ipt, n: n}, sets: ipset.NewSets(k, quiet)}
 	for _, base := range Sets(cfg, family) {
 		var ms []netip.Prefix
 		for _, m := range members[base] {

@@ -1,0 +1,150 @@
+package allowlist
+
+import (
+	"net/netip"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+)
+
+// benchPeers is the size of the VXLAN peer set in the benchmarks.
+const benchPeers = 5000
+
+// peers returns n distinct /32 peers in 10.0.0.0/8, the first one shifted by
+// shift to make a one-member change.
+func peers(n, shift int) []netip.Prefix {
+	out := make([]netip.Prefix, n)
+	for i := range n {
+		j := i
+		if i == 0 {
+			j += shift
+		}
+		j += 1 << 20 // avoid 10.0.0.0
+		out[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(j >> 16), byte(j >> 8), byte(j)}), 32)
+	}
+	return out
+}
+
+// benchNode is a fresh namespace with a Manager over real netlink and the
+// default iptables binary, VXLAN + NAT outgoing, IPv4 only.
+type benchNode struct {
+	m    *Manager
+	k    *ipset.Netlink
+	done func()
+}
+
+func newBenchNode(b *testing.B) *benchNode {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: network namespaces, ipsets, iptables")
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		b.Skip("iptables not installed")
+	}
+	n, err := netnstest.New("rlbench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := ipset.NewNetlinkAt(n.Path())
+	if err != nil {
+		netnstest.Remove(n)
+		b.Fatal(err)
+	}
+	ipt, err := rules.NewIPTables(ipset.IPv4, rules.BackendDefault)
+	if err != nil {
+		k.Close()
+		netnstest.Remove(n)
+		b.Fatal(err)
+	}
+	m := New(k, rules.NetNS{T: ipt, Path: n.Path()}, nil, quiet)
+	_ = m.SetConfig(rules.Config{VXLAN: true, NATOutgoing: true})
+	_ = m.SetVXLANPeers(peers(benchPeers, 0))
+	_ = m.SetPools([]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")})
+	return &benchNode{m: m, k: k, done: func() { k.Close(); netnstest.Remove(n) }}
+}
+
+// report adds the kernel calls made between before and now, per op.
+func report(b *testing.B, m *Manager, before Stats) {
+	after := m.Stats()
+	n := float64(b.N)
+	b.ReportMetric(float64(after.NetlinkWrites-before.NetlinkWrites)/n, "netlink-writes/op")
+	b.ReportMetric(float64(after.NetlinkReads-before.NetlinkReads)/n, "netlink-reads/op")
+	b.ReportMetric(float64(after.IptablesExecs-before.IptablesExecs-(after.IptablesReads-before.IptablesReads))/n, "iptables-writes/op")
+	b.ReportMetric(float64(after.IptablesReads-before.IptablesReads)/n, "iptables-reads/op")
+}
+
+// BenchmarkAllowlist measures a 5,000-member peer set: the first full
+// Apply (sets built and swapped in, chains created), a one-member change, a
+// no-change Apply and a no-drift Check (the periodic tamper check / resync).
+func BenchmarkAllowlist(b *testing.B) {
+	b.Run("full-apply", func(b *testing.B) {
+		var total Stats
+		for range b.N {
+			b.StopTimer()
+			node := newBenchNode(b)
+			before := node.m.Stats()
+			b.StartTimer()
+			if err := node.m.Apply(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			after := node.m.Stats()
+			total.NetlinkWrites += after.NetlinkWrites - before.NetlinkWrites
+			total.NetlinkReads += after.NetlinkReads - before.NetlinkReads
+			total.IptablesExecs += after.IptablesExecs - before.IptablesExecs
+			total.IptablesReads += after.IptablesReads - before.IptablesReads
+			node.done()
+		}
+		n := float64(b.N)
+		b.ReportMetric(float64(total.NetlinkWrites)/n, "netlink-writes/op")
+		b.ReportMetric(float64(total.NetlinkReads)/n, "netlink-reads/op")
+		b.ReportMetric(float64(total.IptablesExecs-total.IptablesReads)/n, "iptables-writes/op")
+		b.ReportMetric(float64(total.IptablesReads)/n, "iptables-reads/op")
+	})
+
+	steady := func(b *testing.B, op func(m *Manager, i int) error) {
+		node := newBenchNode(b)
+		defer node.done()
+		if err := node.m.Apply(); err != nil {
+			b.Fatal(err)
+		}
+		before := node.m.Stats()
+		b.ResetTimer()
+		for i := range b.N {
+			if err := op(node.m, i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		report(b, node.m, before)
+	}
+	b.Run("one-member-change", func(b *testing.B) {
+		steady(b, func(m *Manager, i int) error {
+			if err := m.SetVXLANPeers(peers(benchPeers, 1<<19+i)); err != nil {
+				return err
+			}
+			return m.Apply()
+		})
+	})
+	b.Run("no-change-apply", func(b *testing.B) {
+		steady(b, func(m *Manager, _ int) error {
+			if err := m.SetVXLANPeers(peers(benchPeers, 0)); err != nil {
+				return err
+			}
+			return m.Apply()
+		})
+	})
+	b.Run("check-no-drift", func(b *testing.B) {
+		steady(b, func(m *Manager, _ int) error {
+			n, err := m.Check()
+			if err == nil && n != 0 {
+				b.Fatalf("Check repaired %d things in a steady state", n)
+			}
+			return err
+		})
+	})
+}

@@ -1,0 +1,63 @@
+package rules
+
+import (
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// NetNS is a Table whose every exec runs inside the network namespace at
+// Path (e.g. /var/run/netns/node1), for tests and for managing a namespace
+// other than the daemon's own. Each call switches a locked OS thread into
+// the namespace; the iptables child forks from that thread and so inherits
+// the namespace.
+type NetNS struct {
+	T    Table
+	Path string
+}
+
+var _ Table = NetNS{}
+
+func (n NetNS) do(f func() error) error {
+	return ns.WithNetNSPath(n.Path, func(ns.NetNS) error { return f() })
+}
+
+// List implements Table.
+func (n NetNS) List(table, chain string) (out []string, err error) {
+	err = n.do(func() error { out, err = n.T.List(table, chain); return err })
+	return out, err
+}
+
+// ListById implements Table.
+func (n NetNS) ListById(table, chain string, id int) (out string, err error) {
+	err = n.do(func() error { out, err = n.T.ListById(table, chain, id); return err })
+	return out, err
+}
+
+// NewChain implements Table.
+func (n NetNS) NewChain(table, chain string) error {
+	return n.do(func() error { return n.T.NewChain(table, chain) })
+}
+
+// Append implements Table.
+func (n NetNS) Append(table, chain string, spec ...string) error {
+	return n.do(func() error { return n.T.Append(table, chain, spec...) })
+}
+
+// Insert implements Table.
+func (n NetNS) Insert(table, chain string, pos int, spec ...string) error {
+	return n.do(func() error { return n.T.Insert(table, chain, pos, spec...) })
+}
+
+// DeleteById implements Table.
+func (n NetNS) DeleteById(table, chain string, id int) error {
+	return n.do(func() error { return n.T.DeleteById(table, chain, id) })
+}
+
+// ClearChain implements Table.
+func (n NetNS) ClearChain(table, chain string) error {
+	return n.do(func() error { return n.T.ClearChain(table, chain) })
+}
+
+// DeleteChain implements Table.
+func (n NetNS) DeleteChain(table, chain string) error {
+	return n.do(func() error { return n.T.DeleteChain(table, chain) })
+}
