@@ -86,6 +86,11 @@ func ensureOnlyAddress(nl Netlink, log *slog.Logger, link netlink.Link, ipVersio
 	var errs []error
 	if wantPfx.IsValid() && !present {
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(want.AsSlice()), Mask: net.CIDRMask(want.BitLen(), want.BitLen())}}
+		if want.Is6() {
+			// Usable at once: the tunnel address is unique by construction
+			// (our own block), so duplicate address detection only delays.
+			addr.Flags = unix.IFA_F_NODAD
+		}
 		if err := nl.AddrReplace(link, addr); err != nil {
 			errs = append(errs, fmt.Errorf("add address %s to %s: %w", wantPfx, name, err))
 		} else {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // Default device names and VXLAN parameters (DESIGN.md).
@@ -133,4 +135,17 @@ func TunnelAddress(blocks []netip.Prefix, ipVersion int) (addr netip.Addr, ok bo
 		}
 	}
 	return netip.Addr{}, false
+}
+
+// PeerFromNode builds the Peer of one family (4 or 6) from a node record:
+// HostIPv4, VTEPMAC and TunnelIPv4 for 4; HostIPv6, VTEPMACv6 and TunnelIPv6
+// for 6. The error names the node and the bad value.
+func PeerFromNode(n *state.Node, ipVersion int) (Peer, error) {
+	if n == nil {
+		return Peer{}, fmt.Errorf("peer: nil node record")
+	}
+	if ipVersion == 6 {
+		return ParsePeer(6, n.Name, n.HostIPv6, n.VTEPMACv6, n.TunnelIPv6, n.Blocks)
+	}
+	return ParsePeer(ipVersion, n.Name, n.HostIPv4, n.VTEPMAC, n.TunnelIPv4, n.Blocks)
 }
