@@ -63,12 +63,11 @@ func testMain(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "build plugin: %v\n", err)
 			return 1
 		}
-		netnstest.RemoveLeftovers(nsPrefix)
 	}
 	return m.Run()
 }
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces and runs routeletd in them")
@@ -78,7 +77,7 @@ func needRoot(t *testing.T) {
 // testNode is a fresh "node" network namespace with an uplink, a state dir,
 // a libcni handle for the plugin and a netlink handle for looking inside.
 type testNode struct {
-	t        *testing.T
+	t        testing.TB
 	node     *netnstest.Node
 	nl       *netlink.Handle
 	stateDir string
@@ -89,7 +88,7 @@ type testNode struct {
 
 // newTestNode creates the node namespace with uplink up0 (192.0.2.10/24) and,
 // when withDefault, a default route through it.
-func newTestNode(t *testing.T, withDefault bool) *testNode {
+func newTestNode(t testing.TB, withDefault bool) *testNode {
 	t.Helper()
 	needRoot(t)
 	name := fmt.Sprintf("%s%d", nsPrefix, time.Now().UnixNano()%1e9)
@@ -205,7 +204,7 @@ func (tn *testNode) startDaemon(extra ...string) *daemonProc {
 }
 
 // stop sends SIGTERM and waits for the exit status.
-func (d *daemonProc) stop(t *testing.T) error {
+func (d *daemonProc) stop(t testing.TB) error {
 	t.Helper()
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -219,7 +218,7 @@ func (d *daemonProc) stop(t *testing.T) error {
 }
 
 // kill9 kills the daemon outright.
-func (d *daemonProc) kill9(t *testing.T) {
+func (d *daemonProc) kill9(t testing.TB) {
 	t.Helper()
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	err := <-d.done
@@ -363,7 +362,7 @@ func (tn *testNode) delPod(p *pod) {
 }
 
 // eventually polls cond every 10ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

@@ -59,8 +59,8 @@ type Releaser interface {
 
 // Host answers the leak collector's questions about the node.
 type Host interface {
-	// LinkExists reports whether a link named name exists.
-	LinkExists(name string) (bool, error)
+	// LinkNames returns the names of every link (one dump).
+	LinkNames() (map[string]bool, error)
 	// NetnsGone reports whether path no longer names a network namespace.
 	NetnsGone(path string) bool
 }
@@ -86,7 +86,7 @@ type Options struct {
 	ResyncPeriod    time.Duration // default 90s
 	TickPeriod      time.Duration // liveness and leak checks; default 10s
 	LeakGracePeriod time.Duration // default 15m
-	Debounce        time.Duration // default 2ms; negative disables
+	Debounce        time.Duration // default 1ms; negative disables
 	// StaticARP programs a permanent neighbour entry with the container MAC
 	// for each IPv4 workload route, as Calico does (saves an ARP round trip).
 	StaticARP bool
@@ -159,7 +159,7 @@ func New(opts Options, store Store, rt4, rt6 RouteTable, releaser Releaser, host
 		opts.LeakGracePeriod = 15 * time.Minute
 	}
 	if opts.Debounce == 0 {
-		opts.Debounce = 2 * time.Millisecond
+		opts.Debounce = time.Millisecond
 	}
 	return &Agent{
 		opts: opts, store: store, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
@@ -561,6 +561,9 @@ func (a *Agent) checkRouteEvent(ev RouteEvent) {
 	if rt == nil {
 		return
 	}
+	if ev.Dst.Addr().Is6() && ev.Dst.Addr().IsLinkLocalUnicast() {
+		return // the kernel's fe80::/64 on every interface; the tables leave it alone
+	}
 	desired := slices.ContainsFunc(a.desired[fam][ev.Iface], func(t routes.Target) bool { return t.CIDR == ev.Dst })
 	if ev.Deleted == desired || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
 		a.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
@@ -712,18 +715,22 @@ func (a *Agent) peerCount() int {
 // leak grace period and whose netns is gone. A record with a live veth or a
 // live netns is never touched.
 func (a *Agent) collectLeaks(ctx context.Context) {
+	if len(a.workloads) == 0 {
+		clear(a.absentSince)
+		return
+	}
+	links, err := a.host.LinkNames()
+	if err != nil {
+		a.log.Warn("leak check: cannot list links", "err", err)
+		return
+	}
 	now := a.now()
 	changed := false
 	seen := map[string]bool{}
 	for _, name := range sortedKeys(a.workloads) {
 		w := a.workloads[name]
 		seen[w.HostIface] = true
-		exists, err := a.host.LinkExists(w.HostIface)
-		if err != nil {
-			a.log.Warn("leak check: cannot look up link", "iface", w.HostIface, "err", err)
-			continue
-		}
-		if exists {
+		if links[w.HostIface] {
 			delete(a.absentSince, w.HostIface)
 			continue
 		}

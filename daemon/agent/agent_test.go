@@ -78,19 +78,25 @@ func (f *fakeRT) cidrs(iface string) []string {
 }
 
 type fakeHost struct {
-	mu     sync.Mutex
-	links  map[string]bool
-	netns  map[string]bool // path → alive
-	errFor string
+	mu    sync.Mutex
+	links map[string]bool
+	netns map[string]bool // path → alive
+	fail  bool
 }
 
-func (h *fakeHost) LinkExists(name string) (bool, error) {
+func (h *fakeHost) LinkNames() (map[string]bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if name == h.errFor {
-		return false, errors.New("injected")
+	if h.fail {
+		return nil, errors.New("injected")
 	}
-	return h.links[name], nil
+	out := map[string]bool{}
+	for n, ok := range h.links {
+		if ok {
+			out[n] = true
+		}
+	}
+	return out, nil
 }
 func (h *fakeHost) NetnsGone(path string) bool {
 	h.mu.Lock()
@@ -320,6 +326,13 @@ func TestLeakCollection(t *testing.T) {
 	f.host.mu.Unlock()
 
 	ctx := context.Background()
+	// A failing link listing releases nothing and starts no clock.
+	f.host.fail = true
+	f.a.collectLeaks(ctx)
+	if len(f.a.absentSince) != 0 {
+		t.Fatalf("absence recorded without a link listing: %v", f.a.absentSince)
+	}
+	f.host.fail = false
 	f.a.collectLeaks(ctx) // first sighting of the absence
 	clock = clock.Add(59 * time.Second)
 	f.a.collectLeaks(ctx)

@@ -214,17 +214,17 @@ func (n *ifNames) get(i int) string {
 // and the filesystem for netns paths.
 type KernelHost struct{}
 
-// LinkExists reports whether a link named name exists.
-func (KernelHost) LinkExists(name string) (bool, error) {
-	_, err := netlink.LinkByName(name)
-	if err == nil {
-		return true, nil
+// LinkNames returns the names of every link in the namespace.
+func (KernelHost) LinkNames() (map[string]bool, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
 	}
-	var nf netlink.LinkNotFoundError
-	if errors.As(err, &nf) {
-		return false, nil
+	out := make(map[string]bool, len(links))
+	for _, l := range links {
+		out[l.Attrs().Name] = true
 	}
-	return false, fmt.Errorf("look up link %s: %w", name, err)
+	return out, nil
 }
 
 // NetnsGone reports whether path no longer exists or is no longer a network
