@@ -31,6 +31,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/netnstest"
 )
@@ -49,11 +50,12 @@ func main() {
 	mtu := flag.Int("mtu", 1450, "pod MTU given to both plugins")
 	rounds := flag.Int("rounds", 3, "rounds of the parallel phase (plugin order rotates each round)")
 	only := flag.String("plugins", "ptp,routelet", "comma-separated plugins to run: ptp, routelet")
+	work := flag.String("workdir", defaultWorkDir(), "parent of the temp dir holding routelet's stateDir and host-local's dataDir")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *pods, *parallel, *rounds, *mtu, strings.Split(*only, ",")); err != nil {
+	if err := run(ctx, *work, *pods, *parallel, *rounds, *mtu, strings.Split(*only, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -71,7 +73,7 @@ type phase struct {
 	samples      []sample
 }
 
-func run(ctx context.Context, pods, parallel, rounds, mtu int, plugins []string) (err error) {
+func run(ctx context.Context, workDir string, pods, parallel, rounds, mtu int, plugins []string) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (creates network namespaces)")
 	}
@@ -82,7 +84,7 @@ func run(ctx context.Context, pods, parallel, rounds, mtu int, plugins []string)
 	if _, err := netnstest.RemoveStale(benchPrefix); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "routelet-bench-")
+	tmp, err := os.MkdirTemp(workDir, "routelet-bench-")
 	if err != nil {
 		return err
 	}
@@ -179,7 +181,26 @@ func run(ctx context.Context, pods, parallel, rounds, mtu int, plugins []string)
 	for _, t := range targets {
 		results = append(results, t.seqAdd, t.seqDel, t.parAdd, t.parDel)
 	}
-	return report(os.Stdout, results, mtu, rounds)
+	return report(os.Stdout, results, mtu, rounds, tmp)
+}
+
+// defaultWorkDir is /dev/shm when it is a tmpfs: routelet's state dir
+// (/run/routelet) lives on tmpfs on a normal host, and on a disk file system
+// its fsyncs would dominate. Else the system temp dir.
+func defaultWorkDir() string {
+	if fsType("/dev/shm") == "tmpfs" {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// fsType names the file system holding path: "tmpfs" or "other".
+func fsType(path string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err == nil && st.Type == unix.TMPFS_MAGIC {
+		return "tmpfs"
+	}
+	return "other"
 }
 
 // target is one plugin under test: its own node namespace, its conflist and
@@ -277,8 +298,9 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 
 // report prints the table and the ratios; it returns an error when any
 // operation failed.
-func report(w *os.File, phases []phase, mtu, rounds int) error {
+func report(w *os.File, phases []phase, mtu, rounds int, dir string) error {
 	fmt.Fprintf(w, "CNI plugin bench: libcni from a fresh node netns per plugin, cniVersion 1.1.0, MTU %d, one /24;\n", mtu)
+	fmt.Fprintf(w, "stateDir/dataDir under %s (%s file system);\n", filepath.Dir(dir), fsType(dir))
 	fmt.Fprintf(w, "sequential phases interleaved pod by pod, parallel phase %d rounds (samples pooled)\n", rounds)
 	fmt.Fprintf(w, "%-14s %-12s %4s %5s %9s %9s\n", "plugin", "phase", "n", "fail", "p50 ms", "p99 ms")
 	p50 := map[string]time.Duration{}
