@@ -35,13 +35,13 @@ func PodMTU(configured, parentMTU int, mode Mode, underlayV6 bool) (int, error) 
 		return configured, nil
 	}
 	mtu := parentMTU - Overhead(mode, underlayV6)
-	min := 68
+	floor := 68
 	if underlayV6 {
-		min = 1280
+		floor = 1280
 	}
-	if mtu < min {
+	if mtu < floor {
 		return 0, fmt.Errorf("mtu: parent MTU %d minus %s overhead %d is %d, below the minimum %d",
-			parentMTU, mode, Overhead(mode, underlayV6), mtu, min)
+			parentMTU, mode, Overhead(mode, underlayV6), mtu, floor)
 	}
 	return mtu, nil
 }
