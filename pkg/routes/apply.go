@@ -286,7 +286,7 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 	prev := rt.programmed[w.name]
 	have := make(map[netip.Prefix]Target, len(w.want))
 	rt.programmed[w.name] = have
-	satisfied := make(map[netip.Prefix]struct{}, len(w.want))
+	var mismatched map[netip.Prefix]struct{} // desired, present, but different
 	for i := range w.kernel {
 		r := &w.kernel[i]
 		dst, ok := rt.routeDst(r)
@@ -294,18 +294,23 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 			continue
 		}
 		if isHost(dst) && (w.kind == kindWorkload || r.Protocol == rt.protocol) {
-			if prev, ok := rt.hostRoutes[dst]; ok && prev != w.name {
-				// Someone else (the CNI plugin) already moved the IP.
-				w.moved = append(w.moved, dst.Addr())
+			if prev, ok := rt.hostRoutes[dst]; !ok || prev != w.name {
+				if ok {
+					// Someone else (the CNI plugin) already moved the IP.
+					w.moved = append(w.moved, dst.Addr())
+				}
+				rt.hostRoutes[dst] = w.name
 			}
-			rt.hostRoutes[dst] = w.name
 		}
 		if r.Tos == 0 && r.Priority == rt.priority {
 			if t, ok := w.want[dst]; ok {
-				satisfied[dst] = struct{}{}
 				if rt.matches(w, t, r) {
 					have[dst] = t
 				} else {
+					if mismatched == nil {
+						mismatched = map[netip.Prefix]struct{}{}
+					}
+					mismatched[dst] = struct{}{}
 					w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
 				}
 				continue
@@ -321,8 +326,12 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 			w.dels = append(w.dels, *r)
 		}
 	}
+	if len(have) == len(w.want) {
+		return
+	}
 	for cidr, t := range w.want {
-		if _, ok := satisfied[cidr]; !ok {
+		_, ok := have[cidr]
+		if _, bad := mismatched[cidr]; !ok && !bad {
 			w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
 		}
 	}
@@ -413,27 +422,40 @@ func (rt *RouteTable) buildRoute(w *ifaceWork, t Target) netlink.Route {
 // comparing every attribute routelet sets. Flags other than onlink (the
 // kernel adds "linkdown" and friends) do not count.
 func (rt *RouteTable) matches(w *ifaceWork, t Target, k *netlink.Route) bool {
-	want := rt.buildRoute(w, t)
-	if k.Type != want.Type || k.Protocol != want.Protocol || k.MTU != want.MTU {
+	if k.Type != t.Type.kernelType() || k.Protocol != rt.protocol || k.MTU != t.MTU {
 		return false
 	}
-	if rt.family == netlink.FAMILY_V4 && k.Scope != want.Scope {
+	scope, link, onlink := netlink.SCOPE_UNIVERSE, w.link.Index, false
+	switch t.Type {
+	case TypeLink:
+		if rt.family == netlink.FAMILY_V4 {
+			scope = netlink.SCOPE_LINK
+		}
+	case TypeGateway:
+		onlink = t.OnLink
+	default:
+		link = -1 // no device to compare
+	}
+	if rt.family == netlink.FAMILY_V4 && k.Scope != scope {
 		return false
 	}
-	if !isNoIfaceType(want.Type) && k.LinkIndex != want.LinkIndex {
+	if link >= 0 && k.LinkIndex != link {
 		return false
 	}
-	if k.Flags&int(netlink.FLAG_ONLINK) != want.Flags&int(netlink.FLAG_ONLINK) {
+	if (k.Flags&int(netlink.FLAG_ONLINK) != 0) != onlink {
 		return false
 	}
-	return ipEqual(k.Gw, want.Gw) && ipEqual(k.Src, want.Src)
+	return ipMatches(k.Gw, t.Gateway) && ipMatches(k.Src, t.Src)
 }
 
-func ipEqual(a, b net.IP) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return len(a) == len(b)
+// ipMatches compares an address from the kernel with one from a target; nil
+// and the invalid netip.Addr both mean "none".
+func ipMatches(k net.IP, a netip.Addr) bool {
+	if len(k) == 0 || !a.IsValid() {
+		return len(k) == 0 && !a.IsValid()
 	}
-	return a.Equal(b)
+	b, ok := netip.AddrFromSlice(k)
+	return ok && b.Unmap() == a.Unmap()
 }
 
 // startMoveCleanups starts conntrack cleanup for host routes about to move
@@ -688,11 +710,17 @@ func (rt *RouteTable) applyNeighbours(w *ifaceWork, full bool, kernel map[neighK
 		delete(rt.arp, w.name)
 		return
 	}
-	want := map[netip.Addr]net.HardwareAddr{}
+	var want map[netip.Addr]net.HardwareAddr
 	for cidr, t := range w.want {
 		if t.DestMAC != nil {
+			if want == nil {
+				want = map[netip.Addr]net.HardwareAddr{}
+			}
 			want[cidr.Addr()] = t.DestMAC
 		}
+	}
+	if len(want) == 0 && len(have) == 0 {
+		return
 	}
 	next := make(map[netip.Addr]string, len(want))
 	for ip, mac := range want {

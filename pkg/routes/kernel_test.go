@@ -428,3 +428,31 @@ func TestKernelClosedTableTouchesNothing(t *testing.T) {
 	}
 	e.wantIP([]string{"-4", "route", "show", "proto", "80"})
 }
+
+// TestKernelOtherTable programs a table above 255 (RTA_TABLE) and checks
+// that main is left alone and a no-change resync writes nothing.
+func TestKernelOtherTable(t *testing.T) {
+	e := newKernelEnv(t)
+	cali := e.veth("cali1", "pod1")
+	if err := e.h.RouteAdd(&netlink.Route{Dst: ipnet("10.0.0.9/32"), LinkIndex: cali.Attrs().Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_BOOT}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := kernelConfig(4)
+	cfg.Table = 300
+	rt := e.table(cfg, nil)
+	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32"), MTU: 1300}})
+	mustApply(t, rt)
+	e.wantIP([]string{"-4", "route", "show", "table", "300"},
+		"10.0.0.1 dev cali1 proto 80 scope link",
+		"10.0.0.2 dev cali1 proto 80 scope link mtu 1300",
+	)
+	e.wantIP([]string{"-4", "route", "show", "table", "main"}, "10.0.0.9 dev cali1 scope link")
+	before := rt.Stats().Writes
+	rt.QueueResync()
+	mustApply(t, rt)
+	rt.MarkDirty("cali1")
+	mustApply(t, rt)
+	if w := rt.Stats().Writes - before; w != 0 {
+		t.Fatalf("no-change resync of table 300 made %d writes", w)
+	}
+}

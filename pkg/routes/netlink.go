@@ -72,7 +72,7 @@ type realNetlink struct {
 	ns      netns.NsHandle
 	timeout time.Duration
 	h       *netlink.Handle
-	ls      *nl.SocketHandle // link dumps (see LinkList)
+	ls      *nl.SocketHandle // link and route dumps (see LinkList, RouteList)
 }
 
 // newRealNetlink binds a Netlink to the calling thread's network namespace.
@@ -163,10 +163,7 @@ func (r *realNetlink) LinkList() ([]Link, error) {
 		}
 	}
 	if err != nil {
-		if r.ls != nil {
-			r.ls.Socket.Close()
-			r.ls = nil
-		}
+		r.closeDumpSocket()
 		return nil, fmt.Errorf("netlink: list links: %w", err)
 	}
 	return links, nil
@@ -178,26 +175,9 @@ const rtextFilterSkipStats = 1 << 3
 // linkDump runs one RTM_GETLINK dump on r.ls (opened in r.ns when needed).
 // Caller holds mu.
 func (r *realNetlink) linkDump() ([]Link, error) {
-	if r.ls == nil {
-		if !r.ns.IsOpen() {
-			return nil, errClosed
-		}
-		s, err := nl.GetNetlinkSocketAt(r.ns, netns.None(), unix.NETLINK_ROUTE)
-		if err != nil {
-			return nil, fmt.Errorf("open socket: %w", err)
-		}
-		if r.timeout > 0 {
-			tv := unix.NsecToTimeval(r.timeout.Nanoseconds())
-			if err := s.SetSendTimeout(&tv); err != nil {
-				s.Close()
-				return nil, err
-			}
-			if err := s.SetReceiveTimeout(&tv); err != nil {
-				s.Close()
-				return nil, err
-			}
-		}
-		r.ls = &nl.SocketHandle{Socket: s}
+	sock, err := r.dumpSocket()
+	if err != nil {
+		return nil, err
 	}
 	// Sockets must be set: without it the library would open a socket in
 	// the calling thread's namespace, which may not be ours.
@@ -207,12 +187,12 @@ func (r *realNetlink) linkDump() ([]Link, error) {
 			Type:  unix.RTM_GETLINK,
 			Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP,
 		},
-		Sockets: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: r.ls},
+		Sockets: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sock},
 	}
 	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 	req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))
 	var links []Link
-	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWLINK, func(m []byte) bool {
+	err = req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWLINK, func(m []byte) bool {
 		if len(m) < unix.SizeofIfInfomsg {
 			return true
 		}
@@ -228,7 +208,7 @@ func (r *realNetlink) linkDump() ([]Link, error) {
 				l.Name = strings.TrimRight(string(b[unix.SizeofRtAttr:alen]), "\x00")
 				break
 			}
-			b = b[min((alen+unix.RTA_ALIGNTO-1)&^(unix.RTA_ALIGNTO-1), len(b)):]
+			b = b[min(rtaAlign(alen), len(b)):]
 		}
 		if l.Name != "" {
 			links = append(links, l)
@@ -257,30 +237,179 @@ func (r *realNetlink) LinkByName(name string) (Link, error) {
 	return Link{Index: a.Index, Name: a.Name, Up: a.Flags&net.FlagUp != 0}, nil
 }
 
+// RouteList dumps routes with a request of its own and decodes only the
+// attributes the RouteTable compares (the library's decoder allocates a
+// little for every attribute it knows, which at 10,000 routes is most of a
+// resync's CPU). The kernel filters by table and interface (strict check);
+// the same filters are applied here again for kernels that ignore them.
 func (r *realNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	filter := &netlink.Route{Table: table, LinkIndex: linkIndex}
-	mask := netlink.RT_FILTER_TABLE
-	if linkIndex > 0 {
-		mask |= netlink.RT_FILTER_OIF
-	}
 	var routes []netlink.Route
 	var err error
 	for range dumpAttempts {
-		var h *netlink.Handle
-		if h, err = r.handle(); err != nil {
-			return nil, err
-		}
-		routes, err = h.RouteListFiltered(family, filter, mask)
+		routes, err = r.routeDump(family, table, linkIndex)
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			break
 		}
 	}
 	if err != nil {
-		return nil, r.done(fmt.Errorf("netlink: list routes (table %d, link %d): %w", table, linkIndex, err))
+		if !isBenignErr(err) {
+			r.closeDumpSocket()
+		}
+		return nil, fmt.Errorf("netlink: list routes (table %d, link %d): %w", table, linkIndex, err)
 	}
 	return routes, nil
+}
+
+// routeDump runs one RTM_GETROUTE dump. Caller holds mu.
+func (r *realNetlink) routeDump(family, table, linkIndex int) ([]netlink.Route, error) {
+	sock, err := r.dumpSocket()
+	if err != nil {
+		return nil, err
+	}
+	req := &nl.NetlinkRequest{
+		NlMsghdr: unix.NlMsghdr{
+			Len:   unix.SizeofNlMsghdr,
+			Type:  unix.RTM_GETROUTE,
+			Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP,
+		},
+		Sockets: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sock},
+	}
+	hdr := &nl.RtMsg{RtMsg: unix.RtMsg{Family: uint8(family)}}
+	if table < 256 {
+		hdr.Table = uint8(table)
+	}
+	req.AddData(hdr)
+	if table >= 256 {
+		req.AddData(nl.NewRtAttr(unix.RTA_TABLE, nl.Uint32Attr(uint32(table))))
+	}
+	if linkIndex > 0 {
+		req.AddData(nl.NewRtAttr(unix.RTA_OIF, nl.Uint32Attr(uint32(linkIndex))))
+	}
+	var routes []netlink.Route
+	err = req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWROUTE, func(m []byte) bool {
+		rt, ok := decodeRoute(m)
+		if ok && rt.Family == family && rt.Table == table && (linkIndex == 0 || rt.LinkIndex == linkIndex) {
+			routes = append(routes, rt)
+		}
+		return true
+	})
+	if errors.Is(err, unix.ENOENT) {
+		// With strict checking the kernel answers ENOENT for a table that
+		// does not exist yet: it is empty.
+		return nil, nil
+	}
+	return routes, err
+}
+
+// decodeRoute decodes the parts of an RTM_NEWROUTE message the RouteTable
+// uses. Multipath routes get a one-element MultiPath (their hops are not
+// decoded), which marks them as never ours. Cloned (cache) entries are
+// skipped.
+func decodeRoute(m []byte) (netlink.Route, bool) {
+	if len(m) < unix.SizeofRtMsg {
+		return netlink.Route{}, false
+	}
+	h := nl.DeserializeRtMsg(m)
+	if h.Flags&unix.RTM_F_CLONED != 0 {
+		return netlink.Route{}, false
+	}
+	rt := netlink.Route{
+		Family:   int(h.Family),
+		Tos:      int(h.Tos),
+		Table:    int(h.Table),
+		Protocol: netlink.RouteProtocol(h.Protocol),
+		Scope:    netlink.Scope(h.Scope),
+		Type:     int(h.Type),
+		Flags:    int(h.Flags),
+	}
+	ne := nl.NativeEndian()
+	for b := m[unix.SizeofRtMsg:]; len(b) >= unix.SizeofRtAttr; {
+		alen := int(ne.Uint16(b[0:2]))
+		if alen < unix.SizeofRtAttr || alen > len(b) {
+			break
+		}
+		v := b[unix.SizeofRtAttr:alen]
+		switch ne.Uint16(b[2:4]) & nl.NLA_TYPE_MASK {
+		case unix.RTA_DST:
+			rt.Dst = &net.IPNet{IP: net.IP(v), Mask: net.CIDRMask(int(h.Dst_len), 8*len(v))}
+		case unix.RTA_GATEWAY:
+			rt.Gw = net.IP(v)
+		case unix.RTA_PREFSRC:
+			rt.Src = net.IP(v)
+		case unix.RTA_OIF:
+			if len(v) >= 4 {
+				rt.LinkIndex = int(ne.Uint32(v))
+			}
+		case unix.RTA_PRIORITY:
+			if len(v) >= 4 {
+				rt.Priority = int(ne.Uint32(v))
+			}
+		case unix.RTA_TABLE:
+			if len(v) >= 4 {
+				rt.Table = int(ne.Uint32(v))
+			}
+		case unix.RTA_MULTIPATH, unix.RTA_VIA, unix.RTA_ENCAP, rtaNHID:
+			rt.MultiPath = []*netlink.NexthopInfo{{}}
+		case unix.RTA_METRICS:
+			for mb := v; len(mb) >= unix.SizeofRtAttr; {
+				ml := int(ne.Uint16(mb[0:2]))
+				if ml < unix.SizeofRtAttr || ml > len(mb) {
+					break
+				}
+				if ne.Uint16(mb[2:4])&nl.NLA_TYPE_MASK == unix.RTAX_MTU && ml >= unix.SizeofRtAttr+4 {
+					rt.MTU = int(ne.Uint32(mb[unix.SizeofRtAttr:]))
+				}
+				mb = mb[min(rtaAlign(ml), len(mb)):]
+			}
+		}
+		b = b[min(rtaAlign(alen), len(b)):]
+	}
+	return rt, true
+}
+
+// rtaNHID is RTA_NH_ID (a route using a nexthop object; never ours).
+const rtaNHID = 30
+
+func rtaAlign(n int) int { return (n + unix.RTA_ALIGNTO - 1) &^ (unix.RTA_ALIGNTO - 1) }
+
+// dumpSocket returns the socket used for dumps, opening it in r.ns when
+// needed, with the timeout and strict checking. Caller holds mu.
+func (r *realNetlink) dumpSocket() (*nl.SocketHandle, error) {
+	if r.ls != nil {
+		return r.ls, nil
+	}
+	if !r.ns.IsOpen() {
+		return nil, errClosed
+	}
+	s, err := nl.GetNetlinkSocketAt(r.ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open socket: %w", err)
+	}
+	if r.timeout > 0 {
+		tv := unix.NsecToTimeval(r.timeout.Nanoseconds())
+		if err := s.SetSendTimeout(&tv); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := s.SetReceiveTimeout(&tv); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	// Best effort: without strict checking the kernel sends the whole
+	// table and the filters above do the work.
+	_ = unix.SetsockoptInt(s.GetFd(), unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1)
+	r.ls = &nl.SocketHandle{Socket: s}
+	return r.ls, nil
+}
+
+func (r *realNetlink) closeDumpSocket() {
+	if r.ls != nil {
+		r.ls.Socket.Close()
+		r.ls = nil
+	}
 }
 
 func (r *realNetlink) RouteReplace(rt *netlink.Route) error {
@@ -351,10 +480,7 @@ func (r *realNetlink) Close() error {
 		r.h.Close()
 		r.h = nil
 	}
-	if r.ls != nil {
-		r.ls.Socket.Close()
-		r.ls = nil
-	}
+	r.closeDumpSocket()
 	if !r.ns.IsOpen() {
 		return nil
 	}

@@ -86,6 +86,9 @@ type RouteTable struct {
 	// kernel holds one route per key, so the most recent claim wins and the
 	// others wait until it is withdrawn.
 	claims map[netip.Prefix][]string
+	// contested counts the CIDRs claimed by more than one interface; while
+	// it is zero every desired target is effective.
+	contested int
 	// dirty interfaces are synced by the next Apply; the value says whether
 	// the kernel must be re-read first (needRead) or whether the remembered
 	// view (programmed) is good enough (needSync).
@@ -480,13 +483,19 @@ func (rt *RouteTable) familyOf(a netip.Addr) int {
 // so the previous winner must re-sync (its route is being replaced).
 func (rt *RouteTable) claim(iface string, cidr netip.Prefix) {
 	list := rt.claims[cidr]
-	if n := len(list); n > 0 && list[n-1] != iface {
+	if slices.Contains(list, iface) {
+		return
+	}
+	if n := len(list); n > 0 {
 		prev := list[n-1]
 		rt.log.Warn("two interfaces want the same route; the newest wins",
 			"cidr", cidr, "iface", iface, "previous", prev)
 		rt.markDirty(prev, needSync)
+		if n == 1 {
+			rt.contested++
+		}
 	}
-	rt.claims[cidr] = append(slices.DeleteFunc(list, func(s string) bool { return s == iface }), iface)
+	rt.claims[cidr] = append(list, iface)
 	delete(rt.orphans, cidr)
 }
 
@@ -495,8 +504,12 @@ func (rt *RouteTable) claim(iface string, cidr netip.Prefix) {
 // conntrack cleanup.
 func (rt *RouteTable) unclaim(iface string, cidr netip.Prefix) {
 	list := rt.claims[cidr]
-	wasWinner := len(list) > 0 && list[len(list)-1] == iface
+	n := len(list)
+	wasWinner := n > 0 && list[n-1] == iface
 	list = slices.DeleteFunc(list, func(s string) bool { return s == iface })
+	if n > 1 && len(list) == 1 {
+		rt.contested--
+	}
 	if len(list) == 0 {
 		delete(rt.claims, cidr)
 		if isHost(cidr) {
@@ -521,8 +534,14 @@ func (rt *RouteTable) winner(cidr netip.Prefix) string {
 
 // effective returns the targets iface should have in the kernel: its desired
 // ones minus those another interface claimed more recently.
+//
+// The result must not be modified: without contested CIDRs it is the
+// desired map itself.
 func (rt *RouteTable) effective(iface string) map[netip.Prefix]Target {
 	want := rt.desired[iface]
+	if rt.contested == 0 {
+		return want
+	}
 	out := make(map[netip.Prefix]Target, len(want))
 	for cidr, t := range want {
 		if rt.winner(cidr) == iface {
