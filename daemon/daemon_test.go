@@ -199,12 +199,10 @@ func TestDaemon(t *testing.T) {
 		if got, err := alloc.Get(context.Background(), att); err != nil || len(got) != 0 {
 			t.Errorf("address not released: %v %v", got, err)
 		}
-		if m := tn.metric("routelet_leak_collections_total"); m != "1" {
-			t.Errorf("routelet_leak_collections_total = %q, want 1", m)
-		}
-		if !strings.Contains(d.log.String(), "released leaked workload") {
-			t.Error("no log line for the leak collection")
-		}
+		// The record goes first, then the log line and the metric.
+		eventually(t, 2*time.Second, "leak metric and log line", func() bool {
+			return tn.metric("routelet_leak_collections_total") == "1" && strings.Contains(d.log.String(), "released leaked workload")
+		})
 		// Live pods were not touched.
 		if _, err := tn.store.GetWorkload("pod1", "eth0"); err != nil {
 			t.Errorf("live pod1's record: %v", err)
