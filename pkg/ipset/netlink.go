@@ -79,14 +79,24 @@ func (n *Netlink) request(cmd, flags int) *nl.NetlinkRequest {
 	return req
 }
 
-// exec sends req and returns the payloads of the kernel's answers, with the
-// error translated by kernelErr.
+// dumpAttempts bounds the retries of a dump the kernel marked interrupted
+// (the set changed while it was being read).
+const dumpAttempts = 3
+
+// execute sends req and returns the payloads of the kernel's answers, with
+// the error translated by kernelErr. An interrupted dump is sent again (a
+// request is safe to resend: Execute gives it a new sequence number).
 func execute(req *nl.NetlinkRequest) ([][]byte, error) {
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
-	if err != nil {
-		return nil, kernelErr(err)
+	for attempt := 1; ; attempt++ {
+		msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+		if errors.Is(err, nl.ErrDumpInterrupted) && attempt < dumpAttempts {
+			continue
+		}
+		if err != nil {
+			return nil, kernelErr(err)
+		}
+		return msgs, nil
 	}
-	return msgs, nil
 }
 
 // kernelErr maps the errno an ipset request failed with to this package's

@@ -21,7 +21,7 @@ const rewriteMinChanges = 16
 
 // Stats counts the kernel calls a Sets made, by kind.
 type Stats struct {
-	Reads  int // List calls
+	Reads  int // List and ListNames calls
 	Writes int // Create, Destroy, Add, Del, Swap, Rename calls
 }
 
@@ -112,15 +112,38 @@ func (s *Sets) Set(name string, family Family, members []netip.Prefix) error {
 }
 
 // Remove drops the set called name from the desired state: the next Apply
-// destroys it. Rules that use it must be gone by then (the kernel refuses to
-// destroy a referenced set; Apply keeps retrying).
+// destroys it (a missing set is fine). Rules that use it must be gone by
+// then (the kernel refuses to destroy a referenced set; Apply keeps
+// retrying). Names without routelet's prefix are ignored.
 func (s *Sets) Remove(name string) {
+	if !Owned(name) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.desired[name]; ok || s.actual[name] != nil {
-		delete(s.desired, name)
-		s.dirty[name] = true
+	delete(s.desired, name)
+	s.dirty[name] = true
+}
+
+// Stale returns those of candidates that exist in the kernel but are not
+// desired — what an earlier run or configuration left behind, for the
+// caller to Remove once no rule uses them. It costs one names-only dump.
+func (s *Sets) Stale(candidates []string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Reads++
+	names, err := s.k.ListNames()
+	if err != nil {
+		return nil, err
 	}
+	var out []string
+	for _, name := range names {
+		if Owned(name) && slices.Contains(candidates, name) && s.desired[name] == nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // Members returns the desired members of name, sorted, and whether it is

@@ -29,6 +29,9 @@ type Manager struct {
 	// placed lists the set names handed to sets, to know which ones to
 	// remove when the Config no longer needs them; guarded by mu.
 	placed map[string]bool
+	// pruned is set once sets left behind by an earlier run or
+	// configuration were looked for after a successful Apply; guarded by mu.
+	pruned bool
 }
 
 // New returns a Manager that manages sets through k and IPv4 rules through
@@ -159,7 +162,8 @@ func (m *Manager) place() ([]string, error) {
 }
 
 // Apply reconciles: sets first, then chains, then the removal of sets no
-// rule uses any more (only once every chain applied). It returns the joined
+// rule uses any more (only once every chain applied; the first successful
+// Apply also looks for such sets left by an earlier run). It returns the joined
 // errors; whatever failed stays dirty for the next Apply. With nothing
 // changed it makes no netlink write and runs no iptables.
 func (m *Manager) Apply() error {
@@ -174,14 +178,28 @@ func (m *Manager) Apply() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, m.removeUnneeded(unneeded, chainsOK))
+	errs = append(errs, m.removeUnneeded(unneeded, chainsOK, !m.pruned))
 	return errors.Join(errs...)
 }
 
 // removeUnneeded destroys the sets no rendered rule uses, once the chains
-// that used them are known rewritten.
-func (m *Manager) removeUnneeded(names []string, chainsOK bool) error {
-	if !chainsOK || len(names) == 0 {
+// that used them are known rewritten: names placed earlier in this run and,
+// with prune, any other routelet set of a managed family that exists in the
+// kernel without being needed (left by an earlier run or configuration, or a
+// scratch set left by a crash). Pruning costs one names-only netlink dump.
+func (m *Manager) removeUnneeded(names []string, chainsOK, prune bool) error {
+	if !chainsOK {
+		return nil
+	}
+	if prune {
+		stale, err := m.sets.Stale(m.candidates())
+		if err != nil {
+			return err
+		}
+		m.pruned = true
+		names = append(names, stale...)
+	}
+	if len(names) == 0 {
 		return nil
 	}
 	for _, name := range names {
@@ -191,9 +209,22 @@ func (m *Manager) removeUnneeded(names []string, chainsOK bool) error {
 	return m.sets.Apply()
 }
 
-// Check re-reads every set (one netlink list each) and every chain and
-// built-in chain (one `iptables -S` each, six per family), repairs what
-// drifted and returns how many sets, chains or jumps needed repair. Sets go
+// candidates returns every set name the Manager could own for its families,
+// scratch sets included; needed ones are filtered out by Sets.Stale.
+func (m *Manager) candidates() []string {
+	var out []string
+	for _, f := range m.families() {
+		for _, base := range []string{ipset.VXLANPeers, ipset.IPIPPeers, ipset.Pools} {
+			name := ipset.Name(base, f)
+			out = append(out, name, name+ipset.TmpSuffix)
+		}
+	}
+	return out
+}
+
+// Check re-reads every set (one netlink list each, plus one names-only dump
+// to find sets no longer needed) and every chain and built-in chain (one
+// `iptables -S` each, six per family), repairs what drifted and returns how many sets, chains or jumps needed repair. Sets go
 // first so that a chain being recreated finds the sets its rules use.
 func (m *Manager) Check() (int, error) {
 	m.mu.Lock()
@@ -211,7 +242,7 @@ func (m *Manager) Check() (int, error) {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, m.removeUnneeded(unneeded, chainsOK))
+	errs = append(errs, m.removeUnneeded(unneeded, chainsOK, true))
 	return n, errors.Join(errs...)
 }
 

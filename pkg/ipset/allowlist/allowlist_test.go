@@ -3,6 +3,7 @@ package allowlist
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -147,6 +148,34 @@ func TestManagerDisableIPIPOrder(t *testing.T) {
 	}
 	if r, _ := v4.Rules("filter", rules.InputChain); slices.ContainsFunc(r, func(s string) bool { return strings.Contains(s, "-p 4") }) {
 		t.Fatalf("IPIP rules still in %s: %q", rules.InputChain, r)
+	}
+}
+
+// TestManagerPrunesLeftovers: sets an earlier run or configuration left
+// (and a crash's scratch set) go on the first Apply; foreign sets stay.
+func TestManagerPrunesLeftovers(t *testing.T) {
+	k, _, _, m := setup(t)
+	if err := m.SetConfig(rules.Config{VXLAN: true}); err != nil {
+		t.Fatal(err)
+	}
+	k.Put(ipset.IPIPPeers, "", ipset.IPv4)
+	k.Put(ipset.Pools+ipset.V6Suffix, "", ipset.IPv6)
+	k.Put(ipset.VXLANPeers+ipset.TmpSuffix, "", ipset.IPv4)
+	k.Put("kube-proxy-set", "", ipset.IPv4)
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(k.Snapshot()))
+	if want := []string{"kube-proxy-set", "routelet-vxlan-peers", "routelet-vxlan-peers-v6"}; !slices.Equal(got, want) {
+		t.Fatalf("sets = %v, want %v", got, want)
+	}
+	// Later no-change Applies do not look again.
+	before := m.Stats()
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Stats() != before {
+		t.Fatal("a no-change Apply read or wrote the kernel")
 	}
 }
 

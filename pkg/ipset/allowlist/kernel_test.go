@@ -1,0 +1,100 @@
+package allowlist
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+)
+
+// TestManagerKernel runs the Manager against the real kernel in a fresh
+// namespace: a set a live rule uses is destroyed only after the rule is
+// gone, and Cleanup leaves nothing of routelet behind.
+func TestManagerKernel(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, ipsets, iptables")
+	}
+	for _, bin := range []string{"iptables", "ipset"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed (Debian package %s)", bin, bin)
+		}
+	}
+	n, err := netnstest.New("rlallow-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netnstest.Remove(n); err != nil {
+			t.Errorf("remove netns: %v", err)
+		}
+	})
+	k, err := ipset.NewNetlinkAt(n.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	ipt4, err := rules.NewIPTables(ipset.IPv4, rules.BackendDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipt6, err := rules.NewIPTables(ipset.IPv6, rules.BackendDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4, v6 := rules.NetNS{T: ipt4, Path: n.Path()}, rules.NetNS{T: ipt6, Path: n.Path()}
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := netnstest.Exec(context.Background(), n, name, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	m := New(k, v4, v6, quiet)
+	_ = m.SetConfig(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true})
+	_ = m.SetVXLANPeers(pfx("192.0.2.1/32", "2001:db8::1/128"))
+	_ = m.SetIPIPPeers(pfx("192.0.2.1/32"))
+	_ = m.SetPools(pfx("10.244.0.0/16", "fd00:10:244::/48"))
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if out := run("iptables", "-S", rules.InputChain); !strings.Contains(out, "routelet-ipip-peers") {
+		t.Fatalf("IPIP rule missing:\n%s", out)
+	}
+	if out := run("ip6tables", "-t", "nat", "-S", rules.PostroutingChain); !strings.Contains(out, "routelet-pools-v6") {
+		t.Fatalf("IPv6 masquerade rule missing:\n%s", out)
+	}
+
+	// IPIP off: the rule goes first, then the set (the kernel would refuse
+	// the other order).
+	_ = m.SetConfig(rules.Config{VXLAN: true, NATOutgoing: true})
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if out := run("ipset", "list", "-n"); strings.Contains(out, ipset.IPIPPeers) {
+		t.Fatalf("IPIP set still present after IPIP was turned off:\n%s", out)
+	}
+	if n, err := m.Check(); n != 0 || err != nil {
+		t.Fatalf("Check after Apply = %d, %v; want nothing to repair", n, err)
+	}
+
+	if err := Cleanup(k, v4, v6, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if out := run("ipset", "list", "-n"); strings.TrimSpace(out) != "" {
+		t.Fatalf("sets left after Cleanup:\n%s", out)
+	}
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		for _, table := range []string{"filter", "nat"} {
+			if out := run(bin, "-t", table, "-S"); strings.Contains(out, "ROUTELET") {
+				t.Fatalf("%s -t %s still mentions routelet after Cleanup:\n%s", bin, table, out)
+			}
+		}
+	}
+}
