@@ -22,7 +22,8 @@ type Fake struct {
 	// calls counts every call per operation, failed ones included.
 	calls map[string]int
 	// Inject, when set, is called before every operation with its name and
-	// the set it targets; a non-nil result fails the call unchanged.
+	// the set it targets; a non-nil result fails the call unchanged. It
+	// runs with the Fake's lock held, so it must not call the Fake.
 	Inject func(op, name string) error
 }
 

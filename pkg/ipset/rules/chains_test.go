@@ -131,15 +131,18 @@ func TestChainsCheckRepairsTampering(t *testing.T) {
 	}
 }
 
+// TestChainsStaleJumpRaceIsSafe: INPUT holds [ACCEPT, jump]; routelet
+// inserts a jump first and would delete the stale one at position 3. Another
+// program rewrites INPUT in between, so position 3 now holds its ACCEPT:
+// routelet must notice and not delete it.
 func TestChainsStaleJumpRaceIsSafe(t *testing.T) {
 	f := NewFakeTable()
 	f.SetRules("filter", "INPUT", "-j ACCEPT", "-j "+InputChain)
 	c := New(f, ipset.IPv4, quiet)
-	// Between our read and the deletion of the stale jump, another
-	// program replaces the rule at that position: ours must not delete it.
 	f.Inject = func(method, table, chain string) error {
 		if method == "Insert" && chain == "INPUT" {
 			f.Inject = nil
+			// Runs with the fake's lock held: write the map directly.
 			f.chains["filter/INPUT"] = []string{"-j " + InputChain, "-j ACCEPT", "-j LOG"}
 		}
 		return nil
@@ -148,11 +151,16 @@ func TestChainsStaleJumpRaceIsSafe(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "changed while removing") {
 		t.Fatalf("Apply = %v, want the concurrent change detected", err)
 	}
-	if r, _ := f.Rules("filter", "INPUT"); !slices.Contains(r, "-j LOG") {
+	r, _ := f.Rules("filter", "INPUT")
+	if !slices.Contains(r, "-j ACCEPT") || !slices.Contains(r, "-j LOG") {
 		t.Fatalf("someone else's rule was deleted: %q", r)
 	}
 	if err := c.Apply(); err != nil {
 		t.Fatalf("retry: %v", err)
+	}
+	r, _ = f.Rules("filter", "INPUT")
+	if want := []string{"-j " + InputChain, "-j ACCEPT", "-j LOG"}; !slices.Equal(r, want) {
+		t.Fatalf("INPUT after retry = %q, want %q", r, want)
 	}
 }
 

@@ -20,7 +20,8 @@ type FakeTable struct {
 	calls   map[string]int
 	// Inject, when set, is called before every method with its name
 	// ("List", "Append", …), table and chain; a non-nil result fails the
-	// call unchanged.
+	// call unchanged. It runs with the FakeTable's lock held, so it must
+	// not call the FakeTable.
 	Inject func(method, table, chain string) error
 }
 
@@ -29,8 +30,8 @@ var _ Table = (*FakeTable)(nil)
 // FakeExitError is the error FakeTable returns where iptables would exit
 // with a status: 1 for a missing chain or rule.
 type FakeExitError struct {
-	Status int
-	Msg    string
+	Status int    // the exit status iptables would have
+	Msg    string // what it would print on stderr
 }
 
 // Error implements error.
