@@ -134,10 +134,14 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// The loop ticks at least every device-check period; allow three misses.
 	status := health.NewStatus(max(3*cfg.DeviceCheckPeriod, 30*time.Second))
 	metrics := health.NewMetrics()
+	// Cancelled on any return, so the health server stops with the daemon.
+	ctx, cancel := context.WithCancel(ctx)
 	serveDone := make(chan struct{})
+	defer func() { cancel(); <-serveDone }()
 	if cfg.HealthAddr != "" {
 		l, err := health.Listen(cfg.HealthAddr)
 		if err != nil {
+			close(serveDone)
 			return err
 		}
 		go func() {
@@ -149,7 +153,6 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	} else {
 		close(serveDone)
 	}
-	defer func() { <-serveDone }()
 
 	id, err := waitIdentity(ctx, cfg, store, status, log)
 	if err != nil {

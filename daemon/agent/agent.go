@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -348,14 +349,26 @@ func (a *Agent) fullSync() {
 
 	ws, bad := a.store.ListWorkloads()
 	ns, nbad := a.store.ListNodes()
+	// A directory that cannot be listed says nothing about the records in
+	// it: keep serving what we had rather than withdraw every pod's route.
+	wdirErr := dirError(bad, a.store.WorkloadsDir())
+	ndirErr := dirError(nbad, a.store.NodesDir())
 	a.reportBad(append(bad, nbad...))
-	a.workloads = map[string]*state.Workload{}
-	for _, w := range ws {
-		a.workloads[state.AttachmentName(w.ContainerID, w.IfName)+".json"] = w
+	if wdirErr == nil {
+		a.workloads = map[string]*state.Workload{}
+		for _, w := range ws {
+			a.workloads[state.AttachmentName(w.ContainerID, w.IfName)+".json"] = w
+		}
+	} else {
+		a.log.Error("cannot list workload records, keeping the last known set", "err", wdirErr)
 	}
-	a.nodes = map[string]*state.Node{}
-	for _, n := range ns {
-		a.nodes[n.Name+".json"] = n
+	if ndirErr == nil {
+		a.nodes = map[string]*state.Node{}
+		for _, n := range ns {
+			a.nodes[n.Name+".json"] = n
+		}
+	} else {
+		a.log.Error("cannot list node records, keeping the last known set", "err", ndirErr)
 	}
 	a.ensureSelf()
 	a.syncDesired()
@@ -366,6 +379,18 @@ func (a *Agent) fullSync() {
 	}
 	a.apply()
 	a.metrics.ResyncDuration.Observe(a.now().Sub(start).Seconds())
+}
+
+// dirError returns the error in bad that is about listing dir itself (not
+// one of its files), or nil.
+func dirError(bad []error, dir string) error {
+	for _, err := range bad {
+		var pe *fs.PathError
+		if errors.As(err, &pe) && filepath.Clean(pe.Path) == filepath.Clean(dir) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (a *Agent) takePending() pending {

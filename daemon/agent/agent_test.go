@@ -405,3 +405,25 @@ func value(m prometheus.Metric) float64 {
 
 func gauge(g prometheus.Gauge) float64     { return value(g) }
 func counter(c prometheus.Counter) float64 { return value(c) }
+
+// TestUnlistableDirKeepsRoutes: a workloads/ that cannot be listed during a
+// resync must not withdraw the routes of the records read before.
+func TestUnlistableDirKeepsRoutes(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.a.fullSync()
+	dir := f.store.WorkloadsDir()
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	f.a.fullSync()
+	if got := f.rt4.cidrs("cali1"); len(got) != 1 {
+		t.Errorf("routes withdrawn while workloads/ was unlistable: %v", got)
+	}
+	os.Rename(dir+".away", dir)
+	f.store.DeleteWorkload("c1", "eth0")
+	f.a.fullSync()
+	if got := f.rt4.cidrs("cali1"); len(got) != 0 {
+		t.Errorf("routes kept after the record really went: %v", got)
+	}
+}
