@@ -315,6 +315,9 @@ func (c *Chains) syncHook(ch Chain) (bool, error) {
 // Cleanup removes every jump to routelet's chains from the built-in chains,
 // then flushes and deletes the chains, for the daemon's cleanup command. Run
 // it before destroying the ipsets the rules use. Missing chains are fine.
+// Jumps are deleted by position from one read, highest first; it is meant
+// for a stopped daemon, not to race with other programs editing the same
+// built-in chain (Chains.Check re-reads before each positional delete).
 func Cleanup(t Table, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
