@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 
@@ -35,7 +36,8 @@ type Manager struct {
 }
 
 // New returns a Manager that manages sets through k and IPv4 rules through
-// v4; v6 may be nil to leave IPv6 alone (no ip6tables rules, no -v6 sets).
+// v4; v6 may be nil (or a nil *iptables.IPTables) to leave IPv6 alone: no
+// ip6tables rules, no -v6 sets.
 // log may be nil.
 func New(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) *Manager {
 	if log == nil {
@@ -47,10 +49,20 @@ func New(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) *Manager {
 		log:    log,
 		placed: map[string]bool{},
 	}
-	if v6 != nil {
+	if !isNil(v6) {
 		m.chains[ipset.IPv6] = rules.New(v6, ipset.IPv6, log)
 	}
 	return m
+}
+
+// isNil reports whether t is nil or an interface holding a nil pointer (a
+// nil *iptables.IPTables passed as "no IPv6" must not count as a table).
+func isNil(t rules.Table) bool {
+	if t == nil {
+		return true
+	}
+	v := reflect.ValueOf(t)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // families returns the managed families in a fixed order.
@@ -272,7 +284,7 @@ func (m *Manager) Stats() Stats {
 func Cleanup(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) error {
 	var errs []error
 	for _, t := range []rules.Table{v4, v6} {
-		if t != nil {
+		if !isNil(t) {
 			errs = append(errs, rules.Cleanup(t, log))
 		}
 	}

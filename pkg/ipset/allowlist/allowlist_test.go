@@ -208,7 +208,10 @@ func TestManagerRejectsBadInput(t *testing.T) {
 	if err := m.SetConfig(rules.Config{VXLANPort: 99999}); err == nil || !strings.Contains(err.Error(), "99999") {
 		t.Fatalf("SetConfig(port 99999) = %v, want an error naming it", err)
 	}
-	// IPv4-only manager: v6 peers are ignored, no -v6 set appears.
+	// IPv4-only manager: v6 peers are ignored, no -v6 set appears. A nil
+	// *FakeTable (typed nil) means "no IPv6" just like a nil interface.
+	var noV6 *rules.FakeTable
+	m = New(k, rules.NewFakeTable(), noV6, quiet)
 	_ = m.SetConfig(rules.Config{VXLAN: true})
 	_ = m.SetVXLANPeers(pfx("2001:db8::1/128", "192.0.2.1/32"))
 	if err := m.Apply(); err != nil {
