@@ -92,9 +92,7 @@ func (rt *RouteTable) Apply() error {
 	}
 	rt.startMoveCleanups(work)
 	clear(rt.replaced)
-	for _, w := range work {
-		rt.applyAdds(w)
-	}
+	rt.applyAdds(work)
 	for _, w := range work {
 		rt.applyDeletes(w)
 	}
@@ -512,47 +510,83 @@ func (rt *RouteTable) reapConntrack() {
 	}
 }
 
-// applyAdds writes w's adds and changes with RouteReplace, which is atomic:
-// the old route (on this or another interface) is replaced, never removed
-// first.
-func (rt *RouteTable) applyAdds(w *ifaceWork) {
-	for i := range w.adds {
-		a := &w.adds[i]
-		rt.tick()
-		if isHost(a.target.CIDR) {
-			rt.waitConntrack(a.target.CIDR.Addr())
-		}
-		rt.writes++
-		err := rt.nl.RouteReplace(&a.route)
-		if err != nil {
-			if w.name != InterfaceNone && isGoneErr(err) {
-				// The interface vanished or went down since we read it (or
-				// was re-created under a new index): read it again next
-				// time; if it is really gone that read finds nothing to do.
-				rt.log.Debug("interface gone while adding routes", "iface", w.name, "err", err)
-				w.usable = false
-				w.reread = true
-				w.adds, w.dels = nil, nil
-				rt.synced[w.name] = 0
-				delete(rt.programmed, w.name)
-				delete(rt.links, w.name)
-				return
-			}
-			rt.synced[w.name]--
-			w.errs = append(w.errs, fmt.Errorf("routes: replace %s %s dev %s: %w",
-				a.target.Type, a.target.CIDR, w.name, err))
-			rt.log.Warn("route replace failed", "iface", w.name, "cidr", a.target.CIDR, "err", err)
-			continue
-		}
-		rt.replaced[a.target.CIDR] = struct{}{}
-		if have := rt.programmed[w.name]; have != nil {
-			have[a.target.CIDR] = a.target
-		}
-		if isHost(a.target.CIDR) {
-			rt.hostRoutes[a.target.CIDR] = w.name
-		}
-		rt.log.Debug("route programmed", "iface", w.name, "cidr", a.target.CIDR, "type", a.target.Type)
+// applyAdds writes the adds and changes of every interface with
+// RouteReplace, which is atomic: the old route (on this or another
+// interface) is replaced, never removed first. Many writes are pipelined
+// (RouteReplaceMany); before any of them, cleanups of conntrack flows of the
+// IPs concerned are waited for.
+func (rt *RouteTable) applyAdds(work []*ifaceWork) {
+	type item struct {
+		w *ifaceWork
+		a *routeAdd
 	}
+	var items []item
+	for _, w := range work {
+		for i := range w.adds {
+			a := &w.adds[i]
+			if isHost(a.target.CIDR) {
+				rt.waitConntrack(a.target.CIDR.Addr())
+			}
+			items = append(items, item{w, a})
+		}
+	}
+	routes := make([]*netlink.Route, 0, livenessEvery)
+	for start := 0; start < len(items); start += livenessEvery {
+		chunk := items[start:min(start+livenessEvery, len(items))]
+		routes = routes[:0]
+		for _, it := range chunk {
+			routes = append(routes, &it.a.route)
+		}
+		var errs []error
+		if len(routes) == 1 {
+			errs = []error{rt.nl.RouteReplace(routes[0])}
+		} else {
+			errs = rt.nl.RouteReplaceMany(routes)
+		}
+		rt.writes += uint64(len(routes))
+		for i, it := range chunk {
+			rt.addDone(it.w, it.a, errs[i])
+		}
+		rt.ops = 0
+		if rt.cfg.Liveness != nil {
+			rt.cfg.Liveness()
+		}
+	}
+}
+
+// addDone records the outcome of one add.
+func (rt *RouteTable) addDone(w *ifaceWork, a *routeAdd, err error) {
+	if w.reread {
+		return // the interface went away during this Apply
+	}
+	if err != nil {
+		if w.name != InterfaceNone && isGoneErr(err) {
+			// The interface vanished or went down since we read it (or was
+			// re-created under a new index): read it again next time; if it
+			// is really gone that read finds nothing to do.
+			rt.log.Debug("interface gone while adding routes", "iface", w.name, "err", err)
+			w.usable = false
+			w.reread = true
+			w.dels = nil
+			rt.synced[w.name] = 0
+			delete(rt.programmed, w.name)
+			delete(rt.links, w.name)
+			return
+		}
+		rt.synced[w.name]--
+		w.errs = append(w.errs, fmt.Errorf("routes: replace %s %s dev %s: %w",
+			a.target.Type, a.target.CIDR, w.name, err))
+		rt.log.Warn("route replace failed", "iface", w.name, "cidr", a.target.CIDR, "err", err)
+		return
+	}
+	rt.replaced[a.target.CIDR] = struct{}{}
+	if have := rt.programmed[w.name]; have != nil {
+		have[a.target.CIDR] = a.target
+	}
+	if isHost(a.target.CIDR) {
+		rt.hostRoutes[a.target.CIDR] = w.name
+	}
+	rt.log.Debug("route programmed", "iface", w.name, "cidr", a.target.CIDR, "type", a.target.Type)
 }
 
 // applyDeletes removes w's undesired routes. It deletes exactly the route it

@@ -374,6 +374,16 @@ func (f *FakeNetlink) RouteReplace(r *netlink.Route) error {
 	return nil
 }
 
+// RouteReplaceMany implements Netlink: each route counts as one
+// "RouteReplace" call (for failure injection) and one write.
+func (f *FakeNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = f.RouteReplace(r)
+	}
+	return errs
+}
+
 // RouteDel implements Netlink. Like the kernel it matches the key, then every
 // attribute the request sets (device, protocol, type, gateway).
 func (f *FakeNetlink) RouteDel(r *netlink.Route) error {

@@ -1,8 +1,10 @@
 package routes
 
 import (
+	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -455,4 +457,31 @@ func TestKernelOtherTable(t *testing.T) {
 	if w := rt.Stats().Writes - before; w != 0 {
 		t.Fatalf("no-change resync of table 300 made %d writes", w)
 	}
+}
+
+// TestKernelBatchErrors checks that pipelined writes report each failure on
+// the route that caused it, and that the others are programmed.
+func TestKernelBatchErrors(t *testing.T) {
+	e := newKernelEnv(t)
+	e.veth("cali1", "pod1")
+	e.dummy("vxlan.calico")
+	rt := e.table(kernelConfig(4), nil)
+	var ts []Target
+	for i := 1; i <= 100; i++ {
+		ts = append(ts, Target{CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 32)})
+	}
+	rt.SetRoutes("cali1", ts)
+	// No route covers 172.16.0.1 and onlink is not set: the kernel refuses.
+	rt.SetRoutes("vxlan.calico", []Target{{CIDR: pfx("10.9.0.0/26"), Type: TypeGateway, Gateway: addr("172.16.0.1")}})
+	err := rt.Apply()
+	if !errors.Is(err, unix.ENETUNREACH) || !strings.Contains(err.Error(), "10.9.0.0/26") {
+		t.Fatalf("Apply = %v, want ENETUNREACH naming 10.9.0.0/26", err)
+	}
+	if n := strings.Count(e.ip("-4", "route", "show", "dev", "cali1", "proto", "80"), "\n"); n != 100 {
+		t.Fatalf("%d routes on cali1, want 100", n)
+	}
+	// Fixed by making the gateway reachable: the retry succeeds.
+	e.ip("route", "add", "172.16.0.0/24", "dev", "vxlan.calico")
+	mustApply(t, rt)
+	e.wantIP([]string{"-4", "route", "show", "dev", "vxlan.calico", "proto", "80"}, "10.9.0.0/26 via 172.16.0.1")
 }

@@ -1,11 +1,13 @@
 package routes
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -41,6 +43,9 @@ type Netlink interface {
 	// RouteReplace adds a route or replaces the one with the same kernel key
 	// (table, destination, TOS, priority).
 	RouteReplace(r *netlink.Route) error
+	// RouteReplaceMany does RouteReplace for each route, in order, and
+	// returns one error per route; implementations may pipeline.
+	RouteReplaceMany(rs []*netlink.Route) []error
 	// RouteDel deletes a route; it fails with ESRCH when there is none.
 	RouteDel(r *netlink.Route) error
 	// NeighList dumps the neighbour (ARP/NDP) entries of one family.
@@ -487,4 +492,143 @@ func (r *realNetlink) Close() error {
 	err := r.ns.Close()
 	r.ns = netns.None()
 	return err
+}
+
+// replaceBatch is how many RTM_NEWROUTE requests RouteReplaceMany puts into
+// one sendmsg; their acknowledgements (one small datagram each) must fit
+// the socket's receive buffer.
+const replaceBatch = 64
+
+// RouteReplaceMany replaces routes like RouteReplace, but pipelined: a batch
+// of requests goes to the kernel in one sendmsg, which processes them in
+// order, and the acknowledgements are read afterwards. It returns one error
+// per route (nil: done).
+func (r *realNetlink) RouteReplaceMany(routes []*netlink.Route) []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	errs := make([]error, len(routes))
+	for start := 0; start < len(routes); start += replaceBatch {
+		chunk := routes[start:min(start+replaceBatch, len(routes))]
+		if err := r.replaceChunk(chunk, errs[start:start+len(chunk)]); err != nil {
+			// The socket is in an unknown state: fail what is left.
+			r.closeDumpSocket()
+			for i := start; i < len(routes); i++ {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
+			break
+		}
+	}
+	return errs
+}
+
+// replaceChunk sends chunk in one sendmsg and collects one acknowledgement
+// per request into errs. A non-nil return means the exchange itself failed.
+// Caller holds mu.
+func (r *realNetlink) replaceChunk(chunk []*netlink.Route, errs []error) error {
+	sock, err := r.dumpSocket()
+	if err != nil {
+		return err
+	}
+	base := atomic.AddUint32(&sock.Seq, uint32(len(chunk))) - uint32(len(chunk)) + 1
+	buf := make([]byte, 0, len(chunk)*128)
+	for i, rt := range chunk {
+		if buf, err = appendRouteRequest(buf, base+uint32(i), rt); err != nil {
+			return err
+		}
+	}
+	sock.Socket.Lock()
+	defer sock.Socket.Unlock()
+	if err := unix.Sendto(sock.Socket.GetFd(), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("send route batch: %w", err)
+	}
+	acked := make([]bool, len(chunk))
+	for pending := len(chunk); pending > 0; {
+		msgs, _, err := sock.Socket.Receive()
+		if err != nil {
+			return fmt.Errorf("read route batch acks: %w", err)
+		}
+		for _, m := range msgs {
+			i := int(m.Header.Seq - base)
+			if m.Header.Type != unix.NLMSG_ERROR || i < 0 || i >= len(chunk) || acked[i] || len(m.Data) < 4 {
+				continue // not ours (e.g. a late answer to an earlier request)
+			}
+			acked[i] = true
+			pending--
+			if errno := int32(nl.NativeEndian().Uint32(m.Data[0:4])); errno != 0 {
+				errs[i] = unix.Errno(-errno)
+			}
+		}
+	}
+	return nil
+}
+
+// appendRouteRequest appends an RTM_NEWROUTE request (create or replace,
+// acknowledged) for rt to b: the attributes the RouteTable sets, nothing
+// else.
+func appendRouteRequest(b []byte, seq uint32, rt *netlink.Route) ([]byte, error) {
+	ne := binary.NativeEndian
+	if rt.Dst == nil {
+		return b, fmt.Errorf("route without destination: %w", unix.EINVAL)
+	}
+	dst := rt.Dst.IP
+	family := unix.AF_INET
+	if ip4 := dst.To4(); ip4 != nil {
+		dst = ip4
+	} else {
+		family = unix.AF_INET6
+		dst = dst.To16()
+	}
+	ones, _ := rt.Dst.Mask.Size()
+	start := len(b)
+	b = append(b, make([]byte, unix.SizeofNlMsghdr)...)
+	table := uint8(rt.Table)
+	if rt.Table >= 256 {
+		table = unix.RT_TABLE_UNSPEC
+	}
+	b = append(b, byte(family), byte(ones), 0, byte(rt.Tos), table, byte(rt.Protocol), byte(rt.Scope), byte(rt.Type))
+	b = ne.AppendUint32(b, uint32(rt.Flags))
+	attr := func(typ uint16, v []byte) {
+		b = ne.AppendUint16(b, uint16(unix.SizeofRtAttr+len(v)))
+		b = ne.AppendUint16(b, typ)
+		b = append(b, v...)
+		for len(b)%unix.RTA_ALIGNTO != 0 {
+			b = append(b, 0)
+		}
+	}
+	addr := func(ip net.IP) []byte {
+		if family == unix.AF_INET {
+			return ip.To4()
+		}
+		return ip.To16()
+	}
+	attr(unix.RTA_DST, dst)
+	if rt.Src != nil {
+		attr(unix.RTA_PREFSRC, addr(rt.Src))
+	}
+	if rt.Gw != nil {
+		attr(unix.RTA_GATEWAY, addr(rt.Gw))
+	}
+	if rt.Table >= 256 {
+		attr(unix.RTA_TABLE, ne.AppendUint32(nil, uint32(rt.Table)))
+	}
+	if rt.Priority > 0 {
+		attr(unix.RTA_PRIORITY, ne.AppendUint32(nil, uint32(rt.Priority)))
+	}
+	if rt.MTU > 0 {
+		mtu := ne.AppendUint16(nil, unix.SizeofRtAttr+4)
+		mtu = ne.AppendUint16(mtu, unix.RTAX_MTU)
+		mtu = ne.AppendUint32(mtu, uint32(rt.MTU))
+		attr(unix.RTA_METRICS, mtu)
+	}
+	if rt.LinkIndex > 0 {
+		attr(unix.RTA_OIF, ne.AppendUint32(nil, uint32(rt.LinkIndex)))
+	}
+	h := b[start:]
+	ne.PutUint32(h[0:4], uint32(len(h)))
+	ne.PutUint16(h[4:6], unix.RTM_NEWROUTE)
+	ne.PutUint16(h[6:8], unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_REPLACE)
+	ne.PutUint32(h[8:12], seq)
+	return b, nil
 }

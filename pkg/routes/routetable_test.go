@@ -339,6 +339,44 @@ func TestConntrackCleanupAfterInterfaceGone(t *testing.T) {
 	}
 }
 
+func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
+	f := newFixture(t, 4, nil)
+	f.nl.AddLink("caliA", true)
+	f.rt.SetRoutes("caliA", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.apply()
+	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1, 53)
+	// The old pod goes, a new pod gets the same IP on caliB; the plugin
+	// programs the route before the daemon has caught up.
+	b := f.nl.AddLink("caliB", true)
+	if err := f.nl.RouteReplace(&netlink.Route{Dst: ipnet("10.0.0.1/32"), LinkIndex: b.Index, Scope: netlink.SCOPE_LINK, Protocol: 80}); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.SetRoutes("caliA", nil)
+	f.rt.SetRoutes("caliB", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.OnIfaceStateChanged("caliB", true)
+	f.apply()
+	f.rt.WaitConntrackCleanups()
+	if got := f.ct.Flows(); len(got) != 0 {
+		t.Fatalf("old pod's flows %v survived the IP moving to a new pod", got)
+	}
+	f.wantDump("10.0.0.1/32 dev caliB proto 80 scope link")
+}
+
+func TestConntrackFailureDoesNotBlockRoutes(t *testing.T) {
+	f := newFixture(t, 4, nil)
+	f.nl.AddLink("cali1", true)
+	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.apply()
+	f.ct.FailDump(errInjected)
+	f.rt.SetRoutes("cali1", nil)
+	f.apply()
+	f.rt.WaitConntrackCleanups()
+	// Re-adding the IP waits for the (failed) cleanup, then proceeds.
+	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.apply()
+	f.wantDump("10.0.0.1/32 dev cali1 proto 80 scope link")
+}
+
 // orderedNetlink records route writes and checks conntrack state at each add.
 type orderedNetlink struct {
 	*FakeNetlink
@@ -351,6 +389,14 @@ func (o *orderedNetlink) RouteReplace(r *netlink.Route) error {
 	o.ops = append(o.ops, fmt.Sprintf("replace %s if%d", r.Dst, r.LinkIndex))
 	o.flowsAt[r.Dst.String()] = o.ct.Flows()
 	return o.FakeNetlink.RouteReplace(r)
+}
+
+func (o *orderedNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = o.RouteReplace(r)
+	}
+	return errs
 }
 
 func (o *orderedNetlink) RouteDel(r *netlink.Route) error {
@@ -682,6 +728,25 @@ func TestFailureMatrix(t *testing.T) {
 			},
 		},
 	}
+	scenarios = append(scenarios, scenario{
+		name: "kernel hints",
+		setup: func(f *fixture) {
+			f.nl.AddLink("cali1", true)
+			f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
+			f.rt.SetRoutes("cali3", []Target{{CIDR: pfx("10.0.0.3/32")}})
+			f.apply()
+		},
+		step: func(f *fixture) {
+			if err := f.nl.RouteDel(&netlink.Route{Dst: ipnet("10.0.0.2/32")}); err != nil {
+				f.t.Fatal(err)
+			}
+			c, _ := f.nl.LinkByName("cali1")
+			f.addForeign(netlink.Route{Dst: ipnet("10.0.0.7/32"), LinkIndex: c.Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_BOOT})
+			f.nl.AddLink("cali3", true)
+			f.rt.MarkDirty("cali1")
+			f.rt.OnIfaceStateChanged("cali3", true)
+		},
+	})
 	calls := []string{"LinkList", "LinkByName", "RouteList", "RouteReplace", "RouteDel", "NeighList", "NeighSet", "NeighDel"}
 	state := func(f *fixture) string {
 		return f.dump() + fmt.Sprint(f.nl.Neighbours())
