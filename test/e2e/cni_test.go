@@ -15,6 +15,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipam"
@@ -46,6 +48,16 @@ func TestLifecycle(t *testing.T) {
 					if err := e.node.Check(ctx, e.list, p.rt); err != nil {
 						t.Errorf("CHECK %s: %v", p.name, err)
 					}
+				}
+				// An operator deletes pod-b's host route: CHECK must say so.
+				restore := e.deleteHostRoute(t, attB.ips[0])
+				err := e.node.Check(ctx, e.list, b.rt)
+				if err == nil || !strings.Contains(err.Error(), attB.ips[0].String()) {
+					t.Errorf("CHECK pod-b without its host route: %v, want an error naming %s", err, attB.ips[0])
+				}
+				restore()
+				if err := e.node.Check(ctx, e.list, b.rt); err != nil {
+					t.Errorf("CHECK pod-b with its host route back: %v", err)
 				}
 			}
 
@@ -82,6 +94,25 @@ func TestLifecycle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// deleteHostRoute removes the node's route to ip, as a careless operator
+// might, and returns a function that puts it back.
+func (e *env) deleteHostRoute(t *testing.T, ip netip.Addr) (restore func()) {
+	t.Helper()
+	r, ok := e.hostView(t).routes[ip]
+	if !ok {
+		t.Fatalf("no host route to %s to delete", ip)
+	}
+	if err := e.node.NS.Do(func(ns.NetNS) error { return netlink.RouteDel(&r) }); err != nil {
+		t.Fatalf("deleting host route %s: %v", ip, err)
+	}
+	return func() {
+		t.Helper()
+		if err := e.node.NS.Do(func(ns.NetNS) error { return netlink.RouteAdd(&r) }); err != nil {
+			t.Fatalf("restoring host route %s: %v", ip, err)
+		}
 	}
 }
 
