@@ -43,6 +43,7 @@ func newRealConntrack(nsFD int) (*realConntrack, error) {
 	return &realConntrack{conn: c}, nil
 }
 
+// Dump implements Conntrack.
 func (r *realConntrack) Dump() ([]conntrack.Flow, error) {
 	flows, err := r.conn.Dump(nil)
 	if err != nil {
@@ -51,6 +52,7 @@ func (r *realConntrack) Dump() ([]conntrack.Flow, error) {
 	return flows, nil
 }
 
+// Delete implements Conntrack.
 func (r *realConntrack) Delete(f conntrack.Flow) error {
 	if err := r.conn.Delete(f); err != nil {
 		return fmt.Errorf("conntrack: delete %s: %w", f.TupleOrig, err)
@@ -58,6 +60,7 @@ func (r *realConntrack) Delete(f conntrack.Flow) error {
 	return nil
 }
 
+// Close implements Conntrack.
 func (r *realConntrack) Close() error { return r.conn.Close() }
 
 // conntrackCleaner deletes the conntrack flows of IPs whose route went away,

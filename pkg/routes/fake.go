@@ -199,6 +199,7 @@ func (f *FakeNetlink) enter(call string) error {
 	return nil
 }
 
+// byName finds a link by name. Caller holds mu.
 func (f *FakeNetlink) byName(name string) *Link {
 	for _, l := range f.links {
 		if l.Name == name {
@@ -208,6 +209,8 @@ func (f *FakeNetlink) byName(name string) *Link {
 	return nil
 }
 
+// flushLink drops the routes and neighbours through a link, as the kernel
+// does when it goes down or away. Caller holds mu.
 func (f *FakeNetlink) flushLink(index int) {
 	for k, r := range f.routes {
 		if r.LinkIndex == index && !isNoIfaceType(r.Type) {
@@ -292,6 +295,8 @@ func (f *FakeNetlink) coveredByLink(family, table, index int, gw net.IP) bool {
 	return false
 }
 
+// list returns the routes of family in table (through linkIndex when > 0),
+// sorted like Dump. Caller holds mu.
 func (f *FakeNetlink) list(family, table, linkIndex int) []netlink.Route {
 	if table == 0 {
 		table = unix.RT_TABLE_MAIN
@@ -492,6 +497,7 @@ func (f *FakeNetlink) SetNeighbour(n netlink.Neigh) {
 	}
 }
 
+// neighKeyOf keys a neighbour entry like the kernel: device and IP.
 func (f *FakeNetlink) neighKeyOf(n *netlink.Neigh) (neighKey, error) {
 	ip, ok := netip.AddrFromSlice(n.IP)
 	if !ok {
@@ -516,6 +522,7 @@ func (f *FakeNetlink) Dump(family, table int) string {
 	return b.String()
 }
 
+// format renders one route in the spirit of "ip route show". Caller holds mu.
 func (f *FakeNetlink) format(r netlink.Route) string {
 	dst, _ := ipNetToPrefix(r.Dst)
 	var parts []string
@@ -552,6 +559,7 @@ func (f *FakeNetlink) format(r netlink.Route) string {
 	return strings.Join(parts, " ")
 }
 
+// routeTypeName names a device-less route type like iproute2.
 func routeTypeName(t int) string {
 	switch t {
 	case unix.RTN_BLACKHOLE:
@@ -566,6 +574,7 @@ func routeTypeName(t int) string {
 	return fmt.Sprintf("type%d", t)
 }
 
+// ipNetToPrefix converts a route destination, IPv4 unmapped.
 func ipNetToPrefix(n *net.IPNet) (netip.Prefix, error) {
 	a, ok := netip.AddrFromSlice(n.IP)
 	if !ok {
@@ -578,6 +587,8 @@ func ipNetToPrefix(n *net.IPNet) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, ones).Masked(), nil
 }
 
+// cloneRoute deep-copies the address fields, so callers cannot alias the
+// fake's table.
 func cloneRoute(r netlink.Route) netlink.Route {
 	if r.Dst != nil {
 		r.Dst = &net.IPNet{IP: slices.Clone(r.Dst.IP), Mask: slices.Clone(r.Dst.Mask)}

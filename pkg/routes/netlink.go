@@ -67,17 +67,19 @@ var errClosed = errors.New("netlink: closed")
 // interrupted (NLM_F_DUMP_INTR: the table changed while it was being read).
 const dumpAttempts = 5
 
-// realNetlink implements Netlink with a vishvananda/netlink Handle bound to
-// the network namespace that was current when it was created. The handle is
-// opened lazily and thrown away after any error that may have left the socket
-// in a bad state (a timeout leaves unread replies behind), so the next call
-// starts on a fresh socket.
+// realNetlink implements Netlink in the network namespace that was current
+// when it was created, with two sockets opened there: a vishvananda/netlink
+// Handle for single requests (LinkByName, RouteReplace, RouteDel, neighbours)
+// and a raw rtnetlink socket for the hot paths the library makes slow (link
+// and route dumps, pipelined replaces). Both are opened lazily and thrown
+// away after any error that may have left them in a bad state (a timeout
+// leaves unread replies behind), so the next call starts afresh.
 type realNetlink struct {
-	mu      sync.Mutex // guards h; the RouteTable is single-threaded, this is belt and braces
+	mu      sync.Mutex // guards h and raw; the RouteTable is single-threaded, this is belt and braces
 	ns      netns.NsHandle
 	timeout time.Duration
 	h       *netlink.Handle
-	ls      *nl.SocketHandle // link and route dumps (see LinkList, RouteList)
+	raw     *nl.SocketHandle
 }
 
 // newRealNetlink binds a Netlink to the calling thread's network namespace.
@@ -114,9 +116,9 @@ func (r *realNetlink) handle() (*netlink.Handle, error) {
 			return nil, fmt.Errorf("netlink: set socket timeout %s: %w", r.timeout, err)
 		}
 	}
-	// Strict checking lets the kernel filter dumps by table and output
-	// interface instead of sending everything; the library filters again in
-	// user space, so an old kernel that refuses the option still works.
+	// Strict checking lets the kernel filter the neighbour dump; the
+	// library filters again in user space, so an old kernel that refuses
+	// the option still works.
 	_ = h.SetStrictCheck(true)
 	r.h = h
 	return h, nil
@@ -168,7 +170,7 @@ func (r *realNetlink) LinkList() ([]Link, error) {
 		}
 	}
 	if err != nil {
-		r.closeDumpSocket()
+		r.closeRawSocket()
 		return nil, fmt.Errorf("netlink: list links: %w", err)
 	}
 	return links, nil
@@ -177,10 +179,10 @@ func (r *realNetlink) LinkList() ([]Link, error) {
 // rtextFilterSkipStats is RTEXT_FILTER_SKIP_STATS from linux/rtnetlink.h.
 const rtextFilterSkipStats = 1 << 3
 
-// linkDump runs one RTM_GETLINK dump on r.ls (opened in r.ns when needed).
+// linkDump runs one RTM_GETLINK dump on r.raw (opened in r.ns when needed).
 // Caller holds mu.
 func (r *realNetlink) linkDump() ([]Link, error) {
-	sock, err := r.dumpSocket()
+	sock, err := r.rawSocket()
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +225,7 @@ func (r *realNetlink) linkDump() ([]Link, error) {
 	return links, err
 }
 
+// LinkByName implements Netlink.
 func (r *realNetlink) LinkByName(name string) (Link, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -260,7 +263,7 @@ func (r *realNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, 
 	}
 	if err != nil {
 		if !isBenignErr(err) {
-			r.closeDumpSocket()
+			r.closeRawSocket()
 		}
 		return nil, fmt.Errorf("netlink: list routes (table %d, link %d): %w", table, linkIndex, err)
 	}
@@ -269,7 +272,7 @@ func (r *realNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, 
 
 // routeDump runs one RTM_GETROUTE dump. Caller holds mu.
 func (r *realNetlink) routeDump(family, table, linkIndex int) ([]netlink.Route, error) {
-	sock, err := r.dumpSocket()
+	sock, err := r.rawSocket()
 	if err != nil {
 		return nil, err
 	}
@@ -377,13 +380,14 @@ func decodeRoute(m []byte) (netlink.Route, bool) {
 // rtaNHID is RTA_NH_ID (a route using a nexthop object; never ours).
 const rtaNHID = 30
 
+// rtaAlign rounds an attribute length up to the netlink alignment.
 func rtaAlign(n int) int { return (n + unix.RTA_ALIGNTO - 1) &^ (unix.RTA_ALIGNTO - 1) }
 
-// dumpSocket returns the socket used for dumps, opening it in r.ns when
+// rawSocket returns the raw socket, opening it in r.ns when
 // needed, with the timeout and strict checking. Caller holds mu.
-func (r *realNetlink) dumpSocket() (*nl.SocketHandle, error) {
-	if r.ls != nil {
-		return r.ls, nil
+func (r *realNetlink) rawSocket() (*nl.SocketHandle, error) {
+	if r.raw != nil {
+		return r.raw, nil
 	}
 	if !r.ns.IsOpen() {
 		return nil, errClosed
@@ -406,17 +410,19 @@ func (r *realNetlink) dumpSocket() (*nl.SocketHandle, error) {
 	// Best effort: without strict checking the kernel sends the whole
 	// table and the filters above do the work.
 	_ = unix.SetsockoptInt(s.GetFd(), unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1)
-	r.ls = &nl.SocketHandle{Socket: s}
-	return r.ls, nil
+	r.raw = &nl.SocketHandle{Socket: s}
+	return r.raw, nil
 }
 
-func (r *realNetlink) closeDumpSocket() {
-	if r.ls != nil {
-		r.ls.Socket.Close()
-		r.ls = nil
+// closeRawSocket drops the raw socket; the next call opens a new one.
+func (r *realNetlink) closeRawSocket() {
+	if r.raw != nil {
+		r.raw.Socket.Close()
+		r.raw = nil
 	}
 }
 
+// RouteReplace implements Netlink.
 func (r *realNetlink) RouteReplace(rt *netlink.Route) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -427,6 +433,7 @@ func (r *realNetlink) RouteReplace(rt *netlink.Route) error {
 	return r.done(h.RouteReplace(rt))
 }
 
+// RouteDel implements Netlink.
 func (r *realNetlink) RouteDel(rt *netlink.Route) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -437,6 +444,7 @@ func (r *realNetlink) RouteDel(rt *netlink.Route) error {
 	return r.done(h.RouteDel(rt))
 }
 
+// NeighList implements Netlink.
 func (r *realNetlink) NeighList(family int) ([]netlink.Neigh, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -458,6 +466,7 @@ func (r *realNetlink) NeighList(family int) ([]netlink.Neigh, error) {
 	return neighs, nil
 }
 
+// NeighSet implements Netlink.
 func (r *realNetlink) NeighSet(n *netlink.Neigh) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -468,6 +477,7 @@ func (r *realNetlink) NeighSet(n *netlink.Neigh) error {
 	return r.done(h.NeighSet(n))
 }
 
+// NeighDel implements Netlink.
 func (r *realNetlink) NeighDel(n *netlink.Neigh) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -478,6 +488,7 @@ func (r *realNetlink) NeighDel(n *netlink.Neigh) error {
 	return r.done(h.NeighDel(n))
 }
 
+// Close implements Netlink.
 func (r *realNetlink) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -485,7 +496,7 @@ func (r *realNetlink) Close() error {
 		r.h.Close()
 		r.h = nil
 	}
-	r.closeDumpSocket()
+	r.closeRawSocket()
 	if !r.ns.IsOpen() {
 		return nil
 	}
@@ -511,7 +522,7 @@ func (r *realNetlink) RouteReplaceMany(routes []*netlink.Route) []error {
 		chunk := routes[start:min(start+replaceBatch, len(routes))]
 		if err := r.replaceChunk(chunk, errs[start:start+len(chunk)]); err != nil {
 			// The socket is in an unknown state: fail what is left.
-			r.closeDumpSocket()
+			r.closeRawSocket()
 			for i := start; i < len(routes); i++ {
 				if errs[i] == nil {
 					errs[i] = err
@@ -527,7 +538,7 @@ func (r *realNetlink) RouteReplaceMany(routes []*netlink.Route) []error {
 // per request into errs. A non-nil return means the exchange itself failed.
 // Caller holds mu.
 func (r *realNetlink) replaceChunk(chunk []*netlink.Route, errs []error) error {
-	sock, err := r.dumpSocket()
+	sock, err := r.rawSocket()
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ type Clock interface {
 
 type realClock struct{}
 
+// Now returns the wall-clock time.
 func (realClock) Now() time.Time { return time.Now() }
 
 // ifaceKind says how much of an interface's routes routelet owns.
@@ -472,6 +473,7 @@ func (rt *RouteTable) normalize(iface string, t Target) (Target, error) {
 	return t, nil
 }
 
+// familyOf returns the netlink family of an address.
 func (rt *RouteTable) familyOf(a netip.Addr) int {
 	if a.Unmap().Is4() {
 		return netlink.FAMILY_V4
@@ -582,8 +584,10 @@ func (rt *RouteTable) tick() {
 	}
 }
 
+// isHost reports a /32 or /128.
 func isHost(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
 
+// targetsEqual reports whether two targets are identical, static ARP included.
 func targetsEqual(a, b Target) bool {
 	return sameRoute(a, b) && bytes.Equal(a.DestMAC, b.DestMAC)
 }
@@ -638,10 +642,12 @@ func isNoIfaceType(t int) bool {
 	return false
 }
 
+// prefixToIPNet converts a prefix for the netlink library.
 func prefixToIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
+// addrToIP converts an address for the netlink library; invalid gives nil.
 func addrToIP(a netip.Addr) net.IP {
 	if !a.IsValid() {
 		return nil
