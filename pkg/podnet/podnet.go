@@ -53,7 +53,8 @@ type Attached struct {
 }
 
 // Setup creates the veth pair and configures both ends: host sysctls, host
-// link up with the IPv6 gateway address, pod addresses, pod link up, gateway
+// link up with the IPv6 gateway address, permanent host-side neighbours for
+// the pod's addresses, pod addresses, pod link up, gateway
 // routes and permanent gateway neighbours in the pod. It does not add host
 // routes (see AddHostRoutes). A stale veth already carrying HostIface is
 // replaced. When Setup fails after creating the pair it deletes the pair
@@ -156,6 +157,28 @@ func configure(host, cont *netlink.Handle, spec Spec, out *Attached) error {
 		}
 		if err := host.AddrReplace(hl, gw); err != nil {
 			return fmt.Errorf("add %s to host veth %s: %w", GatewayV6, spec.HostIface, err)
+		}
+	}
+
+	// Permanent neighbours for the pod's addresses on the host side: the node
+	// reaches a pod without an ARP/NDP round trip. For IPv6 this is needed
+	// for correctness, not just speed: the kernel joins the pod's
+	// solicited-node multicast group asynchronously after the link comes up,
+	// so a neighbour solicitation sent right after ADD is dropped by the pod
+	// and the first packets to it are lost until the node retries.
+	for _, a := range spec.Addrs {
+		neigh := &netlink.Neigh{
+			LinkIndex:    out.HostIndex,
+			Family:       unix.AF_INET,
+			State:        netlink.NUD_PERMANENT,
+			IP:           a.AsSlice(),
+			HardwareAddr: out.ContMAC,
+		}
+		if a.Is6() {
+			neigh.Family = unix.AF_INET6
+		}
+		if err := host.NeighSet(neigh); err != nil {
+			return fmt.Errorf("add neighbour %s lladdr %s on host veth %s: %w", a, out.ContMAC, spec.HostIface, err)
 		}
 	}
 

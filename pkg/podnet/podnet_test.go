@@ -167,6 +167,27 @@ func TestSetupConfiguresBothSides(t *testing.T) {
 		return nil
 	})
 
+	// The node reaches each pod address without ARP/NDP: a permanent
+	// neighbour on the host veth points at the pod's MAC.
+	inNS(t, node, func() error {
+		neighs, err := netlink.NeighList(att.HostIndex, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{"10.77.0.5", "fd77::5"} {
+			found := false
+			for _, n := range neighs {
+				if n.IP.String() == want && n.HardwareAddr.String() == att.ContMAC.String() && n.State == netlink.NUD_PERMANENT {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("host veth has no permanent neighbour %s -> %s: %+v", want, att.ContMAC, neighs)
+			}
+		}
+		return nil
+	})
+
 	// Teardown removes the pair and the host routes; repeating it is fine.
 	inNS(t, node, func() error {
 		if err := Teardown("calitest00001"); err != nil {
