@@ -54,9 +54,11 @@ const (
 // decided per route, from its output interface and protocol:
 //   - an interface whose name starts with one of Config.InterfacePrefixes is
 //     a workload interface: every route through it belongs to routelet.
-//     Undesired ones are deleted when Config.RemoveExternalRoutes is set,
-//     except while the interface is in its grace period, and except IPv6
-//     link-local routes (fe80::/64), which the kernel needs on every link;
+//     Undesired ones are deleted — those carrying Config.Protocol always,
+//     the others when Config.RemoveExternalRoutes is set and never IPv6
+//     link-local ones (fe80::/64, which the kernel needs on every link) —
+//     except while the interface is in its grace period, which protects
+//     every route routelet did not write itself;
 //   - an interface named in Config.InterfaceNames is shared with others:
 //     only routes carrying Config.Protocol are routelet's;
 //   - routes without an output interface (blackhole, unreachable, prohibit,
