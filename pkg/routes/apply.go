@@ -186,6 +186,23 @@ func (rt *RouteTable) readAll() ([]*ifaceWork, error) {
 			byName[name] = &ifaceWork{name: name, kind: rt.kindOf(name)}
 		}
 	}
+	// Forget what we remembered about interfaces that are neither present
+	// nor wanted any more.
+	for name := range rt.synced {
+		if _, ok := byName[name]; !ok {
+			delete(rt.synced, name)
+		}
+	}
+	for name := range rt.programmed {
+		if _, ok := byName[name]; !ok {
+			delete(rt.programmed, name)
+		}
+	}
+	for name := range rt.arp {
+		if _, ok := byName[name]; !ok {
+			delete(rt.arp, name)
+		}
+	}
 	work := make([]*ifaceWork, 0, len(byName))
 	for _, w := range byName {
 		work = append(work, w)

@@ -485,3 +485,44 @@ func TestKernelBatchErrors(t *testing.T) {
 	mustApply(t, rt)
 	e.wantIP([]string{"-4", "route", "show", "dev", "vxlan.calico", "proto", "80"}, "10.9.0.0/26 via 172.16.0.1")
 }
+
+// TestKernelConntrackCleanupIPv6 is the IPv6 twin: removing a /128 deletes
+// its flows and leaves the others.
+func TestKernelConntrackCleanupIPv6(t *testing.T) {
+	e := newKernelEnv(t)
+	e.veth("cali1", "pod1")
+	rt := e.table(kernelConfig(6), nil)
+	rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}, {CIDR: pfx("fd00::2/128")}})
+	mustApply(t, rt)
+	nsh, err := netns.GetFromPath(e.ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	c, err := conntrack.Dial(&mdnetlink.Config{NetNS: int(nsh)})
+	if err != nil {
+		t.Fatalf("conntrack dial: %v", err)
+	}
+	defer c.Close()
+	for i, src := range []string{"fd00::1", "fd00::2"} {
+		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr("2001:db8::53"), uint16(2000+i), 53, 120, 0)
+		if err := c.Create(f); err != nil {
+			t.Fatalf("create flow from %s: %v", src, err)
+		}
+	}
+	rt.RouteRemove("cali1", pfx("fd00::1/128"))
+	mustApply(t, rt)
+	rt.WaitConntrackCleanups()
+	flows, err := c.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, f := range flows {
+		left = append(left, f.TupleOrig.IP.SourceAddress.String())
+	}
+	if !slices.Equal(left, []string{"fd00::2"}) {
+		t.Fatalf("flows left from %v, want only fd00::2", left)
+	}
+	e.wantIP([]string{"-6", "route", "show", "proto", "80"}, "fd00::2 dev cali1 metric 1024 pref medium")
+}
