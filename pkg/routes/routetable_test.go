@@ -186,8 +186,8 @@ func TestNoChangeResyncMakesNoWrites(t *testing.T) {
 	if n := f.nl.Calls("RouteList") - lists; n != 1 {
 		t.Fatalf("full resync made %d route dumps, want 1 per table", n)
 	}
-	if s := f.rt.Stats(); s.Routes != 42 || s.DirtyIfaces != 0 {
-		t.Fatalf("stats %+v, want 42 routes, 0 dirty", s)
+	if s := f.rt.Stats(); s.Routes != 42 || s.DirtyIfaces != 0 || s.Writes != uint64(f.nl.Writes()) {
+		t.Fatalf("stats %+v, want 42 routes, 0 dirty, %d writes", s, f.nl.Writes())
 	}
 	// An incremental Apply with nothing dirty touches nothing at all.
 	f.apply()
