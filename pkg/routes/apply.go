@@ -507,12 +507,18 @@ func (rt *RouteTable) startMoveCleanups(work []*ifaceWork) {
 
 // waitConntrack blocks until a conntrack cleanup running for ip, if any, has
 // finished, so that a re-added IP never meets the flows of its predecessor.
+// The wait is bounded by the netlink timeout: a hung conntrack socket must
+// not stop route programming (the add goes ahead, with a warning).
 func (rt *RouteTable) waitConntrack(ip netip.Addr) {
 	ch, ok := rt.pendingCT[ip]
 	if !ok {
 		return
 	}
-	<-ch
+	select {
+	case <-ch:
+	case <-time.After(rt.timeout):
+		rt.log.Warn("conntrack cleanup still running; programming the route anyway", "ip", ip, "waited", rt.timeout)
+	}
 	delete(rt.pendingCT, ip)
 }
 

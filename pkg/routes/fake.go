@@ -606,6 +606,7 @@ type FakeConntrack struct {
 	dumpErr error
 	delErr  error
 	dumps   int
+	gate    chan struct{}
 }
 
 // NewFakeConntrack returns an empty conntrack table.
@@ -660,8 +661,24 @@ func (f *FakeConntrack) FailDump(err error) {
 	f.dumpErr = err
 }
 
+// HoldDumps makes every Dump wait until the returned function is called, as
+// a hung conntrack socket would.
+func (f *FakeConntrack) HoldDumps() (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gate := make(chan struct{})
+	f.gate = gate
+	return func() { close(gate) }
+}
+
 // Dump implements Conntrack.
 func (f *FakeConntrack) Dump() ([]conntrack.Flow, error) {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dumps++

@@ -76,6 +76,7 @@ type RouteTable struct {
 	protocol netlink.RouteProtocol
 	priority int
 	grace    time.Duration
+	timeout  time.Duration // netlink timeout; also bounds conntrack waits
 	log      *slog.Logger
 	nl       Netlink
 	cleaner  *conntrackCleaner // nil: no conntrack cleanup
@@ -217,6 +218,10 @@ func NewWithDeps(cfg Config, nl Netlink, ct Conntrack, clock Clock) (*RouteTable
 		if p == "" {
 			return nil, errors.New("routes: empty interface prefix would claim every interface")
 		}
+	}
+	rt.timeout = cfg.NetlinkTimeout
+	if rt.timeout <= 0 {
+		rt.timeout = defaultNetlinkTimeout
 	}
 	rt.grace = cfg.GracePeriod
 	if rt.grace == 0 {

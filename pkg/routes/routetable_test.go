@@ -377,6 +377,20 @@ func TestConntrackFailureDoesNotBlockRoutes(t *testing.T) {
 	f.wantDump("10.0.0.1/32 dev cali1 proto 80 scope link")
 }
 
+func TestHungConntrackDoesNotStopRoutes(t *testing.T) {
+	f := newFixture(t, 4, func(c *Config) { c.NetlinkTimeout = 20 * time.Millisecond })
+	f.nl.AddLink("cali1", true)
+	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.apply()
+	release := f.ct.HoldDumps()
+	defer release()
+	f.rt.SetRoutes("cali1", nil) // starts a cleanup that hangs
+	f.apply()
+	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.apply() // waits for the cleanup at most NetlinkTimeout
+	f.wantDump("10.0.0.1/32 dev cali1 proto 80 scope link")
+}
+
 // orderedNetlink records route writes and checks conntrack state at each add.
 type orderedNetlink struct {
 	*FakeNetlink
