@@ -422,7 +422,7 @@ func TestMoveBetweenInterfaces(t *testing.T) {
 	fnl := NewFakeNetlink()
 	ct := NewFakeConntrack()
 	onl := &orderedNetlink{FakeNetlink: fnl, ct: ct, flowsAt: map[string][]string{}}
-	rt, err := NewWithDeps(Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1}, onl, ct, nil)
+	rt, err := NewWithDeps(Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1, Logger: slog.New(slog.DiscardHandler)}, onl, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +462,7 @@ func TestMoveBetweenInterfaces(t *testing.T) {
 func TestAddBeforeDelete(t *testing.T) {
 	fnl := NewFakeNetlink()
 	onl := &orderedNetlink{FakeNetlink: fnl, ct: NewFakeConntrack(), flowsAt: map[string][]string{}}
-	rt, err := NewWithDeps(Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1}, onl, nil, nil)
+	rt, err := NewWithDeps(Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1, Logger: slog.New(slog.DiscardHandler)}, onl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
