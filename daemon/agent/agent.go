@@ -117,6 +117,7 @@ type Agent struct {
 	nodes        map[string]*state.Node     // by file name in nodes/
 	desired      [2]map[string][]routes.Target
 	absentSince  map[string]time.Time // host iface → first seen missing (leak collection)
+	linkPresent  map[string]bool      // workload ifaces that exist, from link events
 	badSeen      map[string]bool      // bad-record messages already logged
 	ready        bool
 	lastErr      string
@@ -130,10 +131,12 @@ type Agent struct {
 type pending struct {
 	files    map[fileKey]struct{}
 	rescan   bool
-	links    map[string]bool // iface → up (false also when deleted)
+	links    map[string]linkState // latest state per workload iface
 	routeEvs []RouteEvent
 	neighEvs []NeighEvent
 }
+
+type linkState struct{ up, exists bool }
 
 type fileKey struct {
 	node bool // nodes/ rather than workloads/
@@ -170,6 +173,7 @@ func New(opts Options, store Store, rt4, rt6 RouteTable, releaser Releaser, host
 		nodes:       map[string]*state.Node{},
 		desired:     [2]map[string][]routes.Target{{}, {}},
 		absentSince: map[string]time.Time{},
+		linkPresent: map[string]bool{},
 		badSeen:     map[string]bool{},
 	}
 }
@@ -206,16 +210,17 @@ func (a *Agent) NotifyRescan() {
 	a.wake()
 }
 
-// NotifyLink records a link's state; deleted links are down.
-func (a *Agent) NotifyLink(name string, up bool) {
+// NotifyLink records a workload link's state: up, or down; exists is false
+// once the link was deleted.
+func (a *Agent) NotifyLink(name string, up, exists bool) {
 	if !strings.HasPrefix(name, a.opts.IfacePrefix) {
 		return
 	}
 	a.mu.Lock()
 	if a.pending.links == nil {
-		a.pending.links = map[string]bool{}
+		a.pending.links = map[string]linkState{}
 	}
-	a.pending.links[name] = up
+	a.pending.links[name] = linkState{up: up && exists, exists: exists}
 	a.mu.Unlock()
 	a.wake()
 }
@@ -405,6 +410,9 @@ func (a *Agent) takePending() pending {
 func (a *Agent) processPending() {
 	p := a.takePending()
 	if p.rescan {
+		// Events may have been lost: forget link presence learnt from them
+		// (the leak check re-learns it from one dump).
+		clear(a.linkPresent)
 		a.needResync = true
 		a.fullSync()
 		return
@@ -433,14 +441,17 @@ func (a *Agent) processPending() {
 	}
 }
 
-func (a *Agent) applyLinks(links map[string]bool) {
-	for name, up := range links {
-		a.rt4.OnIfaceStateChanged(name, up)
+func (a *Agent) applyLinks(links map[string]linkState) {
+	for name, ls := range links {
+		a.rt4.OnIfaceStateChanged(name, ls.up)
 		if a.rt6 != nil {
-			a.rt6.OnIfaceStateChanged(name, up)
+			a.rt6.OnIfaceStateChanged(name, ls.up)
 		}
-		if up {
+		if ls.exists {
+			a.linkPresent[name] = true
 			delete(a.absentSince, name)
+		} else {
+			delete(a.linkPresent, name)
 		}
 		a.needApply = true
 	}
@@ -744,18 +755,29 @@ func (a *Agent) collectLeaks(ctx context.Context) {
 		clear(a.absentSince)
 		return
 	}
-	links, err := a.host.LinkNames()
-	if err != nil {
-		a.log.Warn("leak check: cannot list links", "err", err)
-		return
-	}
+	// Link events keep linkPresent current, so an idle node makes no
+	// syscall here; an interface that looks absent is confirmed with one
+	// link dump before its clock starts (events can be lost).
+	var links map[string]bool
 	now := a.now()
 	changed := false
 	seen := map[string]bool{}
 	for _, name := range sortedKeys(a.workloads) {
 		w := a.workloads[name]
 		seen[w.HostIface] = true
+		if a.linkPresent[w.HostIface] {
+			delete(a.absentSince, w.HostIface)
+			continue
+		}
+		if links == nil {
+			var err error
+			if links, err = a.host.LinkNames(); err != nil {
+				a.log.Warn("leak check: cannot list links", "err", err)
+				return
+			}
+		}
 		if links[w.HostIface] {
+			a.linkPresent[w.HostIface] = true
 			delete(a.absentSince, w.HostIface)
 			continue
 		}

@@ -82,11 +82,13 @@ type fakeHost struct {
 	links map[string]bool
 	netns map[string]bool // path → alive
 	fail  bool
+	dumps int
 }
 
 func (h *fakeHost) LinkNames() (map[string]bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.dumps++
 	if h.fail {
 		return nil, errors.New("injected")
 	}
@@ -425,5 +427,33 @@ func TestUnlistableDirKeepsRoutes(t *testing.T) {
 	f.a.fullSync()
 	if got := f.rt4.cidrs("cali1"); len(got) != 0 {
 		t.Errorf("routes kept after the record really went: %v", got)
+	}
+}
+
+// TestLeakCheckIdleCostsNothing: with every workload link known present from
+// link events, a leak check makes no kernel call; a lost-events rescan makes
+// the next check confirm with one dump.
+func TestLeakCheckIdleCostsNothing(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.NotifyLink("cali1", true, true)
+	f.a.NotifyLink("cali2", true, true)
+	f.a.fullSync()
+	f.a.collectLeaks(context.Background())
+	if f.host.dumps != 0 {
+		t.Errorf("idle leak check dumped links %d times", f.host.dumps)
+	}
+	f.a.NotifyLink("cali2", false, false)
+	f.a.processPending()
+	f.a.collectLeaks(context.Background())
+	if f.host.dumps != 1 {
+		t.Errorf("absent link not confirmed with one dump: %d dumps", f.host.dumps)
+	}
+	f.a.NotifyRescan()
+	f.a.processPending()
+	f.a.collectLeaks(context.Background())
+	if f.host.dumps != 2 {
+		t.Errorf("after a rescan: %d dumps, want 2", f.host.dumps)
 	}
 }

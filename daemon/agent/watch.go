@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/fsnotify/fsnotify"
@@ -59,79 +60,140 @@ func WatchFiles(ctx context.Context, a *Agent, workloadsDir, nodesDir string, lo
 // WatchNetlink subscribes to link, route and neighbour notifications of the
 // calling process's network namespace and forwards them to a until ctx is
 // done. Existing links are reported before it returns, so the first sync
-// knows which workload interfaces are up. A subscription that fails later
-// asks for a full re-read and is not restarted: the periodic resync still
-// repairs drift.
+// knows which workload interfaces exist and are up. A subscription whose
+// socket fails (e.g. ENOBUFS when a burst overflows it) is re-established
+// and a full re-read is requested, since events were lost.
 func WatchNetlink(ctx context.Context, a *Agent, log *slog.Logger) error {
-	done := make(chan struct{})
-	go func() { <-ctx.Done(); close(done) }()
-	onErr := func(what string) func(error) {
-		return func(err error) {
-			if ctx.Err() != nil {
-				return // closing the subscription on shutdown reports an error
-			}
-			log.Warn("netlink subscription error, re-reading everything", "subscription", what, "err", err)
-			a.NotifyRescan()
+	names := &ifNames{byIndex: map[int]string{}}
+	onLink := func(u netlink.LinkUpdate) {
+		name := u.Attrs().Name
+		if u.Header.Type == unix.RTM_DELLINK {
+			names.del(u.Attrs().Index)
+			a.NotifyLink(name, false, false)
+			return
+		}
+		names.set(u.Attrs().Index, name)
+		a.NotifyLink(name, linkUp(u.Link), true)
+	}
+	onRoute := func(u netlink.RouteUpdate) {
+		if ev, ok := routeEvent(u, names); ok {
+			a.NotifyRoute(ev)
 		}
 	}
-	linkCh := make(chan netlink.LinkUpdate, 256)
-	routeCh := make(chan netlink.RouteUpdate, 1024)
-	neighCh := make(chan netlink.NeighUpdate, 256)
-	if err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr("link")}); err != nil {
+	onNeigh := func(u netlink.NeighUpdate) {
+		if ip, ok := netip.AddrFromSlice(u.IP); ok {
+			a.NotifyNeigh(NeighEvent{Iface: names.get(u.LinkIndex), IP: ip.Unmap(), Deleted: u.Type == unix.RTM_DELNEIGH})
+		}
+	}
+	onErr := func(what string) func(error) {
+		return func(err error) {
+			if ctx.Err() == nil {
+				log.Warn("netlink subscription error", "subscription", what, "err", err)
+			}
+		}
+	}
+	// Bursts (hundreds of routes and neighbours programmed at start-up)
+	// must fit in the socket buffer; forcing the size needs CAP_NET_ADMIN,
+	// which the daemon has anyway.
+	const rcvbuf = 8 << 20
+	linkSub := func(ch chan netlink.LinkUpdate, done chan struct{}) error {
+		return netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
+			ErrorCallback: onErr("link"), ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
+	}
+	routeSub := func(ch chan netlink.RouteUpdate, done chan struct{}) error {
+		return netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{
+			ErrorCallback: onErr("route"), ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
+	}
+	neighSub := func(ch chan netlink.NeighUpdate, done chan struct{}) error {
+		return netlink.NeighSubscribeWithOptions(ch, done, netlink.NeighSubscribeOptions{
+			ErrorCallback: onErr("neigh"), ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
+	}
+	// Subscribe before listing, so no change between the two is missed.
+	linkCh, linkDone, err := subscribe(linkSub, 256)
+	if err != nil {
 		return fmt.Errorf("subscribe to links: %w", err)
 	}
-	if err := netlink.RouteSubscribeWithOptions(routeCh, done, netlink.RouteSubscribeOptions{ErrorCallback: onErr("route")}); err != nil {
+	routeCh, routeDone, err := subscribe(routeSub, 1024)
+	if err != nil {
+		close(linkDone)
 		return fmt.Errorf("subscribe to routes: %w", err)
 	}
-	if err := netlink.NeighSubscribeWithOptions(neighCh, done, netlink.NeighSubscribeOptions{ErrorCallback: onErr("neigh")}); err != nil {
+	neighCh, neighDone, err := subscribe(neighSub, 1024)
+	if err != nil {
+		close(linkDone)
+		close(routeDone)
 		return fmt.Errorf("subscribe to neighbours: %w", err)
 	}
-	names := &ifNames{byIndex: map[int]string{}}
 	links, err := netlink.LinkList()
 	if err != nil {
+		close(linkDone)
+		close(routeDone)
+		close(neighDone)
 		return fmt.Errorf("list links: %w", err)
 	}
 	for _, l := range links {
 		names.set(l.Attrs().Index, l.Attrs().Name)
-		a.NotifyLink(l.Attrs().Name, linkUp(l))
+		a.NotifyLink(l.Attrs().Name, linkUp(l), true)
 	}
-	go func() {
-		for {
+	go pump(ctx, a, log, "link", linkCh, linkDone, linkSub, onLink)
+	go pump(ctx, a, log, "route", routeCh, routeDone, routeSub, onRoute)
+	go pump(ctx, a, log, "neigh", neighCh, neighDone, neighSub, onNeigh)
+	return nil
+}
+
+// subscribe starts one subscription with a fresh channel and done channel.
+func subscribe[T any](sub func(chan T, chan struct{}) error, size int) (chan T, chan struct{}, error) {
+	ch := make(chan T, size)
+	done := make(chan struct{})
+	if err := sub(ch, done); err != nil {
+		return nil, nil, err
+	}
+	return ch, done, nil
+}
+
+// pump hands every update on ch to handle until ctx is done. When the
+// library closes ch (its socket failed), pump asks for a full re-read and
+// subscribes again, backing off up to 5s between failed attempts.
+func pump[T any](ctx context.Context, a *Agent, log *slog.Logger, what string, ch chan T, done chan struct{},
+	sub func(chan T, chan struct{}) error, handle func(T)) {
+	backoff := 100 * time.Millisecond
+	size := cap(ch)
+	for {
+		for open := true; open; {
 			select {
-			case <-done:
+			case <-ctx.Done():
+				close(done)
 				return
-			case u, ok := <-linkCh:
+			case u, ok := <-ch:
 				if !ok {
-					return
+					open = false
+					break
 				}
-				name := u.Attrs().Name
-				if u.Header.Type == unix.RTM_DELLINK {
-					names.del(u.Attrs().Index)
-					a.NotifyLink(name, false)
-					continue
-				}
-				names.set(u.Attrs().Index, name)
-				a.NotifyLink(name, linkUp(u.Link))
-			case u, ok := <-routeCh:
-				if !ok {
-					return
-				}
-				if ev, ok := routeEvent(u, names); ok {
-					a.NotifyRoute(ev)
-				}
-			case u, ok := <-neighCh:
-				if !ok {
-					return
-				}
-				ip, ok := netip.AddrFromSlice(u.IP)
-				if !ok {
-					continue
-				}
-				a.NotifyNeigh(NeighEvent{Iface: names.get(u.LinkIndex), IP: ip.Unmap(), Deleted: u.Type == unix.RTM_DELNEIGH})
+				handle(u)
 			}
 		}
-	}()
-	return nil
+		close(done) // releases the failed socket
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("netlink subscription lost, re-subscribing and re-reading everything", "subscription", what)
+			a.NotifyRescan()
+			var err error
+			ch, done, err = subscribe(sub, size)
+			if err == nil {
+				backoff = 100 * time.Millisecond
+				break
+			}
+			log.Warn("netlink re-subscribe failed", "subscription", what, "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
 }
 
 // linkUp: administratively up and not known to be without carrier.
