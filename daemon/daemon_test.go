@@ -248,7 +248,7 @@ func TestRestartKeepsLiveRoutes(t *testing.T) {
 		}
 	}
 
-	var polls, missing atomic.Int64
+	var polls, missing, listErrs atomic.Int64
 	var firstMissing atomic.Value
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -261,7 +261,11 @@ func TestRestartKeepsLiveRoutes(t *testing.T) {
 				return
 			default:
 			}
-			rs := tn.routes(v4)
+			rs, err := tn.listRoutes(v4)
+			if err != nil {
+				listErrs.Add(1)
+				continue
+			}
 			polls.Add(1)
 			for _, w := range want {
 				if !rs[w] {
@@ -279,6 +283,9 @@ func TestRestartKeepsLiveRoutes(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wg.Wait()
+	if listErrs.Load() > 0 {
+		t.Errorf("%d route listings failed during the restart", listErrs.Load())
+	}
 	if polls.Load() < 10 {
 		t.Fatalf("only %d polls: the check saw too little", polls.Load())
 	}
@@ -299,6 +306,20 @@ func TestCleanupCommand(t *testing.T) {
 	eventually(t, 2*time.Second, "routes", func() bool {
 		return tn.hasRoute(v4, p.ip+" "+p.iface+" proto 80") && tn.hasRoute(v4, "10.244.7.0/24 blackhole proto 80")
 	})
+	// While the daemon runs, a second daemon and cleanup both refuse.
+	out, err := netnstest.Exec(context.Background(), tn.node.NS, filepath.Join(binDir, "routeletd"),
+		"--state-dir="+tn.stateDir, "--node-name=node-a", "--health-addr=127.0.0.1:9098")
+	if err == nil || !strings.Contains(out, "another routeletd is running") {
+		t.Errorf("second daemon on the same state dir: %v\n%s", err, out)
+	}
+	out, err = netnstest.Exec(context.Background(), tn.node.NS, filepath.Join(binDir, "routeletd"), "cleanup",
+		"--state-dir="+tn.stateDir, "--node-name=node-a")
+	if err == nil || !strings.Contains(out, "stop routeletd first") {
+		t.Errorf("cleanup while the daemon runs: %v\n%s", err, out)
+	}
+	if !tn.hasRoute(v4, p.ip+" "+p.iface+" proto 80") {
+		t.Fatal("refused cleanup removed a route")
+	}
 	if err := d.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +327,7 @@ func TestCleanupCommand(t *testing.T) {
 	if out, err := netnstest.Exec(context.Background(), tn.node.NS, "ip", "route", "add", "198.51.100.0/24", "via", "192.0.2.1", "proto", "static"); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	out, err := netnstest.Exec(context.Background(), tn.node.NS, filepath.Join(binDir, "routeletd"), "cleanup",
+	out, err = netnstest.Exec(context.Background(), tn.node.NS, filepath.Join(binDir, "routeletd"), "cleanup",
 		"--state-dir="+tn.stateDir, "--node-name=node-a")
 	if err != nil {
 		t.Fatalf("cleanup: %v\n%s", err, out)

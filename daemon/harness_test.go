@@ -275,9 +275,19 @@ func (tn *testNode) waitReady() {
 // protocol, as "cidr dev" strings ("blackhole" for no device).
 func (tn *testNode) routes(family int) map[string]bool {
 	tn.t.Helper()
-	rs, err := tn.nl.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	out, err := tn.listRoutes(family)
 	if err != nil {
 		tn.t.Fatal(err)
+	}
+	return out
+}
+
+// listRoutes is routes without failing the test, for use off the test
+// goroutine.
+func (tn *testNode) listRoutes(family int) (map[string]bool, error) {
+	rs, err := tn.nl.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]bool{}
 	for _, r := range rs {
@@ -294,7 +304,7 @@ func (tn *testNode) routes(family int) map[string]bool {
 		}
 		out[fmt.Sprintf("%s %s proto %d", r.Dst, dev, r.Protocol)] = true
 	}
-	return out
+	return out, nil
 }
 
 func (tn *testNode) hasRoute(family int, s string) bool { return tn.routes(family)[s] }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/cleanup"
@@ -67,6 +68,14 @@ func run(args []string) int {
 	log := newLogger(cfg)
 	slog.SetDefault(log)
 	if cmd == "cleanup" {
+		if _, err := os.Lstat(cfg.StateDir); err == nil {
+			unlock, err := lockInstance(cfg.StateDir)
+			if err != nil {
+				log.Error("cleanup refused: stop routeletd first", "err", err)
+				return exitFail
+			}
+			defer unlock()
+		}
 		rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol}, log)
 		log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
 		if err != nil {
@@ -131,6 +140,11 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	unlock, err := lockInstance(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	// The loop ticks at least every device-check period; allow three misses.
 	status := health.NewStatus(max(3*cfg.DeviceCheckPeriod, 30*time.Second))
 	metrics := health.NewMetrics()
@@ -245,6 +259,28 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// lockFile in the state directory is held (flock) by the running daemon, so
+// a second routeletd on the same state directory refuses to start instead of
+// fighting the first. The kernel drops the lock when the process dies, so a
+// restart after kill -9 is not blocked.
+const lockFile = "routeletd.lock"
+
+func lockInstance(stateDir string) (func(), error) {
+	path := filepath.Join(stateDir, lockFile)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another routeletd is running with state-dir %s (%s is locked)", stateDir, path)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { unix.Close(fd) }, nil
 }
 
 func addrString(a netip.Addr) string {

@@ -99,7 +99,7 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 	for _, e := range entries {
 		n := e.Name()
 		switch {
-		case n == "workloads" || n == "nodes" || n == "ipam" || n == "daemon.json" || strings.HasPrefix(n, ".tmp-"):
+		case n == "workloads" || n == "nodes" || n == "ipam" || n == "daemon.json" || n == "routeletd.lock" || strings.HasPrefix(n, ".tmp-"):
 		default:
 			log.Warn("cleanup: leaving unknown entry in the state directory", "path", filepath.Join(opts.StateDir, n))
 			continue

@@ -8,7 +8,7 @@
 //  2. every route carrying routelet's route protocol in the main table, IPv4
 //     and IPv6 (pod routes, the local blocks' blackholes);
 //  3. the state directory's contents routelet knows: workloads/, nodes/,
-//     ipam/, daemon.json and leftover writer temp files, then the directory
+//     ipam/, daemon.json, routeletd.lock and leftover writer temp files, then the directory
 //     itself when it is empty.
 //
 // Overlay devices, ipsets and iptables chains are added here as those parts
