@@ -413,7 +413,7 @@ func (a *Agent) processPending() {
 		// Events may have been lost: forget link presence learnt from them
 		// (the leak check re-learns it from one dump).
 		clear(a.linkPresent)
-		a.needResync = true
+		a.applyLinks(p.links) // newer than the lost events
 		a.fullSync()
 		return
 	}
