@@ -62,7 +62,7 @@ func TestDaemon(t *testing.T) {
 	// A workload that exists before the daemon starts: only the daemon can
 	// program its route (the record is written without one).
 	tn.addVeth("caliearly0", "pearly0")
-	tn.addRecord("early", "caliearly0", "/var/run/netns/does-not-matter", "10.244.7.200/32")
+	tn.addRecord("early", "caliearly0", "/var/run/netns/does-not-matter", "10.244.7.200/32", "fd00:7::c8/128")
 
 	d := tn.startDaemon("--leak-grace-period=2s")
 
@@ -88,6 +88,9 @@ func TestDaemon(t *testing.T) {
 	// blackhole are already there.
 	if !tn.hasRoute(v4, "10.244.7.200/32 caliearly0 proto 80") {
 		t.Errorf("ready before the route of an existing record was programmed: %v", tn.routes(v4))
+	}
+	if !tn.hasRoute(netlink.FAMILY_V6, "fd00:7::c8/128 caliearly0 proto 80") {
+		t.Errorf("ready before the IPv6 route of an existing record was programmed: %v", tn.routes(netlink.FAMILY_V6))
 	}
 	if !tn.hasRoute(v4, "10.244.7.0/24 blackhole proto 80") {
 		t.Errorf("no blackhole for the local block: %v", tn.routes(v4))
