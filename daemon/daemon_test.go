@@ -119,6 +119,25 @@ func TestDaemon(t *testing.T) {
 			t.Fatalf("ip route del blackhole: %v %s", err, out)
 		}
 		eventually(t, time.Second, "blackhole repaired within 1s", func() bool { return tn.hasRoute(v4, "10.244.7.0/24 blackhole proto 80") })
+		// And for the static ARP entry of a workload route.
+		permanent := func() bool {
+			l, err := tn.nl.LinkByName("caliearly0")
+			if err != nil {
+				return false
+			}
+			ns, _ := tn.nl.NeighList(l.Attrs().Index, netlink.FAMILY_V4)
+			for _, n := range ns {
+				if n.IP.String() == "10.244.7.200" && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == "02:00:00:00:00:01" {
+					return true
+				}
+			}
+			return false
+		}
+		eventually(t, time.Second, "static ARP entry", permanent)
+		if out, err := netnstest.Exec(context.Background(), tn.node.NS, "ip", "neigh", "del", "10.244.7.200", "dev", "caliearly0"); err != nil {
+			t.Fatalf("ip neigh del: %v %s", err, out)
+		}
+		eventually(t, time.Second, "static ARP entry repaired within 1s", permanent)
 	})
 
 	t.Run("unexpected route on a cali veth removed after the grace period", func(t *testing.T) {
