@@ -293,6 +293,7 @@ func addrString(a netip.Addr) string {
 // ipamReleaser adapts the built-in IPAM to agent.Releaser.
 type ipamReleaser struct{ a *ipam.Allocator }
 
+// Release frees every address the attachment holds.
 func (r ipamReleaser) Release(ctx context.Context, containerID, ifName string) error {
 	return r.a.Release(ctx, ipam.Attachment{ContainerID: containerID, IfName: ifName})
 }

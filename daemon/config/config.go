@@ -247,6 +247,7 @@ type Error struct {
 	Err    error
 }
 
+// Error implements error: `config key "mtu" (env ROUTELET_MTU): invalid value "x": …`.
 func (e *Error) Error() string {
 	where := string(e.Source)
 	switch e.Source {
@@ -258,6 +259,7 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("config key %q (%s): invalid value %q: %v", e.Key, where, e.Value, e.Err)
 }
 
+// Unwrap returns the parse error.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Load merges defaults, the config file, the environment and args (the
@@ -447,8 +449,10 @@ type recorder struct {
 	into   map[string][]string
 }
 
+// String implements flag.Value; defaults are shown by the help text instead.
 func (r *recorder) String() string { return "" }
 
+// Set records one occurrence of the flag; list flags accumulate.
 func (r *recorder) Set(s string) error {
 	if r.list {
 		r.into[r.name] = append(r.into[r.name], splitList(s)...)
