@@ -278,7 +278,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		return nil
 	})
 	for _, k := range ks {
-		fs.Var(&recorder{name: k.name, list: k.list, isBool: k.isBool, into: flagVals}, k.name, k.help)
+		fs.Var(&recorder{name: k.name, list: k.list, isBool: k.isBool, def: strings.Join(k.def, ","), into: flagVals}, k.name, k.help)
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "usage: routeletd [flags]\n       routeletd cleanup [flags]\n       routeletd version\n\n"+
@@ -446,11 +446,17 @@ type recorder struct {
 	name   string
 	list   bool
 	isBool bool
+	def    string // shown by -h
 	into   map[string][]string
 }
 
-// String implements flag.Value; defaults are shown by the help text instead.
-func (r *recorder) String() string { return "" }
+// String implements flag.Value: the default, for -h.
+func (r *recorder) String() string {
+	if r == nil {
+		return ""
+	}
+	return r.def
+}
 
 // Set records one occurrence of the flag; list flags accumulate.
 func (r *recorder) Set(s string) error {
