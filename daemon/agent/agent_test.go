@@ -457,3 +457,24 @@ func TestLeakCheckIdleCostsNothing(t *testing.T) {
 		t.Errorf("after a rescan: %d dumps, want 2", f.host.dumps)
 	}
 }
+
+// TestWatchSurvivesDirectoryRemoval: workloads/ removed and re-created under
+// a running loop keeps being watched (no wait for the resync).
+func TestWatchSurvivesDirectoryRemoval(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	defer func() { cancel(); <-done }()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := WatchFiles(ctx, f.a, f.store.WorkloadsDir(), f.store.NodesDir(), log); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- f.a.Run(ctx) }()
+	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
+	if err := os.RemoveAll(f.store.WorkloadsDir()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "directory re-created", func() bool { _, err := os.Stat(f.store.WorkloadsDir()); return err == nil })
+	f.put(t, "late", "cali7", "10.244.1.7/32")
+	waitFor(t, "record in the re-created directory served", func() bool { return len(f.rt4.cidrs("cali7")) == 1 })
+}
