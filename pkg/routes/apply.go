@@ -384,20 +384,21 @@ func (rt *RouteTable) mayDelete(w *ifaceWork, r *netlink.Route, dst netip.Prefix
 	default:
 		return false
 	}
+	ours := r.Protocol == rt.protocol
+	// Checked before the grace period: the kernel's own IPv6 link-local
+	// route on every fresh veth would otherwise keep each new interface
+	// "held" (and re-read on every Apply) for the whole grace period.
+	if !ours && dst.Addr().Is6() && dst.Addr().IsLinkLocalUnicast() {
+		return false
+	}
+	if !ours && !rt.cfg.RemoveExternalRoutes {
+		return false
+	}
 	if in, _ := rt.inGrace(w.name); in {
 		// The CNI plugin may have added a route before the daemon heard
 		// of the workload: leave it until the grace period ends.
 		w.graceHeld = true
 		rt.log.Debug("keeping unexpected route during grace period", "iface", w.name, "cidr", dst)
-		return false
-	}
-	if r.Protocol == rt.protocol {
-		return true
-	}
-	if !rt.cfg.RemoveExternalRoutes {
-		return false
-	}
-	if dst.Addr().Is6() && dst.Addr().IsLinkLocalUnicast() {
 		return false
 	}
 	return true

@@ -246,6 +246,23 @@ func TestIPv6LinkLocalKept(t *testing.T) {
 	f.wantDump("fe80::/64 dev cali1 proto 2 metric 256")
 }
 
+// The kernel's fe80::/64 on a fresh veth is not an "unexpected route held
+// by the grace period": the interface must settle at once, not be re-read on
+// every Apply until the period ends.
+func TestIPv6LinkLocalDoesNotHoldGrace(t *testing.T) {
+	f := newFixture(t, 6, func(c *Config) { c.GracePeriod = 10 * time.Second })
+	cali := f.nl.AddLink("cali1", true)
+	f.addForeign(netlink.Route{Dst: ipnet("fe80::/64"), LinkIndex: cali.Index, Protocol: unix.RTPROT_KERNEL, Priority: 256})
+	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}})
+	f.apply()
+	if d, ok := f.rt.RetryAfter(); ok {
+		t.Fatalf("RetryAfter = %v, true: the link-local route holds the interface in grace", d)
+	}
+	if s := f.rt.Stats(); s.DirtyIfaces != 0 {
+		t.Fatalf("DirtyIfaces = %d after Apply, want 0", s.DirtyIfaces)
+	}
+}
+
 func TestGracePeriod(t *testing.T) {
 	f := newFixture(t, 4, func(c *Config) { c.GracePeriod = 10 * time.Second })
 	cali := f.nl.AddLink("cali1", true)
