@@ -31,8 +31,13 @@ test-unit:
 
 # Go benchmarks, then the CNI plugin bench: routelet vs ptp+host-local
 # through libcni (root; see docs/bench-plugin.md).
+# Go benchmarks (each kernel-scale benchmark does its own repetitions, so
+# one iteration; the IPAM and plugin micro-benchmarks need many), then the
+# bench harnesses. Results and their reading: docs/bench-*.md.
 bench: deps build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m $$($(GO) list ./... | grep -v -e '/pkg/ipam$$' -e '/plugin$$')
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/ipam/
+	$(GO) test -run '^$$' -bench . -benchtime 50x ./plugin/
 	$(GO) run ./bench/cni
 
 demo: deps build
