@@ -422,26 +422,26 @@ func (r *realNetlink) closeRawSocket() {
 	}
 }
 
-// RouteReplace implements Netlink.
-func (r *realNetlink) RouteReplace(rt *netlink.Route) error {
+// write runs one single-message request on the library handle under the
+// lock; an error marks the handle for re-creation (see done).
+func (r *realNetlink) write(f func(h *netlink.Handle) error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, err := r.handle()
 	if err != nil {
 		return err
 	}
-	return r.done(h.RouteReplace(rt))
+	return r.done(f(h))
+}
+
+// RouteReplace implements Netlink.
+func (r *realNetlink) RouteReplace(rt *netlink.Route) error {
+	return r.write(func(h *netlink.Handle) error { return h.RouteReplace(rt) })
 }
 
 // RouteDel implements Netlink.
 func (r *realNetlink) RouteDel(rt *netlink.Route) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, err := r.handle()
-	if err != nil {
-		return err
-	}
-	return r.done(h.RouteDel(rt))
+	return r.write(func(h *netlink.Handle) error { return h.RouteDel(rt) })
 }
 
 // NeighList implements Netlink.
@@ -468,24 +468,12 @@ func (r *realNetlink) NeighList(family int) ([]netlink.Neigh, error) {
 
 // NeighSet implements Netlink.
 func (r *realNetlink) NeighSet(n *netlink.Neigh) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, err := r.handle()
-	if err != nil {
-		return err
-	}
-	return r.done(h.NeighSet(n))
+	return r.write(func(h *netlink.Handle) error { return h.NeighSet(n) })
 }
 
 // NeighDel implements Netlink.
 func (r *realNetlink) NeighDel(n *netlink.Neigh) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, err := r.handle()
-	if err != nil {
-		return err
-	}
-	return r.done(h.NeighDel(n))
+	return r.write(func(h *netlink.Handle) error { return h.NeighDel(n) })
 }
 
 // Close implements Netlink.
