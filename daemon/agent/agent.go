@@ -134,6 +134,7 @@ type pending struct {
 	links    map[string]linkState // latest state per workload iface
 	routeEvs []RouteEvent
 	neighEvs []NeighEvent
+	apply    bool // a manager asked for an Apply pass (NotifyApply)
 }
 
 type linkState struct{ up, exists bool }
@@ -221,6 +222,17 @@ func (a *Agent) NotifyLink(name string, up, exists bool) {
 		a.pending.links = map[string]linkState{}
 	}
 	a.pending.links[name] = linkState{up: up && exists, exists: exists}
+	a.mu.Unlock()
+	a.wake()
+}
+
+// NotifyApply asks the loop for an Apply pass: every table's and manager's
+// Apply runs soon. Managers that watch their own kernel objects (the overlay
+// devices) call it after recording a hint, since their Apply only runs on
+// the loop goroutine.
+func (a *Agent) NotifyApply() {
+	a.mu.Lock()
+	a.pending.apply = true
 	a.mu.Unlock()
 	a.wake()
 }
@@ -418,6 +430,9 @@ func (a *Agent) processPending() {
 		return
 	}
 	a.applyLinks(p.links)
+	if p.apply {
+		a.needApply = true
+	}
 	workloadsChanged, nodesChanged := false, false
 	for k := range p.files {
 		if k.node {

@@ -478,3 +478,29 @@ func TestWatchSurvivesDirectoryRemoval(t *testing.T) {
 	f.put(t, "late", "cali7", "10.244.1.7/32")
 	waitFor(t, "record in the re-created directory served", func() bool { return len(f.rt4.cidrs("cali7")) == 1 })
 }
+
+// countingManager counts the Apply calls the loop makes.
+type countingManager struct {
+	mu      sync.Mutex
+	applies int
+}
+
+func (m *countingManager) OnNodes(*state.Node, []*state.Node) {}
+func (m *countingManager) Apply() error                       { m.mu.Lock(); m.applies++; m.mu.Unlock(); return nil }
+func (m *countingManager) count() int                         { m.mu.Lock(); defer m.mu.Unlock(); return m.applies }
+
+// TestNotifyApplyRunsManagers: a manager's NotifyApply from another goroutine
+// makes the idle loop run its Apply again.
+func TestNotifyApplyRunsManagers(t *testing.T) {
+	f := newFixture(t)
+	m := &countingManager{}
+	f.a.managers = []Manager{m}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
+	before := m.count()
+	f.a.NotifyApply()
+	waitFor(t, "manager applied after NotifyApply", func() bool { return m.count() > before })
+}
