@@ -25,6 +25,13 @@ const (
 	EncapNone  = "none"
 )
 
+// iptables backends.
+const (
+	IptablesAuto   = "auto"
+	IptablesNFT    = "nft"
+	IptablesLegacy = "legacy"
+)
+
 // Datastores.
 const (
 	DatastoreFile       = "file"
@@ -47,8 +54,15 @@ type Config struct {
 	VXLANDevice   string // vxlan-device
 	MTU           int    // mtu: pod MTU, 0 = host interface MTU minus encapsulation overhead
 	NATOutgoing   bool   // nat-outgoing
-	RouteProtocol int    // route-protocol: stamped on (and marks ownership of) every route
-	IfacePrefix   string // interface-prefix: host-side veth prefix, e.g. "cali"
+	// ExternalNodeCIDRs may send VXLAN/IPIP like peer nodes
+	// (external-node-cidr): hosts outside the node records, e.g. gateways.
+	ExternalNodeCIDRs []netip.Prefix
+	// IptablesBackend picks the iptables binaries (iptables-backend):
+	// auto (whatever `iptables` is), nft or legacy.
+	IptablesBackend      string
+	AllowlistCheckPeriod time.Duration // allowlist-check-period: tamper check of routelet's ipsets and chains
+	RouteProtocol        int           // route-protocol: stamped on (and marks ownership of) every route
+	IfacePrefix          string        // interface-prefix: host-side veth prefix, e.g. "cali"
 
 	ResyncPeriod      time.Duration // resync-period: full re-read of state and kernel
 	DeviceCheckPeriod time.Duration // device-check-period: leak checks and liveness tick
@@ -177,8 +191,37 @@ func keys() []key {
 			}
 			return nil
 		}},
-		{name: "nat-outgoing", help: "masquerade pod traffic leaving the pod networks", isBool: true, def: []string{"false"}, set: func(c *Config, v []string) error {
+		{name: "nat-outgoing", help: "masquerade pod traffic leaving the pod networks", isBool: true, def: []string{"true"}, set: func(c *Config, v []string) error {
 			return parseBool(&c.NATOutgoing, v[0])
+		}},
+		{name: "external-node-cidr", help: "non-node hosts (CIDR) allowed to send VXLAN/IPIP, like peers; repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
+			c.ExternalNodeCIDRs = nil
+			for _, s := range v {
+				p, err := netip.ParsePrefix(strings.TrimSpace(s))
+				if err != nil {
+					a, aerr := netip.ParseAddr(strings.TrimSpace(s))
+					if aerr != nil || a.Zone() != "" {
+						return fmt.Errorf("%q is not a CIDR or an IP address", s)
+					}
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+				if p != p.Masked() {
+					return fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+				}
+				if p.Bits() == 0 {
+					return fmt.Errorf("%q would let every host inject overlay traffic", s)
+				}
+				if !slices.Contains(c.ExternalNodeCIDRs, p) {
+					c.ExternalNodeCIDRs = append(c.ExternalNodeCIDRs, p)
+				}
+			}
+			return nil
+		}},
+		{name: "iptables-backend", help: "iptables binaries: auto (whatever iptables is) | nft | legacy", def: []string{IptablesAuto}, set: func(c *Config, v []string) error {
+			return oneOf(&c.IptablesBackend, strings.ToLower(v[0]), IptablesAuto, IptablesNFT, IptablesLegacy)
+		}},
+		{name: "allowlist-check-period", help: "how often routelet's ipsets and iptables chains are checked and repaired", def: []string{"1s"}, set: func(c *Config, v []string) error {
+			return parseDuration(&c.AllowlistCheckPeriod, v[0], 100*time.Millisecond)
 		}},
 		{name: "route-protocol", help: "route protocol number stamped on every route routelet programs (5-255)", def: []string{"80"}, set: func(c *Config, v []string) error {
 			// 0-4 are the kernel's own (unspec, redirect, kernel, boot,
@@ -343,7 +386,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 				v = v[len(v)-1:]
 			}
 			if k.list && len(v) == 0 {
-				c.PodCIDRs = nil
+				_ = k.set(c, v) // an empty list is valid for every list key
 				break
 			}
 			if err := k.set(c, v); err != nil {

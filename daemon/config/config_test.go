@@ -44,6 +44,7 @@ func TestDefaults(t *testing.T) {
 		IfacePrefix: "cali", ResyncPeriod: 90 * time.Second, DeviceCheckPeriod: 10 * time.Second,
 		GracePeriod: 10 * time.Second, LeakGracePeriod: 15 * time.Minute,
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
+		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second,
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *c, want)
@@ -92,7 +93,12 @@ func TestEveryKey(t *testing.T) {
 		{"vxlan-port", "8472", func(c *Config) bool { return c.VXLANPort == 8472 }, "0"},
 		{"vxlan-device", "vxlan.rl", func(c *Config) bool { return c.VXLANDevice == "vxlan.rl" }, "this-name-is-too-long"},
 		{"mtu", "1400", func(c *Config) bool { return c.MTU == 1400 }, "100"},
-		{"nat-outgoing", "1", func(c *Config) bool { return c.NATOutgoing }, "yes please"},
+		{"nat-outgoing", "0", func(c *Config) bool { return !c.NATOutgoing }, "yes please"},
+		{"external-node-cidr", "192.0.2.0/28", func(c *Config) bool {
+			return reflect.DeepEqual(c.ExternalNodeCIDRs, []netip.Prefix{netip.MustParsePrefix("192.0.2.0/28")})
+		}, "192.0.2.1/24"},
+		{"iptables-backend", "legacy", func(c *Config) bool { return c.IptablesBackend == IptablesLegacy }, "ebtables"},
+		{"allowlist-check-period", "500ms", func(c *Config) bool { return c.AllowlistCheckPeriod == 500*time.Millisecond }, "10ms"},
 		{"route-protocol", "99", func(c *Config) bool { return c.RouteProtocol == 99 }, "4"},
 		{"interface-prefix", "rl", func(c *Config) bool { return c.IfacePrefix == "rl" }, "a/b"},
 		{"resync-period", "30s", func(c *Config) bool { return c.ResyncPeriod == 30*time.Second }, "soon"},
@@ -278,5 +284,59 @@ func TestNodeIPMode(t *testing.T) {
 		if m != want[0] || a != want[1] {
 			t.Errorf("NodeIPMode(%q) = %q, %q; want %q, %q", in, m, a, want[0], want[1])
 		}
+	}
+}
+
+// TestAllowlistKeys: defaults of the allowlist keys and the forms an
+// external node CIDR may take.
+func TestAllowlistKeys(t *testing.T) {
+	c := mustLoad(t, []string{"--node-name=n"}, nil, nil)
+	if !c.NATOutgoing || c.IptablesBackend != IptablesAuto || c.AllowlistCheckPeriod != time.Second || c.ExternalNodeCIDRs != nil {
+		t.Errorf("defaults: natOutgoing %v backend %q check period %s external %v; want true auto 1s none",
+			c.NATOutgoing, c.IptablesBackend, c.AllowlistCheckPeriod, c.ExternalNodeCIDRs)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    []string
+		wantErr string
+	}{
+		{name: "bare IPv4 is a /32", args: []string{"--external-node-cidr=198.51.100.7"}, want: []string{"198.51.100.7/32"}},
+		{name: "bare IPv6 is a /128", args: []string{"--external-node-cidr=2001:db8::7"}, want: []string{"2001:db8::7/128"}},
+		{name: "repeated flag, duplicates once", args: []string{"--external-node-cidr=10.9.0.0/16", "--external-node-cidr", "2001:db8::/64,10.9.0.0/16"},
+			want: []string{"10.9.0.0/16", "2001:db8::/64"}},
+		{name: "env list", env: map[string]string{"ROUTELET_EXTERNAL_NODE_CIDR": "10.1.0.0/24, 10.2.0.0/24"}, want: []string{"10.1.0.0/24", "10.2.0.0/24"}},
+		{name: "everyone refused", args: []string{"--external-node-cidr=0.0.0.0/0"}, wantErr: "every host"},
+		{name: "garbage", args: []string{"--external-node-cidr=gateway"}, wantErr: `"gateway"`},
+		{name: "backend is case-insensitive", args: []string{"--iptables-backend=NFT"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(t, append([]string{"--node-name=n"}, tc.args...), tc.env, nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "external-node-cidr") {
+					t.Fatalf("err = %v, want one naming external-node-cidr and %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range c.ExternalNodeCIDRs {
+				got = append(got, p.String())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("external node CIDRs = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if c := mustLoad(t, []string{"--node-name=n", "--iptables-backend=NFT"}, nil, nil); c.IptablesBackend != IptablesNFT {
+		t.Errorf("backend NFT parsed as %q", c.IptablesBackend)
+	}
+	// An empty list in a higher layer clears a lower one.
+	file := map[string]string{"/c.yaml": "node-name: n\nexternal-node-cidr: [10.1.0.0/24]\n"}
+	if c := mustLoad(t, []string{"--config=/c.yaml"}, map[string]string{"ROUTELET_EXTERNAL_NODE_CIDR": ""}, file); c.ExternalNodeCIDRs != nil {
+		t.Errorf("empty env did not clear the file's list: %v", c.ExternalNodeCIDRs)
 	}
 }
