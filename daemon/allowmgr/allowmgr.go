@@ -1,0 +1,247 @@
+package allowmgr
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/routelet/routelet/pkg/ipset/allowlist"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// Allowlist is the part of *allowlist.Manager that Manager drives. Its
+// methods must be safe for concurrent use: the check runs beside the loop.
+type Allowlist interface {
+	SetConfig(cfg rules.Config) error
+	SetVXLANPeers(peers []netip.Prefix) error
+	SetIPIPPeers(peers []netip.Prefix) error
+	SetPools(pools []netip.Prefix) error
+	Apply() error
+	Check() (int, error)
+	Stats() allowlist.Stats
+}
+
+var _ Allowlist = (*allowlist.Manager)(nil)
+
+// Options configure a Manager.
+type Options struct {
+	// Rules says which rules are wanted (encapsulation, VXLAN port, devices,
+	// interface prefix, NAT outgoing).
+	Rules rules.Config
+	// ExternalNodeCIDRs may send VXLAN and IPIP although they are not
+	// nodes (external-node-cidr).
+	ExternalNodeCIDRs []netip.Prefix
+	// LocalBlocks are this node's pod CIDRs: pools even before the node's
+	// own record has been read.
+	LocalBlocks []netip.Prefix
+	// CheckPeriod is how often RunChecks re-reads and repairs; default 1s.
+	CheckPeriod time.Duration
+}
+
+// Manager feeds an Allowlist from node records. OnNodes and Apply belong to
+// the loop goroutine; RunChecks to its own; the check bookkeeping below is
+// guarded by mu.
+type Manager struct {
+	al   Allowlist
+	opts Options
+	log  *slog.Logger
+
+	// Loop-owned: what was last handed to al, to skip unchanged lists.
+	peers, pools []netip.Prefix
+	handed       bool
+
+	firstApply     chan struct{} // closed by the first Apply
+	firstApplyOnce sync.Once
+
+	mu        sync.Mutex
+	lastError string // last check error logged, to log each distinct one once
+
+	repairs     prometheus.Counter
+	checkErrors prometheus.Counter
+	checkTime   prometheus.Histogram
+}
+
+// New returns a Manager over al with opts.Rules already set.
+func New(al Allowlist, opts Options, log *slog.Logger) (*Manager, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.CheckPeriod <= 0 {
+		opts.CheckPeriod = time.Second
+	}
+	if err := al.SetConfig(opts.Rules); err != nil {
+		return nil, err
+	}
+	return &Manager{
+		al: al, opts: opts, log: log,
+		firstApply: make(chan struct{}),
+		repairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "routelet_allowlist_repairs_total",
+			Help: "Sets, chains and jumps the periodic allowlist check found tampered with and repaired.",
+		}),
+		checkErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "routelet_allowlist_check_errors_total",
+			Help: "Allowlist checks that failed (retried at the next check).",
+		}),
+		checkTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "routelet_allowlist_check_duration_seconds",
+			Help:    "Duration of each allowlist check (re-read of every routelet set and chain).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+	}, nil
+}
+
+// Register adds the Manager's metrics to reg: check repairs, errors and
+// durations, and the kernel calls the allowlist made.
+func (m *Manager) Register(reg prometheus.Registerer) error {
+	calls := func(name, help string, f func(allowlist.Stats) int) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(m.al.Stats())) })
+	}
+	for _, c := range []prometheus.Collector{
+		m.repairs, m.checkErrors, m.checkTime,
+		calls("routelet_allowlist_netlink_writes_total", "ipset netlink writes (create, destroy, add, del, swap, rename).",
+			func(s allowlist.Stats) int { return s.NetlinkWrites }),
+		calls("routelet_allowlist_netlink_reads_total", "ipset netlink dumps.",
+			func(s allowlist.Stats) int { return s.NetlinkReads }),
+		calls("routelet_allowlist_iptables_execs_total", "iptables executions, reads included.",
+			func(s allowlist.Stats) int { return s.IptablesExecs }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OnNodes derives the desired set members from this node's record and the
+// peers' (memory only). self may be nil before the node's own record exists.
+func (m *Manager) OnNodes(self *state.Node, peers []*state.Node) {
+	var hosts []netip.Prefix
+	pools := slices.Clone(m.opts.LocalBlocks)
+	for _, n := range peers {
+		for _, s := range []string{n.HostIPv4, n.HostIPv6} {
+			if s == "" {
+				continue
+			}
+			a, err := netip.ParseAddr(s)
+			if err != nil || a.Zone() != "" || a.Is4In6() {
+				m.log.Warn("allowlist: ignoring a peer's host IP", "node", n.Name, "hostIP", s)
+				continue
+			}
+			hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
+		}
+		pools = append(pools, blocks(m.log, n)...)
+	}
+	if self != nil {
+		pools = append(pools, blocks(m.log, self)...)
+	}
+	hosts = append(hosts, m.opts.ExternalNodeCIDRs...)
+	hosts, pools = normalize(hosts), normalize(pools)
+	if m.handed && slices.Equal(hosts, m.peers) && slices.Equal(pools, m.pools) {
+		return
+	}
+	// The setters only fail on prefixes normalize already dropped.
+	for _, err := range []error{m.al.SetVXLANPeers(hosts), m.al.SetIPIPPeers(hosts), m.al.SetPools(pools)} {
+		if err != nil {
+			m.log.Error("allowlist: cannot set members", "err", err)
+		}
+	}
+	m.peers, m.pools, m.handed = hosts, pools, true
+	m.log.Debug("allowlist members", "peers", len(hosts), "pools", len(pools))
+}
+
+// blocks parses a node record's blocks, skipping (and logging) bad ones.
+func blocks(log *slog.Logger, n *state.Node) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range n.Blocks {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			log.Warn("allowlist: ignoring a node's block", "node", n.Name, "block", s)
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+// normalize sorts ps, drops duplicates and prefixes no set can hold (/0,
+// IPv4-mapped IPv6).
+func normalize(ps []netip.Prefix) []netip.Prefix {
+	out := slices.DeleteFunc(ps, func(p netip.Prefix) bool {
+		return !p.IsValid() || p.Bits() == 0 || p.Addr().Is4In6()
+	})
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
+}
+
+// Apply programs the sets and chains; what fails is retried by the loop's
+// next Apply (and by the next check).
+func (m *Manager) Apply() error {
+	defer m.firstApplyOnce.Do(func() { close(m.firstApply) })
+	return m.al.Apply()
+}
+
+// RunChecks calls Check every check period until ctx is done, starting once
+// the loop's first Apply has run.
+func (m *Manager) RunChecks(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-m.firstApply:
+	}
+	t := time.NewTicker(m.opts.CheckPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.Check()
+		}
+	}
+}
+
+// Check re-reads every routelet set and chain and repairs what drifted. It
+// returns how many sets, chains or jumps were repaired; before the loop's
+// first Apply it does nothing (the desired members are not known yet).
+func (m *Manager) Check() (int, error) {
+	select {
+	case <-m.firstApply:
+	default:
+		return 0, nil
+	}
+	start := time.Now()
+	n, err := m.al.Check()
+	m.checkTime.Observe(time.Since(start).Seconds())
+	if n > 0 {
+		m.repairs.Add(float64(n))
+		m.log.Info("allowlist tampered with, repaired", "repairs", n)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.checkErrors.Inc()
+		if msg := err.Error(); msg != m.lastError {
+			m.lastError = msg
+			m.log.Warn("allowlist check failed, will retry", "err", err, "retry_in", m.opts.CheckPeriod)
+		}
+		return n, err
+	}
+	if m.lastError != "" {
+		m.lastError = ""
+		m.log.Info("allowlist check succeeds again")
+	}
+	return n, nil
+}

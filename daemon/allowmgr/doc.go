@@ -1,0 +1,17 @@
+// Package allowmgr connects routeletd's apply loop to the overlay
+// allowlists of pkg/ipset/allowlist.
+//
+// Manager implements agent.Manager: OnNodes turns node records into the
+// desired members of routelet's ipsets (peers' host IPs plus the configured
+// external node CIDRs may send VXLAN or IPIP; every node's blocks are the
+// pod pools that NAT outgoing leaves alone) and Apply hands them to the
+// allowlist, which changes the kernel only by difference. Both run on the
+// loop goroutine.
+//
+// RunChecks runs beside the loop, not in it: every check period it asks the
+// allowlist to re-read its sets and chains and repair whatever was tampered
+// with (a flushed chain, a deleted jump or member, a destroyed set). A
+// clean check changes nothing and wakes nobody. Checks start only after
+// the loop's first Apply, so a restarting daemon never "repairs" the peer
+// sets to empty before it has read the node records.
+package allowmgr
