@@ -29,7 +29,9 @@ import (
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/nodeid"
+	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -76,7 +78,8 @@ func run(args []string) int {
 			}
 			defer unlock()
 		}
-		rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol}, log)
+		rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
+			VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}}, log)
 		log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
 		if err != nil {
 			log.Error("cleanup incomplete", "err", err)
@@ -128,11 +131,6 @@ func newLogger(cfg *config.Config) *slog.Logger {
 func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	log.Info("routeletd starting", "version", fullVersion(), "node", cfg.NodeName, "stateDir", cfg.StateDir,
 		"podCIDRs", cfg.PodCIDRs, "encapsulation", cfg.Encapsulation, "config", cfg.ConfigFile)
-	if cfg.Encapsulation != config.EncapNone || cfg.CrossSubnet || cfg.NATOutgoing {
-		log.Warn("overlay, cross-subnet and NAT outgoing are recorded but not implemented in this version: "+
-			"only local pod routes are programmed", "encapsulation", cfg.Encapsulation,
-			"crossSubnet", cfg.CrossSubnet, "natOutgoing", cfg.NATOutgoing)
-	}
 	if len(cfg.PodCIDRs) == 0 {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
@@ -176,12 +174,21 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
+	om, err := newOverlay(cfg, id, status, log)
+	if err != nil {
+		return err
+	}
+	defer om.Close()
+	if mtu := om.PodMTU(); mtu > 0 {
+		podMTU = mtu
+	}
 	log.Info("node identity", "hostIPv4", addrString(id.IPv4), "hostIPv6", addrString(id.IPv6), "iface", id.Iface, "podMTU", podMTU)
 
 	self := state.Node{Name: cfg.NodeName, HostIPv4: addrString(id.IPv4), HostIPv6: addrString(id.IPv6)}
 	for _, b := range cfg.PodCIDRs {
 		self.Blocks = append(self.Blocks, b.String())
 	}
+	om.Publish(&self)
 	grace := cfg.GracePeriod
 	if grace == 0 {
 		grace = -1 // RouteTable: negative disables, 0 means its default
@@ -210,12 +217,20 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	allow, stopAllow, err := startAllowlist(ctx, cfg, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopAllow()
 	a := agent.New(agent.Options{
 		NodeName: cfg.NodeName, Self: self, LocalBlocks: cfg.PodCIDRs, PodMTU: podMTU, Version: fullVersion(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
 		StaticARP: true,
-	}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, nil, status, metrics, log)
+	}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
+	if err := om.Watch(ctx, cfg.DeviceCheckPeriod, cfg.RouteProtocol, a.NotifyApply); err != nil {
+		return err
+	}
 
 	// Watchers first, so nothing that happens during the first sync is lost.
 	if err := agent.WatchFiles(ctx, a, store.WorkloadsDir(), store.NodesDir(), log); err != nil {
@@ -225,6 +240,29 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// newOverlay builds the overlay manager for the configured mode on a real
+// overlay.Kernel in the daemon's network namespace; its route tables own
+// only routelet-protocol routes on the overlay devices and the parent.
+func newOverlay(cfg *config.Config, id nodeid.Identity, status *health.Status, log *slog.Logger) (*overlaymgr.Manager, error) {
+	mode, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet)
+	if err != nil {
+		return nil, err
+	}
+	kern, err := overlay.NewKernel()
+	if err != nil {
+		return nil, err
+	}
+	return overlaymgr.New(kern, overlaymgr.Config{
+		NodeName: cfg.NodeName, Mode: mode, HostIPv4: id.IPv4, HostIPv6: id.IPv6, LocalBlocks: cfg.PodCIDRs,
+		VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU, Logger: log,
+	}, func(v int, owned []string) (overlaymgr.RouteTable, error) {
+		return routes.New(routes.Config{
+			IPVersion: v, Protocol: cfg.RouteProtocol, InterfaceNames: owned,
+			Liveness: status.Progress, Logger: log.With("component", "overlay-routes"),
+		})
+	})
 }
 
 // waitIdentity detects the node's address, retrying (not ready meanwhile)

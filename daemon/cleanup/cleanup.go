@@ -19,6 +19,9 @@ type Options struct {
 	StateDir      string
 	IfacePrefix   string
 	RouteProtocol int
+	// VXLANDevices are deleted when they exist and are VXLAN links (a link
+	// of another type with such a name is not routelet's and stays).
+	VXLANDevices []string
 }
 
 // Report lists what was removed.
@@ -66,6 +69,27 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 				rep.Links = append(rep.Links, w.HostIface)
 			}
 		}
+	}
+
+	for _, name := range opts.VXLANDevices {
+		l, err := netlink.LinkByName(name)
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			continue
+		}
+		if err == nil {
+			if _, ok := l.(*netlink.Vxlan); !ok {
+				log.Warn("cleanup: leaving a link that is not a vxlan device", "iface", name, "type", l.Type())
+				continue
+			}
+			err = netlink.LinkDel(l)
+		}
+		if err != nil && !errors.Is(err, unix.ENODEV) {
+			errs = append(errs, fmt.Errorf("cleanup: delete vxlan device %s: %w", name, err))
+			continue
+		}
+		log.Info("deleted vxlan device", "iface", name)
+		rep.Links = append(rep.Links, name)
 	}
 
 	// Routes carrying our protocol are ours (DESIGN: every route routelet

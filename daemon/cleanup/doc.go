@@ -5,12 +5,13 @@
 // What it removes, in this order:
 //  1. host-side workload veths named in workload records (only names with the
 //     configured interface prefix); their pods lose connectivity;
-//  2. every route carrying routelet's route protocol in the main table, IPv4
+//  2. the VXLAN devices (vxlan.calico, vxlan-v6.calico; only links of type
+//     vxlan), and with them their ARP/NDP and FDB entries;
+//  3. every route carrying routelet's route protocol in the main table, IPv4
 //     and IPv6 (pod routes, the local blocks' blackholes);
-//  3. the state directory's contents routelet knows: workloads/, nodes/,
+//  4. the state directory's contents routelet knows: workloads/, nodes/,
 //     ipam/, daemon.json, routeletd.lock and leftover writer temp files, then the directory
 //     itself when it is empty.
 //
-// Overlay devices, ipsets and iptables chains are added here as those parts
-// of routelet land.
+// tunl0 stays: it is the kernel's fallback device for the ipip module.
 package cleanup

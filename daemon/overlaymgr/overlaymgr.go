@@ -1,0 +1,421 @@
+package overlaymgr
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// RouteTable is the part of *routes.RouteTable the manager drives.
+type RouteTable interface {
+	SetRoutes(iface string, targets []routes.Target)
+	MarkDirty(iface string)
+	Apply() error
+}
+
+var _ RouteTable = (*routes.RouteTable)(nil)
+
+// NewTable makes the RouteTable of one family (4 or 6) that owns only the
+// routelet-protocol routes on the given interfaces (routes.Config
+// InterfaceNames). routeletd passes a function around routes.New.
+type NewTable func(ipVersion int, owned []string) (RouteTable, error)
+
+// Config says what the overlay should look like. Zero values take the
+// defaults noted.
+type Config struct {
+	NodeName string
+	Mode     overlay.Mode
+	// HostIPv4 and HostIPv6 are the node's underlay addresses; a family
+	// without one gets no overlay (its peers' blocks stay unrouted).
+	HostIPv4, HostIPv6 netip.Addr
+	// LocalBlocks are this node's pod blocks: the tunnel addresses come from
+	// them, and peer blocks overlapping them are never routed away.
+	LocalBlocks []netip.Prefix
+	VXLANDevice string // IPv4 VXLAN device; default overlay.DeviceVXLAN (IPv6: always overlay.DeviceVXLANv6)
+	VNI, Port   int    // default overlay.DefaultVNI, overlay.DefaultPort
+	// MTU is the configured pod MTU; 0 means the parent's MTU minus the
+	// mode's overhead. It is also the overlay devices' MTU and the MTU of
+	// encapsulated routes.
+	MTU    int
+	Logger *slog.Logger
+}
+
+// device is what the manager needs of overlay.VXLAN and overlay.IPIP.
+type device interface {
+	Apply() error
+	Device() overlay.DeviceInfo
+	OnLinkUpdate(ifname string) bool
+	QueueCheck()
+}
+
+// family is the overlay of one IP family. Loop-owned except the device
+// managers, which are safe for concurrent use (Watch calls their hints).
+type family struct {
+	v       int
+	hostIP  netip.Addr
+	parent  overlay.Underlay
+	mtu     int
+	vxlan   *overlay.VXLAN // nil unless a VXLAN mode
+	devices []device       // vxlan and/or ipip
+	in      overlay.RouteInput
+	owned   []string
+	rt      RouteTable
+	created map[string]int // device name → DeviceInfo.Created last seen
+	// problems is the last set of route problems logged (logged on change).
+	problems string
+}
+
+// Manager is the overlay's agent.Manager. OnNodes and Apply run on the
+// loop goroutine; Watch's goroutine only records hints.
+type Manager struct {
+	cfg  Config
+	nl   overlay.Netlink
+	log  *slog.Logger
+	fams []*family
+	// stale lists VXLAN devices the mode no longer uses; removed by Apply.
+	stale []string
+
+	// mu guards the hints below, recorded by Watch's goroutine.
+	mu          sync.Mutex
+	dirtyIfaces map[string]bool // owned interfaces whose routes need a re-read
+	checkRoutes bool            // device check: re-read every owned interface
+}
+
+// New works out the overlay of every family (parent, MTU, devices, route
+// table) without touching the kernel beyond reading addresses and links.
+// The manager owns nl from then on: Close closes it (as does a failed New).
+// The error names what is missing, e.g. no link holding the host IP.
+func New(nl overlay.Netlink, cfg Config, newTable NewTable) (*Manager, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.VXLANDevice == "" {
+		cfg.VXLANDevice = overlay.DeviceVXLAN
+	}
+	m := &Manager{cfg: cfg, nl: nl, log: cfg.Logger.With("component", "overlay"), dirtyIfaces: map[string]bool{}}
+	for _, v := range []int{4, 6} {
+		hostIP := cfg.HostIPv4
+		if v == 6 {
+			hostIP = cfg.HostIPv6
+		}
+		blocks := blocksOf(cfg.LocalBlocks, v)
+		switch {
+		case !hostIP.IsValid():
+			if len(blocks) > 0 {
+				m.log.Warn("pod blocks of a family without a host IP: peers' blocks of that family are not routed",
+					"family", fmt.Sprintf("IPv%d", v), "blocks", blocks)
+			}
+			continue
+		case v == 6 && len(blocks) == 0:
+			// An IPv6 underlay without IPv6 pods: nothing to carry.
+			continue
+		}
+		f, err := m.newFamily(v, hostIP, blocks, newTable)
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		m.fams = append(m.fams, f)
+	}
+	// Devices this mode does not use are removed (only links of type vxlan).
+	used := map[string]bool{}
+	for _, f := range m.fams {
+		for _, d := range f.devices {
+			used[d.Device().Name] = true
+		}
+	}
+	for _, name := range []string{cfg.VXLANDevice, overlay.DeviceVXLANv6} {
+		if !used[name] {
+			m.stale = append(m.stale, name)
+		}
+	}
+	return m, nil
+}
+
+// newFamily sets up one family's parent, devices and route table.
+func (m *Manager) newFamily(v int, hostIP netip.Addr, blocks []netip.Prefix, newTable NewTable) (*family, error) {
+	c := m.cfg
+	parent, err := overlay.FindParent(m.nl, hostIP)
+	if err != nil {
+		return nil, fmt.Errorf("overlay IPv%d: %w", v, err)
+	}
+	mtu, err := overlay.PodMTU(c.MTU, parent.MTU, c.Mode, v == 6)
+	if err != nil {
+		return nil, fmt.Errorf("overlay IPv%d on %s: %w", v, parent.Name, err)
+	}
+	f := &family{v: v, hostIP: hostIP, parent: parent, mtu: mtu, created: map[string]int{}}
+	tunnel, _ := overlay.TunnelAddress(blocks, v)
+	vxlanDev := c.VXLANDevice
+	if v == 6 {
+		vxlanDev = overlay.DeviceVXLANv6
+	}
+	log := m.log.With("family", fmt.Sprintf("IPv%d", v))
+	if c.Mode.VXLAN() {
+		f.vxlan, err = overlay.NewVXLAN(m.nl, overlay.VXLANConfig{
+			IPVersion: v, Device: vxlanDev, VNI: c.VNI, Port: c.Port, HostIP: hostIP,
+			NodeName: c.NodeName, TunnelAddr: tunnel, MTU: mtu, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		f.devices = append(f.devices, f.vxlan)
+	}
+	if c.Mode.IPIP() && v == 4 {
+		ipip, err := overlay.NewIPIP(m.nl, overlay.IPIPConfig{HostIP: hostIP, TunnelAddr: tunnel, MTU: mtu, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		f.devices = append(f.devices, ipip)
+	}
+	f.in = overlay.RouteInput{
+		Mode: c.Mode, IPVersion: v, Parent: parent.Name, ParentSubnets: []netip.Prefix{parent.Subnet()},
+		LocalBlocks: blocks, VXLANDevice: vxlanDev,
+	}
+	if c.Mode != overlay.ModeNone {
+		f.in.MTU = mtu
+	}
+	f.owned = overlay.OwnedInterfaces(f.in)
+	if f.rt, err = newTable(v, f.owned); err != nil {
+		return nil, fmt.Errorf("overlay IPv%d: route table: %w", v, err)
+	}
+	// Until the first OnNodes: every owned interface wants nothing, so
+	// routes of an earlier mode or run are removed by the first Apply.
+	for _, name := range f.owned {
+		f.rt.SetRoutes(name, nil)
+	}
+	m.log.Info("overlay", "family", fmt.Sprintf("IPv%d", v), "mode", c.Mode, "parent", parent.Name,
+		"subnet", parent.Subnet(), "mtu", mtu, "tunnelAddr", tunnel, "owned", f.owned)
+	return f, nil
+}
+
+// blocksOf returns the prefixes of one family.
+func blocksOf(ps []netip.Prefix, v int) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Addr().Is4() == (v == 4) {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// Publish fills in what peers need from this node's record: the VTEP MAC
+// and tunnel address of each VXLAN device, the tunnel address of the IPIP
+// device. Fields of families without a device are cleared.
+func (m *Manager) Publish(n *state.Node) {
+	n.VTEPMAC, n.VTEPMACv6, n.TunnelIPv4, n.TunnelIPv6 = "", "", "", ""
+	for _, f := range m.fams {
+		tunnel, ok := overlay.TunnelAddress(f.in.LocalBlocks, f.v)
+		if !ok || len(f.devices) == 0 {
+			continue
+		}
+		var mac string
+		if f.vxlan != nil {
+			mac = overlay.VTEPMAC(m.cfg.NodeName, f.v).String()
+		}
+		if f.v == 4 {
+			n.TunnelIPv4, n.VTEPMAC = tunnel.String(), mac
+		} else {
+			n.TunnelIPv6, n.VTEPMACv6 = tunnel.String(), mac
+		}
+	}
+}
+
+// PodMTU returns the pod MTU the overlay allows: the smallest MTU of its
+// families (an IPv6 underlay costs 20 bytes more). 0 when no family has an
+// overlay.
+func (m *Manager) PodMTU() int {
+	mtu := 0
+	for _, f := range m.fams {
+		if mtu == 0 || f.mtu < mtu {
+			mtu = f.mtu
+		}
+	}
+	return mtu
+}
+
+// Devices returns the names of the overlay devices in use.
+func (m *Manager) Devices() []string {
+	var out []string
+	for _, f := range m.fams {
+		for _, d := range f.devices {
+			out = append(out, d.Device().Name)
+		}
+	}
+	return out
+}
+
+// OnNodes implements agent.Manager: every peer record becomes a peer of
+// each family; the VXLAN managers get the peers, the route tables every
+// owned interface's routes (memory only). self is ignored: what this node
+// publishes comes from Publish.
+func (m *Manager) OnNodes(_ *state.Node, peers []*state.Node) {
+	for _, f := range m.fams {
+		var ps []overlay.Peer
+		var problems []string
+		for _, n := range peers {
+			p, err := overlay.PeerFromNode(n, f.v)
+			if err != nil {
+				problems = append(problems, err.Error())
+				continue
+			}
+			ps = append(ps, p)
+		}
+		if f.vxlan != nil {
+			f.vxlan.SetPeers(ps)
+		}
+		in := f.in
+		in.Peers = ps
+		want, errs := overlay.Routes(in)
+		for _, err := range errs {
+			problems = append(problems, err.Error())
+		}
+		for _, name := range sortedKeys(want) {
+			f.rt.SetRoutes(name, want[name])
+		}
+		if s := strings.Join(problems, "; "); s != f.problems {
+			f.problems = s
+			if s != "" {
+				m.log.Warn("some peers' blocks are not routed", "family", fmt.Sprintf("IPv%d", f.v), "problems", problems)
+			}
+		}
+	}
+}
+
+// Apply implements agent.Manager: stale devices removed, then per family
+// the devices, then their routes. A device that was (re)created lost its
+// routes with the old one, so its routes are re-read and re-added in the
+// same pass. Errors are joined; what failed is retried by the next Apply.
+func (m *Manager) Apply() error {
+	var errs []error
+	var left []string
+	for _, name := range m.stale {
+		if err := overlay.RemoveVXLAN(m.nl, name); err != nil {
+			errs = append(errs, err)
+			left = append(left, name)
+		}
+	}
+	m.stale = left
+
+	m.mu.Lock()
+	dirty, check := m.dirtyIfaces, m.checkRoutes
+	m.dirtyIfaces, m.checkRoutes = map[string]bool{}, false
+	m.mu.Unlock()
+	for _, f := range m.fams {
+		for _, name := range f.owned {
+			if check || dirty[name] {
+				f.rt.MarkDirty(name)
+			}
+		}
+		for _, d := range f.devices {
+			if err := d.Apply(); err != nil {
+				errs = append(errs, err)
+			}
+			info := d.Device()
+			if info.Created != f.created[info.Name] {
+				f.created[info.Name] = info.Created
+				f.rt.MarkDirty(info.Name)
+			}
+		}
+		if err := f.rt.Apply(); err != nil {
+			errs = append(errs, fmt.Errorf("overlay IPv%d routes: %w", f.v, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close releases the route tables and the netlink seam where they hold
+// kernel sockets (routes.RouteTable, overlay.Kernel). The kernel state stays.
+func (m *Manager) Close() error {
+	var errs []error
+	for _, f := range m.fams {
+		if c, ok := f.rt.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	if c, ok := m.nl.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// onLink is the hint for a link event naming ifname: the devices whose
+// device or parent it names re-check themselves; an owned interface gets
+// its routes re-read (it may have come back up). It reports whether the
+// event mattered.
+func (m *Manager) onLink(ifname string) bool {
+	hit := false
+	for _, f := range m.fams {
+		for _, d := range f.devices {
+			if d.OnLinkUpdate(ifname) {
+				hit = true
+			}
+		}
+		if slices.Contains(f.owned, ifname) {
+			m.markIface(ifname)
+			hit = true
+		}
+	}
+	return hit
+}
+
+// owns reports whether ifname is an owned interface of some family.
+func (m *Manager) owns(ifname string) bool {
+	for _, f := range m.fams {
+		if slices.Contains(f.owned, ifname) {
+			return true
+		}
+	}
+	return false
+}
+
+// onNeigh is the hint for a neighbour or FDB event on ifname: on a VXLAN
+// device the entries are re-checked. It reports whether the event mattered.
+func (m *Manager) onNeigh(ifname string) bool {
+	for _, f := range m.fams {
+		if f.vxlan != nil && f.vxlan.Device().Name == ifname {
+			f.vxlan.QueueCheck()
+			return true
+		}
+	}
+	return false
+}
+
+// markIface asks the next Apply to re-read ifname's routes.
+func (m *Manager) markIface(ifname string) {
+	m.mu.Lock()
+	m.dirtyIfaces[ifname] = true
+	m.mu.Unlock()
+}
+
+// queueCheck is the periodic device check: every device re-reads itself,
+// its addresses and its neighbour and FDB entries, and every owned
+// interface its routes.
+func (m *Manager) queueCheck() {
+	for _, f := range m.fams {
+		for _, d := range f.devices {
+			d.QueueCheck()
+		}
+	}
+	m.mu.Lock()
+	m.checkRoutes = true
+	m.mu.Unlock()
+}
+
+func sortedKeys[V any](mp map[string]V) []string {
+	keys := make([]string, 0, len(mp))
+	for k := range mp {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
