@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/routelet/routelet/daemon/allowmgr"
+	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/allowlist"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+)
+
+// iptablesBackend maps the iptables-backend key to a rules backend.
+func iptablesBackend(b string) string {
+	if b == config.IptablesAuto {
+		return rules.BackendDefault
+	}
+	return b
+}
+
+// startAllowlist builds the allowlist manager (routelet's ipsets and
+// iptables chains) for cfg, registers its metrics and starts its periodic
+// tamper check, which runs until ctx is done or the returned func is
+// called. IPv6 rules are managed only when
+// ip6tables works. The returned func stops the check and closes the netlink
+// socket.
+func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Metrics, log *slog.Logger) (*allowmgr.Manager, func(), error) {
+	log = log.With("component", "allowlist")
+	backend := iptablesBackend(cfg.IptablesBackend)
+	v4, err := rules.NewIPTables(ipset.IPv4, backend)
+	if err != nil {
+		return nil, nil, fmt.Errorf("allowlist: %w (iptables-backend %q)", err, cfg.IptablesBackend)
+	}
+	var v6 rules.Table
+	if t, err := rules.NewIPTables(ipset.IPv6, backend); err != nil {
+		log.Warn("ip6tables unavailable: no IPv6 allowlist, forwarding or NAT rules", "err", err)
+	} else {
+		v6 = t
+	}
+	k, err := ipset.NewNetlink()
+	if err != nil {
+		return nil, nil, fmt.Errorf("allowlist: %w", err)
+	}
+	rc := rules.Config{
+		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
+		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
+	}
+	m, err := allowmgr.New(allowlist.New(k, v4, v6, log), allowmgr.Options{
+		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: cfg.PodCIDRs, CheckPeriod: cfg.AllowlistCheckPeriod,
+	}, log)
+	if err == nil {
+		err = m.Register(metrics.Registry)
+	}
+	if err != nil {
+		k.Close()
+		return nil, nil, fmt.Errorf("allowlist: %w", err)
+	}
+	log.Info("allowlist enabled", "vxlan", rc.VXLAN, "ipip", rc.IPIP, "natOutgoing", rc.NATOutgoing,
+		"iptablesBackend", cfg.IptablesBackend, "ipv6", v6 != nil, "checkPeriod", cfg.AllowlistCheckPeriod)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.RunChecks(ctx)
+	}()
+	return m, func() { cancel(); <-done; k.Close() }, nil
+}
