@@ -79,7 +79,7 @@ func run(args []string) int {
 			defer unlock()
 		}
 		rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
-			VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}}, log)
+			VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
 		log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
 		if err != nil {
 			log.Error("cleanup incomplete", "err", err)

@@ -22,6 +22,9 @@ type Options struct {
 	// VXLANDevices are deleted when they exist and are VXLAN links (a link
 	// of another type with such a name is not routelet's and stays).
 	VXLANDevices []string
+	// IptablesBackend picks the iptables binaries whose ROUTELET-* chains
+	// and jumps are removed: "" (whatever iptables is), "nft" or "legacy".
+	IptablesBackend string
 }
 
 // Report lists what was removed.
@@ -114,6 +117,10 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 			log.Info("deleted route", "cidr", desc, "ifindex", r.LinkIndex, "type", r.Type)
 			rep.Routes = append(rep.Routes, desc)
 		}
+	}
+
+	if err := removeAllowlist(opts.IptablesBackend, log); err != nil {
+		errs = append(errs, err)
 	}
 
 	entries, err := os.ReadDir(opts.StateDir)

@@ -9,7 +9,10 @@
 //     vxlan), and with them their ARP/NDP and FDB entries;
 //  3. every route carrying routelet's route protocol in the main table, IPv4
 //     and IPv6 (pod routes, the local blocks' blackholes);
-//  4. the state directory's contents routelet knows: workloads/, nodes/,
+//  4. the jumps to routelet's iptables chains, the ROUTELET-* chains
+//     (IPv4 and IPv6, through the configured iptables backend) and then
+//     every ipset named routelet-*;
+//  5. the state directory's contents routelet knows: workloads/, nodes/,
 //     ipam/, daemon.json, routeletd.lock and leftover writer temp files, then the directory
 //     itself when it is empty.
 //

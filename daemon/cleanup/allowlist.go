@@ -1,0 +1,39 @@
+package cleanup
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/allowlist"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+)
+
+// removeAllowlist removes routelet's jumps and ROUTELET-* chains through
+// backend's iptables and ip6tables (IPv6 skipped, with a log line, when
+// ip6tables is not usable), then every set whose name starts with
+// "routelet-". Rules go first: the kernel refuses to destroy a set a rule
+// still uses. Nothing else in the built-in chains and no other set is
+// touched; running it twice is fine.
+func removeAllowlist(backend string, log *slog.Logger) error {
+	v4, err := rules.NewIPTables(ipset.IPv4, backend)
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	var v6 rules.Table
+	if t, err := rules.NewIPTables(ipset.IPv6, backend); err != nil {
+		log.Warn("cleanup: ip6tables unavailable, IPv6 chains left alone", "err", err)
+	} else {
+		v6 = t
+	}
+	k, err := ipset.NewNetlink()
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	defer k.Close()
+	if err := allowlist.Cleanup(k, v4, v6, log); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	log.Info("removed routelet's iptables jumps, chains and ipsets", "iptablesBackend", backend)
+	return nil
+}
