@@ -1,0 +1,470 @@
+package allowlist
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// nsBase starts every namespace name of these tests; nsPrefix adds the
+// test process's PID, so leftovers of a crashed run can be found.
+const nsBase = "rl-allow-"
+
+var nsPrefix = netnstest.OwnedPrefix(nsBase)
+
+// binDir holds routeletd and the routelet plugin, built by TestMain.
+var (
+	binDir   string
+	buildErr error
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		if os.Geteuid() != 0 {
+			return m.Run() // every test skips
+		}
+		if _, err := netnstest.RemoveStale(nsBase); err != nil {
+			fmt.Fprintln(os.Stderr, "allowlist e2e:", err)
+		}
+		dir, err := os.MkdirTemp("", "routelet-allowlist-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "allowlist e2e:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binDir = dir
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		buildErr = netnstest.BuildRoutelet(ctx, dir)
+		if buildErr == nil {
+			root, err := netnstest.ModuleRoot()
+			if err != nil {
+				buildErr = err
+			} else {
+				cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "routeletd"), "./daemon")
+				cmd.Dir = root
+				if out, err := cmd.CombinedOutput(); err != nil {
+					buildErr = fmt.Errorf("build routeletd: %w\n%s", err, out)
+				}
+			}
+		}
+		return m.Run()
+	}())
+}
+
+// backends are the iptables backends every scenario runs with.
+var backends = []string{rules.BackendNFT, rules.BackendLegacy}
+
+// requireRoot skips t without root or without the tools it inspects the
+// kernel with, and fails it when the binaries did not build.
+func requireRoot(t *testing.T, backend string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces, iptables rules and ipsets, and runs routeletd")
+	}
+	for _, tool := range []string{"ipset", "iptables-" + backend, "ip6tables-" + backend} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (Debian packages ipset, iptables): %v", tool, err)
+		}
+	}
+	if buildErr != nil {
+		t.Fatalf("building routeletd and the plugin: %v", buildErr)
+	}
+}
+
+func randHex() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Underlay addresses: one /24 on a bridge.
+const (
+	nodeIP     = "192.0.2.10"
+	peerIP     = "192.0.2.11"
+	attackerIP = "192.0.2.66"
+	outsideIP  = "192.0.2.99"
+	nodeBlock  = "10.244.1.0/24"
+	peerBlock  = "10.244.2.0/24"
+)
+
+// cluster is one node under test on an underlay bridge, with the other
+// hosts that talk to it.
+type cluster struct {
+	t        *testing.T
+	backend  string
+	node     *netnstest.Node
+	peer     ns.NetNS // a real peer: its address is in a node record
+	attacker ns.NetNS // on the underlay, but no node
+	outside  ns.NetNS // a host outside the cluster
+	stateDir string
+	store    *state.Store
+	ipt      *iptables.IPTables // backend's iptables, used inside the node
+}
+
+// newCluster builds the namespaces: a "lan" namespace with bridge br0, and
+// the node, peer, attacker and outside hosts each with eth0 on it.
+func newCluster(t *testing.T, backend string) *cluster {
+	t.Helper()
+	requireRoot(t, backend)
+	c := &cluster{t: t, backend: backend, stateDir: filepath.Join(t.TempDir(), "state")}
+	id := randHex()
+	var err error
+	c.node, err = netnstest.NewNode(nsPrefix+"node-"+id, []string{binDir}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.node.Close(); err != nil {
+			t.Errorf("remove node netns: %v", err)
+		}
+	})
+	lan := newNS(t, "lan-"+id)
+	c.peer, c.attacker, c.outside = newNS(t, "peer-"+id), newNS(t, "atk-"+id), newNS(t, "out-"+id)
+	sh(t, lan, "ip link add br0 type bridge")
+	sh(t, lan, "ip link set br0 up")
+	for i, h := range []struct {
+		n  ns.NetNS
+		ip string
+	}{{c.node.NS, nodeIP}, {c.peer, peerIP}, {c.attacker, attackerIP}, {c.outside, outsideIP}} {
+		port := fmt.Sprintf("p%d", i)
+		sh(t, h.n, "ip link add eth0 type veth peer name "+port+" netns "+netnstest.Name(lan))
+		sh(t, h.n, "ip addr add "+h.ip+"/24 dev eth0")
+		sh(t, h.n, "ip link set eth0 up")
+		sh(t, lan, "ip link set "+port+" master br0 up")
+	}
+	// The node's default route leads outside, as on a real host.
+	sh(t, c.node.NS, "ip route add default via "+outsideIP)
+	c.store, err = state.Open(c.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ipt, err = rules.NewIPTables(ipset.IPv4, backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newNS creates a namespace removed when t ends.
+func newNS(t *testing.T, role string) ns.NetNS {
+	t.Helper()
+	n, err := netnstest.NewNamed(nsPrefix + role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netnstest.Remove(n); err != nil {
+			t.Errorf("remove netns: %v", err)
+		}
+	})
+	return n
+}
+
+// sh runs a command (split on spaces) inside n and returns its output.
+func sh(t *testing.T, n ns.NetNS, cmd string) string {
+	t.Helper()
+	f := strings.Fields(cmd)
+	out, err := netnstest.Exec(context.Background(), n, f[0], f[1:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// iptables runs the backend's iptables (or ip6tables with v6) in the node.
+func (c *cluster) iptables(v6 bool, args ...string) (string, error) {
+	bin := "iptables-" + c.backend
+	if v6 {
+		bin = "ip6tables-" + c.backend
+	}
+	return netnstest.Exec(context.Background(), c.node.NS, bin, args...)
+}
+
+// mustIptables is iptables failing the test on error.
+func (c *cluster) mustIptables(args ...string) string {
+	c.t.Helper()
+	out, err := c.iptables(false, args...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// chain returns `iptables -S chain` in table of the node, "" when the chain
+// does not exist.
+func (c *cluster) chain(table, chain string) string {
+	out, err := c.iptables(false, "-t", table, "-S", chain)
+	if err != nil {
+		return ""
+	}
+	return out
+}
+
+// setMembers returns the members of an ipset in the node, as `ipset list`
+// prints them; ok is false when the set does not exist.
+func (c *cluster) setMembers(name string) (members []string, ok bool) {
+	out, err := netnstest.Exec(context.Background(), c.node.NS, "ipset", "list", name)
+	if err != nil {
+		return nil, false
+	}
+	_, after, found := strings.Cut(out, "Members:\n")
+	if !found {
+		return nil, true
+	}
+	for _, l := range strings.Split(strings.TrimSpace(after), "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "":
+			continue
+		case !strings.Contains(l, "/") && strings.Contains(l, ":"):
+			l += "/128" // ipset prints host entries without their length
+		case !strings.Contains(l, "/"):
+			l += "/32"
+		}
+		members = append(members, l)
+	}
+	slices.Sort(members)
+	return members, true
+}
+
+// setNames returns `ipset list -n` of the node, sorted.
+func (c *cluster) setNames() []string {
+	c.t.Helper()
+	out := sh(c.t, c.node.NS, "ipset list -n")
+	names := strings.Fields(out)
+	slices.Sort(names)
+	return names
+}
+
+// dropAcceptCounts returns the packet counters of the first ACCEPT and
+// the first DROP rule of ROUTELET-INPUT.
+func (c *cluster) dropAcceptCounts() (accept, drop uint64, err error) {
+	err = c.node.NS.Do(func(ns.NetNS) error {
+		stats, err := c.ipt.StructuredStats("filter", rules.InputChain)
+		if err != nil {
+			return err
+		}
+		seenA, seenD := false, false
+		for _, s := range stats {
+			switch {
+			case s.Target == "ACCEPT" && !seenA:
+				accept, seenA = s.Packets, true
+			case s.Target == "DROP" && !seenD:
+				drop, seenD = s.Packets, true
+			}
+		}
+		if !seenA || !seenD {
+			return fmt.Errorf("%s has no ACCEPT and DROP rule: %+v", rules.InputChain, stats)
+		}
+		return nil
+	})
+	return accept, drop, err
+}
+
+// eventually polls cond every 20 ms until it holds, failing t after wait.
+// It returns how long it took.
+func eventually(t *testing.T, wait time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > wait {
+			t.Fatalf("%s: not within %s", what, wait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// writeNode writes a node record into the node's nodes/ directory, as
+// copying another node's record there would.
+func (c *cluster) writeNode(name, hostIP, block string) {
+	c.t.Helper()
+	if err := c.store.PutNode(&state.Node{Version: 1, Name: name, HostIPv4: hostIP, Blocks: []string{block}, Updated: time.Now().UTC()}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// daemon is a routeletd running in the node.
+type daemon struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// routeletdArgs are the flags every test daemon gets; extra ones follow
+// and win.
+func (c *cluster) routeletdArgs(extra ...string) []string {
+	return append([]string{"--node-name=node-a", "--state-dir=" + c.stateDir, "--pod-cidr=" + nodeBlock,
+		"--node-ip=" + nodeIP, "--iptables-backend=" + c.backend, "--log-level=debug"}, extra...)
+}
+
+// startDaemon runs routeletd in the node and waits until daemon.json says
+// it is ready. It is killed when the test ends; its log is printed if the
+// test failed.
+func (c *cluster) startDaemon(extra ...string) *daemon {
+	c.t.Helper()
+	args := append([]string{"netns", "exec", netnstest.Name(c.node.NS), filepath.Join(binDir, "routeletd")}, c.routeletdArgs(extra...)...)
+	d := &daemon{cmd: exec.Command("ip", args...), log: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t := c.t
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			t.Logf("routeletd log:\n%s", d.log.String())
+		}
+	})
+	eventually(t, 15*time.Second, "routeletd ready (daemon.json)", func() bool {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("routeletd exited: %v\n%s", err, d.log.String())
+		default:
+		}
+		st, err := c.store.ReadDaemonStatus()
+		return err == nil && st.Ready
+	})
+	return d
+}
+
+// stop sends SIGTERM, waits for the exit (SIGKILL after 10 s) and returns
+// the exit error. Stopping a stopped daemon returns the first result.
+func (d *daemon) stop() error {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-d.done:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		err = <-d.done
+		err = errors.Join(errors.New("routeletd ignored SIGTERM for 10s"), err)
+	}
+	d.done <- err
+	return err
+}
+
+// rawListener is a raw IPv4 socket for one IP protocol inside a namespace.
+// The kernel hands raw sockets a copy of each packet after the INPUT hook
+// and before the protocol's own handler, so it sees exactly the packets
+// the firewall let through to the host, whether or not a VXLAN or IPIP
+// device then consumes them.
+type rawListener struct {
+	c *net.IPConn
+}
+
+func listenRaw(t *testing.T, n ns.NetNS, proto string) *rawListener {
+	t.Helper()
+	var c *net.IPConn
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.ListenIP("ip4:"+proto, &net.IPAddr{IP: net.IPv4zero})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawListener{c: c}
+}
+
+// sawFrom reads for up to wait and reports whether a packet from src
+// whose payload (after the IPv4 header) contains marker arrived.
+func (r *rawListener) sawFrom(t *testing.T, src, marker string, wait time.Duration) bool {
+	t.Helper()
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(wait)
+	for {
+		_ = r.c.SetReadDeadline(deadline)
+		n, from, err := r.c.ReadFrom(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from.String() == src && bytes.Contains(buf[:n], []byte(marker)) {
+			return true
+		}
+	}
+}
+
+// sendVXLAN sends one UDP datagram to the node's VXLAN port from n: a VXLAN
+// header (VNI 4096) and marker, as a forged encapsulated frame would be.
+func sendVXLAN(t *testing.T, n ns.NetNS, marker string) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		c, err := net.Dial("udp4", net.JoinHostPort(nodeIP, "4789"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write(append([]byte{0x08, 0, 0, 0, 0, 0x10, 0, 0}, marker...))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendIPIP sends one IPIP packet (protocol 4) to the node from n: an inner
+// IPv4/UDP header towards a pod address of the node, then marker.
+func sendIPIP(t *testing.T, n ns.NetNS, marker string) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		c, err := net.Dial("ip4:4", nodeIP)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		total := 20 + 8 + len(marker)
+		inner := []byte{0x45, 0, byte(total >> 8), byte(total), 0, 0, 0, 0, 64, 17, 0, 0, 10, 244, 2, 9, 10, 244, 1, 2,
+			0x30, 0x39, 0x30, 0x39, byte((8 + len(marker)) >> 8), byte(8 + len(marker)), 0, 0}
+		_, err = c.Write(append(inner, marker...))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

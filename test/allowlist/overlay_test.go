@@ -1,0 +1,100 @@
+package allowlist
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// TestOverlayAllowlist: an attacker on the underlay that is no node sends
+// VXLAN (UDP 4789) or IPIP to the node: the DROP rule of ROUTELET-INPUT
+// counts it and nothing reaches the host; the same traffic from a peer
+// (whose record is in nodes/) is accepted. Writing a node record for the
+// attacker makes its traffic accepted; deleting the record blocks it again.
+func TestOverlayAllowlist(t *testing.T) {
+	for _, backend := range backends {
+		for _, encap := range []string{"vxlan", "ipip"} {
+			t.Run(backend+"/"+encap, func(t *testing.T) { testOverlayAllowlist(t, backend, encap) })
+		}
+	}
+}
+
+func testOverlayAllowlist(t *testing.T, backend, encap string) {
+	c := newCluster(t, backend)
+	set, proto, send := "routelet-vxlan-peers", "17", sendVXLAN
+	if encap == "ipip" {
+		set, proto, send = "routelet-ipip-peers", "4", sendIPIP
+	}
+	c.writeNode("node-b", peerIP, peerBlock)
+	d := c.startDaemon("--encapsulation=" + encap)
+	hasMember := func(ip string) func() bool {
+		return func() bool {
+			m, _ := c.setMembers(set)
+			return slices.Contains(m, ip+"/32")
+		}
+	}
+	eventually(t, 5*time.Second, "peer "+peerIP+" in "+set, hasMember(peerIP))
+	raw := listenRaw(t, c.node.NS, proto)
+
+	n := 0
+	// expect sends one packet from host (address src) and checks that it
+	// was accepted (delivered, the ACCEPT counter moved) or dropped (the
+	// DROP counter moved, nothing delivered).
+	expect := func(host ns.NetNS, src string, accepted bool) {
+		t.Helper()
+		n++
+		marker := fmt.Sprintf("routelet-test-%s-%d", encap, n)
+		a0, d0, err := c.dropAcceptCounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		send(t, host, marker)
+		if accepted {
+			if !raw.sawFrom(t, src, marker, 5*time.Second) {
+				t.Fatalf("%s traffic from %s (%s) did not reach the node", encap, src, marker)
+			}
+			if a, _, _ := c.dropAcceptCounts(); a <= a0 {
+				t.Errorf("ACCEPT counter of %s stayed at %d after %s traffic from %s", set, a, encap, src)
+			}
+			return
+		}
+		eventually(t, 5*time.Second, fmt.Sprintf("DROP counter moves for %s from %s", encap, src), func() bool {
+			_, d, err := c.dropAcceptCounts()
+			return err == nil && d > d0
+		})
+		if raw.sawFrom(t, src, marker, 200*time.Millisecond) {
+			t.Fatalf("%s traffic from non-peer %s (%s) reached the node", encap, src, marker)
+		}
+	}
+
+	expect(c.attacker, attackerIP, false)
+	expect(c.peer, peerIP, true)
+
+	c.writeNode("intruder", attackerIP, "10.244.66.0/24")
+	eventually(t, 5*time.Second, "attacker "+attackerIP+" in "+set+" after its record was written", hasMember(attackerIP))
+	expect(c.attacker, attackerIP, true)
+
+	if err := c.store.DeleteNode("intruder"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "attacker "+attackerIP+" out of "+set+" after its record was deleted",
+		func() bool { return !hasMember(attackerIP)() })
+	expect(c.attacker, attackerIP, false)
+	expect(c.peer, peerIP, true)
+
+	// A restart with the attacker's subnet configured as external nodes
+	// lets it in without a record; the peer stays allowed throughout.
+	if err := d.stop(); err != nil {
+		t.Fatalf("routeletd exit: %v", err)
+	}
+	c.startDaemon("--encapsulation="+encap, "--external-node-cidr=192.0.2.64/28")
+	eventually(t, 5*time.Second, "192.0.2.64/28 in "+set, func() bool {
+		m, _ := c.setMembers(set)
+		return slices.Contains(m, "192.0.2.64/28")
+	})
+	expect(c.attacker, attackerIP, true)
+	expect(c.peer, peerIP, true)
+}
