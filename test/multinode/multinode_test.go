@@ -1,0 +1,328 @@
+package multinode
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// Overlay MTUs on the 1500-byte underlay: VXLAN over IPv4 costs 50 bytes,
+// over IPv6 70. A dual-stack node publishes the smaller as its pod MTU.
+const (
+	mtuV4  = 1450
+	mtuV6  = 1430
+	podMTU = mtuV6
+)
+
+// sameSubnet reports whether two nodes share an underlay subnet (a and b).
+func sameSubnet(x, y *node) bool { return x.spec.gw4 == y.spec.gw4 }
+
+// firstAddr is a block's first address: the node's tunnel address.
+func firstAddr(block string) string { return netip.MustParsePrefix(block).Addr().String() }
+
+func hostAddr(cidr string) string { return netip.MustParsePrefix(cidr).Addr().String() }
+
+// expected is the dataplane node n must hold towards its peers in mode
+// ("vxlan", "vxlan-cross-subnet" or "none"), given the peers it knows.
+func expected(n *node, mode string, peers []*node) dataplane {
+	var d dataplane
+	vxlan := mode != "none"
+	for _, p := range peers {
+		direct := mode != "vxlan" && sameSubnet(n, p)
+		switch {
+		case direct:
+			d.Routes4 = append(d.Routes4, fmt.Sprintf("%s via %s dev eth0", p.spec.block4, hostAddr(p.spec.host4)))
+			d.Routes6 = append(d.Routes6, fmt.Sprintf("%s via %s dev eth0", p.spec.block6, hostAddr(p.spec.host6)))
+		case vxlan:
+			d.Routes4 = append(d.Routes4, fmt.Sprintf("%s via %s dev vxlan.calico onlink mtu %d", p.spec.block4, firstAddr(p.spec.block4), mtuV4))
+			d.Routes6 = append(d.Routes6, fmt.Sprintf("%s via %s dev vxlan-v6.calico onlink mtu %d", p.spec.block6, firstAddr(p.spec.block6), mtuV6))
+		}
+		if vxlan {
+			// Every peer's VTEP is programmed, also those reached directly.
+			mac4, mac6 := overlay.VTEPMAC(p.spec.name, 4), overlay.VTEPMAC(p.spec.name, 6)
+			d.Neigh4 = append(d.Neigh4, fmt.Sprintf("%s lladdr %s", firstAddr(p.spec.block4), mac4))
+			d.FDB4 = append(d.FDB4, fmt.Sprintf("%s dst %s", mac4, hostAddr(p.spec.host4)))
+			d.Neigh6 = append(d.Neigh6, fmt.Sprintf("%s lladdr %s", firstAddr(p.spec.block6), mac6))
+			d.FDB6 = append(d.FDB6, fmt.Sprintf("%s dst %s", mac6, hostAddr(p.spec.host6)))
+		}
+	}
+	for _, s := range []*[]string{&d.Routes4, &d.Routes6, &d.Neigh4, &d.FDB4, &d.Neigh6, &d.FDB6} {
+		slices.Sort(*s)
+	}
+	return d
+}
+
+// peersOf returns every node but n.
+func (c *cluster) peersOf(n *node) []*node {
+	var out []*node
+	for _, p := range c.nodes {
+		if p != n {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// checkAll waits until every node holds exactly the expected dataplane.
+func (c *cluster) checkAll(mode string) {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		c.waitDataplane(n, 10*time.Second, "after start", expected(n, mode, c.peersOf(n)))
+	}
+}
+
+// TestVXLAN: three dual-stack nodes over VXLAN (vxlan.calico and, over the
+// IPv6 underlay, vxlan-v6.calico). Every pod reaches every other pod over
+// IPv4 and IPv6, also the node behind the router; each node holds exactly
+// one route, one ARP/NDP and one FDB entry per peer and family. Then the
+// repairs and changes an operator would cause.
+func TestVXLAN(t *testing.T) {
+	c := newCluster(t, "--encapsulation=vxlan")
+	c.start()
+	c.checkAll("vxlan")
+	if bad := c.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
+		t.Fatalf("pods that should reach each other do not:\n%s", strings.Join(bad, "\n"))
+	}
+	a, b, cn := c.node("a"), c.node("b"), c.node("c")
+
+	// Our own record publishes what peers need.
+	self, err := a.store.GetNode("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self.VTEPMAC != overlay.VTEPMAC("a", 4).String() || self.TunnelIPv4 != "10.244.1.0" ||
+		self.VTEPMACv6 != overlay.VTEPMAC("a", 6).String() || self.TunnelIPv6 != "fd00:244:1::" {
+		t.Errorf("node a's record = %+v, want its VTEP MACs and tunnel addresses", self)
+	}
+
+	t.Run("pod MTU and a 1400-byte DF payload", func(t *testing.T) {
+		st, err := a.store.ReadDaemonStatus()
+		if err != nil || st.PodMTU != podMTU {
+			t.Fatalf("daemon.json podMTU = %+v, %v; want %d (1500 - 70, the IPv6 underlay's VXLAN overhead)", st, err, podMTU)
+		}
+		from, to := a.pods[0], cn.pods[0]
+		var mtu int
+		from.ns.Do(func(ns.NetNS) error {
+			l, err := netlink.LinkByName("eth0")
+			if err == nil {
+				mtu = l.Attrs().MTU
+			}
+			return err
+		})
+		if mtu != podMTU {
+			t.Errorf("pod eth0 MTU = %d, want %d from daemon.json", mtu, podMTU)
+		}
+		// 1372 bytes of ICMP payload + 8 (ICMP) + 20 (IPv4) = a 1400-byte
+		// packet, with DF set (-M do): it must cross a→router→c whole.
+		if out, ok := ping(from, to.ip4, "-M", "do", "-s", "1372"); !ok {
+			t.Errorf("1400-byte DF packet %s → %s lost:\n%s", from.name, to.ip4, out)
+		}
+		// The largest packet the pod may send (its MTU) fits the tunnel: the
+		// outer packet is then exactly 1500 bytes on the underlay.
+		if out, ok := ping(from, to.ip4, "-M", "do", "-s", fmt.Sprint(podMTU-28)); !ok {
+			t.Errorf("%d-byte DF packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.name, to.ip4, out)
+		}
+		if out, ok := ping(from, to.ip6, "-M", "do", "-s", fmt.Sprint(podMTU-48)); !ok {
+			t.Errorf("%d-byte IPv6 packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.name, to.ip6, out)
+		}
+	})
+
+	t.Run("vxlan device deleted is back within 1s with its routes", func(t *testing.T) {
+		l, err := a.nl.LinkByName("vxlan.calico")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.nl.LinkDel(l); err != nil {
+			t.Fatal(err)
+		}
+		c.waitDataplane(a, time.Second, "after ip link del vxlan.calico", expected(a, "vxlan", c.peersOf(a)))
+		if out, ok := ping(a.pods[0], cn.pods[1].ip4); !ok {
+			t.Errorf("pod a → pod c after the device came back:\n%s", out)
+		}
+	})
+
+	t.Run("MTU changed by hand is corrected", func(t *testing.T) {
+		l, err := a.nl.LinkByName("vxlan.calico")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.nl.LinkSetMTU(l, 1300); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Second, "vxlan.calico MTU back to 1450", func() bool {
+			l, err := a.nl.LinkByName("vxlan.calico")
+			return err == nil && l.Attrs().MTU == mtuV4
+		})
+	})
+
+	t.Run("peer VTEP MAC changed in its record", func(t *testing.T) {
+		path := filepath.Join(a.store.NodesDir(), "b.json")
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec state.Node
+		if err := json.Unmarshal(orig, &rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.VTEPMAC = "02:aa:bb:cc:dd:ee"
+		changed, _ := json.Marshal(&rec)
+		if err := os.WriteFile(path, changed, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want := expected(a, "vxlan", c.peersOf(a))
+		mac := overlay.VTEPMAC("b", 4).String()
+		for i, s := range want.Neigh4 {
+			want.Neigh4[i] = strings.ReplaceAll(s, mac, "02:aa:bb:cc:dd:ee")
+		}
+		for i, s := range want.FDB4 {
+			want.FDB4[i] = strings.ReplaceAll(s, mac, "02:aa:bb:cc:dd:ee")
+		}
+		slices.Sort(want.FDB4)
+		c.waitDataplane(a, 5*time.Second, "after b's VTEP MAC changed", want)
+		// b's device still has its real MAC, so a's pods cannot reach b's
+		// over IPv4 now; restoring the record restores them.
+		if _, ok := ping(a.pods[0], b.pods[0].ip4); ok {
+			t.Errorf("pod a → pod b reachable through a wrong VTEP MAC")
+		}
+		if err := os.WriteFile(path, orig, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.waitDataplane(a, 5*time.Second, "after b's record was restored", expected(a, "vxlan", c.peersOf(a)))
+		if out, ok := ping(a.pods[0], b.pods[0].ip4); !ok {
+			t.Errorf("pod a → pod b after the record was restored:\n%s", out)
+		}
+	})
+
+	t.Run("peer record removed", func(t *testing.T) {
+		if err := os.Remove(filepath.Join(a.store.NodesDir(), "c.json")); err != nil {
+			t.Fatal(err)
+		}
+		c.waitDataplane(a, 5*time.Second, "after c's record was removed", expected(a, "vxlan", []*node{b}))
+		if _, ok := ping(a.pods[0], cn.pods[0].ip4); ok {
+			t.Errorf("pod a → pod c still reachable after c's record was removed from a")
+		}
+		// The remaining peer is untouched.
+		if out, ok := ping(a.pods[0], b.pods[1].ip4); !ok {
+			t.Errorf("pod a → pod b after c's record was removed:\n%s", out)
+		}
+	})
+
+	t.Run("routeletd cleanup removes the vxlan devices", func(t *testing.T) {
+		a.d.stop(t)
+		// The dataplane outlives the daemon.
+		if _, err := a.nl.LinkByName("vxlan.calico"); err != nil {
+			t.Fatalf("vxlan.calico gone after SIGTERM: %v", err)
+		}
+		out, err := exec.Command("ip", "netns", "exec", netnstest.Name(a.n.NS), filepath.Join(binDir, "routeletd"),
+			"cleanup", "--state-dir="+a.stateDir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("routeletd cleanup: %v\n%s", err, out)
+		}
+		for _, dev := range []string{"vxlan.calico", "vxlan-v6.calico"} {
+			if _, err := a.nl.LinkByName(dev); err == nil {
+				t.Errorf("%s still present after cleanup", dev)
+			}
+		}
+		if d, err := a.read(); err != nil || len(d.Routes4)+len(d.Routes6) != 0 {
+			t.Errorf("overlay routes after cleanup: %v %v", d, err)
+		}
+	})
+}
+
+// TestVXLANCrossSubnet: a and b share a subnet and route each other's blocks
+// directly over eth0, unencapsulated; c is reached (and reaches them)
+// through VXLAN. Every pod reaches every other pod.
+func TestVXLANCrossSubnet(t *testing.T) {
+	c := newCluster(t, "--encapsulation=vxlan", "--cross-subnet")
+	c.start()
+	c.checkAll("vxlan-cross-subnet")
+	if bad := c.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
+		t.Fatalf("pods that should reach each other do not:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestNoEncapsulation (host-gw): a and b route each other's blocks directly
+// and their pods talk; c is behind a router that knows no pod routes, so
+// host-gw cannot reach it — no node programs a route for it (a route via a
+// gateway that is not on-link would not work) and pings between c's pods and
+// the others fail, as a user of host-gw mode must expect. No VXLAN device
+// exists on any node.
+func TestNoEncapsulation(t *testing.T) {
+	c := newCluster(t, "--encapsulation=none")
+	c.start()
+	c.checkAll("none")
+	for _, n := range c.nodes {
+		for _, dev := range []string{"vxlan.calico", "vxlan-v6.calico"} {
+			if _, err := n.nl.LinkByName(dev); err == nil {
+				t.Errorf("node %s has %s in encapsulation none", n.spec.name, dev)
+			}
+		}
+		st, err := n.store.ReadDaemonStatus()
+		if err != nil || st.PodMTU != 1500 {
+			t.Errorf("node %s daemon.json podMTU = %+v, %v; want 1500 (no encapsulation overhead)", n.spec.name, st, err)
+		}
+	}
+	if bad := c.reachability(func(from, to *node) bool { return from == to || sameSubnet(from, to) }); len(bad) > 0 {
+		t.Fatalf("reachability differs from host-gw's:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestIPIP runs the IPIP mode where the kernel can: a and b and c reach
+// each other's pods over tunl0 (IPv4 only).
+func TestIPIP(t *testing.T) {
+	requireRoot(t)
+	if err := ipipSupported(); err != nil {
+		t.Skipf("kernel cannot do IPIP (no CONFIG_NET_IPIP / ipip module): %v", err)
+	}
+	c := newCluster(t, "--encapsulation=ipip")
+	c.start()
+	for _, n := range c.nodes {
+		var want []string
+		for _, p := range c.peersOf(n) {
+			want = append(want, fmt.Sprintf("%s via %s dev tunl0 onlink mtu 1480", p.spec.block4, hostAddr(p.spec.host4)))
+		}
+		slices.Sort(want)
+		eventually(t, 10*time.Second, "ipip routes on "+n.spec.name, func() bool {
+			got, err := n.overlayRoutes(netlink.FAMILY_V4)
+			return err == nil && slices.Equal(got, want)
+		})
+	}
+	pods := c.allPods()
+	for _, from := range pods {
+		for _, to := range pods {
+			if from.p != to.p {
+				if out, ok := ping(from.p, to.p.ip4); !ok {
+					t.Errorf("%s → %s over IPIP:\n%s", from.p.name, to.p.ip4, out)
+				}
+			}
+		}
+	}
+}
+
+// ipipSupported tries to create an ipip link in a scratch namespace.
+func ipipSupported() error {
+	n, err := netnstest.New(nsPrefix + "ipip-probe-")
+	if err != nil {
+		return err
+	}
+	defer netnstest.Remove(n)
+	return n.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Iptun{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}})
+	})
+}
+
