@@ -325,4 +325,3 @@ func ipipSupported() error {
 		return netlink.LinkAdd(&netlink.Iptun{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}})
 	})
 }
-
