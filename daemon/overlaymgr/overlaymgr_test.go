@@ -205,8 +205,7 @@ func TestDeviceRecreatedRoutesReread(t *testing.T) {
 func TestModeNoneRemovesVXLAN(t *testing.T) {
 	nl := overlay.NewFakeNetlink()
 	nl.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"))
-	// A device of an earlier VXLAN run, and a foreign link that only shares
-	// the IPv6 device's name.
+	// A device of an earlier VXLAN run.
 	if err := nl.LinkAdd(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vxlan.calico", HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 1}}, VxlanId: 4096}); err != nil {
 		t.Fatal(err)
 	}
