@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/routelet/routelet/internal/netnstest"
 )
@@ -32,6 +34,27 @@ func requireClean(t *testing.T) {
 	if _, err := os.Lstat(workDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s left behind (%v)", workDir, err)
 	}
+	if pids := daemonsOf(workDir); len(pids) > 0 {
+		t.Errorf("routeletd processes left running: %v", pids)
+	}
+}
+
+// daemonsOf returns the PIDs of processes whose command line mentions dir
+// (the demo's daemons get their state dir under it).
+func daemonsOf(dir string) []int {
+	var pids []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(dir+"/")) && bytes.Contains(b, []byte("routeletd")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // fakePlugin writes an executable "routelet" running script into a new dir.
@@ -44,8 +67,9 @@ func fakePlugin(t *testing.T, script string) string {
 	return dir
 }
 
-// TestDemo runs the whole demo with the real plugin: both pods reach each
-// other over v4 and v6 and nothing is left afterwards.
+// TestDemo runs the whole demo with the real plugin and daemons: every pod
+// reaches every pod on the other nodes over v4 and v6, the TCP transfer
+// completes, and nothing is left afterwards.
 func TestDemo(t *testing.T) {
 	requireRoot(t)
 	var out bytes.Buffer
@@ -55,7 +79,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v", err)
 	}
-	for _, want := range []string{"4/4 pings ok", "DEL left 0 host routes", "cleaned up"} {
+	for _, want := range []string{"48/48 cross-node pings ok", "MB/s (v6)", "DEL left 0 pod routes", "cleaned up"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
 		}
@@ -89,8 +113,8 @@ func TestDemoInterrupted(t *testing.T) {
 	requireClean(t)
 }
 
-// TestDemoRemovesLeftovers: namespaces and state of a crashed run are removed
-// at start.
+// TestDemoRemovesLeftovers: namespaces, state and still running processes
+// (daemons) of a crashed run are removed at start.
 func TestDemoRemovesLeftovers(t *testing.T) {
 	requireRoot(t)
 	// A crashed run: a PID that is certainly gone (a reaped child) owns a
@@ -105,6 +129,25 @@ func TestDemoRemovesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { netnstest.Remove(stale) })
+	// A daemon of the crashed run, still running in its namespace.
+	orphan := exec.Command("ip", "netns", "exec", netnstest.Name(stale), "sleep", "300")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan error, 1)
+	go func() { reaped <- orphan.Wait() }()
+	t.Cleanup(func() { orphan.Process.Kill() })
+	inNS := func() bool {
+		a, err1 := os.Readlink(filepath.Join("/proc", strconv.Itoa(orphan.Process.Pid), "ns", "net"))
+		var st syscall.Stat_t
+		err2 := syscall.Stat(stale.Path(), &st)
+		return err1 == nil && err2 == nil && a == "net:["+strconv.FormatUint(st.Ino, 10)+"]"
+	}
+	for deadline := time.Now().Add(5 * time.Second); !inNS(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in daemon never entered the stale namespace")
+		}
+	}
 	staleDir := filepath.Join(workRoot, pid)
 	if err := os.MkdirAll(filepath.Join(staleDir, "state"), 0o700); err != nil {
 		t.Fatal(err)
@@ -117,6 +160,11 @@ func TestDemoRemovesLeftovers(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "removed leftovers") || !strings.Contains(out.String(), netnstest.Name(stale)) {
 		t.Errorf("demo output does not report the leftovers it removed:\n%s", out.String())
+	}
+	select {
+	case <-reaped:
+	case <-time.After(5 * time.Second):
+		t.Errorf("process in the stale namespace still running 5s after the demo started")
 	}
 	if _, err := os.Stat(stale.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale namespace %s survived (%v)", stale.Path(), err)

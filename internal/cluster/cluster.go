@@ -1,0 +1,472 @@
+// Package cluster builds a simulated routelet cluster on one machine for the
+// demo and the benchmarks: a "router" network namespace, "node" namespaces
+// on an underlay behind it (on its bridge, or routed on a subnet of their
+// own), routeletd running in each node with the file datastore, every node's
+// record copied into every other node's nodes/ directory (as an operator
+// would copy the file), and pods attached through the routelet plugin with
+// libcni. Nothing outside the cluster's namespaces is touched.
+//
+// Everything a cluster makes is named with the caller's prefix (use
+// netnstest.OwnedPrefix), and daemons get SIGKILL when the creating process
+// dies; RemoveStale kills daemons and removes namespaces that crashed runs
+// left behind.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// NodeSpec describes one node. Host addresses carry their prefix length;
+// the router answers at Gw4/Gw6 on the node's subnet.
+type NodeSpec struct {
+	Name           string
+	Host4, Host6   string // e.g. "10.0.1.10/24", "fd00:1::10/64"; Host6 may be empty
+	Gw4, Gw6       string // the router's address on the node's subnet
+	Block4, Block6 string // --pod-cidr values; Block6 may be empty
+	// Routed puts the node on a subnet of its own behind the router (the
+	// router's port carries Gw4/Gw6); otherwise the node is on the
+	// router's bridge, which carries Gw4/Gw6.
+	Routed bool
+}
+
+// Options configure a cluster.
+type Options struct {
+	Prefix    string     // namespace name prefix, e.g. netnstest.OwnedPrefix("routelet-demo-")
+	PluginDir string     // holds the routelet plugin
+	Daemon    string     // path of the routeletd binary
+	WorkDir   string     // state dirs, libcni caches and daemon logs go here
+	Nodes     []NodeSpec // in order
+	// DaemonArgs are extra routeletd flags (e.g. "--encapsulation=vxlan").
+	DaemonArgs []string
+	CNIVersion string // default "1.1.0"
+}
+
+// Cluster is a running simulated cluster. Close removes all of it.
+type Cluster struct {
+	opts   Options
+	Router ns.NetNS
+	Nodes  []*Node
+}
+
+// Node is one simulated host.
+type Node struct {
+	Spec     NodeSpec
+	CNI      *netnstest.Node
+	StateDir string
+	Store    *state.Store
+	Conf     *libcni.NetworkConfigList
+	LogPath  string // routeletd's log
+	Pods     []*Pod
+	daemon   *exec.Cmd
+	done     chan struct{}
+}
+
+// Pod is a workload attached through the plugin.
+type Pod struct {
+	Name      string
+	NS        ns.NetNS
+	RT        *libcni.RuntimeConf
+	HostIface string
+	IPv4      netip.Addr
+	IPv6      netip.Addr
+	attached  bool
+}
+
+// New builds the router and the nodes' namespaces, uplinks, addresses and
+// default routes. Nothing of routelet runs yet. On error everything made so
+// far is removed.
+func New(opts Options) (c *Cluster, err error) {
+	if opts.CNIVersion == "" {
+		opts.CNIVersion = "1.1.0"
+	}
+	c = &Cluster{opts: opts}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+			c = nil
+		}
+	}()
+	if c.Router, err = netnstest.NewNamed(opts.Prefix + "router"); err != nil {
+		return c, err
+	}
+	for _, k := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if _, err := netnstest.Sysctl(c.Router, k, "1"); err != nil {
+			return c, err
+		}
+	}
+	if err := noDAD(c.Router); err != nil {
+		return c, err
+	}
+	rnl, err := handleIn(c.Router)
+	if err != nil {
+		return c, err
+	}
+	defer rnl.Close()
+	if err := rnl.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}); err != nil {
+		return c, fmt.Errorf("router bridge: %w", err)
+	}
+	br, err := up(rnl, "br0")
+	if err != nil {
+		return c, err
+	}
+	bridged := false
+	rfd, err := netns.GetFromPath(c.Router.Path())
+	if err != nil {
+		return c, err
+	}
+	defer rfd.Close()
+
+	for _, s := range opts.Nodes {
+		nd := &Node{Spec: s, StateDir: filepath.Join(opts.WorkDir, s.Name, "state"), LogPath: filepath.Join(opts.WorkDir, s.Name, "routeletd.log")}
+		if nd.CNI, err = netnstest.NewNode(opts.Prefix+"node-"+s.Name, []string{opts.PluginDir}, filepath.Join(opts.WorkDir, s.Name, "cache")); err != nil {
+			return c, err
+		}
+		c.Nodes = append(c.Nodes, nd)
+		if err := noDAD(nd.CNI.NS); err != nil {
+			return c, err
+		}
+		nl, err := handleIn(nd.CNI.NS)
+		if err != nil {
+			return c, err
+		}
+		err = setupUplink(nl, rnl, rfd, br, s, !bridged)
+		nl.Close()
+		if err != nil {
+			return c, fmt.Errorf("node %s underlay: %w", s.Name, err)
+		}
+		if !s.Routed {
+			bridged = true
+		}
+		if nd.Store, err = state.Open(nd.StateDir); err != nil {
+			return c, err
+		}
+		// No ipam.blocks and no mtu: the plugin takes both from routeletd's
+		// daemon.json, as on a real node.
+		if nd.Conf, err = (netnstest.RouteletConf{Name: "routelet", CNIVersion: opts.CNIVersion, StateDir: nd.StateDir}).ConfList(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// setupUplink creates the node's eth0 with its peer in the router, adds the
+// addresses and default routes; first says whether the bridge still needs
+// the gateway addresses.
+func setupUplink(nl, rnl *netlink.Handle, rfd netns.NsHandle, br netlink.Link, s NodeSpec, first bool) error {
+	port := "to-" + s.Name
+	if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: port, PeerNamespace: netlink.NsFd(rfd)}); err != nil {
+		return fmt.Errorf("uplink: %w", err)
+	}
+	eth0, err := up(nl, "eth0")
+	if err != nil {
+		return err
+	}
+	rport, err := up(rnl, port)
+	if err != nil {
+		return err
+	}
+	gwLink := br
+	if s.Routed {
+		gwLink = rport
+	} else if err := rnl.LinkSetMaster(rport, br); err != nil {
+		return fmt.Errorf("bridge port %s: %w", port, err)
+	}
+	for _, pair := range [][2]string{{s.Host4, s.Gw4}, {s.Host6, s.Gw6}} {
+		host, gw := pair[0], pair[1]
+		if host == "" {
+			continue
+		}
+		if err := addAddr(nl, eth0, host); err != nil {
+			return err
+		}
+		pfx := netip.MustParsePrefix(host)
+		if s.Routed || first {
+			if err := addAddr(rnl, gwLink, fmt.Sprintf("%s/%d", gw, pfx.Bits())); err != nil && !errors.Is(err, unix.EEXIST) {
+				return err
+			}
+		}
+		if err := nl.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
+			return fmt.Errorf("default route via %s: %w", gw, err)
+		}
+	}
+	return nil
+}
+
+// noDAD turns off IPv6 duplicate address detection for links made in n from
+// now on, so no address is tentative (and the underlay drops nothing) in
+// the first second.
+func noDAD(n ns.NetNS) error {
+	for _, k := range []string{"net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad"} {
+		if _, err := netnstest.Sysctl(n, k, "0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func handleIn(n ns.NetNS) (*netlink.Handle, error) {
+	h, err := netns.GetFromPath(n.Path())
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	return netlink.NewHandleAt(h)
+}
+
+func up(nl *netlink.Handle, name string) (netlink.Link, error) {
+	l, err := nl.LinkByName(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := nl.LinkSetUp(l); err != nil {
+		return nil, fmt.Errorf("set %s up: %w", name, err)
+	}
+	return l, nil
+}
+
+func addAddr(nl *netlink.Handle, l netlink.Link, cidr string) error {
+	a, err := netlink.ParseAddr(cidr)
+	if err != nil {
+		return err
+	}
+	if a.IP.To4() == nil {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	if err := nl.AddrAdd(l, a); err != nil {
+		return fmt.Errorf("add %s to %s: %w", cidr, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+// Start runs routeletd in every node, waits until each reports ready in its
+// daemon.json, then copies every node's record into every other node's
+// nodes/ directory.
+func (c *Cluster) Start(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		if err := c.startDaemon(n); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := n.waitReady(ctx, 15*time.Second); err != nil {
+			return err
+		}
+	}
+	for _, src := range c.Nodes {
+		for _, dst := range c.Nodes {
+			if src != dst {
+				if err := CopyRecord(src, dst); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startDaemon(n *Node) error {
+	args := []string{"netns", "exec", netnstest.Name(n.CNI.NS), c.opts.Daemon,
+		"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir, "--pod-cidr=" + n.Spec.Block4}
+	if n.Spec.Block6 != "" {
+		args = append(args, "--pod-cidr="+n.Spec.Block6)
+	}
+	args = append(args, c.opts.DaemonArgs...)
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child holds its own copy
+	cmd := exec.Command("ip", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The daemon dies with us, even when we are killed outright.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start routeletd on %s: %w", n.Spec.Name, err)
+	}
+	n.daemon, n.done = cmd, make(chan struct{})
+	go func() { cmd.Wait(); close(n.done) }()
+	return nil
+}
+
+// waitReady polls daemon.json until it says ready, the daemon exits, or
+// timeout passes.
+func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := n.Store.ReadDaemonStatus()
+		if err == nil && st.Ready {
+			return nil
+		}
+		select {
+		case <-n.done:
+			return fmt.Errorf("routeletd on %s exited before it was ready; log %s:\n%s", n.Spec.Name, n.LogPath, n.LogTail(20))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("routeletd on %s not ready after %s; log tail:\n%s", n.Spec.Name, timeout, n.LogTail(20))
+		}
+	}
+}
+
+// LogTail returns the last lines of the node's routeletd log.
+func (n *Node) LogTail(lines int) string {
+	b, _ := os.ReadFile(n.LogPath)
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// CopyRecord copies src's own node record into dst's nodes/ directory.
+func CopyRecord(src, dst *Node) error {
+	name := src.Spec.Name + ".json"
+	b, err := os.ReadFile(filepath.Join(src.Store.NodesDir(), name))
+	if err != nil {
+		return fmt.Errorf("copy node record: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dst.Store.NodesDir(), name), b, 0o600); err != nil {
+		return fmt.Errorf("copy node record: %w", err)
+	}
+	return nil
+}
+
+// AddPod creates a pod namespace and attaches it on n with CNI ADD.
+func (c *Cluster) AddPod(ctx context.Context, n *Node, name string) (*Pod, error) {
+	pns, err := netnstest.NewNamed(c.opts.Prefix + "pod-" + name)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pod{Name: name, NS: pns, RT: &libcni.RuntimeConf{ContainerID: name, NetNS: pns.Path(), IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "demo"}, {"K8S_POD_NAME", name}}}}
+	n.Pods = append(n.Pods, p)
+	raw, err := n.CNI.Add(ctx, n.Conf, p.RT)
+	if err != nil {
+		return nil, fmt.Errorf("ADD %s on %s: %w", name, n.Spec.Name, err)
+	}
+	p.attached = true
+	res, err := types100.NewResultFromResult(raw)
+	if err != nil {
+		return nil, fmt.Errorf("ADD %s result: %w", name, err)
+	}
+	for _, ipc := range res.IPs {
+		a, _ := netip.AddrFromSlice(ipc.Address.IP)
+		if a = a.Unmap(); a.Is4() {
+			p.IPv4 = a
+		} else {
+			p.IPv6 = a
+		}
+	}
+	for _, ifc := range res.Interfaces {
+		if ifc.Sandbox == "" {
+			p.HostIface = ifc.Name
+		}
+	}
+	return p, nil
+}
+
+// Detach runs CNI DEL for every attached pod.
+func (c *Cluster) Detach(ctx context.Context) error {
+	var errs []error
+	for _, n := range c.Nodes {
+		for _, p := range n.Pods {
+			if !p.attached {
+				continue
+			}
+			if err := n.CNI.Del(ctx, n.Conf, p.RT); err != nil {
+				errs = append(errs, fmt.Errorf("DEL %s: %w", p.Name, err))
+				continue
+			}
+			p.attached = false
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close detaches pods still attached, stops the daemons (SIGTERM, then
+// SIGKILL after 5 s) and removes every namespace. It is safe on a partly
+// built cluster and runs on its own context (the caller's may be cancelled).
+func (c *Cluster) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	if c.Router != nil {
+		errs = append(errs, c.Detach(ctx))
+	}
+	for _, n := range c.Nodes {
+		if n.daemon == nil {
+			continue
+		}
+		n.daemon.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(5 * time.Second):
+			n.daemon.Process.Kill()
+			<-n.done
+		}
+	}
+	for _, n := range c.Nodes {
+		for _, p := range n.Pods {
+			errs = append(errs, netnstest.Remove(p.NS))
+		}
+		errs = append(errs, n.CNI.Close())
+	}
+	errs = append(errs, netnstest.Remove(c.Router))
+	return errors.Join(errs...)
+}
+
+// RemoveStale kills processes still running in namespaces of crashed runs
+// (prefix<pid>-…, pid gone; see netnstest.OwnedPrefix) and removes those
+// namespaces. It returns the names removed.
+func RemoveStale(prefix string) ([]string, error) {
+	entries, err := os.ReadDir(netnstest.RunDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	stale := map[uint64]bool{}
+	for _, e := range entries {
+		if !netnstest.StaleOwner(prefix, e.Name()) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join(netnstest.RunDir, e.Name()), &st) == nil {
+			stale[st.Ino] = true
+		}
+	}
+	if len(stale) > 0 {
+		procs, _ := os.ReadDir("/proc")
+		for _, p := range procs {
+			pid := 0
+			if _, err := fmt.Sscanf(p.Name(), "%d", &pid); err != nil || pid <= 1 || pid == os.Getpid() {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Stat(filepath.Join("/proc", p.Name(), "ns", "net"), &st) == nil && stale[st.Ino] {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+	}
+	return netnstest.RemoveStale(prefix)
+}
