@@ -28,6 +28,7 @@ func iptablesBackend(b string) string {
 // ip6tables works. The returned func stops the check and closes the netlink
 // socket.
 func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Metrics, log *slog.Logger) (*allowmgr.Manager, func(), error) {
+	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
 	backend := iptablesBackend(cfg.IptablesBackend)
 	v4, err := rules.NewIPTables(ipset.IPv4, backend)
@@ -48,7 +49,7 @@ func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Met
 		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
 		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
 	}
-	m, err := allowmgr.New(allowlist.New(k, v4, v6, log), allowmgr.Options{
+	m, err := allowmgr.New(allowlist.New(k, v4, v6, base), allowmgr.Options{
 		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: cfg.PodCIDRs, CheckPeriod: cfg.AllowlistCheckPeriod,
 	}, log)
 	if err == nil {
