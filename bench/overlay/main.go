@@ -96,7 +96,7 @@ func run(ctx context.Context, w io.Writer, binDir, encap string, secs, rounds in
 	}
 	if gro {
 		for _, x := range []struct {
-			n  *cluster.Node
+			n   *cluster.Node
 			if_ string
 		}{{a, "eth0"}, {b, "eth0"}} {
 			if err := setGRO(x.n.CNI.NS, x.if_); err != nil {
