@@ -39,6 +39,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/ipam/
 	$(GO) test -run '^$$' -bench . -benchtime 50x ./plugin/
 	$(GO) run ./bench/cni
+	$(GO) run ./bench/overlay -plugin-dir $(BIN) -rounds 3
 
 demo: deps build
 	$(GO) run ./demo -plugin-dir $(BIN)
