@@ -7,11 +7,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -467,4 +470,41 @@ func sendIPIP(t *testing.T, n ns.NetNS, marker string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// metric returns the value of an unlabelled metric from the daemon's
+// /metrics (health-addr default 127.0.0.1:9099 inside the node), dialled
+// from a thread in the node namespace.
+func (c *cluster) metric(name string) float64 {
+	c.t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := c.node.NS.Do(func(ns.NetNS) error {
+			var err error
+			conn, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+			return err
+		})
+		return conn, err
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://127.0.0.1:9099/metrics")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				c.t.Fatalf("metric %s: %q: %v", name, v, err)
+			}
+			return f
+		}
+	}
+	c.t.Fatalf("metric %s not served", name)
+	return 0
 }

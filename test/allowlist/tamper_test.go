@@ -60,6 +60,18 @@ func testTamperRepair(t *testing.T, backend string) {
 			t.Fatalf("routeletd's firewall state lacks %q:\n%s", s, want)
 		}
 	}
+	// Left alone, the checks run (iptables execs grow) and change nothing.
+	writes, execs := c.metric("routelet_allowlist_netlink_writes_total"), c.metric("routelet_allowlist_iptables_execs_total")
+	eventually(t, 5*time.Second, "two allowlist checks", func() bool {
+		return c.metric("routelet_allowlist_iptables_execs_total") >= execs+24 // 12 `iptables -S` per check
+	})
+	if w := c.metric("routelet_allowlist_netlink_writes_total"); w != writes || c.snapshot() != want {
+		t.Fatalf("clean checks changed something: netlink writes %v → %v", writes, w)
+	}
+	if r := c.metric("routelet_allowlist_repairs_total"); r != 0 {
+		t.Fatalf("routelet_allowlist_repairs_total = %v before any tampering", r)
+	}
+
 	ipsetCmd := func(args ...string) {
 		t.Helper()
 		if _, err := netnstest.Exec(context.Background(), c.node.NS, "ipset", args...); err != nil {
@@ -96,6 +108,9 @@ func testTamperRepair(t *testing.T, backend string) {
 		}
 		took := eventually(t, 2*time.Second, tc.name+": repaired", func() bool { return c.snapshot() == want })
 		t.Logf("%s: repaired after %s", tc.name, took.Round(10*time.Millisecond))
+	}
+	if r := c.metric("routelet_allowlist_repairs_total"); r < 5 {
+		t.Errorf("routelet_allowlist_repairs_total = %v after 5 repaired tamperings", r)
 	}
 }
 
