@@ -372,6 +372,13 @@ func (c *cluster) startDaemon(extra ...string) *daemon {
 	return d
 }
 
+// kill9 kills the daemon outright, as a crash or OOM kill would.
+func (d *daemon) kill9() {
+	_ = d.cmd.Process.Kill()
+	err := <-d.done
+	d.done <- err
+}
+
 // stop sends SIGTERM, waits for the exit (SIGKILL after 10 s) and returns
 // the exit error. Stopping a stopped daemon returns the first result.
 func (d *daemon) stop() error {

@@ -85,12 +85,33 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 	expect(c.attacker, attackerIP, false)
 	expect(c.peer, peerIP, true)
 
-	// A restart with the attacker's subnet configured as external nodes
-	// lets it in without a record; the peer stays allowed throughout.
-	if err := d.stop(); err != nil {
-		t.Fatalf("routeletd exit: %v", err)
-	}
+	// A restart (after kill -9) with the attacker's subnet configured as
+	// external nodes lets it in without a record; the peer never leaves
+	// the set meanwhile (watched until the new daemon is ready and its
+	// first checks have run).
+	stopWatch := make(chan struct{})
+	watched := make(chan []string, 1)
+	go func() {
+		var missing []string
+		for {
+			select {
+			case <-stopWatch:
+				watched <- missing
+				return
+			default:
+			}
+			if m, ok := c.setMembers(set); !slices.Contains(m, peerIP+"/32") {
+				missing = append(missing, fmt.Sprintf("%v (set exists: %v)", m, ok))
+			}
+		}
+	}()
+	d.kill9()
 	c.startDaemon("--encapsulation="+encap, "--external-node-cidr=192.0.2.64/28")
+	time.Sleep(1500 * time.Millisecond) // let the first checks run while still watching
+	close(stopWatch)
+	if missing := <-watched; len(missing) > 0 {
+		t.Fatalf("peer %s left %s during a restart: %v", peerIP, set, missing)
+	}
 	eventually(t, 5*time.Second, "192.0.2.64/28 in "+set, func() bool {
 		m, _ := c.setMembers(set)
 		return slices.Contains(m, "192.0.2.64/28")
