@@ -104,12 +104,15 @@ func randHex() string {
 
 // Underlay addresses: one /24 on a bridge.
 const (
-	nodeIP     = "192.0.2.10"
-	peerIP     = "192.0.2.11"
-	attackerIP = "192.0.2.66"
-	outsideIP  = "192.0.2.99"
-	nodeBlock  = "10.244.1.0/24"
-	peerBlock  = "10.244.2.0/24"
+	nodeIP      = "192.0.2.10"
+	peerIP      = "192.0.2.11"
+	attackerIP  = "192.0.2.66"
+	outsideIP   = "192.0.2.99"
+	nodeIP6     = "2001:db8::10"
+	peerIP6     = "2001:db8::11"
+	attackerIP6 = "2001:db8::66"
+	nodeBlock   = "10.244.1.0/24"
+	peerBlock   = "10.244.2.0/24"
 )
 
 // cluster is one node under test on an underlay bridge, with the other
@@ -124,6 +127,7 @@ type cluster struct {
 	stateDir string
 	store    *state.Store
 	ipt      *iptables.IPTables // backend's iptables, used inside the node
+	ipt6     *iptables.IPTables // and its ip6tables
 }
 
 // newCluster builds the namespaces: a "lan" namespace with bridge br0, and
@@ -148,12 +152,13 @@ func newCluster(t *testing.T, backend string) *cluster {
 	sh(t, lan, "ip link add br0 type bridge")
 	sh(t, lan, "ip link set br0 up")
 	for i, h := range []struct {
-		n  ns.NetNS
-		ip string
-	}{{c.node.NS, nodeIP}, {c.peer, peerIP}, {c.attacker, attackerIP}, {c.outside, outsideIP}} {
+		n       ns.NetNS
+		ip, ip6 string
+	}{{c.node.NS, nodeIP, nodeIP6}, {c.peer, peerIP, peerIP6}, {c.attacker, attackerIP, attackerIP6}, {c.outside, outsideIP, "2001:db8::99"}} {
 		port := fmt.Sprintf("p%d", i)
 		sh(t, h.n, "ip link add eth0 type veth peer name "+port+" netns "+netnstest.Name(lan))
 		sh(t, h.n, "ip addr add "+h.ip+"/24 dev eth0")
+		sh(t, h.n, "ip addr add "+h.ip6+"/64 dev eth0 nodad")
 		sh(t, h.n, "ip link set eth0 up")
 		sh(t, lan, "ip link set "+port+" master br0 up")
 	}
@@ -164,6 +169,10 @@ func newCluster(t *testing.T, backend string) *cluster {
 		t.Fatal(err)
 	}
 	c.ipt, err = rules.NewIPTables(ipset.IPv4, backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ipt6, err = rules.NewIPTables(ipset.IPv6, backend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,10 +271,15 @@ func (c *cluster) setNames() []string {
 }
 
 // dropAcceptCounts returns the packet counters of the first ACCEPT and
-// the first DROP rule of ROUTELET-INPUT.
+// the first DROP rule of ROUTELET-INPUT (IPv4).
 func (c *cluster) dropAcceptCounts() (accept, drop uint64, err error) {
+	return c.dropAcceptCountsOf(c.ipt)
+}
+
+// dropAcceptCountsOf is dropAcceptCounts through ipt (iptables or ip6tables).
+func (c *cluster) dropAcceptCountsOf(ipt *iptables.IPTables) (accept, drop uint64, err error) {
 	err = c.node.NS.Do(func(ns.NetNS) error {
-		stats, err := c.ipt.StructuredStats("filter", rules.InputChain)
+		stats, err := ipt.StructuredStats("filter", rules.InputChain)
 		if err != nil {
 			return err
 		}
@@ -405,11 +419,16 @@ type rawListener struct {
 }
 
 func listenRaw(t *testing.T, n ns.NetNS, proto string) *rawListener {
+	return listenRawNet(t, n, "ip4:"+proto)
+}
+
+// listenRawNet opens a raw socket for network ("ip4:17", "ip6:17"…) in n.
+func listenRawNet(t *testing.T, n ns.NetNS, network string) *rawListener {
 	t.Helper()
 	var c *net.IPConn
 	err := n.Do(func(ns.NetNS) error {
 		var err error
-		c, err = net.ListenIP("ip4:"+proto, &net.IPAddr{IP: net.IPv4zero})
+		c, err = net.ListenIP(network, nil)
 		return err
 	})
 	if err != nil {
@@ -444,8 +463,14 @@ func (r *rawListener) sawFrom(t *testing.T, src, marker string, wait time.Durati
 // header (VNI 4096) and marker, as a forged encapsulated frame would be.
 func sendVXLAN(t *testing.T, n ns.NetNS, marker string) {
 	t.Helper()
+	sendVXLANTo(t, n, nodeIP, marker)
+}
+
+// sendVXLANTo is sendVXLAN to the node address dst (IPv4 or IPv6).
+func sendVXLANTo(t *testing.T, n ns.NetNS, dst, marker string) {
+	t.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		c, err := net.Dial("udp4", net.JoinHostPort(nodeIP, "4789"))
+		c, err := net.Dial("udp", net.JoinHostPort(dst, "4789"))
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // TestOverlayAllowlist: an attacker on the underlay that is no node sends
@@ -118,4 +120,67 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 	})
 	expect(c.attacker, attackerIP, true)
 	expect(c.peer, peerIP, true)
+}
+
+// TestOverlayAllowlistIPv6: the same over an IPv6 underlay: VXLAN from an
+// IPv6 address that is no node's is dropped by ip6tables' ROUTELET-INPUT;
+// a peer's hostIPv6 (routelet-vxlan-peers-v6) is accepted, and so is the
+// attacker's once its record carries its IPv6 address.
+func TestOverlayAllowlistIPv6(t *testing.T) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) { testOverlayAllowlistIPv6(t, backend) })
+	}
+}
+
+func testOverlayAllowlistIPv6(t *testing.T, backend string) {
+	c := newCluster(t, backend)
+	put := func(name, v4, v6, block string) {
+		t.Helper()
+		if err := c.store.PutNode(&state.Node{Version: 1, Name: name, HostIPv4: v4, HostIPv6: v6, Blocks: []string{block}, Updated: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("node-b", peerIP, peerIP6, peerBlock)
+	c.startDaemon("--encapsulation=vxlan")
+	const set = "routelet-vxlan-peers-v6"
+	hasMember := func(ip string) func() bool {
+		return func() bool {
+			m, _ := c.setMembers(set)
+			return slices.Contains(m, ip+"/128")
+		}
+	}
+	eventually(t, 5*time.Second, "peer "+peerIP6+" in "+set, hasMember(peerIP6))
+	raw := listenRawNet(t, c.node.NS, "ip6:17")
+	n := 0
+	expect := func(host ns.NetNS, src string, accepted bool) {
+		t.Helper()
+		n++
+		marker := fmt.Sprintf("routelet-test-v6-%d", n)
+		a0, d0, err := c.dropAcceptCountsOf(c.ipt6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sendVXLANTo(t, host, nodeIP6, marker)
+		if accepted {
+			if !raw.sawFrom(t, src, marker, 5*time.Second) {
+				t.Fatalf("VXLAN over IPv6 from %s (%s) did not reach the node", src, marker)
+			}
+			if a, _, _ := c.dropAcceptCountsOf(c.ipt6); a <= a0 {
+				t.Errorf("ip6tables ACCEPT counter stayed at %d after VXLAN from %s", a, src)
+			}
+			return
+		}
+		eventually(t, 5*time.Second, "ip6tables DROP counter moves for VXLAN from "+src, func() bool {
+			_, d, err := c.dropAcceptCountsOf(c.ipt6)
+			return err == nil && d > d0
+		})
+		if raw.sawFrom(t, src, marker, 200*time.Millisecond) {
+			t.Fatalf("VXLAN over IPv6 from non-peer %s (%s) reached the node", src, marker)
+		}
+	}
+	expect(c.attacker, attackerIP6, false)
+	expect(c.peer, peerIP6, true)
+	put("intruder", attackerIP, attackerIP6, "10.244.66.0/24")
+	eventually(t, 5*time.Second, "attacker "+attackerIP6+" in "+set, hasMember(attackerIP6))
+	expect(c.attacker, attackerIP6, true)
 }
