@@ -1,12 +1,15 @@
 package allowmgr
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -240,4 +243,31 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+// TestRunChecksBesideTheLoop: RunChecks returns when its context ends,
+// before or after the first Apply, and runs beside OnNodes/Apply without
+// a data race (run with -race); the peer set ends as the last records say.
+func TestRunChecksBesideTheLoop(t *testing.T) {
+	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}, CheckPeriod: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.m.RunChecks(ctx); close(done) }()
+	cancel()
+	<-done // returns without an Apply ever happening
+
+	ctx, cancel = context.WithCancel(context.Background())
+	done = make(chan struct{})
+	go func() { f.m.RunChecks(ctx); close(done) }()
+	for i := range 50 {
+		f.m.OnNodes(nil, []*state.Node{node("b", fmt.Sprintf("192.0.2.%d", 10+i%3), "", "10.244.2.0/24")})
+		if err := f.m.Apply(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	<-done
+	if got := f.members()["routelet-vxlan-peers"]; !reflect.DeepEqual(got, []string{"192.0.2.11/32"}) { // 10+49%3
+		t.Errorf("peer set %v, want the last record's 192.0.2.11/32", got)
+	}
 }
