@@ -3,6 +3,7 @@ package multinode
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -153,6 +155,30 @@ func TestVXLAN(t *testing.T) {
 		if out, ok := ping(a.pods[0], cn.pods[1].ip4); !ok {
 			t.Errorf("pod a → pod c after the device came back:\n%s", out)
 		}
+	})
+
+	t.Run("route, ARP and FDB entries deleted by hand are back within 1s", func(t *testing.T) {
+		want := expected(a, "vxlan", c.peersOf(a))
+		l, err := a.nl.LinkByName("vxlan.calico")
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx := l.Attrs().Index
+		dst := netip.MustParsePrefix(cn.spec.block4)
+		if err := a.nl.RouteDel(&netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)}}); err != nil {
+			t.Fatalf("ip route del %s: %v", dst, err)
+		}
+		c.waitDataplane(a, time.Second, "after ip route del "+dst.String(), want)
+		if err := a.nl.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, IP: net.ParseIP(firstAddr(cn.spec.block4))}); err != nil {
+			t.Fatalf("ip neigh del: %v", err)
+		}
+		c.waitDataplane(a, time.Second, "after ip neigh del", want)
+		mac := overlay.VTEPMAC("c", 4)
+		if err := a.nl.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+			HardwareAddr: mac, IP: net.ParseIP(hostAddr(cn.spec.host4))}); err != nil {
+			t.Fatalf("bridge fdb del: %v", err)
+		}
+		c.waitDataplane(a, time.Second, "after bridge fdb del", want)
 	})
 
 	t.Run("MTU changed by hand is corrected", func(t *testing.T) {
