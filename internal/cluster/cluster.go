@@ -308,6 +308,21 @@ func (c *Cluster) startDaemon(n *Node) error {
 	return nil
 }
 
+// Stop sends SIGTERM to the node's routeletd and waits up to 10 s for it
+// to exit (the dataplane stays, as on a real node).
+func (n *Node) Stop() error {
+	if n.daemon == nil {
+		return nil
+	}
+	n.daemon.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("routeletd on %s did not stop within 10s of SIGTERM", n.Spec.Name)
+	}
+}
+
 // waitReady polls daemon.json until it says ready, the daemon exits, or
 // timeout passes.
 func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {

@@ -1,11 +1,9 @@
 package multinode
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,18 +11,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/state"
 )
 
 // mnPrefix starts the name of every namespace these tests create; nsPrefix
@@ -48,7 +43,7 @@ func TestMain(m *testing.M) {
 		if os.Geteuid() != 0 {
 			return m.Run() // every test skips
 		}
-		if _, err := netnstest.RemoveStale(mnPrefix); err != nil {
+		if _, err := cluster.RemoveStale(mnPrefix); err != nil {
 			fmt.Fprintln(os.Stderr, "multinode:", err)
 		}
 		dir, err := os.MkdirTemp("", "routelet-mn-bin-")
@@ -89,189 +84,90 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// nodeSpec is one node of the test underlay.
-type nodeSpec struct {
-	name           string
-	host4, host6   string // underlay addresses with prefix length
-	gw4, gw6       string // the router on the node's subnet
-	block4, block6 string // pod CIDRs
-	routerPort     string // the router side of the node's uplink
-}
-
 // specs: a and b share 10.0.1.0/24 (the router's bridge); c is on
 // 10.0.2.0/24 behind the router. The router forwards the underlay only: it
 // has no routes to any pod block.
-var specs = []nodeSpec{
-	{name: "a", host4: "10.0.1.10/24", host6: "fd00:1::10/64", gw4: "10.0.1.1", gw6: "fd00:1::1",
-		block4: "10.244.1.0/24", block6: "fd00:244:1::/120", routerPort: "to-a"},
-	{name: "b", host4: "10.0.1.11/24", host6: "fd00:1::11/64", gw4: "10.0.1.1", gw6: "fd00:1::1",
-		block4: "10.244.2.0/24", block6: "fd00:244:2::/120", routerPort: "to-b"},
-	{name: "c", host4: "10.0.2.10/24", host6: "fd00:2::10/64", gw4: "10.0.2.1", gw6: "fd00:2::1",
-		block4: "10.244.3.0/24", block6: "fd00:244:3::/120", routerPort: "to-c"},
+var specs = []cluster.NodeSpec{
+	{Name: "a", Host4: "10.0.1.10/24", Host6: "fd00:1::10/64", Gw4: "10.0.1.1", Gw6: "fd00:1::1",
+		Block4: "10.244.1.0/24", Block6: "fd00:244:1::/120"},
+	{Name: "b", Host4: "10.0.1.11/24", Host6: "fd00:1::11/64", Gw4: "10.0.1.1", Gw6: "fd00:1::1",
+		Block4: "10.244.2.0/24", Block6: "fd00:244:2::/120"},
+	{Name: "c", Host4: "10.0.2.10/24", Host6: "fd00:2::10/64", Gw4: "10.0.2.1", Gw6: "fd00:2::1",
+		Block4: "10.244.3.0/24", Block6: "fd00:244:3::/120", Routed: true},
 }
 
-// node is one running node: its namespace, daemon, state and pods.
+// node is a cluster node with a netlink handle inside it for assertions.
 type node struct {
-	spec     nodeSpec
-	n        *netnstest.Node
-	nl       *netlink.Handle
-	stateDir string
-	store    *state.Store
-	conf     *libcni.NetworkConfigList
-	d        *daemon
-	pods     []*pod
+	*cluster.Node
+	nl *netlink.Handle
 }
 
-// pod is a workload attached through the plugin.
-type pod struct {
-	name string
-	ns   ns.NetNS
-	rt   *libcni.RuntimeConf
-	ip4  netip.Addr
-	ip6  netip.Addr
+// testCluster is the cluster of one test.
+type testCluster struct {
+	t     *testing.T
+	c     *cluster.Cluster
+	nodes []*node
 }
 
-// cluster is the whole test underlay.
-type cluster struct {
-	t      *testing.T
-	router ns.NetNS
-	nodes  []*node
-	flags  []string // extra routeletd flags (the mode)
-}
+// clusterSeq tells the clusters of one test process apart.
+var clusterSeq int
 
-// handle returns a netlink handle inside n, closed at cleanup.
-func handle(t *testing.T, n ns.NetNS) *netlink.Handle {
-	t.Helper()
-	h, err := netns.GetFromPath(n.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
-	return nl
-}
-
-func mustAddr(t *testing.T, nl *netlink.Handle, link netlink.Link, cidr string) {
-	t.Helper()
-	a, err := netlink.ParseAddr(cidr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.IP.To4() == nil {
-		a.Flags = unix.IFA_F_NODAD // no 1 s wait for duplicate address detection
-	}
-	if err := nl.AddrAdd(link, a); err != nil {
-		t.Fatalf("add %s to %s: %v", cidr, link.Attrs().Name, err)
-	}
-}
-
-// noDAD turns off IPv6 duplicate address detection for links created in n
-// from now on: a tentative link-local address on the router delays its
-// neighbour discovery by up to a second, which would drop the first packets
-// of the underlay (not routelet's concern, and it would make pings flaky).
-func noDAD(t *testing.T, n ns.NetNS) {
-	t.Helper()
-	for _, k := range []string{"net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad"} {
-		if _, err := netnstest.Sysctl(n, k, "0"); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func mustUp(t *testing.T, nl *netlink.Handle, name string) netlink.Link {
-	t.Helper()
-	l, err := nl.LinkByName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nl.LinkSetUp(l); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// newCluster builds the router and the three nodes (namespaces, uplinks,
-// addresses, default routes); nothing of routelet runs yet.
-func newCluster(t *testing.T, flags ...string) *cluster {
+// newCluster builds the router and the three nodes and starts routeletd in
+// each with the mode flags (and test-sized periods), copies the node records
+// between them and attaches two pods per node. Everything is removed at
+// cleanup; the daemons' logs are shown if the test failed.
+func newCluster(t *testing.T, flags ...string) *testCluster {
 	t.Helper()
 	requireRoot(t)
-	c := &cluster{t: t, flags: flags}
-	var err error
-	if c.router, err = netnstest.New(nsPrefix + "router-"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netnstest.Remove(c.router) })
-	for _, k := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
-		if _, err := netnstest.Sysctl(c.router, k, "1"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	noDAD(t, c.router)
-	rnl := handle(t, c.router)
-	if err := rnl.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}); err != nil {
-		t.Fatal(err)
-	}
-	br := mustUp(t, rnl, "br0")
-	mustAddr(t, rnl, br, "10.0.1.1/24")
-	mustAddr(t, rnl, br, "fd00:1::1/64")
-	rfd, err := netns.GetFromPath(c.router.Path())
+	clusterSeq++
+	args := append([]string{"--log-level=debug", "--device-check-period=500ms", "--grace-period=1s", "--health-addr="}, flags...)
+	c, err := cluster.New(cluster.Options{Prefix: fmt.Sprintf("%s%d-", nsPrefix, clusterSeq), PluginDir: binDir,
+		Daemon: filepath.Join(binDir, "routeletd"), WorkDir: t.TempDir(), Nodes: specs, DaemonArgs: args})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rfd.Close()
-
-	for _, s := range specs {
-		nd := &node{spec: s, stateDir: filepath.Join(t.TempDir(), "state")}
-		nd.n, err = netnstest.NewNode(nsPrefix+"node-"+s.name+"-"+randHex(), []string{binDir}, t.TempDir())
+	tc := &testCluster{t: t, c: c}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range c.Nodes {
+				t.Logf("routeletd %s log (tail):\n%s", n.Spec.Name, n.LogTail(200))
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("cluster cleanup: %v", err)
+		}
+	})
+	for _, n := range c.Nodes {
+		h, err := netns.GetFromPath(n.CNI.NS.Path())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { nd.n.Close() })
-		nd.nl = handle(t, nd.n.NS)
-		noDAD(t, nd.n.NS)
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: s.routerPort, PeerNamespace: netlink.NsFd(rfd)}
-		if err := nd.nl.LinkAdd(veth); err != nil {
-			t.Fatalf("node %s uplink: %v", s.name, err)
+		nl, err := netlink.NewHandleAt(h)
+		h.Close()
+		if err != nil {
+			t.Fatal(err)
 		}
-		eth0 := mustUp(t, nd.nl, "eth0")
-		mustAddr(t, nd.nl, eth0, s.host4)
-		mustAddr(t, nd.nl, eth0, s.host6)
-		for _, gw := range []string{s.gw4, s.gw6} {
-			if err := nd.nl.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
-				t.Fatalf("node %s default route via %s: %v", s.name, gw, err)
-			}
-		}
-		port := mustUp(t, rnl, s.routerPort)
-		if s.gw4 == "10.0.1.1" {
-			if err := rnl.LinkSetMaster(port, br); err != nil {
+		t.Cleanup(nl.Close)
+		tc.nodes = append(tc.nodes, &node{Node: n, nl: nl})
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		for i := range 2 {
+			if _, err := c.AddPod(ctx, n, fmt.Sprintf("%s-pod%d", n.Spec.Name, i)); err != nil {
 				t.Fatal(err)
 			}
-		} else {
-			mustAddr(t, rnl, port, s.gw4+"/24")
-			mustAddr(t, rnl, port, s.gw6+"/64")
 		}
-		if nd.store, err = state.Open(nd.stateDir); err != nil {
-			t.Fatal(err)
-		}
-		// No ipam.blocks and no mtu: the plugin takes both from daemon.json.
-		if nd.conf, err = (netnstest.RouteletConf{Name: "routelet", CNIVersion: "1.1.0", StateDir: nd.stateDir}).ConfList(); err != nil {
-			t.Fatal(err)
-		}
-		c.nodes = append(c.nodes, nd)
 	}
-	return c
+	return tc
 }
 
-func randHex() string { return fmt.Sprintf("%06x", time.Now().UnixNano()&0xffffff) }
-
 // node returns the node called name.
-func (c *cluster) node(name string) *node {
+func (c *testCluster) node(name string) *node {
 	for _, n := range c.nodes {
-		if n.spec.name == name {
+		if n.Spec.Name == name {
 			return n
 		}
 	}
@@ -279,158 +175,18 @@ func (c *cluster) node(name string) *node {
 	return nil
 }
 
-// start runs routeletd on every node, waits until each is ready, copies
-// every node record into every other node's nodes/ (as an operator would)
-// and attaches two pods per node through the plugin.
-func (c *cluster) start() {
-	c.t.Helper()
-	for _, n := range c.nodes {
-		n.d = c.startDaemon(n)
-	}
-	for _, n := range c.nodes {
-		c.waitReady(n)
-	}
-	for _, src := range c.nodes {
-		for _, dst := range c.nodes {
-			if src != dst {
-				c.copyRecord(src, dst)
-			}
-		}
-	}
-	for _, n := range c.nodes {
-		for i := range 2 {
-			n.pods = append(n.pods, c.addPod(n, fmt.Sprintf("%s-pod%d", n.spec.name, i)))
-		}
-	}
-}
-
-// daemon is a routeletd process.
-type daemon struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan error
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// startDaemon runs routeletd inside n (ip netns exec) with the cluster's
-// mode flags; it is killed at cleanup, and its log shown if the test failed.
-func (c *cluster) startDaemon(n *node) *daemon {
-	c.t.Helper()
-	args := []string{"netns", "exec", netnstest.Name(n.n.NS), filepath.Join(binDir, "routeletd"),
-		"--node-name=" + n.spec.name, "--state-dir=" + n.stateDir,
-		"--pod-cidr=" + n.spec.block4, "--pod-cidr=" + n.spec.block6,
-		"--log-level=debug", "--device-check-period=500ms", "--grace-period=1s"}
-	args = append(args, c.flags...)
-	d := &daemon{cmd: exec.Command("ip", args...), log: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t, name := c.t, n.spec.name
-	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		err := <-d.done
-		d.done <- err
-		if t.Failed() {
-			t.Logf("routeletd %s log:\n%s", name, d.log.String())
-		}
-	})
-	return d
-}
-
-// stop sends SIGTERM to the daemon and waits for it to exit.
-func (d *daemon) stop(t *testing.T) {
-	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-d.done:
-		d.done <- err
-	case <-time.After(10 * time.Second):
-		t.Fatal("routeletd did not stop within 10s of SIGTERM")
-	}
-}
-
-// waitReady waits until n's daemon.json says ready.
-func (c *cluster) waitReady(n *node) {
-	c.t.Helper()
-	eventually(c.t, 15*time.Second, "routeletd "+n.spec.name+" ready", func() bool {
-		st, err := n.store.ReadDaemonStatus()
-		return err == nil && st.Ready
-	})
-}
-
-// copyRecord copies src's own node record into dst's nodes/ directory.
-func (c *cluster) copyRecord(src, dst *node) {
-	c.t.Helper()
-	b, err := os.ReadFile(filepath.Join(src.store.NodesDir(), src.spec.name+".json"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dst.store.NodesDir(), src.spec.name+".json"), b, 0o600); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// addPod creates a pod namespace and attaches it with CNI ADD on n.
-func (c *cluster) addPod(n *node, name string) *pod {
-	c.t.Helper()
-	pns, err := netnstest.New(nsPrefix + "pod-")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() { netnstest.Remove(pns) })
-	rt := &libcni.RuntimeConf{ContainerID: name, NetNS: pns.Path(), IfName: "eth0"}
-	if _, err := n.n.Add(context.Background(), n.conf, rt); err != nil {
-		c.t.Fatalf("CNI ADD %s on node %s: %v", name, n.spec.name, err)
-	}
-	w, err := n.store.GetWorkload(name, "eth0")
-	if err != nil {
-		c.t.Fatalf("record of %s: %v", name, err)
-	}
-	p := &pod{name: name, ns: pns, rt: rt}
-	for _, s := range w.IPs {
-		pfx := netip.MustParsePrefix(s)
-		if pfx.Addr().Is4() {
-			p.ip4 = pfx.Addr()
-		} else {
-			p.ip6 = pfx.Addr()
-		}
-	}
-	return p
+// placedPod is a pod with the node it runs on.
+type placedPod struct {
+	n *node
+	p *cluster.Pod
 }
 
 // allPods returns every pod with the node it runs on.
-func (c *cluster) allPods() []struct {
-	n *node
-	p *pod
-} {
-	var out []struct {
-		n *node
-		p *pod
-	}
+func (c *testCluster) allPods() []placedPod {
+	var out []placedPod
 	for _, n := range c.nodes {
-		for _, p := range n.pods {
-			out = append(out, struct {
-				n *node
-				p *pod
-			}{n, p})
+		for _, p := range n.Pods {
+			out = append(out, placedPod{n, p})
 		}
 	}
 	return out
@@ -438,16 +194,16 @@ func (c *cluster) allPods() []struct {
 
 // ping sends one echo request from p to dst (extra ping flags first) and
 // reports whether a reply came back within a second.
-func ping(p *pod, dst netip.Addr, extra ...string) (string, bool) {
+func ping(p *cluster.Pod, dst netip.Addr, extra ...string) (string, bool) {
 	args := append([]string{"-n", "-c", "1", "-W", "1"}, extra...)
 	args = append(args, dst.String())
-	out, err := netnstest.Exec(context.Background(), p.ns, "ping", args...)
+	out, err := netnstest.Exec(context.Background(), p.NS, "ping", args...)
 	return out, err == nil
 }
 
 // reachable lists "from → to" for every ordered pod pair and family whose
 // ping result differs from want(from node, to node).
-func (c *cluster) reachability(want func(from, to *node) bool) []string {
+func (c *testCluster) reachability(want func(from, to *node) bool) []string {
 	var bad []string
 	pods := c.allPods()
 	var mu sync.Mutex
@@ -457,7 +213,7 @@ func (c *cluster) reachability(want func(from, to *node) bool) []string {
 			if from.p == to.p {
 				continue
 			}
-			for _, dst := range []netip.Addr{to.p.ip4, to.p.ip6} {
+			for _, dst := range []netip.Addr{to.p.IPv4, to.p.IPv6} {
 				if !dst.IsValid() {
 					continue
 				}
@@ -467,7 +223,7 @@ func (c *cluster) reachability(want func(from, to *node) bool) []string {
 					_, ok := ping(from.p, dst)
 					if exp := want(from.n, to.n); ok != exp {
 						mu.Lock()
-						bad = append(bad, fmt.Sprintf("%s → %s (%s): reached %v, want %v", from.p.name, to.p.name, dst, ok, exp))
+						bad = append(bad, fmt.Sprintf("%s → %s (%s): reached %v, want %v", from.p.Name, to.p.Name, dst, ok, exp))
 						mu.Unlock()
 					}
 				}()
@@ -586,7 +342,7 @@ func equalDP(a, b dataplane) bool {
 
 // waitDataplane polls until n holds exactly want, or fails after timeout
 // showing both.
-func (c *cluster) waitDataplane(n *node, timeout time.Duration, what string, want dataplane) {
+func (c *testCluster) waitDataplane(n *node, timeout time.Duration, what string, want dataplane) {
 	c.t.Helper()
 	var got dataplane
 	var err error
@@ -598,7 +354,7 @@ func (c *cluster) waitDataplane(n *node, timeout time.Duration, what string, wan
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("node %s: %s: dataplane not as expected after %s (err %v)\ngot:\n%swant:\n%s",
-				n.spec.name, what, timeout, err, got, want)
+				n.Spec.Name, what, timeout, err, got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -31,7 +31,7 @@ const (
 )
 
 // sameSubnet reports whether two nodes share an underlay subnet (a and b).
-func sameSubnet(x, y *node) bool { return x.spec.gw4 == y.spec.gw4 }
+func sameSubnet(x, y *node) bool { return x.Spec.Gw4 == y.Spec.Gw4 }
 
 // firstAddr is a block's first address: the node's tunnel address.
 func firstAddr(block string) string { return netip.MustParsePrefix(block).Addr().String() }
@@ -47,19 +47,19 @@ func expected(n *node, mode string, peers []*node) dataplane {
 		direct := mode != "vxlan" && sameSubnet(n, p)
 		switch {
 		case direct:
-			d.Routes4 = append(d.Routes4, fmt.Sprintf("%s via %s dev eth0", p.spec.block4, hostAddr(p.spec.host4)))
-			d.Routes6 = append(d.Routes6, fmt.Sprintf("%s via %s dev eth0", p.spec.block6, hostAddr(p.spec.host6)))
+			d.Routes4 = append(d.Routes4, fmt.Sprintf("%s via %s dev eth0", p.Spec.Block4, hostAddr(p.Spec.Host4)))
+			d.Routes6 = append(d.Routes6, fmt.Sprintf("%s via %s dev eth0", p.Spec.Block6, hostAddr(p.Spec.Host6)))
 		case vxlan:
-			d.Routes4 = append(d.Routes4, fmt.Sprintf("%s via %s dev vxlan.calico onlink mtu %d", p.spec.block4, firstAddr(p.spec.block4), mtuV4))
-			d.Routes6 = append(d.Routes6, fmt.Sprintf("%s via %s dev vxlan-v6.calico onlink mtu %d", p.spec.block6, firstAddr(p.spec.block6), mtuV6))
+			d.Routes4 = append(d.Routes4, fmt.Sprintf("%s via %s dev vxlan.calico onlink mtu %d", p.Spec.Block4, firstAddr(p.Spec.Block4), mtuV4))
+			d.Routes6 = append(d.Routes6, fmt.Sprintf("%s via %s dev vxlan-v6.calico onlink mtu %d", p.Spec.Block6, firstAddr(p.Spec.Block6), mtuV6))
 		}
 		if vxlan {
 			// Every peer's VTEP is programmed, also those reached directly.
-			mac4, mac6 := overlay.VTEPMAC(p.spec.name, 4), overlay.VTEPMAC(p.spec.name, 6)
-			d.Neigh4 = append(d.Neigh4, fmt.Sprintf("%s lladdr %s", firstAddr(p.spec.block4), mac4))
-			d.FDB4 = append(d.FDB4, fmt.Sprintf("%s dst %s", mac4, hostAddr(p.spec.host4)))
-			d.Neigh6 = append(d.Neigh6, fmt.Sprintf("%s lladdr %s", firstAddr(p.spec.block6), mac6))
-			d.FDB6 = append(d.FDB6, fmt.Sprintf("%s dst %s", mac6, hostAddr(p.spec.host6)))
+			mac4, mac6 := overlay.VTEPMAC(p.Spec.Name, 4), overlay.VTEPMAC(p.Spec.Name, 6)
+			d.Neigh4 = append(d.Neigh4, fmt.Sprintf("%s lladdr %s", firstAddr(p.Spec.Block4), mac4))
+			d.FDB4 = append(d.FDB4, fmt.Sprintf("%s dst %s", mac4, hostAddr(p.Spec.Host4)))
+			d.Neigh6 = append(d.Neigh6, fmt.Sprintf("%s lladdr %s", firstAddr(p.Spec.Block6), mac6))
+			d.FDB6 = append(d.FDB6, fmt.Sprintf("%s dst %s", mac6, hostAddr(p.Spec.Host6)))
 		}
 	}
 	for _, s := range []*[]string{&d.Routes4, &d.Routes6, &d.Neigh4, &d.FDB4, &d.Neigh6, &d.FDB6} {
@@ -69,7 +69,7 @@ func expected(n *node, mode string, peers []*node) dataplane {
 }
 
 // peersOf returns every node but n.
-func (c *cluster) peersOf(n *node) []*node {
+func (c *testCluster) peersOf(n *node) []*node {
 	var out []*node
 	for _, p := range c.nodes {
 		if p != n {
@@ -80,7 +80,7 @@ func (c *cluster) peersOf(n *node) []*node {
 }
 
 // checkAll waits until every node holds exactly the expected dataplane.
-func (c *cluster) checkAll(mode string) {
+func (c *testCluster) checkAll(mode string) {
 	c.t.Helper()
 	for _, n := range c.nodes {
 		c.waitDataplane(n, 10*time.Second, "after start", expected(n, mode, c.peersOf(n)))
@@ -94,7 +94,6 @@ func (c *cluster) checkAll(mode string) {
 // repairs and changes an operator would cause.
 func TestVXLAN(t *testing.T) {
 	c := newCluster(t, "--encapsulation=vxlan")
-	c.start()
 	c.checkAll("vxlan")
 	if bad := c.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
 		t.Fatalf("pods that should reach each other do not:\n%s", strings.Join(bad, "\n"))
@@ -102,7 +101,7 @@ func TestVXLAN(t *testing.T) {
 	a, b, cn := c.node("a"), c.node("b"), c.node("c")
 
 	// Our own record publishes what peers need.
-	self, err := a.store.GetNode("a")
+	self, err := a.Store.GetNode("a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,13 +111,13 @@ func TestVXLAN(t *testing.T) {
 	}
 
 	t.Run("pod MTU and a 1400-byte DF payload", func(t *testing.T) {
-		st, err := a.store.ReadDaemonStatus()
+		st, err := a.Store.ReadDaemonStatus()
 		if err != nil || st.PodMTU != podMTU {
 			t.Fatalf("daemon.json podMTU = %+v, %v; want %d (1500 - 70, the IPv6 underlay's VXLAN overhead)", st, err, podMTU)
 		}
-		from, to := a.pods[0], cn.pods[0]
+		from, to := a.Pods[0], cn.Pods[0]
 		var mtu int
-		from.ns.Do(func(ns.NetNS) error {
+		from.NS.Do(func(ns.NetNS) error {
 			l, err := netlink.LinkByName("eth0")
 			if err == nil {
 				mtu = l.Attrs().MTU
@@ -130,16 +129,16 @@ func TestVXLAN(t *testing.T) {
 		}
 		// 1372 bytes of ICMP payload + 8 (ICMP) + 20 (IPv4) = a 1400-byte
 		// packet, with DF set (-M do): it must cross a→router→c whole.
-		if out, ok := ping(from, to.ip4, "-M", "do", "-s", "1372"); !ok {
-			t.Errorf("1400-byte DF packet %s → %s lost:\n%s", from.name, to.ip4, out)
+		if out, ok := ping(from, to.IPv4, "-M", "do", "-s", "1372"); !ok {
+			t.Errorf("1400-byte DF packet %s → %s lost:\n%s", from.Name, to.IPv4, out)
 		}
 		// The largest packet the pod may send (its MTU) fits the tunnel: the
 		// outer packet is then exactly 1500 bytes on the underlay.
-		if out, ok := ping(from, to.ip4, "-M", "do", "-s", fmt.Sprint(podMTU-28)); !ok {
-			t.Errorf("%d-byte DF packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.name, to.ip4, out)
+		if out, ok := ping(from, to.IPv4, "-M", "do", "-s", fmt.Sprint(podMTU-28)); !ok {
+			t.Errorf("%d-byte DF packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.Name, to.IPv4, out)
 		}
-		if out, ok := ping(from, to.ip6, "-M", "do", "-s", fmt.Sprint(podMTU-48)); !ok {
-			t.Errorf("%d-byte IPv6 packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.name, to.ip6, out)
+		if out, ok := ping(from, to.IPv6, "-M", "do", "-s", fmt.Sprint(podMTU-48)); !ok {
+			t.Errorf("%d-byte IPv6 packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.Name, to.IPv6, out)
 		}
 	})
 
@@ -152,7 +151,7 @@ func TestVXLAN(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.waitDataplane(a, time.Second, "after ip link del vxlan.calico", expected(a, "vxlan", c.peersOf(a)))
-		if out, ok := ping(a.pods[0], cn.pods[1].ip4); !ok {
+		if out, ok := ping(a.Pods[0], cn.Pods[1].IPv4); !ok {
 			t.Errorf("pod a → pod c after the device came back:\n%s", out)
 		}
 	})
@@ -164,18 +163,18 @@ func TestVXLAN(t *testing.T) {
 			t.Fatal(err)
 		}
 		idx := l.Attrs().Index
-		dst := netip.MustParsePrefix(cn.spec.block4)
+		dst := netip.MustParsePrefix(cn.Spec.Block4)
 		if err := a.nl.RouteDel(&netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)}}); err != nil {
 			t.Fatalf("ip route del %s: %v", dst, err)
 		}
 		c.waitDataplane(a, time.Second, "after ip route del "+dst.String(), want)
-		if err := a.nl.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, IP: net.ParseIP(firstAddr(cn.spec.block4))}); err != nil {
+		if err := a.nl.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, IP: net.ParseIP(firstAddr(cn.Spec.Block4))}); err != nil {
 			t.Fatalf("ip neigh del: %v", err)
 		}
 		c.waitDataplane(a, time.Second, "after ip neigh del", want)
 		mac := overlay.VTEPMAC("c", 4)
 		if err := a.nl.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
-			HardwareAddr: mac, IP: net.ParseIP(hostAddr(cn.spec.host4))}); err != nil {
+			HardwareAddr: mac, IP: net.ParseIP(hostAddr(cn.Spec.Host4))}); err != nil {
 			t.Fatalf("bridge fdb del: %v", err)
 		}
 		c.waitDataplane(a, time.Second, "after bridge fdb del", want)
@@ -196,7 +195,7 @@ func TestVXLAN(t *testing.T) {
 	})
 
 	t.Run("peer VTEP MAC changed in its record", func(t *testing.T) {
-		path := filepath.Join(a.store.NodesDir(), "b.json")
+		path := filepath.Join(a.Store.NodesDir(), "b.json")
 		orig, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -222,40 +221,42 @@ func TestVXLAN(t *testing.T) {
 		c.waitDataplane(a, 5*time.Second, "after b's VTEP MAC changed", want)
 		// b's device still has its real MAC, so a's pods cannot reach b's
 		// over IPv4 now; restoring the record restores them.
-		if _, ok := ping(a.pods[0], b.pods[0].ip4); ok {
+		if _, ok := ping(a.Pods[0], b.Pods[0].IPv4); ok {
 			t.Errorf("pod a → pod b reachable through a wrong VTEP MAC")
 		}
 		if err := os.WriteFile(path, orig, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		c.waitDataplane(a, 5*time.Second, "after b's record was restored", expected(a, "vxlan", c.peersOf(a)))
-		if out, ok := ping(a.pods[0], b.pods[0].ip4); !ok {
+		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
 			t.Errorf("pod a → pod b after the record was restored:\n%s", out)
 		}
 	})
 
 	t.Run("peer record removed", func(t *testing.T) {
-		if err := os.Remove(filepath.Join(a.store.NodesDir(), "c.json")); err != nil {
+		if err := os.Remove(filepath.Join(a.Store.NodesDir(), "c.json")); err != nil {
 			t.Fatal(err)
 		}
 		c.waitDataplane(a, 5*time.Second, "after c's record was removed", expected(a, "vxlan", []*node{b}))
-		if _, ok := ping(a.pods[0], cn.pods[0].ip4); ok {
+		if _, ok := ping(a.Pods[0], cn.Pods[0].IPv4); ok {
 			t.Errorf("pod a → pod c still reachable after c's record was removed from a")
 		}
 		// The remaining peer is untouched.
-		if out, ok := ping(a.pods[0], b.pods[1].ip4); !ok {
+		if out, ok := ping(a.Pods[0], b.Pods[1].IPv4); !ok {
 			t.Errorf("pod a → pod b after c's record was removed:\n%s", out)
 		}
 	})
 
 	t.Run("routeletd cleanup removes the vxlan devices", func(t *testing.T) {
-		a.d.stop(t)
+		if err := a.Stop(); err != nil {
+			t.Fatal(err)
+		}
 		// The dataplane outlives the daemon.
 		if _, err := a.nl.LinkByName("vxlan.calico"); err != nil {
 			t.Fatalf("vxlan.calico gone after SIGTERM: %v", err)
 		}
-		out, err := exec.Command("ip", "netns", "exec", netnstest.Name(a.n.NS), filepath.Join(binDir, "routeletd"),
-			"cleanup", "--state-dir="+a.stateDir).CombinedOutput()
+		out, err := exec.Command("ip", "netns", "exec", netnstest.Name(a.CNI.NS), filepath.Join(binDir, "routeletd"),
+			"cleanup", "--state-dir="+a.StateDir).CombinedOutput()
 		if err != nil {
 			t.Fatalf("routeletd cleanup: %v\n%s", err, out)
 		}
@@ -275,7 +276,6 @@ func TestVXLAN(t *testing.T) {
 // through VXLAN. Every pod reaches every other pod.
 func TestVXLANCrossSubnet(t *testing.T) {
 	c := newCluster(t, "--encapsulation=vxlan", "--cross-subnet")
-	c.start()
 	c.checkAll("vxlan-cross-subnet")
 	if bad := c.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
 		t.Fatalf("pods that should reach each other do not:\n%s", strings.Join(bad, "\n"))
@@ -290,17 +290,16 @@ func TestVXLANCrossSubnet(t *testing.T) {
 // exists on any node.
 func TestNoEncapsulation(t *testing.T) {
 	c := newCluster(t, "--encapsulation=none")
-	c.start()
 	c.checkAll("none")
 	for _, n := range c.nodes {
 		for _, dev := range []string{"vxlan.calico", "vxlan-v6.calico"} {
 			if _, err := n.nl.LinkByName(dev); err == nil {
-				t.Errorf("node %s has %s in encapsulation none", n.spec.name, dev)
+				t.Errorf("node %s has %s in encapsulation none", n.Spec.Name, dev)
 			}
 		}
-		st, err := n.store.ReadDaemonStatus()
+		st, err := n.Store.ReadDaemonStatus()
 		if err != nil || st.PodMTU != 1500 {
-			t.Errorf("node %s daemon.json podMTU = %+v, %v; want 1500 (no encapsulation overhead)", n.spec.name, st, err)
+			t.Errorf("node %s daemon.json podMTU = %+v, %v; want 1500 (no encapsulation overhead)", n.Spec.Name, st, err)
 		}
 	}
 	if bad := c.reachability(func(from, to *node) bool { return from == to || sameSubnet(from, to) }); len(bad) > 0 {
@@ -316,14 +315,13 @@ func TestIPIP(t *testing.T) {
 		t.Skipf("kernel cannot do IPIP (no CONFIG_NET_IPIP / ipip module): %v", err)
 	}
 	c := newCluster(t, "--encapsulation=ipip")
-	c.start()
 	for _, n := range c.nodes {
 		var want []string
 		for _, p := range c.peersOf(n) {
-			want = append(want, fmt.Sprintf("%s via %s dev tunl0 onlink mtu 1480", p.spec.block4, hostAddr(p.spec.host4)))
+			want = append(want, fmt.Sprintf("%s via %s dev tunl0 onlink mtu 1480", p.Spec.Block4, hostAddr(p.Spec.Host4)))
 		}
 		slices.Sort(want)
-		eventually(t, 10*time.Second, "ipip routes on "+n.spec.name, func() bool {
+		eventually(t, 10*time.Second, "ipip routes on "+n.Spec.Name, func() bool {
 			got, err := n.overlayRoutes(netlink.FAMILY_V4)
 			return err == nil && slices.Equal(got, want)
 		})
@@ -332,8 +330,8 @@ func TestIPIP(t *testing.T) {
 	for _, from := range pods {
 		for _, to := range pods {
 			if from.p != to.p {
-				if out, ok := ping(from.p, to.p.ip4); !ok {
-					t.Errorf("%s → %s over IPIP:\n%s", from.p.name, to.p.ip4, out)
+				if out, ok := ping(from.p, to.p.IPv4); !ok {
+					t.Errorf("%s → %s over IPIP:\n%s", from.p.Name, to.p.IPv4, out)
 				}
 			}
 		}
