@@ -57,6 +57,11 @@ func (m *Manager) Watch(ctx context.Context, checkPeriod time.Duration, routePro
 				return
 			}
 			close(done)
+			// Drain what the old subscriptions still send until they close
+			// their channels, so none blocks forever on a full one.
+			go drain(linkCh)
+			go drain(routeCh)
+			go drain(neighCh)
 			linkCh, routeCh, neighCh = nil, nil, nil
 			m.queueCheck()
 			wake()
@@ -126,6 +131,15 @@ func (m *Manager) Watch(ctx context.Context, checkPeriod time.Duration, routePro
 		}
 	}()
 	return nil
+}
+
+// drain reads ch until it is closed; a nil ch returns at once.
+func drain[T any](ch chan T) {
+	if ch == nil {
+		return
+	}
+	for range ch {
+	}
 }
 
 // ifNames maps interface indexes to names, from link notifications.
