@@ -86,6 +86,9 @@ func (m *Manager) Watch(ctx context.Context, checkPeriod time.Duration, routePro
 				if err := subscribe(done); err != nil {
 					m.log.Warn("overlay: re-subscribing failed, retrying", "err", err)
 					close(done)
+					go drain(linkCh)
+					go drain(routeCh)
+					go drain(neighCh)
 					linkCh, routeCh, neighCh = nil, nil, nil
 					resub = time.After(time.Second)
 					continue
