@@ -136,12 +136,23 @@ func (m *Manager) Watch(ctx context.Context, checkPeriod time.Duration, routePro
 	return nil
 }
 
-// drain reads ch until it is closed; a nil ch returns at once.
+// drain reads ch until it is closed (a stopped subscription closes its
+// channel within moments), or for at most 10 s: a channel whose
+// subscription never started is never closed.
 func drain[T any](ch chan T) {
 	if ch == nil {
 		return
 	}
-	for range ch {
+	stop := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-stop:
+			return
+		}
 	}
 }
 
