@@ -263,7 +263,7 @@ func addAddr(nl *netlink.Handle, l netlink.Link, cidr string) error {
 // nodes/ directory.
 func (c *Cluster) Start(ctx context.Context) error {
 	for _, n := range c.Nodes {
-		if err := c.startDaemon(n); err != nil {
+		if err := c.startDaemon(n, c.opts.DaemonArgs); err != nil {
 			return err
 		}
 	}
@@ -284,14 +284,28 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return nil
 }
 
-func (c *Cluster) startDaemon(n *Node) error {
+// Restart stops n's routeletd and starts it again with extra flags in place
+// of Options.DaemonArgs (e.g. another encapsulation), then waits until it is
+// ready. Its log is appended to.
+func (c *Cluster) Restart(ctx context.Context, n *Node, daemonArgs ...string) error {
+	if err := n.Stop(); err != nil {
+		return err
+	}
+	if err := c.startDaemon(n, daemonArgs); err != nil {
+		return err
+	}
+	// daemon.json still says "stopped" until the new daemon's first sync.
+	return n.waitReady(ctx, 15*time.Second)
+}
+
+func (c *Cluster) startDaemon(n *Node, daemonArgs []string) error {
 	args := []string{"netns", "exec", netnstest.Name(n.CNI.NS), c.opts.Daemon,
 		"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir, "--pod-cidr=" + n.Spec.Block4}
 	if n.Spec.Block6 != "" {
 		args = append(args, "--pod-cidr="+n.Spec.Block6)
 	}
-	args = append(args, c.opts.DaemonArgs...)
-	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	args = append(args, daemonArgs...)
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}

@@ -109,6 +109,10 @@ type testCluster struct {
 	nodes []*node
 }
 
+// baseArgs are the routeletd flags of every test daemon: test-sized
+// periods, debug logs, no health server.
+var baseArgs = []string{"--log-level=debug", "--device-check-period=500ms", "--grace-period=1s", "--health-addr="}
+
 // clusterSeq tells the clusters of one test process apart.
 var clusterSeq int
 
@@ -120,7 +124,7 @@ func newCluster(t *testing.T, flags ...string) *testCluster {
 	t.Helper()
 	requireRoot(t)
 	clusterSeq++
-	args := append([]string{"--log-level=debug", "--device-check-period=500ms", "--grace-period=1s", "--health-addr="}, flags...)
+	args := append(slices.Clone(baseArgs), flags...)
 	c, err := cluster.New(cluster.Options{Prefix: fmt.Sprintf("%s%d-", nsPrefix, clusterSeq), PluginDir: binDir,
 		Daemon: filepath.Join(binDir, "routeletd"), WorkDir: t.TempDir(), Nodes: specs, DaemonArgs: args})
 	if err != nil {

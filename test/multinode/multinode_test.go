@@ -1,6 +1,7 @@
 package multinode
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -280,6 +281,35 @@ func TestVXLANCrossSubnet(t *testing.T) {
 	if bad := c.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
 		t.Fatalf("pods that should reach each other do not:\n%s", strings.Join(bad, "\n"))
 	}
+
+	t.Run("mode switched at restart: the old mode's routes and devices go", func(t *testing.T) {
+		a, b := c.node("a"), c.node("b")
+		restart := func(mode ...string) {
+			t.Helper()
+			if err := c.c.Restart(context.Background(), a.Node, append(slices.Clone(baseArgs), mode...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// cross-subnet → vxlan: the direct route to b over eth0 is replaced
+		// by one through vxlan.calico.
+		restart("--encapsulation=vxlan")
+		c.waitDataplane(a, 5*time.Second, "after a restart in vxlan mode", expected(a, "vxlan", c.peersOf(a)))
+		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+			t.Errorf("pod a → pod b after the switch to vxlan:\n%s", out)
+		}
+		// vxlan → none: both VXLAN devices and every encapsulated route go;
+		// b is routed directly again, c not at all.
+		restart("--encapsulation=none")
+		c.waitDataplane(a, 5*time.Second, "after a restart in none mode", expected(a, "none", c.peersOf(a)))
+		for _, dev := range []string{"vxlan.calico", "vxlan-v6.calico"} {
+			if _, err := a.nl.LinkByName(dev); err == nil {
+				t.Errorf("%s still present after the switch to none", dev)
+			}
+		}
+		if out, ok := ping(a.Pods[0], b.Pods[0].IPv6); !ok {
+			t.Errorf("pod a → pod b after the switch to none:\n%s", out)
+		}
+	})
 }
 
 // TestNoEncapsulation (host-gw): a and b route each other's blocks directly
