@@ -243,17 +243,6 @@ func (m *Manager) PodMTU() int {
 	return mtu
 }
 
-// Devices returns the names of the overlay devices in use.
-func (m *Manager) Devices() []string {
-	var out []string
-	for _, f := range m.fams {
-		for _, d := range f.devices {
-			out = append(out, d.Device().Name)
-		}
-	}
-	return out
-}
-
 // OnNodes implements agent.Manager: every peer record becomes a peer of
 // each family; the VXLAN managers get the peers, the route tables every
 // owned interface's routes (memory only). self is ignored: what this node
