@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/coreos/go-iptables/iptables"
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipset"
@@ -126,8 +125,8 @@ type cluster struct {
 	outside  ns.NetNS // a host outside the cluster
 	stateDir string
 	store    *state.Store
-	ipt      *iptables.IPTables // backend's iptables, used inside the node
-	ipt6     *iptables.IPTables // and its ip6tables
+	ipt      *rules.IPTables // backend's iptables, used inside the node
+	ipt6     *rules.IPTables // and its ip6tables
 }
 
 // newCluster builds the namespaces: a "lan" namespace with bridge br0, and
@@ -277,7 +276,7 @@ func (c *cluster) dropAcceptCounts() (accept, drop uint64, err error) {
 }
 
 // dropAcceptCountsOf is dropAcceptCounts through ipt (iptables or ip6tables).
-func (c *cluster) dropAcceptCountsOf(ipt *iptables.IPTables) (accept, drop uint64, err error) {
+func (c *cluster) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, err error) {
 	err = c.node.NS.Do(func(ns.NetNS) error {
 		stats, err := ipt.StructuredStats("filter", rules.InputChain)
 		if err != nil {

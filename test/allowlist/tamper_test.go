@@ -60,14 +60,23 @@ func testTamperRepair(t *testing.T, backend string) {
 			t.Fatalf("routeletd's firewall state lacks %q:\n%s", s, want)
 		}
 	}
-	// Left alone, the checks run (iptables execs grow) and change nothing.
+	// Left alone, the checks run and change nothing. With legacy each one
+	// runs `iptables -t filter -S` and `-t nat -S` per family; with nft,
+	// once one check has read the tables, none runs iptables while the
+	// nf_tables ruleset stays unchanged.
 	writes, execs := c.metric("routelet_allowlist_netlink_writes_total"), c.metric("routelet_allowlist_iptables_execs_total")
+	checks := c.metric("routelet_allowlist_check_duration_seconds_count")
 	eventually(t, 5*time.Second, "two allowlist checks", func() bool {
-		return c.metric("routelet_allowlist_iptables_execs_total") >= execs+24 // 12 `iptables -S` per check
+		return c.metric("routelet_allowlist_check_duration_seconds_count") >= checks+2
 	})
 	if w := c.metric("routelet_allowlist_netlink_writes_total"); w != writes || c.snapshot() != want {
 		t.Fatalf("clean checks changed something: netlink writes %v → %v", writes, w)
 	}
+	grew := c.metric("routelet_allowlist_iptables_execs_total") - execs
+	if backend == rules.BackendNFT && grew > 4 || backend == rules.BackendLegacy && grew < 8 {
+		t.Fatalf("two clean checks with %s ran iptables %v times; want at most 4 (nft: one read of both tables per family) or at least 8 (legacy: 4 per check)", backend, grew)
+	}
+	t.Logf("two or more clean checks with %s: %v iptables execs", backend, grew)
 	if r := c.metric("routelet_allowlist_repairs_total"); r != 0 {
 		t.Fatalf("routelet_allowlist_repairs_total = %v before any tampering", r)
 	}

@@ -36,7 +36,7 @@ type Manager struct {
 }
 
 // New returns a Manager that manages sets through k and IPv4 rules through
-// v4; v6 may be nil (or a nil *iptables.IPTables) to leave IPv6 alone: no
+// v4; v6 may be nil (or a nil *rules.IPTables) to leave IPv6 alone: no
 // ip6tables rules, no -v6 sets.
 // log may be nil.
 func New(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) *Manager {
@@ -56,7 +56,7 @@ func New(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) *Manager {
 }
 
 // isNil reports whether t is nil or an interface holding a nil pointer (a
-// nil *iptables.IPTables passed as "no IPv6" must not count as a table).
+// nil *rules.IPTables passed as "no IPv6" must not count as a table).
 func isNil(t rules.Table) bool {
 	if t == nil {
 		return true
@@ -236,7 +236,8 @@ func (m *Manager) candidates() []string {
 
 // Check re-reads every set (one netlink list each, plus one names-only dump
 // to find sets no longer needed) and every chain and built-in chain (one
-// `iptables -S` each, six per family), repairs what drifted and returns how many sets, chains or jumps needed repair. Sets go
+// `iptables -t filter -S` and one `iptables -t nat -S` per family), repairs
+// what drifted and returns how many sets, chains or jumps needed repair. Sets go
 // first so that a chain being recreated finds the sets its rules use.
 func (m *Manager) Check() (int, error) {
 	m.mu.Lock()
@@ -262,7 +263,7 @@ func (m *Manager) Check() (int, error) {
 type Stats struct {
 	NetlinkReads  int // ipset list dumps
 	NetlinkWrites int // ipset create, destroy, add, del, swap, rename
-	IptablesReads int // iptables -S execs
+	IptablesReads int // iptables -S execs (whole tables, single rules)
 	IptablesExecs int // every iptables exec, reads included
 }
 

@@ -199,6 +199,43 @@ func TestManagerCheckRepairs(t *testing.T) {
 	}
 }
 
+// TestManagerCleanCheckExecs: the periodic tamper check of an IPv4 + IPv6
+// node costs four iptables execs, one `-S` of the filter and one of the nat
+// table per family, and nothing else; with iptables-nft, none at all while
+// the nf_tables ruleset is unchanged since the last clean check.
+func TestManagerCleanCheckExecs(t *testing.T) {
+	for _, tc := range []struct {
+		nft   bool
+		later int // execs of the clean checks after the first
+	}{{false, 4}, {true, 0}} {
+		t.Run(fmt.Sprintf("nft=%v", tc.nft), func(t *testing.T) {
+			_, v4, v6, m := setup(t)
+			v4.NFT, v6.NFT = tc.nft, tc.nft
+			if err := m.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				before := m.Stats()
+				v4.ResetCalls()
+				v6.ResetCalls()
+				if n, err := m.Check(); n != 0 || err != nil {
+					t.Fatalf("clean Check = %d, %v", n, err)
+				}
+				after := m.Stats()
+				want := 4
+				if i > 0 {
+					want = tc.later
+				}
+				execs, reads := after.IptablesExecs-before.IptablesExecs, after.IptablesReads-before.IptablesReads
+				if execs != want || reads != want || v4.Calls("ListTable")+v6.Calls("ListTable") != want {
+					t.Fatalf("clean Check %d: %d iptables execs (%d reads, %d table reads), want %d table reads",
+						i+1, execs, reads, v4.Calls("ListTable")+v6.Calls("ListTable"), want)
+				}
+			}
+		})
+	}
+}
+
 func TestManagerRejectsBadInput(t *testing.T) {
 	k := ipset.NewFake()
 	m := New(k, rules.NewFakeTable(), nil, quiet)

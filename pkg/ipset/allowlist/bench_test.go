@@ -29,21 +29,25 @@ func peers(n, shift int) []netip.Prefix {
 	return out
 }
 
-// benchNode is a fresh namespace with a Manager over real netlink and the
-// default iptables binary, VXLAN + NAT outgoing, IPv4 only.
+// benchNode is a fresh namespace with a Manager over real netlink and
+// backend's iptables binary, VXLAN + NAT outgoing, IPv4 only.
 type benchNode struct {
 	m    *Manager
 	k    *ipset.Netlink
 	done func()
 }
 
-func newBenchNode(b *testing.B) *benchNode {
+func newBenchNode(b *testing.B, backend string) *benchNode {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: network namespaces, ipsets, iptables")
 	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		b.Skip("iptables not installed")
+	bin, err := rules.Binary(ipset.IPv4, backend)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		b.Skipf("%s not installed", bin)
 	}
 	n, err := netnstest.New("rlbench-")
 	if err != nil {
@@ -54,7 +58,7 @@ func newBenchNode(b *testing.B) *benchNode {
 		netnstest.Remove(n)
 		b.Fatal(err)
 	}
-	ipt, err := rules.NewIPTables(ipset.IPv4, rules.BackendDefault)
+	ipt, err := rules.NewIPTables(ipset.IPv4, backend)
 	if err != nil {
 		k.Close()
 		netnstest.Remove(n)
@@ -79,13 +83,14 @@ func report(b *testing.B, m *Manager, before Stats) {
 
 // BenchmarkAllowlist measures a 5,000-member peer set: the first full
 // Apply (sets built and swapped in, chains created), a one-member change, a
-// no-change Apply and a no-drift Check (the periodic tamper check / resync).
+// no-change Apply and a no-drift Check (the periodic tamper check / resync)
+// with each backend.
 func BenchmarkAllowlist(b *testing.B) {
 	b.Run("full-apply", func(b *testing.B) {
 		var total Stats
 		for range b.N {
 			b.StopTimer()
-			node := newBenchNode(b)
+			node := newBenchNode(b, rules.BackendDefault)
 			before := node.m.Stats()
 			b.StartTimer()
 			if err := node.m.Apply(); err != nil {
@@ -106,11 +111,18 @@ func BenchmarkAllowlist(b *testing.B) {
 		b.ReportMetric(float64(total.IptablesReads)/n, "iptables-reads/op")
 	})
 
-	steady := func(b *testing.B, op func(m *Manager, i int) error) {
-		node := newBenchNode(b)
+	// steady measures op after a full Apply and, with check, one clean
+	// Check (the state of a daemon between changes).
+	steady := func(b *testing.B, backend string, check bool, op func(m *Manager, i int) error) {
+		node := newBenchNode(b, backend)
 		defer node.done()
 		if err := node.m.Apply(); err != nil {
 			b.Fatal(err)
+		}
+		if check {
+			if _, err := node.m.Check(); err != nil {
+				b.Fatal(err)
+			}
 		}
 		before := node.m.Stats()
 		b.ResetTimer()
@@ -123,7 +135,7 @@ func BenchmarkAllowlist(b *testing.B) {
 		report(b, node.m, before)
 	}
 	b.Run("one-member-change", func(b *testing.B) {
-		steady(b, func(m *Manager, i int) error {
+		steady(b, rules.BackendDefault, false, func(m *Manager, i int) error {
 			if err := m.SetVXLANPeers(peers(benchPeers, 1<<19+i)); err != nil {
 				return err
 			}
@@ -131,20 +143,24 @@ func BenchmarkAllowlist(b *testing.B) {
 		})
 	})
 	b.Run("no-change-apply", func(b *testing.B) {
-		steady(b, func(m *Manager, _ int) error {
+		steady(b, rules.BackendDefault, false, func(m *Manager, _ int) error {
 			if err := m.SetVXLANPeers(peers(benchPeers, 0)); err != nil {
 				return err
 			}
 			return m.Apply()
 		})
 	})
-	b.Run("check-no-drift", func(b *testing.B) {
-		steady(b, func(m *Manager, _ int) error {
-			n, err := m.Check()
-			if err == nil && n != 0 {
-				b.Fatalf("Check repaired %d things in a steady state", n)
-			}
-			return err
+	// A no-drift Check after a clean one: legacy reads both tables each
+	// time; nft finds the nf_tables generation unchanged and reads none.
+	for _, backend := range []string{rules.BackendNFT, rules.BackendLegacy} {
+		b.Run("check-no-drift/"+backend, func(b *testing.B) {
+			steady(b, backend, true, func(m *Manager, _ int) error {
+				n, err := m.Check()
+				if err == nil && n != 0 {
+					b.Fatalf("Check repaired %d things in a steady state", n)
+				}
+				return err
+			})
 		})
-	})
+	}
 }

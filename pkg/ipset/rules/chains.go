@@ -8,17 +8,22 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/coreos/go-iptables/iptables"
-
 	"github.com/routelet/routelet/pkg/ipset"
 )
 
-// Table is the narrow seam between Chains and iptables: the methods of
-// *iptables.IPTables that Chains calls. Each call is one exec of the iptables
-// binary.
+// Table is the narrow seam between Chains and iptables: the methods Chains
+// and Cleanup call, those of go-iptables' *iptables.IPTables plus ListTable
+// and Generation (see IPTables). Each call but Generation is one exec of
+// the iptables binary.
 type Table interface {
-	// List returns `iptables -t table -S chain`.
-	List(table, chain string) ([]string, error)
+	// ListTable returns `iptables -t table -S`: every chain of the table,
+	// its policy or -N line first, then the rules of each chain in order.
+	ListTable(table string) ([]string, error)
+	// Generation returns the nf_tables ruleset generation of the
+	// namespace, which the kernel changes on every ruleset change and only
+	// then; ok is false when the backend keeps none (iptables-legacy).
+	// It is a netlink request, not an exec.
+	Generation() (gen uint32, ok bool, err error)
 	// ListById returns `iptables -t table -S chain id`: one rule.
 	ListById(table, chain string, id int) (string, error)
 	NewChain(table, chain string) error
@@ -30,12 +35,13 @@ type Table interface {
 	DeleteChain(table, chain string) error
 }
 
-var _ Table = (*iptables.IPTables)(nil)
-
 // Stats counts the iptables execs a Chains made, by kind.
 type Stats struct {
-	Reads  int // List and ListById
+	Reads  int // ListTable and ListById
 	Writes int // everything else
+	// Unchanged counts the Checks that read nothing because the nf_tables
+	// generation was the one of the last clean Check (no exec).
+	Unchanged int
 }
 
 // Chains keeps routelet's chains for one IP family in the kernel in line
@@ -43,9 +49,10 @@ type Stats struct {
 //
 // SetConfig touches memory only. Apply reconciles when the Config changed
 // since the last successful Apply and otherwise makes no exec at all: the
-// rules it last wrote are cached. Check forgets the cache, reads every chain
-// and built-in chain once and repairs what differs: that is the tamper check
-// and the full resync. A failed Apply or Check leaves Chains dirty. All
+// rules it last wrote are cached. Check forgets the cache, reads each table
+// once (`iptables -t filter -S`, `iptables -t nat -S`: every chain and
+// built-in chain in two execs) and repairs what differs: that is the tamper
+// check and the full resync. A failed Apply or Check leaves Chains dirty. All
 // methods are safe for concurrent use.
 type Chains struct {
 	t      Table
@@ -63,6 +70,13 @@ type Chains struct {
 	hookOK  map[string]bool
 	// dirty is set by SetConfig and by failures; guarded by mu.
 	dirty bool
+	// cleanGen is the nf_tables generation read just before the last
+	// Check that read both tables, found everything as desired and wrote
+	// nothing; cleanGenOK says there is one. While the generation is still
+	// cleanGen the kernel holds exactly what that Check read, so a Check
+	// has nothing to read. SetConfig and Apply clear it. Guarded by mu.
+	cleanGen   uint32
+	cleanGenOK bool
 	// stats counts execs; guarded by mu.
 	stats Stats
 }
@@ -98,6 +112,7 @@ func (c *Chains) SetConfig(cfg Config) error {
 	c.cfg = cfg
 	c.chains = Render(cfg, c.family)
 	c.dirty = true
+	c.cleanGenOK = false
 	return nil
 }
 
@@ -131,28 +146,82 @@ func (c *Chains) Apply() error {
 	if !c.dirty {
 		return nil
 	}
+	c.cleanGenOK = false
 	_, err := c.sync(true)
 	return err
 }
 
-// Check reads each routelet chain and each built-in chain that jumps to one
-// (six execs), repairs whatever differs and returns how many chains or jumps
+// Check reads the filter and the nat table (two execs, each listing every
+// chain of its table: routelet's chains and the built-in chains that jump to
+// them), repairs whatever differs and returns how many chains or jumps
 // needed repair.
+//
+// On nf_tables it first reads the ruleset generation (one netlink request):
+// when it is still the one read before the last clean Check, nobody has
+// changed any rule since that Check found everything as desired, and Check
+// returns without an exec. Any write to the ruleset — a flush, a deleted,
+// inserted or moved rule, in any chain, by anyone — changes the generation,
+// so nothing that a read would detect is missed. If the generation cannot
+// be read, Check reads the tables.
 func (c *Chains) Check() (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.sync(false)
+	gen, hasGen, err := c.t.Generation()
+	if err != nil {
+		c.log.Debug("nf_tables generation unreadable; reading the tables", "err", err)
+		hasGen = false
+	}
+	if hasGen && c.cleanGenOK && gen == c.cleanGen && !c.dirty {
+		c.stats.Unchanged++
+		return 0, nil
+	}
+	c.cleanGenOK = false
+	n, err := c.sync(false)
+	if hasGen && n == 0 && err == nil {
+		c.cleanGen, c.cleanGenOK = gen, true
+	}
+	return n, err
 }
 
 // sync reconciles every chain, then its jump (a jump needs its target to
 // exist). With useCache, chains and jumps known good are skipped unread.
+// Each table is read at most once, on first need, and that one listing
+// serves all its chains: a write to one chain never changes another's
+// lines, and each built-in chain holds the jump of one routelet chain only.
 func (c *Chains) sync(useCache bool) (int, error) {
 	var errs []error
 	repaired := 0
+	tables := map[string]map[string][]string{}
+	failed := map[string]bool{}
+	// read returns table's chains, reading the table on first use; a
+	// failed read is reported once and not retried in this sync.
+	read := func(table string) (map[string][]string, bool) {
+		if chains, ok := tables[table]; ok {
+			return chains, true
+		}
+		if failed[table] {
+			return nil, false
+		}
+		c.stats.Reads++
+		lines, err := c.t.ListTable(table)
+		if err != nil {
+			failed[table] = true
+			errs = append(errs, fmt.Errorf("iptables read table %s: %w", table, err))
+			return nil, false
+		}
+		tables[table] = splitTable(lines)
+		return tables[table], true
+	}
 	for _, ch := range c.chains {
 		want := ch.Lines()
 		if !useCache || !slices.Equal(c.applied[ch.Name], want) {
-			fixed, err := c.syncChain(ch, want)
+			chains, ok := read(ch.Table)
+			if !ok {
+				delete(c.applied, ch.Name)
+				continue
+			}
+			lines, exists := chains[ch.Name]
+			fixed, err := c.syncChain(ch, want, lines, exists)
 			if err != nil {
 				delete(c.applied, ch.Name)
 				errs = append(errs, err)
@@ -164,7 +233,12 @@ func (c *Chains) sync(useCache bool) (int, error) {
 			}
 		}
 		if !useCache || !c.hookOK[ch.Name] {
-			fixed, err := c.syncHook(ch)
+			chains, ok := read(ch.Table)
+			if !ok {
+				delete(c.hookOK, ch.Name)
+				continue
+			}
+			fixed, err := c.syncHook(ch, chains[ch.Hook])
 			if err != nil {
 				delete(c.hookOK, ch.Name)
 				errs = append(errs, err)
@@ -184,33 +258,17 @@ func (c *Chains) sync(useCache bool) (int, error) {
 	return repaired, err
 }
 
-func (c *Chains) list(table, chain string) ([]string, error) {
-	c.stats.Reads++
-	return c.t.List(table, chain)
-}
-
-// exitStatus1 reports whether err is iptables exiting with status 1, which is
-// how both backends report a missing chain to -S (the message differs).
-func exitStatus1(err error) bool {
-	var e interface{ ExitStatus() int }
-	return errors.As(err, &e) && e.ExitStatus() == 1
-}
-
-// syncChain reads one chain and, when it differs from want, replaces its
-// rules as a whole: the new rules are appended after the old ones, then the
-// old ones deleted from the top, so the chain is never empty and never edited
-// rule by rule. It reports whether it wrote anything.
-func (c *Chains) syncChain(ch Chain, want []string) (bool, error) {
-	lines, err := c.list(ch.Table, ch.Name)
+// syncChain compares one chain's lines, as read from its table (exists
+// false: the chain is missing), with want and, when they differ, replaces
+// its rules as a whole: the new rules are appended after the old ones, then
+// the old ones deleted from the top, so the chain is never empty and never
+// edited rule by rule. It reports whether it wrote anything.
+func (c *Chains) syncChain(ch Chain, want, lines []string, exists bool) (bool, error) {
 	created := false
-	if err != nil {
-		if !exitStatus1(err) {
-			return false, fmt.Errorf("iptables read %s/%s: %w", ch.Table, ch.Name, err)
-		}
-		// Missing (or unreadable: then creating it fails too).
+	if !exists {
 		c.stats.Writes++
-		if cerr := c.t.NewChain(ch.Table, ch.Name); cerr != nil {
-			return false, fmt.Errorf("iptables chain %s/%s: cannot read (%w) nor create: %w", ch.Table, ch.Name, err, cerr)
+		if err := c.t.NewChain(ch.Table, ch.Name); err != nil {
+			return false, fmt.Errorf("iptables chain %s/%s: missing, and cannot create it: %w", ch.Table, ch.Name, err)
 		}
 		c.log.Debug("iptables chain created", "table", ch.Table, "chain", ch.Name)
 		lines = []string{"-N " + ch.Name}
@@ -266,16 +324,14 @@ func jumpPositions(lines []string, hook, target string) []int {
 }
 
 // syncHook makes the jump to ch the first rule of its built-in chain, present
-// once: a missing or displaced jump is inserted at position 1 first, then the
-// stale copies are deleted (add before delete: traffic always passes a jump).
-// Each deletion is by position, re-checked with a one-rule read just before,
-// so a concurrent change to the built-in chain never costs someone else's
-// rule. It reports whether it wrote anything.
-func (c *Chains) syncHook(ch Chain) (bool, error) {
-	lines, err := c.list(ch.Table, ch.Hook)
-	if err != nil {
-		return false, fmt.Errorf("iptables read %s/%s: %w", ch.Table, ch.Hook, err)
-	}
+// once, given the built-in chain's lines as read from its table (none: the
+// table lists no such chain, so it holds no jump). A missing or displaced
+// jump is inserted at position 1 first, then the stale copies are deleted
+// (add before delete: traffic always passes a jump). Each deletion is by
+// position, re-checked with a one-rule read just before, so a concurrent
+// change to the built-in chain never costs someone else's rule. It reports
+// whether it wrote anything.
+func (c *Chains) syncHook(ch Chain, lines []string) (bool, error) {
 	pos := jumpPositions(lines, ch.Hook, ch.Name)
 	if len(pos) == 1 && pos[0] == 1 {
 		return false, nil
@@ -315,30 +371,37 @@ func (c *Chains) syncHook(ch Chain) (bool, error) {
 // Cleanup removes every jump to routelet's chains from the built-in chains,
 // then flushes and deletes the chains, for the daemon's cleanup command. Run
 // it before destroying the ipsets the rules use. Missing chains are fine.
-// Jumps are deleted by position from one read, highest first; it is meant
-// for a stopped daemon, not to race with other programs editing the same
-// built-in chain (Chains.Check re-reads before each positional delete).
+// Each table is read once; jumps are deleted by position from that read,
+// highest first. It is meant for a stopped daemon, not to race with other
+// programs editing the same built-in chain (Chains.Check re-reads before
+// each positional delete).
 func Cleanup(t Table, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
 	}
 	var errs []error
+	tables := map[string]map[string][]string{}
 	for _, ch := range Render(Config{}, ipset.IPv4) {
-		lines, err := t.List(ch.Table, ch.Hook)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("iptables cleanup: read %s/%s: %w", ch.Table, ch.Hook, err))
-			continue
+		chains, ok := tables[ch.Table]
+		if !ok {
+			lines, err := t.ListTable(ch.Table)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("iptables cleanup: read table %s: %w", ch.Table, err))
+			} else {
+				chains = splitTable(lines)
+			}
+			tables[ch.Table] = chains
 		}
-		pos := jumpPositions(lines, ch.Hook, ch.Name)
+		if chains == nil {
+			continue // the read failed, reported above
+		}
+		pos := jumpPositions(chains[ch.Hook], ch.Hook, ch.Name)
 		for i := len(pos) - 1; i >= 0; i-- {
 			if err := t.DeleteById(ch.Table, ch.Hook, pos[i]); err != nil {
 				errs = append(errs, fmt.Errorf("iptables cleanup: delete jump %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err))
 			}
 		}
-		if _, err := t.List(ch.Table, ch.Name); err != nil {
-			if !exitStatus1(err) {
-				errs = append(errs, fmt.Errorf("iptables cleanup: read %s/%s: %w", ch.Table, ch.Name, err))
-			}
+		if _, exists := chains[ch.Name]; !exists {
 			continue // already gone
 		}
 		if err := t.ClearChain(ch.Table, ch.Name); err != nil {

@@ -66,12 +66,13 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 	if n, err := c.Check(); n != 0 || err != nil {
 		t.Fatalf("clean Check = %d, %v", n, err)
 	}
-	if f.Calls("List") != 6 || f.Execs() != 6 {
-		t.Fatalf("clean Check: %d Lists, %d execs; want one List per chain (6) and nothing else", f.Calls("List"), f.Execs())
+	if f.Calls("ListTable") != 2 || f.Execs() != 2 {
+		t.Fatalf("clean Check: %d table reads, %d execs; want one read per table (filter, nat) and nothing else", f.Calls("ListTable"), f.Execs())
 	}
 
-	// Config change: only the chains whose rules change are read and
-	// rewritten; the jumps, known good, are not read.
+	// Config change: only the tables of the chains whose rules change are
+	// read, once each, and only those chains rewritten; the jumps, known
+	// good, are not touched.
 	f.ResetCalls()
 	if err := c.SetConfig(Config{VXLAN: true, NATOutgoing: true}); err != nil {
 		t.Fatal(err)
@@ -80,14 +81,24 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantInstalled(t, f, Config{VXLAN: true, NATOutgoing: true}, ipset.IPv4, others)
-	if f.Calls("List") != 3 || f.Calls("Insert") != 0 {
-		t.Fatalf("config change: %d Lists, %d Inserts; want 3 (the changed chains) and 0", f.Calls("List"), f.Calls("Insert"))
+	if f.Calls("ListTable") != 2 || f.Calls("Insert") != 0 {
+		t.Fatalf("config change: %d table reads, %d Inserts; want 2 (filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
 	}
 }
 
+// TestChainsCheckRepairsTampering tampers after a clean Check, with and
+// without a ruleset generation (nft, legacy): each tamper is repaired by the
+// next Check.
 func TestChainsCheckRepairsTampering(t *testing.T) {
+	for _, nft := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) { testChainsCheckRepairsTampering(t, nft) })
+	}
+}
+
+func testChainsCheckRepairsTampering(t *testing.T, nft bool) {
 	docker := "-o docker0 -j DOCKER"
 	f := NewFakeTable()
+	f.NFT = nft
 	f.SetRules("filter", "FORWARD", docker)
 	c := New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
@@ -119,6 +130,9 @@ func TestChainsCheckRepairsTampering(t *testing.T) {
 			f.RemoveChain("filter", InputChain)
 		}},
 	} {
+		if n, err := c.Check(); n != 0 || err != nil {
+			t.Fatalf("before %s: clean Check = %d, %v", tc.name, n, err)
+		}
 		tc.do()
 		n, err := c.Check()
 		if err != nil || n == 0 {
@@ -127,6 +141,221 @@ func TestChainsCheckRepairsTampering(t *testing.T) {
 		wantInstalled(t, f, fullCfg, ipset.IPv4, map[string][]string{"filter/FORWARD": {docker}})
 		if n, err := c.Check(); n != 0 || err != nil {
 			t.Fatalf("%s: second Check = %d, %v; want nothing to repair", tc.name, n, err)
+		}
+	}
+}
+
+// TestChainsCheckExecs: a clean Check is one `iptables -t <table> -S` per
+// table, each table once, whatever the number of chains in it; with an
+// nf_tables generation (nft) a Check after a clean one reads nothing until
+// the ruleset changes. A Check that repairs adds only the writes.
+func TestChainsCheckExecs(t *testing.T) {
+	for _, tc := range []struct {
+		nft bool
+		// execs of each clean Check after the first
+		later int
+	}{{nft: false, later: 2}, {nft: true, later: 0}} {
+		t.Run(fmt.Sprintf("nft=%v", tc.nft), func(t *testing.T) {
+			f := NewFakeTable()
+			f.NFT = tc.nft
+			var tables []string
+			f.Inject = func(method, table, chain string) error {
+				if method == "ListTable" {
+					tables = append(tables, table)
+				}
+				return nil
+			}
+			c := New(f, ipset.IPv4, quiet)
+			_ = c.SetConfig(fullCfg)
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			tableReads := []string{"filter", "nat"}
+			if !slices.Equal(tables, tableReads) {
+				t.Fatalf("first Apply read tables %q, want %q", tables, tableReads)
+			}
+			for i := range 3 {
+				tables = nil
+				f.ResetCalls()
+				if n, err := c.Check(); n != 0 || err != nil {
+					t.Fatalf("clean Check = %d, %v", n, err)
+				}
+				want, execs := tableReads, 2
+				if i > 0 && tc.later == 0 {
+					want, execs = nil, 0
+				}
+				if !slices.Equal(tables, want) || f.Execs() != execs {
+					t.Fatalf("clean Check %d: read tables %q in %d execs, want %q in %d", i+1, tables, f.Execs(), want, execs)
+				}
+			}
+			if s := c.Stats(); tc.nft != (s.Unchanged == 2) {
+				t.Fatalf("Stats.Unchanged = %d after 3 clean Checks (nft %v)", s.Unchanged, tc.nft)
+			}
+			// A flushed chain and a deleted jump in the same table:
+			// still one read of it; the repair appends the rules and
+			// inserts the jump.
+			f.SetRules("filter", InputChain)
+			f.SetRules("filter", "FORWARD")
+			f.ResetCalls()
+			if n, err := c.Check(); n != 2 || err != nil {
+				t.Fatalf("Check = %d, %v; want 2 repairs", n, err)
+			}
+			in := Render(fullCfg, ipset.IPv4)[0]
+			if f.Calls("ListTable") != 2 || f.Calls("Append") != len(in.Rules) || f.Calls("Insert") != 1 || f.Execs() != 2+len(in.Rules)+1 {
+				t.Fatalf("repairing Check: %d table reads, %d appends, %d inserts, %d execs; want 2, %d, 1, %d",
+					f.Calls("ListTable"), f.Calls("Append"), f.Calls("Insert"), f.Execs(), len(in.Rules), 2+len(in.Rules)+1)
+			}
+			wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+			// The repair changed the ruleset: the next Check reads again
+			// (and, clean, arms the shortcut once more).
+			f.ResetCalls()
+			if n, err := c.Check(); n != 0 || err != nil || f.Execs() != 2 {
+				t.Fatalf("Check after a repair = %d, %v in %d execs; want a clean read of both tables", n, err, f.Execs())
+			}
+		})
+	}
+}
+
+// TestChainsCheckGenerationShortcut: the nf_tables shortcut is taken only
+// while nothing could have changed: a config change, an Apply or an
+// unreadable generation make the next Check read the tables.
+func TestChainsCheckGenerationShortcut(t *testing.T) {
+	f := NewFakeTable()
+	f.NFT = true
+	c := New(f, ipset.IPv4, quiet)
+	_ = c.SetConfig(fullCfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, wantExecs int) {
+		t.Helper()
+		f.ResetCalls()
+		if n, err := c.Check(); n != 0 || err != nil || f.Execs() != wantExecs {
+			t.Fatalf("%s: Check = %d, %v in %d execs, want 0, nil in %d", what, n, err, f.Execs(), wantExecs)
+		}
+	}
+	check("first clean Check", 2)
+	check("unchanged ruleset", 0)
+
+	// A foreign rule in a chain routelet does not own still changes the
+	// generation: the Check reads (and leaves it alone).
+	_ = f.Append("filter", "OUTPUT", "-j", "ACCEPT")
+	check("foreign change", 2)
+	check("unchanged again", 0)
+
+	// New config, kernel unchanged: Apply rewrites the chains, and even
+	// when nothing would need writing the next Check reads.
+	cfg := Config{VXLAN: true, NATOutgoing: true}
+	_ = c.SetConfig(cfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a config change", 2)
+	_ = c.SetConfig(fullCfg)
+	_ = c.SetConfig(cfg) // back: nothing to write, but Apply still runs
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	check("after an Apply", 2)
+
+	f.Inject = func(method, table, chain string) error {
+		if method == "Generation" {
+			return &FakeExitError{1, "injected: no netlink"}
+		}
+		return nil
+	}
+	check("generation unreadable", 2)
+	check("generation still unreadable", 2)
+	f.Inject = nil
+	check("generation back", 2)
+	check("generation back, unchanged", 0)
+}
+
+// TestChainsCheckReadFailure: a table that cannot be read fails the Check
+// (once, naming the table), leaves the chains dirty, and the chains of the
+// other table are still checked.
+func TestChainsCheckReadFailure(t *testing.T) {
+	f := NewFakeTable()
+	c := New(f, ipset.IPv4, quiet)
+	_ = c.SetConfig(fullCfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	f.SetRules("nat", "POSTROUTING") // jump deleted
+	f.Inject = func(method, table, chain string) error {
+		if method == "ListTable" && table == "filter" {
+			return &FakeExitError{4, "injected: filter unreadable"}
+		}
+		return nil
+	}
+	n, err := c.Check()
+	if err == nil || strings.Count(err.Error(), "injected") != 1 || !strings.Contains(err.Error(), "table filter") {
+		t.Fatalf("Check = %d, %v; want one error for table filter", n, err)
+	}
+	if n != 1 || !c.Dirty() {
+		t.Fatalf("Check = %d repairs, dirty %v; want the nat jump repaired and dirty", n, c.Dirty())
+	}
+	f.Inject = nil
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+}
+
+// TestSplitTable parses `iptables -S` of a whole table as both backends
+// print it into what `iptables -S <chain>` prints for each chain.
+func TestSplitTable(t *testing.T) {
+	out := []string{
+		"-P INPUT DROP",
+		"-P FORWARD ACCEPT",
+		"-P OUTPUT ACCEPT",
+		"-N DOCKER",
+		"-N ROUTELET-FORWARD",
+		"-N ROUTELET-INPUT",
+		"-A INPUT -j ROUTELET-INPUT",
+		"-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+		"-A FORWARD -j ROUTELET-FORWARD",
+		"-A FORWARD -o docker0 -j DOCKER",
+		"-A ROUTELET-FORWARD -i cali+ -j ACCEPT",
+		"-A ROUTELET-INPUT -p ipencap -m addrtype --dst-type LOCAL -j DROP",
+	}
+	got := splitTable(out)
+	want := map[string][]string{
+		"INPUT":            {"-P INPUT DROP", "-A INPUT -j ROUTELET-INPUT", "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT"},
+		"FORWARD":          {"-P FORWARD ACCEPT", "-A FORWARD -j ROUTELET-FORWARD", "-A FORWARD -o docker0 -j DOCKER"},
+		"OUTPUT":           {"-P OUTPUT ACCEPT"},
+		"DOCKER":           {"-N DOCKER"},
+		"ROUTELET-FORWARD": {"-N ROUTELET-FORWARD", "-A ROUTELET-FORWARD -i cali+ -j ACCEPT"},
+		"ROUTELET-INPUT":   {"-N ROUTELET-INPUT", "-A ROUTELET-INPUT -p ipencap -m addrtype --dst-type LOCAL -j DROP"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("splitTable: %d chains %q, want %d", len(got), got, len(want))
+	}
+	for ch, w := range want {
+		if !slices.Equal(got[ch], w) {
+			t.Fatalf("chain %s = %q, want %q", ch, got[ch], w)
+		}
+	}
+	if len(splitTable(nil)) != 0 {
+		t.Fatal("empty listing has chains")
+	}
+}
+
+// TestWaitArgs: the lock-wait arguments are those go-iptables appends for
+// the same version.
+func TestWaitArgs(t *testing.T) {
+	for _, tc := range []struct {
+		v    [3]int
+		want []string
+	}{
+		{[3]int{1, 8, 9}, []string{"--wait", "5"}},
+		{[3]int{1, 6, 0}, []string{"--wait", "5"}},
+		{[3]int{1, 4, 21}, []string{"--wait"}},
+		{[3]int{1, 4, 20}, []string{"--wait"}},
+		{[3]int{1, 4, 19}, nil},
+	} {
+		if got := waitArgs(tc.v[0], tc.v[1], tc.v[2]); !slices.Equal(got, tc.want) {
+			t.Errorf("waitArgs(%v) = %q, want %q", tc.v, got, tc.want)
 		}
 	}
 }

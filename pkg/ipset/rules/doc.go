@@ -15,11 +15,19 @@
 //     traffic leaving through an overlay device is never masqueraded.
 //
 // A [Chains] holds the desired Config in memory; [Chains.Apply] brings the
-// kernel in line and [Chains.Check] re-reads each chain (one `iptables -S`
-// per chain) and repairs drift. A chain whose rules differ is replaced as a
-// whole — the new rules appended, then the old ones deleted from the top —
-// never edited rule by rule and never left empty. Each jump sits first in
-// its built-in chain, exactly once.
+// kernel in line and [Chains.Check] re-reads each chain and repairs drift.
+// Reads are by table: one `iptables -t filter -S` and one `iptables -t nat
+// -S` list routelet's chains and the built-in chains that jump to them, so a
+// check costs two execs per family, not one per chain ([IPTables] adds that
+// whole-table read to the go-iptables handle). With iptables-nft a check
+// first reads the nf_tables ruleset generation over netlink and reads no
+// table at all while it is unchanged since the last clean check: every
+// change to any rule, by anyone, changes it.
+//
+// A chain whose rules differ is replaced as a whole — the new rules
+// appended, then the old ones deleted from the top — never edited rule by
+// rule and never left empty. Each jump sits first in its built-in chain,
+// exactly once.
 //
 // Ownership: only the three ROUTELET-* chains are ever flushed or deleted;
 // in the built-in chains only rules that are exactly a jump to one of them

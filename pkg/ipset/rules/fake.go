@@ -18,10 +18,16 @@ type FakeTable struct {
 	chains  map[string][]string
 	builtin map[string]bool
 	calls   map[string]int
+	// gen is the ruleset generation, bumped by every change; guarded by mu.
+	gen uint32
+	// NFT makes Generation report gen, as iptables-nft does; without it
+	// the fake has no generation, like iptables-legacy. Set it before use.
+	NFT bool
 	// Inject, when set, is called before every method with its name
-	// ("List", "Append", …), table and chain; a non-nil result fails the
-	// call unchanged. It runs with the FakeTable's lock held, so it must
-	// not call the FakeTable.
+	// ("ListTable", "Append", "Generation", …), table and chain ("" where
+	// the method has none); a non-nil result fails the call unchanged. It
+	// runs with the FakeTable's lock held, so it must not call the
+	// FakeTable.
 	Inject func(method, table, chain string) error
 }
 
@@ -40,10 +46,14 @@ func (e *FakeExitError) Error() string { return fmt.Sprintf("exit status %d: %s"
 // ExitStatus returns the simulated exit status.
 func (e *FakeExitError) ExitStatus() int { return e.Status }
 
+// builtinChains are the built-in chains of the filter and nat tables, as
+// table/chain, in the order iptables lists them.
+var builtinChains = []string{"filter/INPUT", "filter/FORWARD", "filter/OUTPUT", "nat/PREROUTING", "nat/INPUT", "nat/OUTPUT", "nat/POSTROUTING"}
+
 // NewFakeTable returns a FakeTable with the built-in chains.
 func NewFakeTable() *FakeTable {
 	f := &FakeTable{chains: map[string][]string{}, builtin: map[string]bool{}, calls: map[string]int{}}
-	for _, k := range []string{"filter/INPUT", "filter/FORWARD", "filter/OUTPUT", "nat/PREROUTING", "nat/INPUT", "nat/OUTPUT", "nat/POSTROUTING"} {
+	for _, k := range builtinChains {
 		f.chains[k] = nil
 		f.builtin[k] = true
 	}
@@ -89,6 +99,7 @@ func (f *FakeTable) SetRules(table, chain string, rules ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.chains[table+"/"+chain] = slices.Clone(rules)
+	f.changed()
 }
 
 // RemoveChain deletes table/chain directly.
@@ -96,6 +107,7 @@ func (f *FakeTable) RemoveChain(table, chain string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.chains, table+"/"+chain)
+	f.changed()
 }
 
 func (f *FakeTable) begin(method, table, chain string) error {
@@ -106,6 +118,22 @@ func (f *FakeTable) begin(method, table, chain string) error {
 	return nil
 }
 
+// changed bumps the generation: every write method calls it once it has
+// changed something, as a committed nf_tables transaction would.
+func (f *FakeTable) changed() { f.gen++ }
+
+// Generation implements Table. It is not counted as a call: it is no exec.
+func (f *FakeTable) Generation() (uint32, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Inject != nil {
+		if err := f.Inject("Generation", "", ""); err != nil {
+			return 0, false, err
+		}
+	}
+	return f.gen, f.NFT, nil
+}
+
 func (f *FakeTable) get(table, chain string) ([]string, error) {
 	r, ok := f.chains[table+"/"+chain]
 	if !ok {
@@ -114,24 +142,41 @@ func (f *FakeTable) get(table, chain string) ([]string, error) {
 	return r, nil
 }
 
-// List implements Table.
-func (f *FakeTable) List(table, chain string) ([]string, error) {
+// ListTable implements Table. It prints the table the way `iptables -t
+// table -S` does: the built-in chains' policies, the other chains' -N lines,
+// then every chain's rules, chains in the same order (built-in chains in
+// their kernel order, then the others sorted by name).
+func (f *FakeTable) ListTable(table string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.begin("List", table, chain); err != nil {
+	if err := f.begin("ListTable", table, ""); err != nil {
 		return nil, err
 	}
-	r, err := f.get(table, chain)
-	if err != nil {
-		return nil, err
+	var builtin, user []string
+	for _, k := range builtinChains {
+		if t, ch, _ := strings.Cut(k, "/"); t == table {
+			if _, ok := f.chains[k]; ok {
+				builtin = append(builtin, ch)
+			}
+		}
 	}
-	head := "-N " + chain
-	if f.builtin[table+"/"+chain] {
-		head = "-P " + chain + " ACCEPT"
+	for k := range f.chains {
+		if t, ch, _ := strings.Cut(k, "/"); t == table && !f.builtin[k] {
+			user = append(user, ch)
+		}
 	}
-	out := []string{head}
-	for _, spec := range r {
-		out = append(out, "-A "+chain+" "+spec)
+	slices.Sort(user)
+	var out []string
+	for _, ch := range builtin {
+		out = append(out, "-P "+ch+" ACCEPT")
+	}
+	for _, ch := range user {
+		out = append(out, "-N "+ch)
+	}
+	for _, ch := range append(builtin, user...) {
+		for _, spec := range f.chains[table+"/"+ch] {
+			out = append(out, "-A "+ch+" "+spec)
+		}
 	}
 	return out, nil
 }
@@ -164,6 +209,7 @@ func (f *FakeTable) NewChain(table, chain string) error {
 		return &FakeExitError{1, "Chain already exists."}
 	}
 	f.chains[table+"/"+chain] = []string{}
+	f.changed()
 	return nil
 }
 
@@ -179,6 +225,7 @@ func (f *FakeTable) Append(table, chain string, rulespec ...string) error {
 		return err
 	}
 	f.chains[table+"/"+chain] = append(r, strings.Join(rulespec, " "))
+	f.changed()
 	return nil
 }
 
@@ -197,6 +244,7 @@ func (f *FakeTable) Insert(table, chain string, pos int, rulespec ...string) err
 		return &FakeExitError{2, "Index of insertion too big."}
 	}
 	f.chains[table+"/"+chain] = slices.Insert(slices.Clone(r), pos-1, strings.Join(rulespec, " "))
+	f.changed()
 	return nil
 }
 
@@ -215,6 +263,7 @@ func (f *FakeTable) DeleteById(table, chain string, id int) error {
 		return &FakeExitError{1, "Index of deletion too big."}
 	}
 	f.chains[table+"/"+chain] = slices.Delete(slices.Clone(r), id-1, id)
+	f.changed()
 	return nil
 }
 
@@ -226,6 +275,7 @@ func (f *FakeTable) ClearChain(table, chain string) error {
 		return err
 	}
 	f.chains[table+"/"+chain] = []string{}
+	f.changed()
 	return nil
 }
 
@@ -251,5 +301,6 @@ func (f *FakeTable) DeleteChain(table, chain string) error {
 		}
 	}
 	delete(f.chains, table+"/"+chain)
+	f.changed()
 	return nil
 }

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -10,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/coreos/go-iptables/iptables"
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipset"
@@ -20,7 +21,7 @@ import (
 // read through the same go-iptables handle.
 type nsTable struct {
 	NetNS
-	ipt *iptables.IPTables
+	ipt *IPTables
 	n   ns.NetNS
 }
 
@@ -132,6 +133,34 @@ func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family) {
 	}
 }
 
+// wantTableMatchesChains checks that ListTable, split by chain, gives for
+// every chain of the filter and nat tables exactly what `-S <chain>` prints:
+// Check's one read per table sees what six per-chain reads would.
+func (f *fixture) wantTableMatchesChains(t *testing.T) {
+	t.Helper()
+	for table, must := range map[string][]string{
+		TableFilter: {"INPUT", "FORWARD", InputChain, ForwardChain},
+		TableNAT:    {"POSTROUTING", PostroutingChain},
+	} {
+		lines, err := f.tab.ListTable(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chains := splitTable(lines)
+		for _, ch := range must {
+			if _, ok := chains[ch]; !ok {
+				t.Fatalf("%s -t %s -S lists no chain %s:\n%s", f.bin, table, ch, strings.Join(lines, "\n"))
+			}
+		}
+		for ch, got := range chains {
+			want := strings.Split(strings.TrimSpace(f.run(t, "-t", table, "-S", ch)), "\n")
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s -t %s -S, chain %s:\n%s\nbut -S %s:\n%s", f.bin, table, ch, strings.Join(got, "\n"), ch, strings.Join(want, "\n"))
+			}
+		}
+	}
+}
+
 func TestChainsKernelBothBackends(t *testing.T) {
 	for _, backend := range []string{BackendNFT, BackendLegacy} {
 		for _, family := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
@@ -155,6 +184,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 		t.Fatal(err)
 	}
 	f.wantKernel(t, cfg, family)
+	f.wantTableMatchesChains(t)
 
 	before := c.Stats()
 	if err := c.Apply(); err != nil {
@@ -164,9 +194,25 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 		t.Fatalf("clean Check = %d, %v (a rendered rule reads back differently?)", n, err)
 	}
 	d := c.Stats()
-	if d.Writes != before.Writes || d.Reads-before.Reads != 6 {
-		t.Fatalf("no-change Apply + clean Check: %d reads, %d writes; want 6 reads (one per chain), 0 writes",
+	if d.Writes != before.Writes || d.Reads-before.Reads != 2 {
+		t.Fatalf("no-change Apply + clean Check: %d reads, %d writes; want 2 reads (`-S` of filter and of nat), 0 writes",
 			d.Reads-before.Reads, d.Writes-before.Writes)
+	}
+
+	// A second clean Check: nft's ruleset generation has not moved, so
+	// nothing is read; legacy has none and reads both tables again.
+	before = c.Stats()
+	if n, err := c.Check(); n != 0 || err != nil {
+		t.Fatalf("second clean Check = %d, %v", n, err)
+	}
+	d = c.Stats()
+	wantReads, wantUnchanged := 2, 0
+	if backend == BackendNFT {
+		wantReads, wantUnchanged = 0, 1
+	}
+	if d.Reads-before.Reads != wantReads || d.Unchanged-before.Unchanged != wantUnchanged || d.Writes != before.Writes {
+		t.Fatalf("second clean Check (%s): %d reads, %d unchanged, %d writes; want %d, %d, 0",
+			backend, d.Reads-before.Reads, d.Unchanged-before.Unchanged, d.Writes-before.Writes, wantReads, wantUnchanged)
 	}
 
 	for _, tamper := range [][]string{
@@ -175,7 +221,13 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 		{"-I", "FORWARD", "1", "-s", docAddr(family), "-j", "DROP"},
 		{"-t", "nat", "-A", "POSTROUTING", "-j", PostroutingChain},
 		{"-A", ForwardChain, "-j", "DROP"},
+		{"-t", "nat", "-I", "POSTROUTING", "1", "-j", "RETURN"},
 	} {
+		// Each tamper follows a clean Check, so on nft the next Check
+		// starts from an unchanged-generation shortcut it must not take.
+		if n, err := c.Check(); n != 0 || err != nil {
+			t.Fatalf("before %v: clean Check = %d, %v", tamper, n, err)
+		}
 		f.run(t, tamper...)
 		n, err := c.Check()
 		if err != nil || n == 0 {
@@ -186,6 +238,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	if got := f.run(t, "-S", "INPUT"); !strings.Contains(got, "--dport 22 -j ACCEPT") {
 		t.Fatalf("foreign INPUT rule lost:\n%s", got)
 	}
+	f.wantTableMatchesChains(t)
 
 	// Switching encapsulation rewrites the input chain as a whole.
 	cfg2 := Config{VXLAN: true, VXLANPort: 8472, NATOutgoing: true}
@@ -216,6 +269,36 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	defer k.Close()
 	if err := ipset.Cleanup(k, quiet); err != nil {
 		t.Fatalf("ipset cleanup after rules cleanup: %v", err)
+	}
+}
+
+// TestListTableRunsLikeGoIPTables: ListTable runs the binary go-iptables
+// runs, with the lock-wait arguments it appends (compared on the command
+// lines both report when iptables fails), on both backends.
+func TestListTableRunsLikeGoIPTables(t *testing.T) {
+	for _, backend := range []string{BackendNFT, BackendLegacy} {
+		t.Run(backend, func(t *testing.T) {
+			f := newFixture(t, backend, ipset.IPv4, Config{}, nil)
+			_, err := f.tab.ListTable("nosuchtable")
+			var ours *ExitError
+			if !errors.As(err, &ours) || ours.Status == 0 {
+				t.Fatalf("ListTable(nosuchtable) = %v, want an exit status", err)
+			}
+			var gerr error
+			_ = f.tab.do(func() error { _, gerr = f.tab.ipt.IPTables.List("nosuchtable", "INPUT"); return nil })
+			if gerr == nil {
+				t.Fatal("go-iptables listed nosuchtable")
+			}
+			t.Logf("go-iptables: %v\nListTable:   %v", gerr, err)
+			// go-iptables: "running [<path> -t nosuchtable -S INPUT <wait>…]: …"
+			want := fmt.Sprintf("running %v:", append(slices.Clone(ours.Args[:4]), append([]string{"INPUT"}, ours.Args[4:]...)...))
+			if !strings.HasPrefix(gerr.Error(), want) {
+				t.Fatalf("go-iptables ran %q; ListTable ran %q (want the same binary and wait flags)", gerr, ours.Args)
+			}
+			if len(ours.Args) < 5 || ours.Args[4] != "--wait" {
+				t.Fatalf("ListTable ran %q, want --wait", ours.Args)
+			}
+		})
 	}
 }
 

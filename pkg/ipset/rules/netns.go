@@ -20,10 +20,16 @@ func (n NetNS) do(f func() error) error {
 	return ns.WithNetNSPath(n.Path, func(ns.NetNS) error { return f() })
 }
 
-// List implements Table.
-func (n NetNS) List(table, chain string) (out []string, err error) {
-	err = n.do(func() error { out, err = n.T.List(table, chain); return err })
+// ListTable implements Table.
+func (n NetNS) ListTable(table string) (out []string, err error) {
+	err = n.do(func() error { out, err = n.T.ListTable(table); return err })
 	return out, err
+}
+
+// Generation implements Table.
+func (n NetNS) Generation() (gen uint32, ok bool, err error) {
+	err = n.do(func() error { gen, ok, err = n.T.Generation(); return err })
+	return gen, ok, err
 }
 
 // ListById implements Table.
