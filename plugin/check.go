@@ -28,6 +28,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if e != nil {
 		return e
 	}
+	if err := prevResultShape(c.raw.RawPrevResult); err != nil {
+		return cniErr(types.ErrDecodingFailure, "prevResult: %v", err)
+	}
 	if err := version.ParsePrevResult(&c.raw.PluginConf); err != nil {
 		return cniErr(types.ErrDecodingFailure, "prevResult: %v", err)
 	}
@@ -58,6 +61,24 @@ func cmdCheck(args *skel.CmdArgs) error {
 	problems = append(problems, checkIPAM(c, store, args, want)...)
 	if len(problems) > 0 {
 		return cniErr(types.ErrInternal, "check %s/%s: %s", args.ContainerID, args.IfName, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// prevResultShape rejects null entries in prevResult's interfaces, ips and
+// routes: the result types decode them as nil pointers, which the spec's
+// conversions and the checks below would dereference.
+func prevResultShape(raw map[string]any) error {
+	for _, key := range []string{"interfaces", "ips", "routes"} {
+		list, ok := raw[key].([]any)
+		if !ok {
+			continue
+		}
+		for i, v := range list {
+			if v == nil {
+				return fmt.Errorf("%s[%d] is null", key, i)
+			}
+		}
 	}
 	return nil
 }
