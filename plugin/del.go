@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -115,15 +114,28 @@ func releaseAddrs(c *config, store *state.Store, stdin []byte, att ipam.Attachme
 
 // openAllocator opens the built-in IPAM for release and inspection, with the
 // blocks currently known (conflist, else daemon.json, else none): a DEL must
-// work even after the blocks have gone away.
+// work even after the blocks have gone away. daemon.json blocks the IPAM
+// would refuse (host bits, IPv4-mapped, too small, overlapping) are skipped
+// with a warning: release does not need them, and DEL must not fail over a
+// block it never allocates from.
 func openAllocator(c *config, store *state.Store) (*ipam.Allocator, error) {
 	blocks := c.Blocks
 	if len(blocks) == 0 {
 		if st, err := store.ReadDaemonStatus(); err == nil {
+		next:
 			for _, s := range st.Blocks {
-				if p, err := netip.ParsePrefix(s); err == nil {
-					blocks = append(blocks, p)
+				p, err := parseBlock(s)
+				if err != nil {
+					slog.Warn("ignoring unusable block in daemon status", "cidr", s, "err", err)
+					continue
 				}
+				for _, q := range blocks {
+					if q.Overlaps(p) {
+						slog.Warn("ignoring overlapping block in daemon status", "cidr", s, "overlaps", q.String())
+						continue next
+					}
+				}
+				blocks = append(blocks, p)
 			}
 		}
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
-	"strings"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // TestCheckOddPrevResult: a prevResult with null entries or the wrong shapes
@@ -40,5 +42,59 @@ func TestCheckOddPrevResult(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestDelWithBadDaemonBlocks: DEL and GC must still free an attachment when
+// daemon.json (which DEL only reads to learn the blocks) now lists a block
+// the IPAM refuses (host bits set, IPv4-mapped, overlapping).
+func TestDelWithBadDaemonBlocks(t *testing.T) {
+	for name, blocks := range map[string][]string{
+		"host bits":   {"10.90.0.5/26"},
+		"4in6":        {"::ffff:10.90.0.0/122"},
+		"overlapping": {"10.90.0.0/26", "10.90.0.0/24"},
+		"too small":   {"10.90.0.0/31"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, _ := useFake(t)
+			n, _ := unitNode(t)
+			conf := n.conf("1.0.0", map[string]any{"ipam": nil})
+			st, err := state.Open(n.stateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.WriteDaemonStatus(&state.DaemonStatus{Ready: true, Blocks: []string{"10.90.0.0/26"}}); err != nil {
+				t.Fatal(err)
+			}
+			args := &skel.CmdArgs{ContainerID: "badblocks", Netns: "/x", IfName: "eth0", StdinData: conf}
+			if err := cmdAdd(args); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.WriteDaemonStatus(&state.DaemonStatus{Ready: true, Blocks: blocks}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmdDel(args); err != nil {
+				t.Fatalf("DEL with daemon.json blocks %v: %v", blocks, err)
+			}
+			if len(f.veths) != 0 || len(n.records()) != 0 || len(n.allocations()) != 0 {
+				t.Errorf("after DEL: veths %v, records %d, allocations %v", f.veths, len(n.records()), n.allocations())
+			}
+			// GC of a stale attachment too.
+			if err := st.WriteDaemonStatus(&state.DaemonStatus{Ready: true, Blocks: []string{"10.90.0.0/26"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmdAdd(args); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.WriteDaemonStatus(&state.DaemonStatus{Ready: true, Blocks: blocks}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmdGC(&skel.CmdArgs{StdinData: conf}); err != nil {
+				t.Fatalf("GC with daemon.json blocks %v: %v", blocks, err)
+			}
+			if len(n.records()) != 0 || len(n.allocations()) != 0 {
+				t.Errorf("after GC: records %d, allocations %v", len(n.records()), n.allocations())
+			}
+		})
 	}
 }
