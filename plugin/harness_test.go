@@ -15,9 +15,9 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -67,25 +67,13 @@ func pluginDir(t testing.TB) string {
 // needRoot skips privileged tests for ordinary users.
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs the plugin in fresh network namespaces")
-	}
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 }
 
 // newNetNS creates a network namespace removed when the test ends.
 func newNetNS(t testing.TB) ns.NetNS {
 	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		if err := testutils.UnmountNS(n); err != nil {
-			t.Errorf("remove netns %s: %v", n.Path(), err)
-		}
-	})
-	return n
+	return netnstest.NewT(t).NetNS
 }
 
 // node is a simulated node: a network namespace the plugin runs in and a

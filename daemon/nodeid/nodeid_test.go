@@ -3,12 +3,11 @@ package nodeid
 import (
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/routelet/routelet/internal/netnstest"
 )
 
 // fakeNL is an in-memory Netlink: links, their addresses and routes.
@@ -137,15 +136,8 @@ func TestPodMTU(t *testing.T) {
 // TestDetectKernel runs autodetection against a real namespace with a dummy
 // uplink and a default route.
 func TestDetectKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(); testutils.UnmountNS(n) })
-	err = n.Do(func(ns.NetNS) error {
+	n := netnstest.NewT(t)
+	err := n.Do(func() error {
 		// No dummy driver on every kernel: a veth pair whose both ends
 		// stay here works as an uplink.
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink0", MTU: 1400}, PeerName: "uplink1"}); err != nil {

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -168,5 +170,44 @@ func TestNodeRunsPluginInNodeNamespace(t *testing.T) {
 	}
 	if _, err := Exec(ctx, pods[0], "false"); err == nil {
 		t.Error("Exec of a failing command returned no error")
+	}
+}
+
+// TestNewT: the namespace is named for this process, has lo up, its handle
+// and Do work inside it and not in the caller's namespace, and it is gone
+// once the (sub)test that made it has ended.
+func TestNewT(t *testing.T) {
+	requireRoot(t)
+	var path string
+	t.Run("use", func(t *testing.T) {
+		n := NewT(t)
+		path = n.NetNS.Path()
+		if n.Name != Name(n.NetNS) || !strings.HasPrefix(n.Name, OwnedPrefix(TestPrefix)) {
+			t.Errorf("name %q for %s, want %s…", n.Name, path, OwnedPrefix(TestPrefix))
+		}
+		lo, err := n.Handle.LinkByName("lo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo.Attrs().Flags&net.FlagUp == 0 {
+			t.Error("loopback is down")
+		}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "nstest0"}, PeerName: "nstest1"}
+		if err := n.Handle.LinkAdd(veth); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat("/sys/class/net/nstest0"); err == nil {
+			t.Error("link added through Handle is in the caller's namespace")
+		}
+		err = n.Do(func() error {
+			_, err := net.InterfaceByName("nstest0")
+			return err
+		})
+		if err != nil {
+			t.Errorf("Do does not see the link added through Handle: %v", err)
+		}
+	})
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still exists after the test ended: %v", path, err)
 	}
 }

@@ -12,11 +12,11 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/routes"
 )
 
@@ -24,13 +24,6 @@ import (
 // through a router namespace (bridge br0 for the 10.0.0.0/24 + fd00::/64
 // underlay, a routed link to 10.1.0.0/24 + fd01::/64) — and removes them in
 // t.Cleanup. Nothing touches the test process's own namespace.
-
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veths, VXLAN devices, neighbour and FDB entries")
-	}
-}
 
 // netnsT is one namespace with a netlink handle for setup and checks.
 type netnsT struct {
@@ -41,27 +34,9 @@ type netnsT struct {
 
 func newNetns(t testing.TB) *netnsT {
 	t.Helper()
-	needRoot(t)
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		testutils.UnmountNS(n)
-	})
-	nsh, err := netns.GetFromPath(n.Path())
-	if err != nil {
-		t.Fatalf("open netns %s: %v", n.Path(), err)
-	}
-	t.Cleanup(func() { nsh.Close() })
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatalf("netlink handle in %s: %v", n.Path(), err)
-	}
-	t.Cleanup(h.Close)
-	e := &netnsT{t: t, ns: n, h: h}
-	e.up(e.link("lo"))
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths, VXLAN devices, neighbour and FDB entries")
+	n := netnstest.NewT(t)
+	e := &netnsT{t: t, ns: n.NetNS, h: n.Handle}
 	// No duplicate address detection: links created from now on have
 	// usable link-local addresses at once, so neighbour discovery works
 	// from the first packet.

@@ -2,39 +2,27 @@ package podnet
 
 import (
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/routelet/routelet/internal/netnstest"
 )
 
 // needRoot skips privileged tests for ordinary users.
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veths and routes")
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths and routes")
 }
 
 // newNS creates a fresh network namespace removed when the test ends.
 func newNS(t *testing.T) ns.NetNS {
 	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		if err := testutils.UnmountNS(n); err != nil {
-			t.Errorf("remove netns %s: %v", n.Path(), err)
-		}
-	})
-	return n
+	return netnstest.NewT(t).NetNS
 }
 
 // inNS runs f on a thread locked in n, failing the test on error.

@@ -29,7 +29,6 @@ type benchEnv struct {
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	needRoot(b)
 	e := &benchEnv{kernelEnv: newKernelEnv(b), dir: b.TempDir(), targets: map[string][]Target{}}
 	var links, routes strings.Builder
 	base := netip.MustParseAddr("10.0.0.0").As4()

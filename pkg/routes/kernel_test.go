@@ -5,21 +5,20 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/ti-mo/conntrack"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/netnstest"
 )
 
 // kernelEnv is a fresh network namespace for one privileged test, with a
@@ -32,43 +31,11 @@ type kernelEnv struct {
 	h    *netlink.Handle
 }
 
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veths, routes and conntrack entries")
-	}
-}
-
 func newKernelEnv(t testing.TB) *kernelEnv {
 	t.Helper()
-	needRoot(t)
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		testutils.UnmountNS(n)
-	})
-	nsh, err := netns.GetFromPath(n.Path())
-	if err != nil {
-		t.Fatalf("open netns %s: %v", n.Path(), err)
-	}
-	t.Cleanup(func() { nsh.Close() })
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatalf("netlink handle in %s: %v", n.Path(), err)
-	}
-	t.Cleanup(h.Close)
-	e := &kernelEnv{t: t, ns: n, name: filepath.Base(n.Path()), h: h}
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths, routes and conntrack entries")
+	n := netnstest.NewT(t)
+	return &kernelEnv{t: t, ns: n.NetNS, name: n.Name, h: n.Handle}
 }
 
 // veth creates a veth pair, both ends up, and returns the first end.

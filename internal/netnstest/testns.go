@@ -1,0 +1,75 @@
+package netnstest
+
+import (
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// TestPrefix starts the names of the namespaces NewT creates; each name goes
+// on with the test process's PID (see OwnedPrefix).
+const TestPrefix = "routelet-t-"
+
+// NS is a fresh network namespace owned by one test or benchmark, made by
+// NewT. Everything in it is released in t.Cleanup.
+type NS struct {
+	NetNS  ns.NetNS        // the namespace: Path() for CNI_NETNS, Fd(), Do
+	Name   string          // its name under RunDir, as `ip -n` takes it
+	Handle *netlink.Handle // netlink sockets opened inside the namespace
+}
+
+// SkipUnlessRoot skips t unless the process runs as root; why says what the
+// test needs the privilege for, e.g. "creates network namespaces".
+func SkipUnlessRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: " + why)
+	}
+}
+
+var removeStaleOnce sync.Once
+
+// NewT creates a network namespace for t with loopback up and a netlink
+// handle bound to it, and skips t when not running as root. The handle is
+// closed and the namespace unmounted and removed in t.Cleanup, also when the
+// test fails; a failed removal is reported as a test error. The first call in
+// a process removes namespaces that earlier, crashed test processes left
+// behind (RemoveStale of TestPrefix).
+func NewT(t testing.TB) *NS {
+	t.Helper()
+	SkipUnlessRoot(t, "creates network namespaces")
+	removeStaleOnce.Do(func() {
+		if removed, err := RemoveStale(TestPrefix); err != nil {
+			t.Logf("remove stale test namespaces: %v", err)
+		} else if len(removed) > 0 {
+			t.Logf("removed stale test namespaces %v", removed)
+		}
+	})
+	n, err := New(OwnedPrefix(TestPrefix))
+	if err != nil {
+		t.Fatalf("new netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := Remove(n); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	// The handle's sockets are opened inside the namespace; the descriptor
+	// is only needed for that and stays owned by n.
+	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()))
+	if err != nil {
+		t.Fatalf("netlink handle in netns %s: %v", Name(n), err)
+	}
+	t.Cleanup(h.Close)
+	return &NS{NetNS: n, Name: Name(n), Handle: h}
+}
+
+// Do runs f on an OS thread locked inside the namespace. Processes that f
+// starts inherit the namespace.
+func (n *NS) Do(f func() error) error {
+	return n.NetNS.Do(func(ns.NetNS) error { return f() })
+}
