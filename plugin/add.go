@@ -156,20 +156,48 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	return nil
 }
 
-// delegatedAdd runs the configured IPAM plugin and converts its result.
-func delegatedAdd(c *config, stdin []byte) (*types100.Result, error) {
+// delegatedAdd runs the configured IPAM plugin and converts its result. When
+// the plugin succeeded but its result is unusable (no addresses, null
+// entries), the plugin gets a DEL so its reservation does not leak: the
+// caller registers its own undo only for a result it accepted.
+func delegatedAdd(c *config, stdin []byte) (cur *types100.Result, err error) {
 	r, err := delegated.ExecAdd(c.Delegate, stdin)
 	if err != nil {
 		return nil, asCNIErr(fmt.Sprintf("ipam plugin %s", c.Delegate), err)
 	}
-	cur, err := types100.NewResultFromResult(r)
+	defer func() {
+		if err == nil {
+			return
+		}
+		if derr := delegated.ExecDel(c.Delegate, stdin); derr != nil {
+			slog.Error("rollback step failed", "step", "ipam plugin DEL", "plugin", c.Delegate, "err", derr)
+		}
+	}()
+	cur, err = convertResult(r)
 	if err != nil {
 		return nil, cniErr(types.ErrDecodingFailure, "ipam plugin %s result: %v", c.Delegate, err)
 	}
 	if len(cur.IPs) == 0 {
 		return nil, cniErr(types.ErrInternal, "ipam plugin %s returned no addresses", c.Delegate)
 	}
+	for i, ipc := range cur.IPs {
+		if ipc == nil {
+			return nil, cniErr(types.ErrDecodingFailure, "ipam plugin %s result: ips[%d] is null", c.Delegate, i)
+		}
+	}
 	return cur, nil
+}
+
+// convertResult converts a result of any version to the current one. The
+// spec library's conversions dereference every list entry, so a result with
+// a null entry (from a buggy plugin) would panic there: that becomes an error.
+func convertResult(r types.Result) (cur *types100.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cur, err = nil, fmt.Errorf("cannot convert to %s (null or malformed entry): %v", types100.ImplementedSpecVersion, p)
+		}
+	}()
+	return types100.NewResultFromResult(r)
 }
 
 // nodeSettings are what the conflist may leave to routeletd.

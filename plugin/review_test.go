@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -94,6 +96,72 @@ func TestDelWithBadDaemonBlocks(t *testing.T) {
 			}
 			if len(n.records()) != 0 || len(n.allocations()) != 0 {
 				t.Errorf("after GC: records %d, allocations %v", len(n.records()), n.allocations())
+			}
+		})
+	}
+}
+
+// fakeIPAM installs an IPAM plugin script that answers ADD with result and
+// logs every command it gets; it returns the log path.
+func fakeIPAM(t *testing.T, result string) string {
+	t.Helper()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	script := "#!/bin/sh\necho \"$CNI_COMMAND\" >> " + log + "\ncat >/dev/null\n" +
+		"if [ \"$CNI_COMMAND\" = ADD ]; then echo '" + result + "'; fi\n"
+	if err := os.WriteFile(filepath.Join(dir, "fakeipam"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CNI_PATH", dir)
+	for k, v := range map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "deleg", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0"} {
+		t.Setenv(k, v)
+	}
+	return log
+}
+
+// TestDelegatedIPAMUnusableResult: when the delegated IPAM plugin's ADD
+// succeeds but its result is unusable (no addresses, null entries, an
+// address that is not one), ADD fails with an error and without a panic,
+// and the delegated plugin gets a DEL so its reservation does not leak.
+func TestDelegatedIPAMUnusableResult(t *testing.T) {
+	for name, result := range map[string]string{
+		"no ips":      `{"cniVersion":"1.0.0","ips":[]}`,
+		"null ip 1.0": `{"cniVersion":"1.0.0","ips":[null]}`,
+		"null ip 0.4": `{"cniVersion":"0.4.0","ips":[null]}`,
+		"null ip 0.3": `{"cniVersion":"0.3.1","ips":[null]}`,
+		"null iface":  `{"cniVersion":"0.4.0","interfaces":[null],"ips":[{"version":"4","address":"10.1.0.5/24"}]}`,
+		"null route":  `{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.5/24"}],"routes":[null]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, out := useFake(t)
+			log := fakeIPAM(t, result)
+			n, _ := unitNode(t)
+			conf := n.conf("1.0.0", map[string]any{"ipam": map[string]any{"type": "fakeipam"}})
+			var err error
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("ADD panicked on IPAM result %s: %v\n%s", result, r, debug.Stack())
+					}
+				}()
+				err = cmdAdd(&skel.CmdArgs{ContainerID: "deleg", Netns: "/x", IfName: "eth0", StdinData: conf})
+			}()
+			if name == "null route" {
+				// Routes of the IPAM result are not used: ADD may succeed.
+				if err != nil {
+					t.Logf("ADD: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("ADD succeeded with IPAM result %s: %s", result, out)
+			}
+			calls, _ := os.ReadFile(log)
+			if !strings.Contains(string(calls), "DEL") {
+				t.Errorf("IPAM plugin saw %q: no DEL after its unusable result (reservation leaks)", calls)
+			}
+			if len(f.veths) != 0 || len(n.records()) != 0 {
+				t.Errorf("veths %v records %d left", f.veths, len(n.records()))
 			}
 		})
 	}
