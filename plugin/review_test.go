@@ -9,6 +9,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -162,6 +164,55 @@ func TestDelegatedIPAMUnusableResult(t *testing.T) {
 			}
 			if len(f.veths) != 0 || len(n.records()) != 0 {
 				t.Errorf("veths %v records %d left", f.veths, len(n.records()))
+			}
+		})
+	}
+}
+
+// TestAttachmentNameCollision: the record file name "<containerID>_<ifName>"
+// is the same for (a, b_c) and (a_b, c). The second attachment must not
+// overwrite, read or delete the first one's veth, record or allocation: a
+// DEL after its failed ADD would otherwise tear down a live pod.
+func TestAttachmentNameCollision(t *testing.T) {
+	for _, delegate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "builtin", true: "delegated"}[delegate], func(t *testing.T) {
+			f, _ := useFake(t)
+			n, conf := unitNode(t)
+			if delegate {
+				fakeIPAM(t, `{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}`)
+				conf = n.conf("1.0.0", map[string]any{"ipam": map[string]any{"type": "fakeipam"}})
+			}
+			first := &skel.CmdArgs{ContainerID: "a", Netns: "/x1", IfName: "b_c", StdinData: conf}
+			second := &skel.CmdArgs{ContainerID: "a_b", Netns: "/x2", IfName: "c", StdinData: conf}
+			if err := cmdAdd(first); err != nil {
+				t.Fatal(err)
+			}
+			host := podnet.VethName("cali", "", "", "a", "b_c")
+			held := n.allocations()
+			_ = cmdAdd(second) // may fail: the names collide
+			if err := cmdDel(second); err != nil {
+				t.Errorf("DEL of the second attachment: %v", err)
+			}
+			if _, ok := f.veths[host]; !ok {
+				t.Errorf("first attachment's veth %s deleted by the second's ADD/DEL", host)
+			}
+			st, err := state.Open(n.stateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec, err := st.GetWorkload("a", "b_c"); err != nil || rec.ContainerID != "a" || rec.HostIface != host {
+				t.Errorf("first attachment's record after the second's ADD/DEL: %+v, %v", rec, err)
+			}
+			if !delegate {
+				if got := n.allocations(); len(got[ipam.Attachment{ContainerID: "a", IfName: "b_c"}]) != 2 {
+					t.Errorf("first attachment's allocation: before %v, after %v", held, got)
+				}
+			}
+			if err := cmdDel(first); err != nil {
+				t.Fatal(err)
+			}
+			if len(f.veths) != 0 || len(n.records()) != 0 || len(n.allocations()) != 0 {
+				t.Errorf("after both DELs: veths %v records %d allocations %v", f.veths, len(n.records()), n.allocations())
 			}
 		})
 	}

@@ -97,8 +97,15 @@ func (a *Allocator) writeAttachment(att Attachment, allocs []Allocation) error {
 	return writeFile(a.sub(attachmentsSubdir), attachmentFile(att), append(data, '\n'))
 }
 
-// removeAttachment deletes att's record; a missing one is success.
+// removeAttachment deletes att's record; a missing one is success. A record
+// in att's file that describes another attachment (the names of ("a", "b_c")
+// and ("a_b", "c") collide) is that attachment's and is left alone; an
+// unreadable one is removed.
 func (a *Allocator) removeAttachment(att Attachment) error {
+	if rec, err := a.loadAttachment(attachmentFile(att), nil); err == nil && rec != nil &&
+		(Attachment{ContainerID: rec.ContainerID, IfName: rec.IfName}) != att {
+		return nil
+	}
 	return removeFile(a.sub(attachmentsSubdir), attachmentFile(att))
 }
 

@@ -114,12 +114,28 @@ func (s *Store) putWorkload(w *Workload) error {
 	if err := w.validate(); err != nil {
 		return fmt.Errorf("put workload: %w", err)
 	}
+	if other := s.otherOwner(w.ContainerID, w.IfName); other != nil {
+		return fmt.Errorf("put workload %s/%s: %s already holds the record of %s/%s (file names collide)",
+			w.ContainerID, w.IfName, filepath.Join(s.dir(workloadsSubdir), workloadFile(w.ContainerID, w.IfName)), other.ContainerID, other.IfName)
+	}
 	w.Version = RecordVersion
 	data, err := marshal(w)
 	if err != nil {
 		return fmt.Errorf("put workload %s/%s: %w", w.ContainerID, w.IfName, err)
 	}
 	return writeFileAtomic(s.dir(workloadsSubdir), workloadFile(w.ContainerID, w.IfName), data)
+}
+
+// otherOwner returns the record in the file of (containerID, ifName) when
+// it describes a different attachment. File names are
+// "<containerID>_<ifName>" and both parts may contain '_', so ("a", "b_c")
+// and ("a_b", "c") share one file; each must leave the other's alone.
+func (s *Store) otherOwner(containerID, ifName string) *Workload {
+	w, err := s.loadWorkload(workloadFile(containerID, ifName))
+	if err != nil || (w.ContainerID == containerID && w.IfName == ifName) {
+		return nil
+	}
+	return w
 }
 
 // loadWorkload reads the record in file name and checks that it is valid and
@@ -147,7 +163,14 @@ func (s *Store) getWorkload(containerID, ifName string) (*Workload, error) {
 	if err := validateIfName(ifName); err != nil {
 		return nil, fmt.Errorf("get workload: %w", err)
 	}
-	return s.loadWorkload(workloadFile(containerID, ifName))
+	w, err := s.loadWorkload(workloadFile(containerID, ifName))
+	if err != nil {
+		return nil, err
+	}
+	if w.ContainerID != containerID || w.IfName != ifName {
+		return nil, fmt.Errorf("%s holds the record of %s/%s: %w", filepath.Join(s.dir(workloadsSubdir), workloadFile(containerID, ifName)), w.ContainerID, w.IfName, ErrNotFound)
+	}
+	return w, nil
 }
 
 // deleteWorkload implements DeleteWorkload.
@@ -157,6 +180,9 @@ func (s *Store) deleteWorkload(containerID, ifName string) error {
 	}
 	if err := validateIfName(ifName); err != nil {
 		return fmt.Errorf("delete workload: %w", err)
+	}
+	if s.otherOwner(containerID, ifName) != nil {
+		return nil // the file is another attachment's; ours is gone
 	}
 	return removeFile(s.dir(workloadsSubdir), workloadFile(containerID, ifName))
 }
