@@ -51,6 +51,12 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		return cniErr(types.ErrInternal, "interface %s already exists in netns %s (ADD without DEL?)", args.IfName, args.Netns)
 	}
 
+	hostIf := hostIfaceName(c, ka, args.ContainerID, args.IfName)
+	if other := vethOwner(store, hostIf, args.ContainerID, args.IfName, ka); other != nil {
+		return cniErr(types.ErrInternal, "host veth name %s is already used by %s/%s (pod %q/%q): the names of two attachments hash alike; a shorter interfacePrefix leaves more hash digits",
+			hostIf, other.ContainerID, other.IfName, other.PodNamespace, other.PodName)
+	}
+
 	var undo []func() error
 	defer func() {
 		if err == nil {
@@ -105,7 +111,6 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		return cniErr(types.ErrInternal, "ipam returned no address")
 	}
 
-	hostIf := hostIfaceName(c, ka, args.ContainerID, args.IfName)
 	has6 := false
 	for _, a := range addrs {
 		has6 = has6 || a.Is6()
@@ -152,6 +157,25 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	if err = res.PrintTo(stdout); err != nil {
 		return cniErr(types.ErrIOFailure, "print result: %v", err)
+	}
+	return nil
+}
+
+// vethOwner returns the record of another attachment whose host veth is
+// hostIf, unless that attachment is an earlier sandbox of the same pod (which
+// a new sandbox replaces, as Calico does). Any other owner means two
+// attachments' names hash alike (likely only with a long interfacePrefix):
+// Setup would replace that pod's veth and cut it off.
+func vethOwner(store *state.Store, hostIf, containerID, ifName string, ka *cniArgs) *state.Workload {
+	recs, _ := store.ListWorkloads()
+	for _, r := range recs {
+		if r.HostIface != hostIf || (r.ContainerID == containerID && r.IfName == ifName) {
+			continue
+		}
+		if ka.PodNamespace != "" && ka.PodName != "" && r.PodNamespace == ka.PodNamespace && r.PodName == ka.PodName {
+			continue
+		}
+		return r
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -215,5 +216,51 @@ func TestAttachmentNameCollision(t *testing.T) {
 				t.Errorf("after both DELs: veths %v records %d allocations %v", f.veths, len(n.records()), n.allocations())
 			}
 		})
+	}
+}
+
+// TestVethNameCollisionBetweenPods: with a long interfacePrefix only a few
+// hash digits remain, and two different pods can get the same host veth
+// name. The second ADD must fail naming the clash instead of replacing (and
+// so cutting off) the first pod's veth; a new sandbox of the same pod still
+// replaces its predecessor's.
+func TestVethNameCollisionBetweenPods(t *testing.T) {
+	const prefix = "routeletpod" // 11 bytes: 4 hex digits of hash left
+	seen := map[string]string{}
+	var podA, podB string
+	for i := 0; podB == ""; i++ {
+		name := fmt.Sprintf("web-%d", i)
+		v := podnet.VethName(prefix, "ns", name, "", "eth0")
+		if other, ok := seen[v]; ok {
+			podA, podB = other, name
+		}
+		seen[v] = name
+	}
+	f, _ := useFake(t)
+	n, _ := unitNode(t)
+	conf := n.conf("1.0.0", map[string]any{"interfacePrefix": prefix})
+	a := &skel.CmdArgs{ContainerID: "sandbox-a", Netns: "/xa", IfName: "eth0", Args: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + podA, StdinData: conf}
+	b := &skel.CmdArgs{ContainerID: "sandbox-b", Netns: "/xb", IfName: "eth0", Args: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + podB, StdinData: conf}
+	if err := cmdAdd(a); err != nil {
+		t.Fatal(err)
+	}
+	host := podnet.VethName(prefix, "ns", podA, "", "eth0")
+	err := cmdAdd(b)
+	if err == nil || !strings.Contains(err.Error(), host) {
+		t.Errorf("ADD of pod %s whose veth name %s clashes with pod %s: %v, want an error naming it", podB, host, podA, err)
+	}
+	if s, ok := f.veths[host]; !ok || s.Netns != "/xa" {
+		t.Errorf("pod %s's veth %s replaced by pod %s's ADD: %+v", podA, host, podB, f.veths)
+	}
+	if err := cmdDel(b); err != nil {
+		t.Errorf("DEL after the failed ADD: %v", err)
+	}
+	if s, ok := f.veths[host]; !ok || s.Netns != "/xa" {
+		t.Errorf("pod %s's veth %s gone after pod %s's DEL", podA, host, podB)
+	}
+	// A new sandbox of pod A takes the name over, as before.
+	a2 := &skel.CmdArgs{ContainerID: "sandbox-a2", Netns: "/xa2", IfName: "eth0", Args: a.Args, StdinData: conf}
+	if err := cmdAdd(a2); err != nil {
+		t.Errorf("ADD of a new sandbox of pod %s: %v", podA, err)
 	}
 }
