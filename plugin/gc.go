@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -69,6 +70,14 @@ func cmdGC(args *skel.CmdArgs) error {
 		}
 		errs = append(errs, stepErrs...)
 	}
+	if c.Delegate == "" && len(bad) == 0 {
+		if alloc == nil {
+			if alloc, err = openAllocator(c, store); err != nil {
+				return asCNIErr("gc", err)
+			}
+		}
+		errs = append(errs, releaseOrphans(alloc, recs, keep)...)
+	}
 	if c.Delegate != "" {
 		if err := invoke.DelegateGC(context.Background(), c.Delegate, args.StdinData, nil); err != nil {
 			errs = append(errs, fmt.Errorf("ipam plugin %s gc: %w", c.Delegate, err))
@@ -78,6 +87,49 @@ func cmdGC(args *skel.CmdArgs) error {
 		return asCNIErr("gc", err)
 	}
 	return nil
+}
+
+// orphanGrace is how old an allocation without any workload record must be
+// before GC releases it: longer than any runtime lets an ADD run, so an ADD
+// between its allocation and its record is never mistaken for a leak.
+const orphanGrace = 10 * time.Minute
+
+// releaseOrphans releases built-in IPAM allocations that no workload record
+// of any network describes, that are not listed as valid, and that are older
+// than orphanGrace: what an ADD killed between IPAM and its record (a runtime
+// timeout) leaves behind. Every finished ADD of any network sharing the state
+// directory has a record, so this never touches a live attachment; the
+// caller skips it when some record is unreadable, since an unreadable record
+// could be a live attachment's.
+func releaseOrphans(alloc *ipam.Allocator, recs []*state.Workload, keep map[ipam.Attachment]bool) []error {
+	ctx := context.Background()
+	held, err := alloc.List(ctx)
+	if err != nil {
+		return []error{fmt.Errorf("list allocations: %w", err)}
+	}
+	described := map[ipam.Attachment]bool{}
+	for _, r := range recs {
+		described[ipam.Attachment{ContainerID: r.ContainerID, IfName: r.IfName}] = true
+	}
+	var errs []error
+	for att, allocs := range held {
+		if keep[att] || described[att] {
+			continue
+		}
+		written, found, err := alloc.RecordTime(att)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !found || time.Since(written) < orphanGrace {
+			continue
+		}
+		slog.Info("releasing orphaned allocation (no workload record)", "container", att.ContainerID, "ifname", att.IfName, "allocations", fmt.Sprint(allocs), "age", time.Since(written).Round(time.Second))
+		if err := alloc.Release(ctx, att); err != nil {
+			errs = append(errs, fmt.Errorf("release orphaned %s/%s: %w", att.ContainerID, att.IfName, err))
+		}
+	}
+	return errs
 }
 
 // claimedByLive reports whether an attachment that GC keeps (listed as

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
@@ -262,5 +266,50 @@ func TestVethNameCollisionBetweenPods(t *testing.T) {
 	a2 := &skel.CmdArgs{ContainerID: "sandbox-a2", Netns: "/xa2", IfName: "eth0", Args: a.Args, StdinData: conf}
 	if err := cmdAdd(a2); err != nil {
 		t.Errorf("ADD of a new sandbox of pod %s: %v", podA, err)
+	}
+}
+
+// TestGCReleasesOrphanedAllocations: an ADD killed between IPAM and the
+// workload record (a runtime timeout) leaves an allocation no record
+// describes. GC must release it once it is older than any ADD can run, and
+// must leave a fresh one (an ADD in progress) and the listed ones alone.
+func TestGCReleasesOrphanedAllocations(t *testing.T) {
+	useFake(t)
+	n, conf := unitNode(t)
+	conf = n.conf("1.1.0", nil)
+	live := &skel.CmdArgs{ContainerID: "live", Netns: "/x", IfName: "eth0", StdinData: conf}
+	if err := cmdAdd(live); err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := ipam.New(filepath.Join(n.stateDir, "ipam"), []netip.Prefix{netip.MustParsePrefix("10.90.0.0/26")}, ipam.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := ipam.Attachment{ContainerID: "killed", IfName: "eth0"}
+	inflight := ipam.Attachment{ContainerID: "inflight", IfName: "eth0"}
+	for _, a := range []ipam.Attachment{killed, inflight} {
+		if _, err := alloc.Allocate(context.Background(), a, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(n.stateDir, "ipam", "attachments", "killed_eth0.json"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(conf, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["cni.dev/valid-attachments"] = []map[string]string{{"containerID": "live", "ifname": "eth0"}}
+	gcConf, _ := json.Marshal(m)
+	if err := cmdGC(&skel.CmdArgs{StdinData: gcConf}); err != nil {
+		t.Fatal(err)
+	}
+	got := n.allocations()
+	if got[killed] != nil {
+		t.Errorf("GC left the orphaned allocation of a killed ADD: %v", got[killed])
+	}
+	if got[inflight] == nil || got[ipam.Attachment{ContainerID: "live", IfName: "eth0"}] == nil {
+		t.Errorf("GC released an ADD in progress or a live attachment: %v", got)
 	}
 }

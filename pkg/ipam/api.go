@@ -105,3 +105,10 @@ func (a *Allocator) Get(ctx context.Context, att Attachment) ([]Allocation, erro
 func (a *Allocator) List(ctx context.Context) (map[Attachment][]Allocation, error) {
 	return a.list(ctx)
 }
+
+// RecordTime returns when att's allocation record was last written (by the
+// Allocate that gave it addresses); found is false when att has none. GC uses
+// it to tell an allocation orphaned by a killed ADD from one in progress.
+func (a *Allocator) RecordTime(att Attachment) (t time.Time, found bool, err error) {
+	return a.recordTime(att)
+}

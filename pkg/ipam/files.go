@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -95,6 +96,22 @@ func (a *Allocator) writeAttachment(att Attachment, allocs []Allocation) error {
 		return fmt.Errorf("encode ipam record for %s/%s: %w", att.ContainerID, att.IfName, err)
 	}
 	return writeFile(a.sub(attachmentsSubdir), attachmentFile(att), append(data, '\n'))
+}
+
+// recordTime implements RecordTime: the mtime of att's record file (lstat,
+// never following a symlink).
+func (a *Allocator) recordTime(att Attachment) (time.Time, bool, error) {
+	if err := validateAttachment(att); err != nil {
+		return time.Time{}, false, fmt.Errorf("ipam: record time: %w", err)
+	}
+	fi, err := os.Lstat(filepath.Join(a.sub(attachmentsSubdir), attachmentFile(att)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("ipam: record time of %s/%s: %w", att.ContainerID, att.IfName, err)
+	}
+	return fi.ModTime(), true, nil
 }
 
 // removeAttachment deletes att's record; a missing one is success. A record
