@@ -114,6 +114,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	has6 := false
 	for _, a := range addrs {
 		has6 = has6 || a.Is6()
+		if a.Is6() && node.mtu < 1280 {
+			return cniErr(types.ErrInvalidNetworkConfig, "mtu %d: below 1280, the IPv6 minimum, but the pod gets IPv6 address %s", node.mtu, a)
+		}
 	}
 	if err = dp.EnableForwarding(has6); err != nil {
 		return cniErr(types.ErrInternal, "enable forwarding: %v", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -311,5 +313,27 @@ func TestGCReleasesOrphanedAllocations(t *testing.T) {
 	}
 	if got[inflight] == nil || got[ipam.Attachment{ContainerID: "live", IfName: "eth0"}] == nil {
 		t.Errorf("GC released an ADD in progress or a live attachment: %v", got)
+	}
+}
+
+// TestIPv6BelowMinimumMTU: an IPv6 pod needs an MTU of at least 1280. A
+// smaller configured MTU is a configuration error (code 7) naming the MTU,
+// found before anything is set up, and leaves nothing behind.
+func TestIPv6BelowMinimumMTU(t *testing.T) {
+	f, _ := useFake(t)
+	n, _ := unitNode(t)
+	conf := n.conf("1.0.0", map[string]any{"mtu": 1200})
+	err := cmdAdd(&skel.CmdArgs{ContainerID: "smallmtu", Netns: "/x", IfName: "eth0", StdinData: conf})
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig || !strings.Contains(te.Msg, "1200") {
+		t.Fatalf("ADD with mtu 1200 and an IPv6 block: %v, want code 7 naming 1200", err)
+	}
+	if len(f.veths) != 0 || len(n.records()) != 0 || len(n.allocations()) != 0 {
+		t.Errorf("left behind: veths %v records %d allocations %v", f.veths, len(n.records()), n.allocations())
+	}
+	// IPv4 only: 1200 is fine.
+	conf = n.conf("1.0.0", map[string]any{"mtu": 1200, "ipam": map[string]any{"blocks": []string{"10.90.0.0/26"}}})
+	if err := cmdAdd(&skel.CmdArgs{ContainerID: "smallmtu4", Netns: "/x", IfName: "eth0", StdinData: conf}); err != nil {
+		t.Errorf("IPv4-only ADD with mtu 1200: %v", err)
 	}
 }
