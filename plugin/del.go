@@ -46,8 +46,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 
 	var errs []error
-	shared := (ka.PodNamespace != "" && ka.PodName != "") || (rec != nil && rec.PodName != "")
-	if err := deleteHostVeth(store, hostIf, shared, args.ContainerID, args.IfName); err != nil {
+	if err := deleteHostVeth(store, hostIf, args.ContainerID, args.IfName); err != nil {
 		errs = append(errs, err)
 	}
 	if err := releaseAddrs(c, store, args.StdinData, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
@@ -65,16 +64,16 @@ func cmdDel(args *skel.CmdArgs) error {
 }
 
 // deleteHostVeth deletes hostIf unless another attachment's record claims it.
-// Host names derived from the pod name (shared) are used by successive
-// sandboxes of one pod: when a new sandbox's ADD already replaced the veth, the
-// old sandbox's DEL must leave the new veth alone. Names derived from the
-// container ID are unique to the attachment and need no such check.
-func deleteHostVeth(store *state.Store, hostIf string, shared bool, containerID, ifName string) error {
-	if shared {
-		if owner := claimedBy(store, hostIf, containerID, ifName); owner != nil {
-			slog.Info("host veth belongs to another attachment; leaving it", "iface", hostIf, "owner", owner.ContainerID)
-			return nil
-		}
+// Host names derived from the pod name are used by successive sandboxes of
+// one pod: when a new sandbox's ADD already replaced the veth, the old
+// sandbox's DEL must leave the new veth alone. Names derived from the
+// container ID are checked too: with a long interfacePrefix few hash digits
+// remain, and the DEL after an ADD refused for a name clash must not delete
+// the other attachment's veth.
+func deleteHostVeth(store *state.Store, hostIf, containerID, ifName string) error {
+	if owner := claimedBy(store, hostIf, containerID, ifName); owner != nil {
+		slog.Info("host veth belongs to another attachment; leaving it", "iface", hostIf, "owner", owner.ContainerID)
+		return nil
 	}
 	if err := dp.Teardown(hostIf); err != nil {
 		return fmt.Errorf("delete host veth: %w", err)

@@ -264,6 +264,33 @@ func TestVethNameCollisionBetweenPods(t *testing.T) {
 	if s, ok := f.veths[host]; !ok || s.Netns != "/xa" {
 		t.Errorf("pod %s's veth %s gone after pod %s's DEL", podA, host, podB)
 	}
+	// The same without Kubernetes arguments: names from container IDs.
+	seen = map[string]string{}
+	var idA, idB string
+	for i := 0; idB == ""; i++ {
+		id := fmt.Sprintf("ctr-%d", i)
+		v := podnet.VethName(prefix, "", "", id, "eth0")
+		if other, ok := seen[v]; ok {
+			idA, idB = other, id
+		}
+		seen[v] = id
+	}
+	plainA := &skel.CmdArgs{ContainerID: idA, Netns: "/pa", IfName: "eth0", StdinData: conf}
+	plainB := &skel.CmdArgs{ContainerID: idB, Netns: "/pb", IfName: "eth0", StdinData: conf}
+	if err := cmdAdd(plainA); err != nil {
+		t.Fatal(err)
+	}
+	plainHost := podnet.VethName(prefix, "", "", idA, "eth0")
+	if err := cmdAdd(plainB); err == nil {
+		t.Errorf("ADD of %s whose veth name %s clashes with %s succeeded", idB, plainHost, idA)
+	}
+	if err := cmdDel(plainB); err != nil {
+		t.Errorf("DEL after the failed ADD: %v", err)
+	}
+	if s, ok := f.veths[plainHost]; !ok || s.Netns != "/pa" {
+		t.Errorf("%s's veth %s gone after %s's ADD/DEL: %+v", idA, plainHost, idB, f.veths)
+	}
+
 	// A new sandbox of pod A takes the name over, as before.
 	a2 := &skel.CmdArgs{ContainerID: "sandbox-a2", Netns: "/xa2", IfName: "eth0", Args: a.Args, StdinData: conf}
 	if err := cmdAdd(a2); err != nil {
