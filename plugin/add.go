@@ -52,9 +52,15 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	hostIf := hostIfaceName(c, ka, args.ContainerID, args.IfName)
-	if other := vethOwner(store, hostIf, args.ContainerID, args.IfName, ka); other != nil {
-		return cniErr(types.ErrInternal, "host veth name %s is already used by %s/%s (pod %q/%q): the names of two attachments hash alike; a shorter interfacePrefix leaves more hash digits",
-			hostIf, other.ContainerID, other.IfName, other.PodNamespace, other.PodName)
+	// Only an existing veth of that name can belong to another pod; the
+	// record scan that finds its owner is kept off the common path.
+	if hv, err := dp.InspectHost(hostIf); err != nil {
+		return cniErr(types.ErrInternal, "look up host veth %s: %v", hostIf, err)
+	} else if hv.Exists {
+		if other := vethOwner(store, hostIf, args.ContainerID, args.IfName, ka); other != nil {
+			return cniErr(types.ErrInternal, "host veth name %s is already used by %s/%s (pod %q/%q): the names of two attachments hash alike; a shorter interfacePrefix leaves more hash digits",
+				hostIf, other.ContainerID, other.IfName, other.PodNamespace, other.PodName)
+		}
 	}
 
 	var undo []func() error

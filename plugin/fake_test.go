@@ -134,7 +134,7 @@ func unitNode(t testing.TB) (*node, []byte) {
 // error names the failed step. It needs no root: the kernel is faked, the
 // IPAM and state directory are real.
 func TestAddFailureMatrix(t *testing.T) {
-	for _, step := range []string{"inspect-pod", "forwarding", "setup", "host-routes"} {
+	for _, step := range []string{"inspect-pod", "inspect-host", "forwarding", "setup", "host-routes"} {
 		t.Run(step, func(t *testing.T) {
 			f, out := useFake(t)
 			f.failAt = step
@@ -182,7 +182,7 @@ func TestAddDelWithFake(t *testing.T) {
 	if len(recs) != 1 || recs[0].PodNamespace != "ns1" || recs[0].PodName != "web" || recs[0].HostIface != host {
 		t.Errorf("records = %+v", recs)
 	}
-	wantOrder := []string{"inspect-pod", "forwarding", "setup", "host-routes"}
+	wantOrder := []string{"inspect-pod", "inspect-host", "forwarding", "setup", "host-routes"}
 	if !slices.Equal(f.calls, wantOrder) {
 		t.Errorf("ADD steps %v, want %v", f.calls, wantOrder)
 	}
