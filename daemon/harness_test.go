@@ -47,15 +47,8 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	binDir = dir
 	ctx := context.Background()
-	root, err := netnstest.ModuleRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "routeletd"), "./daemon")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build routeletd: %v\n%s", err, out)
+	if err := netnstest.BuildRouteletd(ctx, dir); err != nil {
+		fmt.Fprintf(os.Stderr, "build routeletd: %v\n", err)
 		return 1
 	}
 	if os.Geteuid() == 0 {

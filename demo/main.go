@@ -198,14 +198,8 @@ func binaries(ctx context.Context, w io.Writer, binDir string) (pluginDir, daemo
 	if _, err := os.Stat(daemon); err != nil {
 		daemon = filepath.Join(built, "routeletd")
 		fmt.Fprintf(w, "building routeletd into %s …\n", built)
-		root, err := netnstest.ModuleRoot()
-		if err != nil {
+		if err := netnstest.BuildRouteletd(ctx, built); err != nil {
 			return "", "", err
-		}
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", daemon, "./daemon")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("build routeletd: %w\n%s", err, out)
 		}
 	}
 	return pluginDir, daemon, nil

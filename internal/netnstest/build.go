@@ -57,6 +57,15 @@ func BuildRoutelet(ctx context.Context, dir string) error {
 	return goBuild(ctx, root, filepath.Join(dir, "routelet"), "./plugin")
 }
 
+// BuildRouteletd builds the node daemon (./daemon) into dir/routeletd.
+func BuildRouteletd(ctx context.Context, dir string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	return goBuild(ctx, root, filepath.Join(dir, "routeletd"), "./daemon")
+}
+
 // BuildReference builds the given reference plugin packages (PTPPackage…)
 // into dir, each binary named after its package's last element.
 func BuildReference(ctx context.Context, dir string, pkgs ...string) error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -57,16 +56,7 @@ func TestMain(m *testing.M) {
 		defer cancel()
 		buildErr = netnstest.BuildRoutelet(ctx, dir)
 		if buildErr == nil {
-			root, err := netnstest.ModuleRoot()
-			if err != nil {
-				buildErr = err
-			} else {
-				cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "routeletd"), "./daemon")
-				cmd.Dir = root
-				if out, err := cmd.CombinedOutput(); err != nil {
-					buildErr = fmt.Errorf("build routeletd: %w\n%s", err, out)
-				}
-			}
+			buildErr = netnstest.BuildRouteletd(ctx, dir)
 		}
 		return m.Run()
 	}()
