@@ -370,4 +370,63 @@ func TestCleanupCommand(t *testing.T) {
 	}
 }
 
+// TestRouteProtocolAgreesWithPlugin runs the daemon with --route-protocol=81
+// and the real plugin: the plugin reads the protocol from daemon.json, so the
+// host route carries 81 from ADD on, the daemon's syncs leave it so, CNI
+// CHECK passes, and `routeletd cleanup` with the same protocol removes it.
+func TestRouteProtocolAgreesWithPlugin(t *testing.T) {
+	tn := newTestNode(t, true)
+	d := tn.startDaemon("--route-protocol=81", "--resync-period=300ms")
+	tn.waitReady()
+	st, err := tn.store.ReadDaemonStatus()
+	if err != nil || st.RouteProtocol != 81 {
+		t.Fatalf("daemon.json = %+v, %v; want routeProtocol 81", st, err)
+	}
+
+	p := tn.addPod("proto81")
+	route := p.ip + " " + p.iface + " proto 81"
+	if !tn.hasRoute(v4, route) {
+		t.Fatalf("after ADD: no %s; routes %v", route, tn.routes(v4))
+	}
+	ctx := context.Background()
+	if err := tn.node.Check(ctx, tn.conf, p.rt); err != nil {
+		t.Errorf("CNI CHECK after ADD: %v", err)
+	}
+
+	// Let the daemon serve the pod and run two full resyncs after the ADD.
+	eventually(t, 5*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "1" })
+	resyncs := func() int { n, _ := strconv.Atoi(tn.metric("routelet_resync_duration_seconds_count")); return n }
+	base := resyncs()
+	eventually(t, 5*time.Second, "two resyncs", func() bool { return resyncs() >= base+2 })
+	rs := tn.routes(v4)
+	if !rs[route] {
+		t.Errorf("after the daemon's sync: no %s; routes %v", route, rs)
+	}
+	for r := range rs {
+		if strings.HasPrefix(r, p.ip+" ") && r != route {
+			t.Errorf("after the daemon's sync: extra route %s", r)
+		}
+	}
+	if !rs["10.244.7.0/24 blackhole proto 81"] {
+		t.Errorf("no blackhole with proto 81: %v", rs)
+	}
+	if err := tn.node.Check(ctx, tn.conf, p.rt); err != nil {
+		t.Errorf("CNI CHECK after the daemon's sync: %v", err)
+	}
+
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	out, err := netnstest.Exec(ctx, tn.node.NS, filepath.Join(binDir, "routeletd"), "cleanup",
+		"--state-dir="+tn.stateDir, "--node-name=node-a", "--route-protocol=81")
+	if err != nil {
+		t.Fatalf("cleanup: %v\n%s", err, out)
+	}
+	for r := range tn.routes(v4) {
+		if strings.HasSuffix(r, " proto 81") || strings.HasSuffix(r, " proto 80") {
+			t.Errorf("route %s left behind by cleanup --route-protocol=81", r)
+		}
+	}
+}
+
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -286,7 +286,7 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 			reason := "waiting for the node IP: " + lastErr
 			log.Warn("cannot determine node IP yet, retrying", "nodeIP", cfg.NodeIP, "err", err)
 			status.SetReady(false, reason)
-			if werr := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); werr != nil {
+			if werr := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); werr != nil {
 				log.Error("cannot write daemon status", "err", werr)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
+	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -156,7 +157,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	undo = append(undo, func() error { return store.DeleteWorkload(args.ContainerID, args.IfName) })
 
-	if err = dp.AddHostRoutes(hostIf, addrs); err != nil {
+	if err = dp.AddHostRoutes(hostIf, addrs, node.proto); err != nil {
 		return cniErr(types.ErrInternal, "host routes: %v", err)
 	}
 
@@ -233,21 +234,22 @@ func convertResult(r types.Result) (cur *types100.Result, err error) {
 	return types100.NewResultFromResult(r)
 }
 
-// nodeSettings are what the conflist may leave to routeletd.
+// nodeSettings are what the conflist may leave to routeletd, and what only
+// routeletd decides.
 type nodeSettings struct {
 	mtu    int
 	blocks []netip.Prefix
+	proto  netlink.RouteProtocol // host routes' protocol: routeletd's, see hostRouteProtocol
 }
 
 // readNodeSettings fills in the MTU (conflist, else daemon.json PodMTU, else
-// DefaultMTU) and, for the built-in IPAM, the blocks (conflist ipam.blocks,
-// else daemon.json Blocks). daemon.json is only read when needed.
+// DefaultMTU), for the built-in IPAM the blocks (conflist ipam.blocks, else
+// daemon.json Blocks), and the host route protocol (daemon.json, else
+// podnet.RouteProtocol). An unreadable daemon.json is an error only when the
+// blocks must come from it; otherwise the defaults apply, with a warning.
 func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Error) {
 	out := &nodeSettings{mtu: c.MTU, blocks: c.Blocks}
 	needBlocks := c.Delegate == "" && len(c.Blocks) == 0
-	if out.mtu > 0 && !needBlocks {
-		return out, nil
-	}
 	st, err := store.ReadDaemonStatus()
 	switch {
 	case errors.Is(err, state.ErrNotFound):
@@ -255,9 +257,10 @@ func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Erro
 	case err != nil && needBlocks:
 		return nil, cniErr(types.ErrTryAgainLater, "no blocks: no ipam.blocks in the network config and daemon status unreadable: %v", err)
 	case err != nil:
-		slog.Warn("daemon status unreadable; using the default MTU", "err", err, "mtu", DefaultMTU)
+		slog.Warn("daemon status unreadable; using the default route protocol, and the default MTU unless the network config sets one", "err", err, "proto", int(podnet.RouteProtocol), "mtu", DefaultMTU)
 		st = nil
 	}
+	out.proto = hostRouteProtocol(st)
 	if out.mtu == 0 {
 		out.mtu = DefaultMTU
 		if st != nil && st.PodMTU >= 68 && st.PodMTU <= 65535 {
@@ -287,6 +290,18 @@ func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Erro
 		return nil, cniErr(types.ErrTryAgainLater, "no blocks: daemon not ready and no ipam.blocks: %s", reason)
 	}
 	return out, nil
+}
+
+// hostRouteProtocol is the protocol the host routes carry: the one routeletd
+// publishes in daemon.json, else (no daemon.json, or one from a daemon that
+// predates the field) podnet.RouteProtocol, routeletd's default. The daemon's
+// route table owns every route on the pod veths and rewrites one carrying
+// another protocol, so ADD and CHECK must both use the daemon's.
+func hostRouteProtocol(st *state.DaemonStatus) netlink.RouteProtocol {
+	if st == nil || st.RouteProtocol == 0 {
+		return podnet.RouteProtocol
+	}
+	return netlink.RouteProtocol(st.RouteProtocol)
 }
 
 // cidrs renders addresses as host CIDRs (/32, /128) for the record.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
+	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -56,7 +58,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	var problems []string
 	problems = append(problems, checkPod(args, want)...)
-	problems = append(problems, checkHost(want)...)
+	problems = append(problems, checkHost(want, expectedRouteProtocol(store))...)
 	problems = append(problems, checkRecord(store, args, c, want)...)
 	problems = append(problems, checkIPAM(c, store, args, want)...)
 	if len(problems) > 0 {
@@ -168,8 +170,20 @@ func checkPod(args *skel.CmdArgs, want *expected) []string {
 	return out
 }
 
-// checkHost verifies the host veth and one host route per pod address.
-func checkHost(want *expected) []string {
+// expectedRouteProtocol is the protocol ADD gave the host routes and the
+// daemon keeps them at: daemon.json's, else podnet.RouteProtocol (see
+// hostRouteProtocol). An unreadable daemon.json means the default, as in ADD.
+func expectedRouteProtocol(store *state.Store) netlink.RouteProtocol {
+	st, err := store.ReadDaemonStatus()
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		slog.Warn("daemon status unreadable; expecting the default route protocol", "err", err, "proto", int(podnet.RouteProtocol))
+	}
+	return hostRouteProtocol(st)
+}
+
+// checkHost verifies the host veth and one host route per pod address,
+// carrying protocol proto.
+func checkHost(want *expected, proto netlink.RouteProtocol) []string {
 	hv, err := dp.InspectHost(want.hostIf)
 	if err != nil {
 		return []string{err.Error()}
@@ -189,17 +203,17 @@ func checkHost(want *expected) []string {
 	}
 	for _, a := range want.addrs {
 		dst := netip.PrefixFrom(a.Addr(), a.Addr().BitLen())
-		proto := -1
+		got := -1
 		for _, r := range hv.Routes {
 			if r.Dst == dst {
-				proto = r.Protocol
+				got = r.Protocol
 			}
 		}
 		switch {
-		case proto < 0:
+		case got < 0:
 			out = append(out, fmt.Sprintf("host route %s dev %s is missing", dst, want.hostIf))
-		case proto != int(podnet.RouteProtocol):
-			out = append(out, fmt.Sprintf("host route %s dev %s has protocol %d, want %d", dst, want.hostIf, proto, podnet.RouteProtocol))
+		case got != int(proto):
+			out = append(out, fmt.Sprintf("host route %s dev %s has protocol %d, want %d", dst, want.hostIf, got, int(proto)))
 		}
 	}
 	return out

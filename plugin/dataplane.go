@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/routelet/routelet/pkg/podnet"
 )
 
@@ -16,7 +18,7 @@ type dataplane interface {
 	InspectHost(hostIface string) (*podnet.HostView, error)
 	EnableForwarding(ipv6 bool) error
 	Setup(spec podnet.Spec) (*podnet.Attached, error)
-	AddHostRoutes(hostIface string, addrs []netip.Addr) error
+	AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error
 	Teardown(hostIface string) error
 }
 
@@ -33,8 +35,8 @@ func (kernel) InspectHost(hostIface string) (*podnet.HostView, error) {
 }
 func (kernel) EnableForwarding(ipv6 bool) error                 { return podnet.EnableForwarding(ipv6) }
 func (kernel) Setup(spec podnet.Spec) (*podnet.Attached, error) { return podnet.Setup(spec) }
-func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr) error {
-	return podnet.AddHostRoutes(hostIface, addrs)
+func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error {
+	return podnet.AddHostRoutes(hostIface, addrs, proto)
 }
 func (kernel) Teardown(hostIface string) error { return podnet.Teardown(hostIface) }
 

@@ -3,7 +3,8 @@
 // address from node-local block IPAM (or from a delegated IPAM plugin),
 // configured as /32 and /128 with 169.254.1.1 and fe80::ecee:eeff:feee:eeee as
 // gateways, a workload record in the shared state directory for routeletd,
-// and a host route per address (protocol 80).
+// and a host route per address (protocol 80, or the route protocol routeletd
+// publishes in daemon.json; CHECK expects the same one).
 //
 // It implements ADD, DEL, CHECK, GC, STATUS and VERSION for CNI spec versions
 // 0.3.1, 0.4.0, 1.0.0 and 1.1.0 through the skel package. Errors carry the

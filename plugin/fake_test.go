@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // fakeDataplane keeps veths and host routes in memory and fails the step
@@ -23,6 +26,7 @@ type fakeDataplane struct {
 	failAt string
 	veths  map[string]podnet.Spec  // host iface → what Setup made
 	routes map[string][]netip.Addr // host iface → host routes
+	protos map[string]int          // host iface → protocol its host routes carry
 	calls  []string                // step names in call order
 	podIfs map[string]bool         // "<netns>/<ifname>" present
 }
@@ -30,7 +34,7 @@ type fakeDataplane struct {
 var _ dataplane = (*fakeDataplane)(nil)
 
 func newFake() *fakeDataplane {
-	return &fakeDataplane{veths: map[string]podnet.Spec{}, routes: map[string][]netip.Addr{}, podIfs: map[string]bool{}}
+	return &fakeDataplane{veths: map[string]podnet.Spec{}, routes: map[string][]netip.Addr{}, protos: map[string]int{}, podIfs: map[string]bool{}}
 }
 
 var errInjected = errors.New("injected failure")
@@ -74,7 +78,7 @@ func (f *fakeDataplane) InspectHost(hostIface string) (*podnet.HostView, error) 
 	}
 	v := &podnet.HostView{Exists: true, Type: "veth", Up: true, MAC: podnet.HostMAC.String()}
 	for _, a := range f.routes[hostIface] {
-		v.Routes = append(v.Routes, podnet.Route{Dst: netip.PrefixFrom(a, a.BitLen()), Protocol: int(podnet.RouteProtocol)})
+		v.Routes = append(v.Routes, podnet.Route{Dst: netip.PrefixFrom(a, a.BitLen()), Protocol: f.protos[hostIface]})
 	}
 	return v, nil
 }
@@ -92,11 +96,12 @@ func (f *fakeDataplane) Setup(spec podnet.Spec) (*podnet.Attached, error) {
 		ContMAC: mac, MTU: spec.MTU, NetnsPath: spec.Netns}, nil
 }
 
-func (f *fakeDataplane) AddHostRoutes(hostIface string, addrs []netip.Addr) error {
+func (f *fakeDataplane) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error {
 	if err := f.step("host-routes"); err != nil {
 		return err
 	}
 	f.routes[hostIface] = append(f.routes[hostIface], addrs...)
+	f.protos[hostIface] = int(proto)
 	return nil
 }
 
@@ -109,6 +114,7 @@ func (f *fakeDataplane) Teardown(hostIface string) error {
 	}
 	delete(f.veths, hostIface)
 	delete(f.routes, hostIface)
+	delete(f.protos, hostIface)
 	return nil
 }
 
@@ -215,6 +221,59 @@ func TestAddDelWithFake(t *testing.T) {
 	}
 	if err := cmdDel(args); err != nil {
 		t.Errorf("second DEL: %v", err)
+	}
+}
+
+// TestHostRouteProtocolFromDaemonStatus: ADD stamps the host routes with the
+// protocol daemon.json publishes (80 without daemon.json, or with one from a
+// daemon that predates the field), and CHECK wants that same protocol: with
+// the daemon on 81, a host route carrying 80 is wrong, and the other way
+// round.
+func TestHostRouteProtocolFromDaemonStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status string // daemon.json content; "" for none
+		want   int
+	}{
+		{name: "no daemon.json", want: 80},
+		{name: "older daemon.json", status: `{"version": 1, "ready": true}`, want: 80},
+		{name: "daemon on 80", status: `{"version": 1, "ready": true, "routeProtocol": 80}`, want: 80},
+		{name: "daemon on 81", status: `{"version": 1, "ready": true, "routeProtocol": 81}`, want: 81},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, out := useFake(t)
+			n, conf := unitNode(t)
+			if tc.status != "" {
+				if _, err := state.Open(n.stateDir); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(n.stateDir, "daemon.json"), []byte(tc.status), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := &skel.CmdArgs{ContainerID: "proto", Netns: "/run/netns/pod", IfName: "eth0", StdinData: conf}
+			if err := cmdAdd(args); err != nil {
+				t.Fatal(err)
+			}
+			host := podnet.VethName("cali", "", "", "proto", "eth0")
+			if got := f.protos[host]; got != tc.want || len(f.routes[host]) != 2 {
+				t.Fatalf("ADD: host routes %v with protocol %d, want two with %d", f.routes[host], got, tc.want)
+			}
+			check := *args
+			check.StdinData = withPrev(t, conf, out.Bytes())
+			if err := cmdCheck(&check); err != nil {
+				t.Errorf("CHECK with the routes ADD made: %v", err)
+			}
+			other := 81
+			if tc.want == 81 {
+				other = 80
+			}
+			f.protos[host] = other
+			msg := fmt.Sprintf("host route 10.90.0.1/32 dev %s has protocol %d, want %d", host, other, tc.want)
+			if err := cmdCheck(&check); err == nil || !strings.Contains(err.Error(), msg) {
+				t.Errorf("CHECK with host routes on protocol %d: %v, want an error containing %q", other, err, msg)
+			}
+		})
 	}
 }
 

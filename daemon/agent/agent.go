@@ -700,6 +700,7 @@ func (a *Agent) writeStatus(reason string) {
 		Reason:        reason,
 		PodMTU:        a.opts.PodMTU,
 		Blocks:        blocks,
+		RouteProtocol: a.opts.RouteProtocol,
 		DaemonVersion: a.opts.Version,
 		LastSyncError: a.lastErr,
 		Updated:       a.now().UTC(),

@@ -217,7 +217,7 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	ds, err := f.store.ReadDaemonStatus()
-	if err != nil || !ds.Ready || ds.PodMTU != 1450 || len(ds.Blocks) != 2 || ds.DaemonVersion != "test" {
+	if err != nil || !ds.Ready || ds.PodMTU != 1450 || len(ds.Blocks) != 2 || ds.DaemonVersion != "test" || ds.RouteProtocol != 80 {
 		t.Fatalf("daemon.json = %+v, %v", ds, err)
 	}
 	if len(f.rt4.cidrs("cali1")) != 1 {

@@ -13,8 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// RouteProtocol marks every host route podnet programs (rtnetlink protocol
-// number), so the daemon and operators can tell routelet's routes apart.
+// RouteProtocol is the default rtnetlink protocol number of the host routes
+// (routeletd's default --route-protocol), so the daemon and operators can
+// tell routelet's routes apart. Callers pass the protocol the node's daemon
+// uses to AddHostRoutes; this is what they pass when no daemon says otherwise.
 const RouteProtocol netlink.RouteProtocol = 80
 
 // HostMAC is the MAC address of every host-side veth. Pods reach their gateway
@@ -241,9 +243,11 @@ func podRoutes(cont *netlink.Handle, idx int, spec Spec) error {
 }
 
 // AddHostRoutes points a /32 (or /128) route per address at the host veth,
-// scope link, protocol RouteProtocol. It replaces a route to the same
-// destination that points elsewhere: the address now belongs to this pod.
-func AddHostRoutes(hostIface string, addrs []netip.Addr) error {
+// scope link, protocol proto (RouteProtocol unless the node's daemon uses
+// another: its route table owns these routes and rewrites any whose protocol
+// differs from its own). It replaces a route to the same destination that
+// points elsewhere: the address now belongs to this pod.
+func AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return fmt.Errorf("netlink handle in node netns: %w", err)
@@ -257,7 +261,7 @@ func AddHostRoutes(hostIface string, addrs []netip.Addr) error {
 		r := &netlink.Route{
 			LinkIndex: l.Attrs().Index,
 			Dst:       hostNet(a),
-			Protocol:  RouteProtocol,
+			Protocol:  proto,
 			Scope:     netlink.SCOPE_LINK,
 		}
 		if a.Is6() {
@@ -266,7 +270,7 @@ func AddHostRoutes(hostIface string, addrs []netip.Addr) error {
 		if err := h.RouteReplace(r); err != nil {
 			return fmt.Errorf("add host route %s dev %s: %w", r.Dst, hostIface, err)
 		}
-		slog.Debug("added host route", "iface", hostIface, "cidr", r.Dst.String())
+		slog.Debug("added host route", "iface", hostIface, "cidr", r.Dst.String(), "proto", int(proto))
 	}
 	return nil
 }

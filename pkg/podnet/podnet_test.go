@@ -63,7 +63,7 @@ func attach(t *testing.T, node, pod ns.NetNS, host string, addrs ...string) *Att
 		if err := EnableForwarding(att.HasIPv6); err != nil {
 			return err
 		}
-		return AddHostRoutes(host, spec.Addrs)
+		return AddHostRoutes(host, spec.Addrs, RouteProtocol)
 	})
 	return att
 }
@@ -196,6 +196,37 @@ func TestSetupConfiguresBothSides(t *testing.T) {
 	if pv, err := InspectPod(pod.Path(), "eth0"); err != nil || pv.Exists {
 		t.Errorf("pod eth0 after Teardown: exists=%v err=%v, want gone", pv != nil && pv.Exists, err)
 	}
+}
+
+// TestAddHostRoutesProtocol: the host routes carry the protocol the caller
+// passes, and adding them again with another protocol replaces them (the
+// protocol is no part of a route's key) rather than leaving both.
+func TestAddHostRoutesProtocol(t *testing.T) {
+	needRoot(t)
+	node, pod := newNS(t), newNS(t)
+	attach(t, node, pod, "calitest00081", "10.77.0.81", "fd77::81")
+	addrs := []netip.Addr{netip.MustParseAddr("10.77.0.81"), netip.MustParseAddr("fd77::81")}
+	inNS(t, node, func() error {
+		if err := AddHostRoutes("calitest00081", addrs, 81); err != nil {
+			return err
+		}
+		hv, err := InspectHost("calitest00081")
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{"10.77.0.81/32", "fd77::81/128"} {
+			var protos []int
+			for _, r := range hv.Routes {
+				if r.Dst.String() == want {
+					protos = append(protos, r.Protocol)
+				}
+			}
+			if !slices.Equal(protos, []int{81}) {
+				t.Errorf("host route %s: protocols %v, want just 81; routes %+v", want, protos, hv.Routes)
+			}
+		}
+		return nil
+	})
 }
 
 func TestTwoPodsPingV4AndV6(t *testing.T) {

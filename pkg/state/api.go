@@ -100,13 +100,17 @@ func (s *Store) ListNodes() (good []*Node, bad []error) { return s.listNodes() }
 func (s *Store) NodesDir() string { return s.dir(nodesSubdir) }
 
 // DaemonStatus is <root>/daemon.json, written by routeletd and read by the
-// plugin (MTU, blocks, STATUS).
+// plugin (MTU, blocks, route protocol, STATUS).
+//
+// RouteProtocol was added without a version bump: a file from an older
+// daemon has none (0), which readers take as the default, 80.
 type DaemonStatus struct {
 	Version       int       `json:"version"`
 	Ready         bool      `json:"ready"`
 	Reason        string    `json:"reason,omitempty"` // why not ready
 	PodMTU        int       `json:"podMTU,omitempty"`
-	Blocks        []string  `json:"blocks,omitempty"` // local blocks (CIDRs) for the built-in IPAM
+	Blocks        []string  `json:"blocks,omitempty"`        // local blocks (CIDRs) for the built-in IPAM
+	RouteProtocol int       `json:"routeProtocol,omitempty"` // protocol the daemon stamps on (and owns) routes; 0 = default 80
 	DaemonVersion string    `json:"daemonVersion,omitempty"`
 	LastSyncError string    `json:"lastSyncError,omitempty"`
 	Updated       time.Time `json:"updated"`

@@ -336,6 +336,38 @@ func TestBadFields(t *testing.T) {
 	}
 }
 
+// TestDaemonStatusRouteProtocol: the route protocol round-trips, a file
+// written before the field existed reads as 0 (the default), and a kernel
+// protocol (0–4 except unset) or one beyond a byte is refused both ways.
+func TestDaemonStatusRouteProtocol(t *testing.T) {
+	s := openTemp(t)
+	if err := s.WriteDaemonStatus(&DaemonStatus{Ready: true, RouteProtocol: 81}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.ReadDaemonStatus()
+	if err != nil || st.RouteProtocol != 81 {
+		t.Fatalf("ReadDaemonStatus = %+v, %v; want routeProtocol 81", st, err)
+	}
+	path := filepath.Join(s.Root(), "daemon.json")
+	if err := os.WriteFile(path, []byte(`{"version": 1, "ready": true, "podMTU": 1450}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.ReadDaemonStatus(); err != nil || st.RouteProtocol != 0 {
+		t.Errorf("older daemon.json: %+v, %v; want routeProtocol 0", st, err)
+	}
+	for _, p := range []int{3, 256, -1} {
+		if err := s.WriteDaemonStatus(&DaemonStatus{RouteProtocol: p}); err == nil || !strings.Contains(err.Error(), "route protocol") {
+			t.Errorf("write routeProtocol %d: err = %v, want one naming the route protocol", p, err)
+		}
+		if err := os.WriteFile(path, []byte(`{"version": 1, "routeProtocol": `+fmt.Sprint(p)+`}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ReadDaemonStatus(); err == nil || !strings.Contains(err.Error(), "route protocol") {
+			t.Errorf("read routeProtocol %d: err = %v, want one naming the route protocol", p, err)
+		}
+	}
+}
+
 func TestNodeAndDaemonStatus(t *testing.T) {
 	s := openTemp(t)
 	if _, err := s.ReadDaemonStatus(); !errors.Is(err, ErrNotFound) {

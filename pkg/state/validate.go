@@ -157,10 +157,14 @@ func (n *Node) validate() error {
 	return validateMAC("VTEP MAC (IPv6)", n.VTEPMACv6)
 }
 
-// validate checks the MTU range and the blocks.
+// validate checks the MTU range, the route protocol (0 for unset, else
+// 5–255: 0–4 are the kernel's own) and the blocks.
 func (d *DaemonStatus) validate() error {
 	if d.PodMTU < 0 || d.PodMTU > 65535 {
 		return fmt.Errorf("invalid pod MTU %d", d.PodMTU)
+	}
+	if d.RouteProtocol != 0 && (d.RouteProtocol < 5 || d.RouteProtocol > 255) {
+		return fmt.Errorf("invalid route protocol %d (want 5–255)", d.RouteProtocol)
 	}
 	return validateCIDRs("daemon block", d.Blocks)
 }
