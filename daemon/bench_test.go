@@ -139,7 +139,7 @@ func BenchmarkIdle250(b *testing.B) {
 	eventually(b, 10*time.Second, "all routes", func() bool { return tn.metric("routelet_routes_programmed{table=\"ipv4\"}") == strconv.Itoa(n+2) })
 	time.Sleep(2 * time.Second) // let start-up work settle
 	for it := 0; it < b.N; it++ {
-		pid := d.cmd.Process.Pid
+		pid := d.proc.Cmd.Process.Pid
 		cpu0 := cpuTicks(b, pid)
 		t0 := time.Now()
 		time.Sleep(idle)

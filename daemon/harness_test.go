@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -146,26 +143,8 @@ func (tn *testNode) addDefaultRoute() {
 
 // daemonProc is a routeletd running in a test node.
 type daemonProc struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan error
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	proc *netnstest.Proc
+	log  *netnstest.Buffer
 }
 
 // startDaemon runs routeletd in the node with `ip netns exec`, test-sized
@@ -173,22 +152,17 @@ func (b *syncBuffer) String() string {
 // when the test failed.
 func (tn *testNode) startDaemon(extra ...string) *daemonProc {
 	tn.t.Helper()
-	args := []string{"netns", "exec", netnstest.Name(tn.node.NS), filepath.Join(binDir, "routeletd"),
-		"--node-name=node-a", "--state-dir=" + tn.stateDir, "--pod-cidr=" + tn.podCIDR,
+	args := append([]string{"--node-name=node-a", "--state-dir=" + tn.stateDir, "--pod-cidr=" + tn.podCIDR,
 		"--encapsulation=none", "--log-level=debug", "--grace-period=1s",
-		"--device-check-period=200ms", "--resync-period=30s"}
-	args = append(args, extra...)
-	d := &daemonProc{cmd: exec.Command("ip", args...), log: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
+		"--device-check-period=200ms", "--resync-period=30s"}, extra...)
+	d := &daemonProc{log: &netnstest.Buffer{}}
+	var err error
+	if d.proc, err = netnstest.StartIn(tn.node.NS, d.log, filepath.Join(binDir, "routeletd"), args...); err != nil {
 		tn.t.Fatal(err)
 	}
-	go func() { d.done <- d.cmd.Wait() }()
 	t := tn.t
 	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		<-d.done
-		d.done <- nil
+		d.proc.Kill()
 		if t.Failed() {
 			t.Logf("routeletd log:\n%s", d.log.String())
 		}
@@ -199,23 +173,17 @@ func (tn *testNode) startDaemon(extra ...string) *daemonProc {
 // stop sends SIGTERM and waits for the exit status.
 func (d *daemonProc) stop(t testing.TB) error {
 	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-d.done:
-		d.done <- err
-		return err
-	case <-time.After(10 * time.Second):
+	err := d.proc.Stop(10 * time.Second)
+	if errors.Is(err, netnstest.ErrStillRunning) {
 		t.Fatal("routeletd did not stop within 10s of SIGTERM")
-		return nil
 	}
+	return err
 }
 
 // kill9 kills the daemon outright.
 func (d *daemonProc) kill9(t testing.TB) {
 	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGKILL)
-	err := <-d.done
-	d.done <- err
+	d.proc.Kill()
 }
 
 // get fetches path from the daemon's health server inside the node; the

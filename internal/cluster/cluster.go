@@ -19,10 +19,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -77,8 +75,7 @@ type Node struct {
 	Conf     *libcni.NetworkConfigList
 	LogPath  string // routeletd's log
 	Pods     []*Pod
-	daemon   *exec.Cmd
-	done     chan struct{}
+	daemon   *netnstest.Proc // nil until started
 }
 
 // Pod is a workload attached through the plugin.
@@ -299,8 +296,7 @@ func (c *Cluster) Restart(ctx context.Context, n *Node, daemonArgs ...string) er
 }
 
 func (c *Cluster) startDaemon(n *Node, daemonArgs []string) error {
-	args := []string{"netns", "exec", netnstest.Name(n.CNI.NS), c.opts.Daemon,
-		"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir, "--pod-cidr=" + n.Spec.Block4}
+	args := []string{"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir, "--pod-cidr=" + n.Spec.Block4}
 	if n.Spec.Block6 != "" {
 		args = append(args, "--pod-cidr="+n.Spec.Block6)
 	}
@@ -310,15 +306,12 @@ func (c *Cluster) startDaemon(n *Node, daemonArgs []string) error {
 		return err
 	}
 	defer logf.Close() // the child holds its own copy
-	cmd := exec.Command("ip", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The daemon dies with us, even when we are killed outright.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// StartIn's daemon dies with us, even when we are killed outright.
+	d, err := netnstest.StartIn(n.CNI.NS, logf, c.opts.Daemon, args...)
+	if err != nil {
 		return fmt.Errorf("start routeletd on %s: %w", n.Spec.Name, err)
 	}
-	n.daemon, n.done = cmd, make(chan struct{})
-	go func() { cmd.Wait(); close(n.done) }()
+	n.daemon = d
 	return nil
 }
 
@@ -328,13 +321,10 @@ func (n *Node) Stop() error {
 	if n.daemon == nil {
 		return nil
 	}
-	n.daemon.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-		return nil
-	case <-time.After(10 * time.Second):
+	if err := n.daemon.Stop(10 * time.Second); errors.Is(err, netnstest.ErrStillRunning) {
 		return fmt.Errorf("routeletd on %s did not stop within 10s of SIGTERM", n.Spec.Name)
 	}
+	return nil
 }
 
 // waitReady polls daemon.json until it says ready, the daemon exits, or
@@ -347,7 +337,7 @@ func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 		select {
-		case <-n.done:
+		case <-n.daemon.Done():
 			return fmt.Errorf("routeletd on %s exited before it was ready; log %s:\n%s", n.Spec.Name, n.LogPath, n.LogTail(20))
 		case <-ctx.Done():
 			return ctx.Err()
@@ -448,13 +438,7 @@ func (c *Cluster) Close() error {
 		if n.daemon == nil {
 			continue
 		}
-		n.daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(5 * time.Second):
-			n.daemon.Process.Kill()
-			<-n.done
-		}
+		n.daemon.StopOrKill(5 * time.Second)
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Pods {

@@ -8,10 +8,11 @@
 // passed to the plugin as CNI_NETNS paths.
 //
 // Every namespace is bind-mounted under /var/run/netns with a caller-chosen
-// name, so `ip netns exec` works on it. Names start with OwnedPrefix (a
-// prefix plus the creating process's PID), so runs going on at the same time
-// never collide, and leftovers of crashed runs are found and removed by
-// RemoveStale. Nothing here touches
+// name, so `ip netns exec` works on it; StartIn runs a long-lived process
+// such as routeletd that way, with Stop, Kill and a goroutine-safe log
+// Buffer. Names start with OwnedPrefix (a prefix plus the creating process's
+// PID), so runs going on at the same time never collide, and leftovers of
+// crashed runs are found and removed by RemoveStale. Nothing here touches
 // the namespace of the calling process: all kernel changes happen inside the
 // namespaces this package created.
 package netnstest

@@ -16,8 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -315,26 +313,8 @@ func (c *cluster) writeNode(name, hostIP, block string) {
 
 // daemon is a routeletd running in the node.
 type daemon struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan error
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	proc *netnstest.Proc
+	log  *netnstest.Buffer
 }
 
 // routeletdArgs are the flags every test daemon gets; extra ones follow
@@ -349,13 +329,11 @@ func (c *cluster) routeletdArgs(extra ...string) []string {
 // test failed.
 func (c *cluster) startDaemon(extra ...string) *daemon {
 	c.t.Helper()
-	args := append([]string{"netns", "exec", netnstest.Name(c.node.NS), filepath.Join(binDir, "routeletd")}, c.routeletdArgs(extra...)...)
-	d := &daemon{cmd: exec.Command("ip", args...), log: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
+	d := &daemon{log: &netnstest.Buffer{}}
+	var err error
+	if d.proc, err = netnstest.StartIn(c.node.NS, d.log, filepath.Join(binDir, "routeletd"), c.routeletdArgs(extra...)...); err != nil {
 		c.t.Fatal(err)
 	}
-	go func() { d.done <- d.cmd.Wait() }()
 	t := c.t
 	t.Cleanup(func() {
 		d.stop()
@@ -365,9 +343,8 @@ func (c *cluster) startDaemon(extra ...string) *daemon {
 	})
 	eventually(t, 15*time.Second, "routeletd ready (daemon.json)", func() bool {
 		select {
-		case err := <-d.done:
-			d.done <- err
-			t.Fatalf("routeletd exited: %v\n%s", err, d.log.String())
+		case <-d.proc.Done():
+			t.Fatalf("routeletd exited: %v\n%s", d.proc.Err(), d.log.String())
 		default:
 		}
 		st, err := c.store.ReadDaemonStatus()
@@ -377,27 +354,11 @@ func (c *cluster) startDaemon(extra ...string) *daemon {
 }
 
 // kill9 kills the daemon outright, as a crash or OOM kill would.
-func (d *daemon) kill9() {
-	_ = d.cmd.Process.Kill()
-	err := <-d.done
-	d.done <- err
-}
+func (d *daemon) kill9() { _ = d.proc.Kill() }
 
 // stop sends SIGTERM, waits for the exit (SIGKILL after 10 s) and returns
-// the exit error. Stopping a stopped daemon returns the first result.
-func (d *daemon) stop() error {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	var err error
-	select {
-	case err = <-d.done:
-	case <-time.After(10 * time.Second):
-		_ = d.cmd.Process.Kill()
-		err = <-d.done
-		err = errors.Join(errors.New("routeletd ignored SIGTERM for 10s"), err)
-	}
-	d.done <- err
-	return err
-}
+// the exit error. Stopping a stopped daemon returns its exit status again.
+func (d *daemon) stop() error { return d.proc.StopOrKill(10 * time.Second) }
 
 // rawListener is a raw IPv4 socket for one IP protocol inside a namespace.
 // The kernel hands raw sockets a copy of each packet after the INPUT hook
