@@ -251,8 +251,11 @@ type RouteEvent struct {
 // NotifyRoute queues a route notification; the loop decides whether it shows
 // tampering with something routelet owns.
 func (a *Agent) NotifyRoute(ev RouteEvent) {
-	if ev.Iface != routes.InterfaceNone && !strings.HasPrefix(ev.Iface, a.opts.IfacePrefix) && ev.Protocol != a.opts.RouteProtocol {
-		return // neither on a workload interface nor stamped by us
+	if ev.Iface != routes.InterfaceNone && !strings.HasPrefix(ev.Iface, a.opts.IfacePrefix) {
+		// The agent's tables own only workload interfaces and
+		// no-interface routes; routes with our protocol on shared devices
+		// belong to the overlay manager, whose own watcher repairs them.
+		return
 	}
 	a.mu.Lock()
 	a.pending.routeEvs = append(a.pending.routeEvs, ev)

@@ -300,10 +300,13 @@ func TestRouteEventsMarkOnlyTampering(t *testing.T) {
 			t.Errorf("%s: marked dirty = %v, want %v", tc.name, got, tc.dirty)
 		}
 	}
-	// Routes on foreign interfaces without our protocol are not even queued.
+	// Routes on interfaces the agent's tables do not own are not even
+	// queued: foreign ones, and ours on shared devices (the overlay
+	// manager's own table watches those).
 	f.a.NotifyRoute(RouteEvent{Iface: "eth0", Dst: p("0.0.0.0/0"), Protocol: 4, Deleted: true})
+	f.a.NotifyRoute(RouteEvent{Iface: "vxlan.calico", Dst: p("10.244.2.0/24"), Protocol: 80})
 	if len(f.a.pending.routeEvs) != 0 {
-		t.Error("foreign route event queued")
+		t.Errorf("route events on interfaces the agent does not own were queued: %+v", f.a.pending.routeEvs)
 	}
 	// A deleted static ARP entry marks the workload interface dirty.
 	f.a.NotifyNeigh(NeighEvent{Iface: "cali1", IP: netip.MustParseAddr("10.244.1.2"), Deleted: true})
