@@ -1,0 +1,83 @@
+package netguard
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ReadHost snapshots the current network namespace through h (nil: a new
+// handle in the calling thread's namespace). Links for which owned returns
+// true (routelet's pod veths and overlay devices; nil: none) contribute no
+// addresses and no connected routes, and neither do routes of protocol
+// ownProto: what routelet itself put there is not the node's own space.
+func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, error) {
+	if h == nil {
+		var err error
+		if h, err = netlink.NewHandle(); err != nil {
+			return Host{}, fmt.Errorf("netguard: netlink handle: %w", err)
+		}
+		defer h.Close()
+	}
+	links, err := h.LinkList()
+	if err != nil {
+		return Host{}, fmt.Errorf("netguard: list links: %w", err)
+	}
+	var out Host
+	skip := map[int]bool{}
+	for _, l := range links {
+		a := l.Attrs()
+		link := Link{Name: a.Name, Index: a.Index, Type: l.Type()}
+		out.Links = append(out.Links, link)
+		if owned != nil && owned(link) {
+			skip[a.Index] = true
+		}
+	}
+	addrs, err := h.AddrList(nil, unix.AF_UNSPEC)
+	if err != nil {
+		return Host{}, fmt.Errorf("netguard: list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if skip[a.LinkIndex] || a.IPNet == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		out.Addrs = append(out.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+	}
+	routes, err := h.RouteListFiltered(unix.AF_UNSPEC, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return Host{}, fmt.Errorf("netguard: list routes: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range routes {
+		if r.Dst == nil {
+			for _, l := range links {
+				if l.Attrs().Index == r.LinkIndex && !seen[l.Attrs().Name] {
+					seen[l.Attrs().Name] = true
+					out.Uplinks = append(out.Uplinks, l.Attrs().Name)
+				}
+			}
+			continue
+		}
+		if int(r.Protocol) == ownProto || skip[r.LinkIndex] || r.Scope != netlink.SCOPE_LINK || r.Type != unix.RTN_UNICAST {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		p := netip.PrefixFrom(ip.Unmap(), ones)
+		if p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
+			continue // every IPv6 link has fe80::/64
+		}
+		out.Connected = append(out.Connected, p)
+	}
+	return out, nil
+}

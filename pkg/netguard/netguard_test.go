@@ -1,0 +1,110 @@
+package netguard
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestCheckBlock(t *testing.T) {
+	for _, tc := range []struct {
+		block string
+		want  string // substring of the error, "" for accepted
+	}{
+		{"10.244.1.0/24", ""},
+		{"10.244.1.0/30", ""},
+		{"fd00:10:244::/122", ""},
+		{"fd00::/127", ""},
+		{"0.0.0.0/0", "every address"},
+		{"::/0", "every address"},
+		{"128.0.0.0/1", "link-local"},
+		{"240.0.0.0/8", "reserved range 240.0.0.0/4"},
+		{"127.0.0.0/24", "loopback"},
+		{"169.254.1.0/24", "pod gateway 169.254.1.1"},
+		{"224.0.0.0/24", "multicast"},
+		{"fe80::/64", "link-local"},
+		{"ff02::/16", "multicast"},
+		{"::1/128", "loopback"},
+		{"10.0.0.0/31", "too small"},
+		{"fd00::/128", "too small"},
+		{"10.0.0.1/24", "did you mean 10.0.0.0/24"},
+	} {
+		err := CheckBlock(netip.MustParsePrefix(tc.block))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckBlock(%s) = %v, want accepted", tc.block, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.block)):
+			t.Errorf("CheckBlock(%s) = %v, want an error naming the block and %q", tc.block, err, tc.want)
+		}
+	}
+}
+
+func TestHostCheckBlock(t *testing.T) {
+	h := Host{
+		Addrs:     []netip.Prefix{netip.MustParsePrefix("192.168.50.7/24"), netip.MustParsePrefix("2001:db8:1::7/64")},
+		Connected: []netip.Prefix{netip.MustParsePrefix("172.31.0.0/16")},
+	}
+	for _, tc := range []struct {
+		block string
+		want  string
+	}{
+		{"10.244.0.0/24", ""},
+		{"192.168.51.0/24", ""},
+		{"192.168.50.128/26", "connected subnet 192.168.50.0/24"},
+		{"192.168.0.0/16", "address 192.168.50.7"},
+		{"172.31.5.0/24", "connected route 172.31.0.0/16"},
+		{"2001:db8:1::1:0/120", "connected subnet 2001:db8:1::/64"},
+		{"2001:db8:2::/120", ""},
+		{"0.0.0.0/0", "every address"},
+	} {
+		err := h.CheckBlock(netip.MustParsePrefix(tc.block))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckBlock(%s) = %v, want accepted", tc.block, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckBlock(%s) = %v, want an error with %q", tc.block, err, tc.want)
+		}
+	}
+}
+
+func TestCheckInterfacePrefix(t *testing.T) {
+	h := Host{
+		Links:   []Link{{Name: "lo", Type: "device"}, {Name: "rtu0", Type: "veth"}, {Name: "br-x", Type: "bridge"}, {Name: "cali0123456789a", Type: "veth"}},
+		Uplinks: []string{"rtu0"},
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   string
+	}{
+		{"cali", ""},
+		{"rtu", "uplink rtu0"},
+		{"br", "bridge link br-x"},
+		{"l", "device link lo"},
+		{"", "empty"},
+		{"abcdefghijkl", "longer than 11"},
+		{"ca%d", "not allowed"},
+	} {
+		err := h.CheckInterfacePrefix(tc.prefix)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckInterfacePrefix(%q) = %v, want accepted", tc.prefix, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckInterfacePrefix(%q) = %v, want an error with %q", tc.prefix, err, tc.want)
+		}
+	}
+}
+
+func TestOwned(t *testing.T) {
+	for _, tc := range []struct {
+		l    Link
+		want bool
+	}{
+		{Link{Name: "cali12", Type: "veth"}, true},
+		{Link{Name: "cali12", Type: "bridge"}, false},
+		{Link{Name: "eth0", Type: "veth"}, false},
+	} {
+		if got := Owned(tc.l, "cali"); got != tc.want {
+			t.Errorf("Owned(%+v) = %v, want %v", tc.l, got, tc.want)
+		}
+	}
+}
