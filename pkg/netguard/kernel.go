@@ -3,6 +3,7 @@ package netguard
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -56,9 +57,16 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 	}
 	seen := map[string]bool{}
 	for _, r := range routes {
-		if r.Dst == nil {
+		if isDefault(r) {
+			if r.Type != unix.RTN_UNICAST {
+				continue // a blackhole default names no uplink
+			}
+			idx := []int{r.LinkIndex}
+			for _, nh := range r.MultiPath {
+				idx = append(idx, nh.LinkIndex)
+			}
 			for _, l := range links {
-				if l.Attrs().Index == r.LinkIndex && !seen[l.Attrs().Name] {
+				if slices.Contains(idx, l.Attrs().Index) && !seen[l.Attrs().Name] {
 					seen[l.Attrs().Name] = true
 					out.Uplinks = append(out.Uplinks, l.Attrs().Name)
 				}
@@ -80,4 +88,14 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 		out.Connected = append(out.Connected, p)
 	}
 	return out, nil
+}
+
+// isDefault reports whether r is a default route: netlink reports one
+// without a destination or, as iproute2 does, with a /0 destination.
+func isDefault(r netlink.Route) bool {
+	if r.Dst == nil {
+		return true
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return ones == 0
 }
