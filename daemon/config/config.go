@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/routelet/routelet/pkg/netguard"
 )
 
 // Encapsulation modes.
@@ -75,6 +77,20 @@ type Config struct {
 
 	// ConfigFile is the file that was read, "" when none.
 	ConfigFile string
+
+	// sources records the layer each key's value came from.
+	sources map[string]Source
+}
+
+// KeyError returns a configuration error for key, naming the layer its
+// value came from, as Load's own errors do: for checks that need the node
+// (e.g. a pod CIDR that overlaps the node's addresses), made after Load.
+func (c *Config) KeyError(key, value string, err error) error {
+	src := c.sources[key]
+	if src == "" {
+		src = SourceDefault
+	}
+	return &Error{Key: key, Source: src, Value: value, Err: err}
 }
 
 // Source names the layer a value came from, for error messages.
@@ -143,6 +159,9 @@ func keys() []key {
 				}
 				if p != p.Masked() {
 					return fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+				}
+				if err := netguard.CheckBlock(p); err != nil {
+					return err
 				}
 				if slices.Contains(c.PodCIDRs, p) {
 					return fmt.Errorf("%q given twice", s)
@@ -230,10 +249,7 @@ func keys() []key {
 		}},
 		{name: "interface-prefix", help: "name prefix of host-side workload veths", def: []string{"cali"}, set: func(c *Config, v []string) error {
 			p := v[0]
-			if p == "" || len(p) > 11 {
-				return errors.New("must be 1 to 11 characters")
-			}
-			if err := validateIfName(p); err != nil {
+			if err := netguard.CheckPrefixSyntax(p); err != nil {
 				return err
 			}
 			c.IfacePrefix = p
@@ -336,7 +352,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 
-	c := &Config{}
+	c := &Config{sources: map[string]Source{}}
 	// Defaults first; they are valid by construction except where they
 	// depend on the machine (node-name), which is checked like any value.
 	layers := []layer{{SourceDefault, defaults(ks)}}
@@ -387,11 +403,13 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 			}
 			if k.list && len(v) == 0 {
 				_ = k.set(c, v) // an empty list is valid for every list key
+				c.sources[k.name] = layers[i].src
 				break
 			}
 			if err := k.set(c, v); err != nil {
 				return nil, &Error{Key: k.name, Source: layers[i].src, Value: strings.Join(v, ","), Err: err}
 			}
+			c.sources[k.name] = layers[i].src
 			break
 		}
 	}

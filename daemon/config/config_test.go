@@ -46,8 +46,46 @@ func TestDefaults(t *testing.T) {
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
 		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second,
 	}
-	if !reflect.DeepEqual(*c, want) {
-		t.Errorf("defaults:\n got %+v\nwant %+v", *c, want)
+	got := *c
+	got.sources = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestPodCIDRNeverABlock: pod CIDRs that can never be pod blocks are refused
+// while loading, naming the key, the layer and the value.
+func TestPodCIDRNeverABlock(t *testing.T) {
+	for _, tc := range []struct{ cidr, want string }{
+		{"0.0.0.0/0", "every address"},
+		{"::/0", "every address"},
+		{"127.0.0.0/16", "loopback"},
+		{"169.254.1.0/24", "169.254.1.1"},
+		{"224.0.0.0/24", "multicast"},
+		{"fe80::/64", "link-local"},
+		{"10.0.0.0/31", "too small"},
+		{"fd00::/128", "too small"},
+	} {
+		_, err := load(t, []string{"--node-name=n"}, map[string]string{"ROUTELET_POD_CIDR": tc.cidr}, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "env ROUTELET_POD_CIDR") || !strings.Contains(err.Error(), tc.cidr) {
+			t.Errorf("pod-cidr %s: %v, want an error naming the env variable, the value and %q", tc.cidr, err, tc.want)
+		}
+	}
+}
+
+// TestKeyErrorNamesSource: errors made after Load name the layer the key's
+// value came from.
+func TestKeyErrorNamesSource(t *testing.T) {
+	file := map[string]string{"/c.yaml": "interface-prefix: veth\n"}
+	c := mustLoad(t, []string{"--config=/c.yaml", "--node-name=n", "--pod-cidr=10.1.0.0/24"}, nil, file)
+	for key, want := range map[string]string{
+		"pod-cidr":         `config key "pod-cidr" (flag --pod-cidr): invalid value "10.1.0.0/24": boom`,
+		"interface-prefix": `config key "interface-prefix" (file): invalid value "10.1.0.0/24": boom`,
+		"mtu":              `config key "mtu" (default): invalid value "10.1.0.0/24": boom`,
+	} {
+		if got := c.KeyError(key, "10.1.0.0/24", errors.New("boom")).Error(); got != want {
+			t.Errorf("KeyError(%s) = %s, want %s", key, got, want)
+		}
 	}
 }
 
