@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -95,8 +96,12 @@ func writeFileAtomic(dir, name string, data []byte) (err error) {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 	}
+	// Held until the rename is done, so RemoveStaleTemps never takes the
+	// temp file of a live writer, however slow its fsync.
+	_ = unix.Flock(int(tmp.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	renamed := false
 	defer func() {
-		if err != nil {
+		if err != nil && !renamed {
 			_ = tmp.Close()
 			_ = os.Remove(tmp.Name())
 		}
@@ -107,17 +112,112 @@ func writeFileAtomic(dir, name string, data []byte) (err error) {
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
 	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
 	path := filepath.Join(dir, name)
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	renamed = true
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
 	}
 	if err = SyncDir(dir); err != nil {
 		return err
 	}
 	return nil
+}
+
+// isTempName reports whether name is one os.CreateTemp makes from the
+// writers' pattern: tempPrefix followed by decimal digits.
+func isTempName(name string) bool {
+	digits := strings.TrimPrefix(name, tempPrefix)
+	if digits == name || digits == "" {
+		return false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveStaleTemps removes from dir the temp files that writers killed
+// mid-write left behind: regular files named like a writer's temp file
+// (".tmp-" and digits), not locked by a live writer and last modified at
+// least minAge ago (a writer locks its file right after creating it; the
+// age covers that instant). Symlinks, directories and other names are left
+// alone and nothing is followed. It returns the paths removed; errors are
+// joined and do not stop the scan.
+func RemoveStaleTemps(dir string, minAge time.Duration) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("remove stale temp files: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !isTempName(e.Name()) || !e.Type().IsRegular() {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		ok, err := staleTemp(path, minAge)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove stale temp file %s: %w", path, err))
+			continue
+		}
+		removed = append(removed, path)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// staleTemp reports whether path is a regular file (opened without
+// following a symlink) that no writer holds locked and that is at least
+// minAge old.
+func staleTemp(path string, minAge time.Duration) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) {
+		return false, nil // gone, or a symlink by now
+	}
+	if err != nil {
+		return false, fmt.Errorf("open temp file %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("stat temp file %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < minAge {
+		return false, nil
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, nil // a live writer's
+		}
+		return false, fmt.Errorf("lock temp file %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// RemoveStaleTemps removes killed writers' temp files (see the function
+// RemoveStaleTemps) from the state directory, workloads/ and nodes/.
+func (s *Store) RemoveStaleTemps(minAge time.Duration) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, dir := range []string{s.root, s.dir(workloadsSubdir), s.dir(nodesSubdir)} {
+		r, err := RemoveStaleTemps(dir, minAge)
+		removed = append(removed, r...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
 }
 
 // SyncDir fsyncs a directory so that a rename, link or unlink in it is durable.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -447,6 +449,76 @@ func TestConcurrentWriters(t *testing.T) {
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".") {
 			t.Errorf("temp file left behind: %s", e.Name())
+		}
+	}
+}
+
+// TestRemoveStaleTemps: killed writers' temp files go; a live writer's
+// (locked), a young one, symlinks, directories and other names stay, and
+// a symlink's target is never touched.
+func TestRemoveStaleTemps(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Minute)
+	mk := func(path string, age time.Time) string {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, age, age); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	w, n := s.WorkloadsDir(), s.NodesDir()
+	stale := []string{mk(filepath.Join(w, ".tmp-1"), old), mk(filepath.Join(n, ".tmp-22"), old), mk(filepath.Join(s.Root(), ".tmp-333"), old)}
+	locked := mk(filepath.Join(w, ".tmp-4"), old)
+	f, err := os.Open(locked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	target := mk(filepath.Join(t.TempDir(), "target"), old)
+	link := filepath.Join(w, ".tmp-5")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(w, ".tmp-6")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	keep := []string{locked, target, link, dir, mk(filepath.Join(w, ".tmp-7"), time.Now()),
+		mk(filepath.Join(w, ".tmp-x8"), old), mk(filepath.Join(n, "a.tmp-9"), old)}
+	removed, err := s.RemoveStaleTemps(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != len(stale) {
+		t.Errorf("removed %v, want %v", removed, stale)
+	}
+	for _, p := range stale {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s left", p)
+		}
+	}
+	for _, p := range keep {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
+	}
+	// A writer that completes still leaves no temp file.
+	if err := s.PutNode(&Node{Name: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := os.ReadDir(n)
+	for _, e := range es {
+		if isTempName(e.Name()) {
+			t.Errorf("writer left %s", e.Name())
 		}
 	}
 }
