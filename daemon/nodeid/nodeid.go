@@ -3,9 +3,11 @@ package nodeid
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -38,16 +40,26 @@ type Identity struct {
 //     (and, separately, the IPv6 default route when there is one).
 //   - an IP: used as given; the interface holding it supplies the MTU when
 //     present (a NATed address may live elsewhere).
-//   - cidr:X: the first address inside X, interfaces in index order.
+//   - cidr:X: the first global unicast address inside X, interfaces in
+//     index order.
 //   - interface:R: the first interface (index order) whose name matches R;
 //     its first global IPv4 and IPv6 addresses.
-func Detect(nl Netlink, spec string) (Identity, error) {
+//
+// cidr: and interface: never select the loopback device or a link for which
+// own returns true (routelet's pod veths and overlay devices, whose
+// addresses are pod and tunnel addresses; nil: none): when nothing else
+// matches, the error names what was skipped.
+func Detect(nl Netlink, spec string, own func(netlink.Link) bool) (Identity, error) {
 	mode, arg := config.NodeIPMode(spec)
 	links, err := nl.LinkList()
 	if err != nil {
 		return Identity{}, fmt.Errorf("list links: %w", err)
 	}
 	sort.Slice(links, func(i, j int) bool { return links[i].Attrs().Index < links[j].Attrs().Index })
+	never := func(l netlink.Link) bool {
+		return l.Attrs().Flags&net.FlagLoopback != 0 || (own != nil && own(l))
+	}
+	var skipped []string // "addr on link" or link names passed over, for the error
 	var id Identity
 	switch mode {
 	case "auto":
@@ -100,14 +112,19 @@ func Detect(nl Netlink, spec string) (Identity, error) {
 				return Identity{}, err
 			}
 			for _, p := range as {
-				if want.Contains(p.Addr()) {
-					id.set(p.Addr(), l)
-					break found
+				if !want.Contains(p.Addr()) {
+					continue
 				}
+				if never(l) || !p.Addr().IsGlobalUnicast() {
+					skipped = append(skipped, p.Addr().String()+" on "+l.Attrs().Name)
+					continue
+				}
+				id.set(p.Addr(), l)
+				break found
 			}
 		}
 		if !id.IPv4.IsValid() && !id.IPv6.IsValid() {
-			return Identity{}, fmt.Errorf("node-ip cidr:%s: no local address inside it", arg)
+			return Identity{}, fmt.Errorf("node-ip cidr:%s: no local address inside it%s", arg, skipNote(skipped))
 		}
 	case "interface":
 		re, err := regexp.Compile(arg)
@@ -116,6 +133,10 @@ func Detect(nl Netlink, spec string) (Identity, error) {
 		}
 		for _, l := range links {
 			if !re.MatchString(l.Attrs().Name) {
+				continue
+			}
+			if never(l) {
+				skipped = append(skipped, l.Attrs().Name)
 				continue
 			}
 			for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
@@ -132,12 +153,20 @@ func Detect(nl Netlink, spec string) (Identity, error) {
 			}
 		}
 		if !id.IPv4.IsValid() && !id.IPv6.IsValid() {
-			return Identity{}, fmt.Errorf("node-ip interface:%s: no matching interface with a global address", arg)
+			return Identity{}, fmt.Errorf("node-ip interface:%s: no matching interface with a global address%s", arg, skipNote(skipped))
 		}
 	default:
 		return Identity{}, fmt.Errorf("node-ip %q: unknown form", spec)
 	}
 	return id, nil
+}
+
+// skipNote explains, for an error, which matches Detect passed over.
+func skipNote(skipped []string) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (loopback, link-local and routelet's own devices are never the node IP; skipped %s)", strings.Join(skipped, ", "))
 }
 
 // set records a as the family's address; the first address recorded with a

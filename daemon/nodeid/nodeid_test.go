@@ -3,6 +3,7 @@ package nodeid
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -49,13 +50,21 @@ func link(idx int, name string, mtu int) netlink.Link {
 	return &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx, Name: name, MTU: mtu}}
 }
 
+func loopback() netlink.Link {
+	return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1, Name: "lo", MTU: 65536, Flags: net.FlagLoopback}}
+}
+
+// ownVXLAN stands for routelet's own devices.
+func ownVXLAN(l netlink.Link) bool { return l.Attrs().Name == "vxlan.calico" }
+
 func newFake() *fakeNL {
 	return &fakeNL{
-		links: []netlink.Link{link(1, "lo", 65536), link(2, "eth0", 9000), link(3, "eth1", 1500)},
+		links: []netlink.Link{loopback(), link(2, "eth0", 9000), link(3, "eth1", 1500), link(4, "vxlan.calico", 1450)},
 		addrs: map[string][]string{
-			"lo":   {"127.0.0.1/8", "::1/128"},
-			"eth0": {"10.0.0.5/24", "fe80::1/64", "2001:db8::5/64"},
-			"eth1": {"192.168.7.9/24"},
+			"lo":           {"127.0.0.1/8", "::1/128"},
+			"vxlan.calico": {"10.244.0.0/32"},
+			"eth0":         {"10.0.0.5/24", "fe80::1/64", "2001:db8::5/64"},
+			"eth1":         {"192.168.7.9/24"},
 		},
 		routes: []netlink.Route{
 			{Family: netlink.FAMILY_V4, LinkIndex: 3, Dst: &net.IPNet{IP: net.IPv4(192, 168, 7, 0).To4(), Mask: net.CIDRMask(24, 32)}},
@@ -74,6 +83,7 @@ func TestDetectFake(t *testing.T) {
 		iface     string
 		mtu       int
 		wantError bool
+		errWords  []string
 	}{
 		{spec: "", v4: "10.0.0.5", v6: "2001:db8::5", iface: "eth0", mtu: 9000},
 		{spec: "192.168.7.9", v4: "192.168.7.9", iface: "eth1", mtu: 1500},
@@ -84,11 +94,23 @@ func TestDetectFake(t *testing.T) {
 		{spec: "interface:^eth1$", v4: "192.168.7.9", iface: "eth1", mtu: 1500},
 		{spec: "interface:^eth", v4: "10.0.0.5", v6: "2001:db8::5", iface: "eth0", mtu: 9000},
 		{spec: "interface:^wlan", wantError: true},
+		// Never loopback or routelet's own devices.
+		{spec: "cidr:0.0.0.0/0", v4: "10.0.0.5", iface: "eth0", mtu: 9000},
+		{spec: "cidr:::/0", v6: "2001:db8::5", iface: "eth0", mtu: 9000},
+		{spec: "cidr:127.0.0.0/8", wantError: true, errWords: []string{"127.0.0.1 on lo"}},
+		{spec: "cidr:10.244.0.0/16", wantError: true, errWords: []string{"10.244.0.0 on vxlan.calico", "routelet's own"}},
+		{spec: "interface:^vxlan", wantError: true, errWords: []string{"skipped vxlan.calico"}},
+		{spec: "interface:.*", v4: "10.0.0.5", v6: "2001:db8::5", iface: "eth0", mtu: 9000},
 	} {
-		id, err := Detect(newFake(), tc.spec)
+		id, err := Detect(newFake(), tc.spec, ownVXLAN)
 		if tc.wantError {
 			if err == nil {
 				t.Errorf("Detect(%q) = %+v, want error", tc.spec, id)
+			}
+			for _, w := range tc.errWords {
+				if err != nil && !strings.Contains(err.Error(), w) {
+					t.Errorf("Detect(%q): error %q lacks %q", tc.spec, err, w)
+				}
 			}
 			continue
 		}
@@ -110,7 +132,7 @@ func TestDetectFake(t *testing.T) {
 	}
 	f := newFake()
 	f.routes = nil
-	if _, err := Detect(f, ""); err == nil {
+	if _, err := Detect(f, "", nil); err == nil {
 		t.Error("autodetect without a default route succeeded")
 	}
 }
@@ -165,7 +187,7 @@ func TestDetectKernel(t *testing.T) {
 			return err
 		}
 		defer h.Close()
-		id, err := Detect(h, "")
+		id, err := Detect(h, "", nil)
 		if err != nil {
 			return err
 		}
