@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -60,8 +62,9 @@ type Releaser interface {
 
 // Host answers the leak collector's questions about the node.
 type Host interface {
-	// LinkNames returns the names of every link (one dump).
-	LinkNames() (map[string]bool, error)
+	// Links returns every link's name and netlink kind ("veth", "bridge",
+	// …) in one dump.
+	Links() (map[string]string, error)
 	// NetnsGone reports whether path no longer names a network namespace.
 	NetnsGone(path string) bool
 }
@@ -91,6 +94,10 @@ type Options struct {
 	// StaticARP programs a permanent neighbour entry with the container MAC
 	// for each IPv4 workload route, as Calico does (saves an ARP round trip).
 	StaticARP bool
+	// NodeSpace is the node's own address space (addresses, connected
+	// subnets). A workload address of a family without local blocks must
+	// not overlap it; with local blocks it must lie inside one.
+	NodeSpace netguard.Host
 }
 
 // Agent is the apply loop. Notify* methods may be called from any
@@ -116,9 +123,13 @@ type Agent struct {
 	workloads    map[string]*state.Workload // by file name in workloads/
 	nodes        map[string]*state.Node     // by file name in nodes/
 	desired      [2]map[string][]routes.Target
-	absentSince  map[string]time.Time // host iface → first seen missing (leak collection)
-	linkPresent  map[string]bool      // workload ifaces that exist, from link events
-	badSeen      map[string]bool      // bad-record messages already logged
+	absentSince  map[string]time.Time  // host iface → first seen missing (leak collection)
+	links        map[string]string     // prefix links that exist → kind, from link events and dumps
+	badSeen      map[string]bool       // bad-record messages already logged
+	badFiles     map[string]string     // workload files that cannot be served → why
+	badNodes     int                   // bad node records at the last full read
+	refused      map[string]string     // workload files refused by checkWorkload → why (logged)
+	winners      map[netip.Addr]string // addresses several records claim → the file served
 	ready        bool
 	lastErr      string
 	needApply    bool
@@ -137,7 +148,10 @@ type pending struct {
 	apply    bool // a manager asked for an Apply pass (NotifyApply)
 }
 
-type linkState struct{ up, exists bool }
+type linkState struct {
+	up, exists bool
+	kind       string // netlink kind, e.g. "veth"
+}
 
 type fileKey struct {
 	node bool // nodes/ rather than workloads/
@@ -174,8 +188,11 @@ func New(opts Options, store Store, rt4, rt6 RouteTable, releaser Releaser, host
 		nodes:       map[string]*state.Node{},
 		desired:     [2]map[string][]routes.Target{{}, {}},
 		absentSince: map[string]time.Time{},
-		linkPresent: map[string]bool{},
+		links:       map[string]string{},
 		badSeen:     map[string]bool{},
+		badFiles:    map[string]string{},
+		refused:     map[string]string{},
+		winners:     map[netip.Addr]string{},
 	}
 }
 
@@ -211,9 +228,9 @@ func (a *Agent) NotifyRescan() {
 	a.wake()
 }
 
-// NotifyLink records a workload link's state: up, or down; exists is false
-// once the link was deleted.
-func (a *Agent) NotifyLink(name string, up, exists bool) {
+// NotifyLink records a workload link's state: its netlink kind ("veth",
+// "bridge", …), up or down; exists is false once the link was deleted.
+func (a *Agent) NotifyLink(name, kind string, up, exists bool) {
 	if !strings.HasPrefix(name, a.opts.IfacePrefix) {
 		return
 	}
@@ -221,7 +238,7 @@ func (a *Agent) NotifyLink(name string, up, exists bool) {
 	if a.pending.links == nil {
 		a.pending.links = map[string]linkState{}
 	}
-	a.pending.links[name] = linkState{up: up && exists, exists: exists}
+	a.pending.links[name] = linkState{up: up && exists, exists: exists, kind: kind}
 	a.mu.Unlock()
 	a.wake()
 }
@@ -367,18 +384,22 @@ func (a *Agent) fullSync() {
 	p := a.takePending()
 	a.applyLinks(p.links)
 
-	ws, bad := a.store.ListWorkloads()
+	ws, bad, wdirErr := a.readWorkloads()
 	ns, nbad := a.store.ListNodes()
 	// A directory that cannot be listed says nothing about the records in
 	// it: keep serving what we had rather than withdraw every pod's route.
-	wdirErr := dirError(bad, a.store.WorkloadsDir())
 	ndirErr := dirError(nbad, a.store.NodesDir())
-	a.reportBad(append(bad, nbad...))
+	if ndirErr == nil {
+		a.badNodes = len(nbad)
+	}
+	var errs []error
+	for _, msg := range bad {
+		errs = append(errs, errors.New(msg))
+	}
+	a.reportBad(append(errs, nbad...))
 	if wdirErr == nil {
-		a.workloads = map[string]*state.Workload{}
-		for _, w := range ws {
-			a.workloads[state.AttachmentName(w.ContainerID, w.IfName)+".json"] = w
-		}
+		a.workloads = ws
+		a.badFiles = bad
 	} else {
 		a.log.Error("cannot list workload records, keeping the last known set", "err", wdirErr)
 	}
@@ -399,6 +420,33 @@ func (a *Agent) fullSync() {
 	}
 	a.apply()
 	a.metrics.ResyncDuration.Observe(a.now().Sub(start).Seconds())
+}
+
+// readWorkloads reads every record in workloads/ by file name: the records
+// served, why each other record file cannot be, and an error when the
+// directory itself cannot be listed. Dotfiles (writers' temp files) and
+// names without the record extension are not records.
+func (a *Agent) readWorkloads() (map[string]*state.Workload, map[string]string, error) {
+	entries, err := os.ReadDir(a.store.WorkloadsDir())
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", a.store.WorkloadsDir(), err)
+	}
+	good, bad := map[string]*state.Workload{}, map[string]string{}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		w, err := a.readWorkload(name)
+		switch {
+		case errors.Is(err, state.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			bad[name] = err.Error()
+		default:
+			good[name] = w
+		}
+	}
+	return good, bad, nil
 }
 
 // dirError returns the error in bad that is about listing dir itself (not
@@ -425,14 +473,14 @@ func (a *Agent) takePending() pending {
 func (a *Agent) processPending() {
 	p := a.takePending()
 	if p.rescan {
-		// Events may have been lost: forget link presence learnt from them
-		// (the leak check re-learns it from one dump).
-		clear(a.linkPresent)
-		a.applyLinks(p.links) // newer than the lost events
+		// Events may have been lost: re-learn the links from one dump,
+		// then apply what arrived since.
+		a.refreshLinks()
+		a.applyLinks(p.links)
 		a.fullSync()
 		return
 	}
-	a.applyLinks(p.links)
+	linksChanged := a.applyLinks(p.links)
 	if p.apply {
 		a.needApply = true
 	}
@@ -444,7 +492,7 @@ func (a *Agent) processPending() {
 			workloadsChanged = a.reloadWorkload(k.name) || workloadsChanged
 		}
 	}
-	if workloadsChanged {
+	if workloadsChanged || linksChanged {
 		a.syncDesired()
 	}
 	if nodesChanged {
@@ -459,20 +507,53 @@ func (a *Agent) processPending() {
 	}
 }
 
-func (a *Agent) applyLinks(links map[string]linkState) {
+// applyLinks hands link states to the tables and records which workload
+// links exist and of what kind; it reports whether a link appeared,
+// vanished or changed kind (which can change which record an address is
+// routed to).
+func (a *Agent) applyLinks(links map[string]linkState) bool {
+	changed := false
 	for name, ls := range links {
 		a.rt4.OnIfaceStateChanged(name, ls.up)
 		if a.rt6 != nil {
 			a.rt6.OnIfaceStateChanged(name, ls.up)
 		}
+		kind, had := a.links[name]
 		if ls.exists {
-			a.linkPresent[name] = true
-			delete(a.absentSince, name)
+			a.links[name] = ls.kind
+			changed = changed || !had || kind != ls.kind
+			if ls.kind == "veth" {
+				delete(a.absentSince, name)
+			}
 		} else {
-			delete(a.linkPresent, name)
+			delete(a.links, name)
+			changed = changed || had
 		}
 		a.needApply = true
 	}
+	return changed
+}
+
+// refreshLinks replaces what link events said with one dump; on failure the
+// event-derived knowledge stays.
+func (a *Agent) refreshLinks() {
+	all, err := a.host.Links()
+	if err != nil {
+		a.log.Warn("cannot list links, keeping what link events said", "err", err)
+		return
+	}
+	clear(a.links)
+	for name, kind := range all {
+		if strings.HasPrefix(name, a.opts.IfacePrefix) {
+			a.links[name] = kind
+		}
+	}
+}
+
+// ownVeth reports whether name is one of routelet's veths that exists: it
+// has the interface prefix and is a veth.
+func (a *Agent) ownVeth(name string) bool {
+	return strings.HasPrefix(name, a.opts.IfacePrefix) && a.links[name] == "veth"
 }
 
 // reloadWorkload re-reads one workload file; it reports whether the served
@@ -483,13 +564,19 @@ func (a *Agent) reloadWorkload(name string) bool {
 	switch {
 	case errors.Is(err, state.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
 		delete(a.workloads, name)
+		delete(a.badFiles, name)
 	case err != nil:
-		a.log.Warn("skipping bad workload record", "file", name, "err", err)
+		if a.badFiles[name] != err.Error() {
+			a.log.Warn("skipping bad workload record", "file", name, "err", err)
+		}
+		a.badFiles[name] = err.Error()
 		delete(a.workloads, name)
 	default:
 		a.workloads[name] = w
+		delete(a.badFiles, name)
 	}
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
+	a.setBadRecords()
 	return old != nil || a.workloads[name] != nil
 }
 
@@ -541,35 +628,68 @@ func (a *Agent) reportBad(bad []error) {
 		}
 	}
 	a.badSeen = seen
-	a.metrics.BadRecords.Set(float64(len(bad)))
+	a.setBadRecords()
+}
+
+// setBadRecords publishes routelet_bad_records: workload files that cannot
+// be read or were refused, and bad node records of the last full read.
+func (a *Agent) setBadRecords() {
+	a.metrics.BadRecords.Set(float64(len(a.badFiles) + len(a.refused) + a.badNodes))
 }
 
 // syncDesired derives every interface's routes from the workloads and the
 // local blocks, and hands the interfaces whose routes changed to the tables.
+//
+// A record is refused (logged, counted in routelet_bad_records, no route)
+// when checkWorkload finds it names an interface or an address routelet
+// must not touch. When several records claim one address, it is routed to
+// one of them (see beats), whatever order they were read in.
 func (a *Agent) syncDesired() {
 	next := [2]map[string][]routes.Target{{}, {}}
+	refused := map[string]string{}
+	owner := map[netip.Addr]string{} // address → file of the record it is routed to
+	claims := map[netip.Addr]int{}
 	for _, name := range sortedKeys(a.workloads) {
 		w := a.workloads[name]
-		var mac net.HardwareAddr
-		if a.opts.StaticARP {
-			mac, _ = net.ParseMAC(w.ContainerMAC)
+		if err := a.checkWorkload(w); err != nil {
+			refused[name] = err.Error()
+			if a.refused[name] != err.Error() {
+				a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
+					"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", err)
+			}
+			continue
 		}
-		for _, s := range w.IPs {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				continue // the Store validated IPs; be safe anyway
+		for _, addr := range workloadAddrs(w) {
+			claims[addr]++
+			if cur, ok := owner[addr]; !ok || a.beats(w, a.workloads[cur]) {
+				owner[addr] = name
 			}
-			p = netip.PrefixFrom(p.Addr(), p.Addr().BitLen())
-			t := routes.Target{CIDR: p, Type: routes.TypeLink}
-			fam := 0
-			if p.Addr().Is6() {
-				fam = 1
-			} else if mac != nil {
-				t.DestMAC = mac
-			}
-			next[fam][w.HostIface] = append(next[fam][w.HostIface], t)
 		}
 	}
+	a.refused = refused
+	a.setBadRecords()
+	winners := map[netip.Addr]string{}
+	for addr, name := range owner {
+		w := a.workloads[name]
+		if claims[addr] > 1 {
+			winners[addr] = name
+			if a.winners[addr] != name {
+				a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
+					"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
+			}
+		}
+		t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
+		fam := 0
+		if addr.Is6() {
+			fam = 1
+		} else if a.opts.StaticARP {
+			if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
+				t.DestMAC = mac
+			}
+		}
+		next[fam][w.HostIface] = append(next[fam][w.HostIface], t)
+	}
+	a.winners = winners
 	for _, b := range a.opts.LocalBlocks {
 		fam := 0
 		if b.Addr().Is6() {
@@ -597,6 +717,99 @@ func (a *Agent) syncDesired() {
 	}
 	a.desired = next
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
+}
+
+// workloadAddrs returns the addresses of a record's IPs (the Store
+// validated them as CIDRs).
+func workloadAddrs(w *state.Workload) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range w.IPs {
+		if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Addr()) {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
+
+// checkWorkload refuses a record that would make routelet touch an
+// interface that is not one of its veths, or route an address that is not a
+// pod address of this node: the host interface must have the interface
+// prefix and, when it exists, be a veth; every address must be ordinary
+// unicast, inside one of the node's blocks of its family (not a block's
+// first address, which is the tunnel address, nor an IPv4 block's last) or,
+// for a family without local blocks, outside the node's own addresses and
+// connected subnets.
+func (a *Agent) checkWorkload(w *state.Workload) error {
+	if !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
+		return fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, a.opts.IfacePrefix)
+	}
+	if kind, ok := a.links[w.HostIface]; ok && kind != "veth" {
+		return fmt.Errorf("host interface %s is a %s link, not a veth", w.HostIface, kind)
+	}
+	for _, s := range w.IPs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("address %q: %w", s, err)
+		}
+		addr := p.Addr()
+		host := netip.PrefixFrom(addr, addr.BitLen())
+		if why := netguard.SpecialRange(host); why != "" {
+			return fmt.Errorf("address %s is in %s", addr, why)
+		}
+		var blocks []netip.Prefix
+		for _, b := range a.opts.LocalBlocks {
+			if b.Addr().Is4() == addr.Is4() {
+				blocks = append(blocks, b)
+			}
+		}
+		if len(blocks) == 0 {
+			if what := a.opts.NodeSpace.Overlap(host); what != "" {
+				return fmt.Errorf("address %s overlaps %s", addr, what)
+			}
+			continue
+		}
+		i := slices.IndexFunc(blocks, func(b netip.Prefix) bool { return b.Contains(addr) })
+		if i < 0 {
+			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocks)
+		}
+		if b := blocks[i]; addr == b.Addr() || (addr.Is4() && addr == lastAddr(b)) {
+			return fmt.Errorf("address %s is reserved in block %s", addr, b)
+		}
+	}
+	return nil
+}
+
+// lastAddr returns the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		for j := 0; j < 8; j++ {
+			if i*8+j >= bits {
+				b[i] |= 0x80 >> j
+			}
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// beats reports whether record x, rather than y, gets an address both
+// claim: a record whose host veth exists beats one whose veth is absent (a
+// stale record never takes a live pod's route); then the newer record
+// (created later: the address was handed out again); then the lower
+// container ID and interface name, so the outcome never depends on order.
+func (a *Agent) beats(x, y *state.Workload) bool {
+	if xl, yl := a.ownVeth(x.HostIface), a.ownVeth(y.HostIface); xl != yl {
+		return xl
+	}
+	if !x.Created.Equal(y.Created) {
+		return x.Created.After(y.Created)
+	}
+	if x.ContainerID != y.ContainerID {
+		return x.ContainerID < y.ContainerID
+	}
+	return x.IfName < y.IfName
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its
@@ -777,28 +990,33 @@ func (a *Agent) collectLeaks(ctx context.Context) {
 	// Link events keep linkPresent current, so an idle node makes no
 	// syscall here; an interface that looks absent is confirmed with one
 	// link dump before its clock starts (events can be lost).
-	var links map[string]bool
+	var links map[string]string
 	now := a.now()
 	changed := false
 	seen := map[string]bool{}
 	for _, name := range sortedKeys(a.workloads) {
 		w := a.workloads[name]
 		seen[w.HostIface] = true
-		if a.linkPresent[w.HostIface] {
+		// Only routelet's own veth keeps a record alive: a bridge or a
+		// link without the prefix under that name is not the pod's.
+		if a.ownVeth(w.HostIface) {
 			delete(a.absentSince, w.HostIface)
 			continue
 		}
 		if links == nil {
 			var err error
-			if links, err = a.host.LinkNames(); err != nil {
+			if links, err = a.host.Links(); err != nil {
 				a.log.Warn("leak check: cannot list links", "err", err)
 				return
 			}
 		}
-		if links[w.HostIface] {
-			a.linkPresent[w.HostIface] = true
-			delete(a.absentSince, w.HostIface)
-			continue
+		if kind, ok := links[w.HostIface]; ok && strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
+			a.links[w.HostIface] = kind
+			if kind == "veth" {
+				delete(a.absentSince, w.HostIface)
+				changed = true // it can now win addresses from absent records
+				continue
+			}
 		}
 		since, ok := a.absentSince[w.HostIface]
 		if !ok {

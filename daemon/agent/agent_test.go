@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -85,17 +89,17 @@ type fakeHost struct {
 	dumps int
 }
 
-func (h *fakeHost) LinkNames() (map[string]bool, error) {
+func (h *fakeHost) Links() (map[string]string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.dumps++
 	if h.fail {
 		return nil, errors.New("injected")
 	}
-	out := map[string]bool{}
+	out := map[string]string{}
 	for n, ok := range h.links {
 		if ok {
-			out[n] = true
+			out[n] = "veth"
 		}
 	}
 	return out, nil
@@ -440,14 +444,14 @@ func TestLeakCheckIdleCostsNothing(t *testing.T) {
 	f := newFixture(t)
 	f.put(t, "c1", "cali1", "10.244.1.2/32")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
-	f.a.NotifyLink("cali1", true, true)
-	f.a.NotifyLink("cali2", true, true)
+	f.a.NotifyLink("cali1", "veth", true, true)
+	f.a.NotifyLink("cali2", "veth", true, true)
 	f.a.fullSync()
 	f.a.collectLeaks(context.Background())
 	if f.host.dumps != 0 {
 		t.Errorf("idle leak check dumped links %d times", f.host.dumps)
 	}
-	f.a.NotifyLink("cali2", false, false)
+	f.a.NotifyLink("cali2", "veth", false, false)
 	f.a.processPending()
 	f.a.collectLeaks(context.Background())
 	if f.host.dumps != 1 {
@@ -506,4 +510,105 @@ func TestNotifyApplyRunsManagers(t *testing.T) {
 	before := m.count()
 	f.a.NotifyApply()
 	waitFor(t, "manager applied after NotifyApply", func() bool { return m.count() > before })
+}
+
+// TestWorkloadRecordChecks: records naming an interface routelet does not
+// own or addresses outside the node's blocks get no route and are counted;
+// a family without local blocks must stay off the node's own address space.
+func TestWorkloadRecordChecks(t *testing.T) {
+	f := newFixture(t)
+	f.a.opts.NodeSpace = netguard.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}}
+	f.a.opts.LocalBlocks = f.a.opts.LocalBlocks[:1] // IPv4 only
+	f.put(t, "good", "cali1", "10.244.1.2/32", "fd00:9::2/128")
+	f.a.NotifyLink("calibr", "bridge", true, true)
+	bad := map[string][]string{
+		"calibr":  {"10.244.1.3/32"},         // not a veth
+		"eth0":    {"10.244.1.4/32"},         // no prefix
+		"calipx":  {"10.99.0.1/32"},          // outside the blocks
+		"calidef": {"0.0.0.0/0"},             // every address
+		"calitun": {"10.244.1.0/32"},         // the block's first (tunnel) address
+		"calibc":  {"10.244.1.255/32"},       // the IPv4 block's last address
+		"calil":   {"169.254.1.1/32"},        // the pod gateway
+		"caliv6":  {"2001:db8::99/128"},      // the node's IPv6 subnet
+		"calimix": {"10.244.1.5/32", "::/0"}, // one bad address refuses the record
+		"calimc":  {"fd00:9::3/128", "ff02::1/128"},
+	}
+	i := 0
+	for iface, ips := range bad {
+		i++
+		f.put(t, fmt.Sprintf("bad%d", i), iface, ips...)
+	}
+	f.a.fullSync()
+	if got := f.rt4.cidrs("cali1"); !slices.Equal(got, []string{"10.244.1.2/32"}) {
+		t.Errorf("good record's v4 routes = %v", got)
+	}
+	if got := f.rt6.cidrs("cali1"); !slices.Equal(got, []string{"fd00:9::2/128"}) {
+		t.Errorf("good record's v6 routes (no local v6 block) = %v", got)
+	}
+	for iface := range bad {
+		if got := append(f.rt4.cidrs(iface), f.rt6.cidrs(iface)...); len(got) != 0 {
+			t.Errorf("refused record on %s got routes %v", iface, got)
+		}
+	}
+	if got := gauge(f.m.BadRecords); got != float64(len(bad)) {
+		t.Errorf("bad records = %v, want %d", got, len(bad))
+	}
+	// Through a file event: one more corrupt record, then it goes away.
+	path := filepath.Join(f.store.WorkloadsDir(), "junk_eth0.json")
+	os.WriteFile(path, []byte("{"), 0o600)
+	f.a.NotifyFile(false, "junk_eth0.json")
+	f.a.processPending()
+	if got := gauge(f.m.BadRecords); got != float64(len(bad)+1) {
+		t.Errorf("bad records after a corrupt file event = %v, want %d", got, len(bad)+1)
+	}
+	os.Remove(path)
+	f.a.NotifyFile(false, "junk_eth0.json")
+	f.a.processPending()
+	if got := gauge(f.m.BadRecords); got != float64(len(bad)) {
+		t.Errorf("bad records after the file went = %v, want %d", got, len(bad))
+	}
+}
+
+// TestAddressClaimedTwice: a live veth beats an absent one, then the newer
+// record, then the lower container ID; the same whatever the read order.
+func TestAddressClaimedTwice(t *testing.T) {
+	old := time.Now().Add(-time.Hour)
+	recs := []*state.Workload{
+		{ContainerID: "live", HostIface: "calilive", IPs: []string{"10.244.1.2/32"}, Created: old},
+		{ContainerID: "stale", HostIface: "calistale", IPs: []string{"10.244.1.2/32"}, Created: old.Add(time.Minute)},
+		{ContainerID: "older", HostIface: "caliolder", IPs: []string{"10.244.1.3/32"}, Created: old},
+		{ContainerID: "newer", HostIface: "calinewer", IPs: []string{"10.244.1.3/32"}, Created: old.Add(time.Minute)},
+		{ContainerID: "tie-b", HostIface: "calitieb", IPs: []string{"10.244.1.4/32"}, Created: old},
+		{ContainerID: "tie-a", HostIface: "calitiea", IPs: []string{"10.244.1.4/32"}, Created: old},
+		{ContainerID: "gone-a", HostIface: "caligonea", IPs: []string{"10.244.1.5/32"}, Created: old},
+		{ContainerID: "gone-b", HostIface: "caligoneb", IPs: []string{"10.244.1.5/32"}, Created: old.Add(time.Minute)},
+	}
+	want := map[string]string{"calilive": "10.244.1.2/32", "calinewer": "10.244.1.3/32", "calitiea": "10.244.1.4/32", "caligoneb": "10.244.1.5/32"}
+	for _, order := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {7, 6, 5, 4, 3, 2, 1, 0}, {1, 3, 5, 7, 0, 2, 4, 6}} {
+		f := newFixture(t)
+		for _, r := range recs {
+			if !strings.HasPrefix(r.HostIface, "calistale") && !strings.HasPrefix(r.HostIface, "caligone") {
+				f.a.NotifyLink(r.HostIface, "veth", true, true)
+			}
+		}
+		f.a.processPending()
+		for i, j := range order {
+			r := *recs[j]
+			r.IfName = "eth0"
+			f.a.workloads[fmt.Sprintf("%d.json", i)] = &r
+		}
+		f.a.syncDesired()
+		for _, r := range recs {
+			got := strings.Join(f.rt4.cidrs(r.HostIface), ",")
+			if got != want[r.HostIface] {
+				t.Errorf("order %v: %s has %q, want %q", order, r.HostIface, got, want[r.HostIface])
+			}
+		}
+		// The live pod's veth goes: the stale record's claim is as good now.
+		f.a.NotifyLink("calilive", "veth", false, false)
+		f.a.processPending()
+		if got := f.rt4.cidrs("calistale"); !slices.Equal(got, []string{"10.244.1.2/32"}) {
+			t.Errorf("order %v: after the live veth went, the newer absent record has %v", order, got)
+		}
+	}
 }

@@ -100,11 +100,11 @@ func WatchNetlink(ctx context.Context, a *Agent, log *slog.Logger) error {
 		name := u.Attrs().Name
 		if u.Header.Type == unix.RTM_DELLINK {
 			names.del(u.Attrs().Index)
-			a.NotifyLink(name, false, false)
+			a.NotifyLink(name, u.Link.Type(), false, false)
 			return
 		}
 		names.set(u.Attrs().Index, name)
-		a.NotifyLink(name, linkUp(u.Link), true)
+		a.NotifyLink(name, u.Link.Type(), linkUp(u.Link), true)
 	}
 	onRoute := func(u netlink.RouteUpdate) {
 		if ev, ok := routeEvent(u, names); ok {
@@ -164,7 +164,7 @@ func WatchNetlink(ctx context.Context, a *Agent, log *slog.Logger) error {
 	}
 	for _, l := range links {
 		names.set(l.Attrs().Index, l.Attrs().Name)
-		a.NotifyLink(l.Attrs().Name, linkUp(l), true)
+		a.NotifyLink(l.Attrs().Name, l.Type(), linkUp(l), true)
 	}
 	go pump(ctx, a, log, "link", linkCh, linkDone, linkSub, onLink)
 	go pump(ctx, a, log, "route", routeCh, routeDone, routeSub, onRoute)
@@ -318,15 +318,15 @@ func (n *ifNames) get(i int) string {
 // and the filesystem for netns paths.
 type KernelHost struct{}
 
-// LinkNames returns the names of every link in the namespace.
-func (KernelHost) LinkNames() (map[string]bool, error) {
+// Links returns the name and netlink kind of every link in the namespace.
+func (KernelHost) Links() (map[string]string, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
-	out := make(map[string]bool, len(links))
+	out := make(map[string]string, len(links))
 	for _, l := range links {
-		out[l.Attrs().Name] = true
+		out[l.Attrs().Name] = l.Type()
 	}
 	return out, nil
 }
