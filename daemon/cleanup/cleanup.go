@@ -62,6 +62,10 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 					continue // already gone
 				}
 				if err == nil {
+					if _, ok := l.(*netlink.Veth); !ok {
+						log.Warn("cleanup: leaving a link a workload record names that is not a veth", "iface", w.HostIface, "type", l.Type(), "container", w.ContainerID)
+						continue
+					}
 					err = netlink.LinkDel(l)
 				}
 				if err != nil && !errors.Is(err, unix.ENODEV) {
