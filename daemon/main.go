@@ -13,11 +13,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -70,6 +73,12 @@ func run(args []string) int {
 	log := newLogger(cfg)
 	slog.SetDefault(log)
 	if cmd == "cleanup" {
+		release, err := claimNetns()
+		if err != nil {
+			log.Error("cleanup refused: stop routeletd first", "err", err)
+			return exitFail
+		}
+		defer release()
 		if _, err := os.Lstat(cfg.StateDir); err == nil {
 			unlock, err := lockInstance(cfg.StateDir)
 			if err != nil {
@@ -95,6 +104,12 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := daemon(ctx, cfg, log); err != nil {
+		var cerr *config.Error
+		if errors.As(err, &cerr) {
+			log.Error("configuration refused", "err", err)
+			fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
+			return exitConfig
+		}
 		log.Error("routeletd failed", "err", err)
 		return exitFail
 	}
@@ -134,6 +149,14 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if len(cfg.PodCIDRs) == 0 {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
+	release, err := claimNetns()
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := checkHost(cfg); err != nil {
+		return err
+	}
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
 		return err
@@ -143,6 +166,13 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
+	removed, err := store.RemoveStaleTemps(staleTempAge)
+	for _, p := range removed {
+		log.Info("removed a temp file a killed writer left", "path", p)
+	}
+	if err != nil {
+		log.Warn("cannot remove every stale temp file", "err", err)
+	}
 	// The loop ticks at least every device-check period; allow three misses.
 	status := health.NewStatus(max(3*cfg.DeviceCheckPeriod, 30*time.Second))
 	metrics := health.NewMetrics()
@@ -172,6 +202,11 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	if ctx.Err() != nil {
 		return nil
+	}
+	// Addresses may have come up while the node IP was awaited.
+	host, err := checkHost(cfg)
+	if err != nil {
+		return err
 	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
 	om, err := newOverlay(cfg, id, status, log)
@@ -226,7 +261,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NodeName: cfg.NodeName, Self: self, LocalBlocks: cfg.PodCIDRs, PodMTU: podMTU, Version: fullVersion(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
-		StaticARP: true,
+		StaticARP: true, NodeSpace: host,
 	}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
 	if err := om.Watch(ctx, cfg.DeviceCheckPeriod, cfg.RouteProtocol, a.NotifyApply); err != nil {
 		return err
@@ -276,7 +311,9 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 	backoff := 250 * time.Millisecond
 	lastErr := ""
 	for {
-		id, err := nodeid.Detect(h, cfg.NodeIP)
+		id, err := nodeid.Detect(h, cfg.NodeIP, func(l netlink.Link) bool {
+			return ownLink(cfg)(netguard.Link{Name: l.Attrs().Name, Index: l.Attrs().Index, Type: l.Type()})
+		})
 		if err == nil {
 			return id, nil
 		}
@@ -297,6 +334,72 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// staleTempAge: temp files in the state directory at least this old and not
+// locked are a killed writer's (a live writer locks its file at once).
+const staleTempAge = time.Second
+
+// netnsSocket is an abstract unix socket the running daemon binds: abstract
+// names are per network namespace and vanish with the process, so a second
+// routeletd in the same namespace fails to bind it whatever its state
+// directory (two daemons would fight over the same routes).
+const netnsSocket = "@routeletd"
+
+// claimNetns binds netnsSocket; the returned function releases it.
+func claimNetns() (func(), error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: netnsSocket, Net: "unix"})
+	if err != nil {
+		if errors.Is(err, unix.EADDRINUSE) {
+			return nil, fmt.Errorf("another routeletd is running in this network namespace (abstract socket %s is bound)", netnsSocket)
+		}
+		return nil, fmt.Errorf("bind abstract socket %s: %w", netnsSocket, err)
+	}
+	return func() { l.Close() }, nil
+}
+
+// ownLink reports the links routelet creates: pod veths (the interface
+// prefix, type veth) and the overlay devices of their kind. Their addresses
+// and routes are routelet's, not the node's own.
+func ownLink(cfg *config.Config) func(netguard.Link) bool {
+	return func(l netguard.Link) bool {
+		switch {
+		case netguard.Owned(l, cfg.IfacePrefix):
+			return true
+		case l.Name == cfg.VXLANDevice || l.Name == overlay.DeviceVXLANv6:
+			return l.Type == "vxlan"
+		case l.Name == overlay.DeviceIPIP:
+			return l.Type == "ipip"
+		}
+		return false
+	}
+}
+
+// checkHost refuses configuration that would take the node's own links or
+// address space: an interface prefix matching the uplink, a link routelet
+// did not create or an overlay device's name, and a pod CIDR overlapping
+// the node's addresses or connected subnets. The errors are *config.Error
+// (exit 2) naming the key, its source and the value.
+func checkHost(cfg *config.Config) (netguard.Host, error) {
+	for _, dev := range []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP} {
+		if strings.HasPrefix(dev, cfg.IfacePrefix) {
+			return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix,
+				fmt.Errorf("interface prefix %q matches routelet's own overlay device %s", cfg.IfacePrefix, dev))
+		}
+	}
+	host, err := netguard.ReadHost(nil, cfg.RouteProtocol, ownLink(cfg))
+	if err != nil {
+		return netguard.Host{}, err
+	}
+	if err := host.CheckInterfacePrefix(cfg.IfacePrefix); err != nil {
+		return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix, err)
+	}
+	for _, p := range cfg.PodCIDRs {
+		if err := host.CheckBlock(p); err != nil {
+			return netguard.Host{}, cfg.KeyError("pod-cidr", p.String(), err)
+		}
+	}
+	return host, nil
 }
 
 // lockFile in the state directory is held (flock) by the running daemon, so
