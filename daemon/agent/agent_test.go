@@ -612,3 +612,47 @@ func TestAddressClaimedTwice(t *testing.T) {
 		}
 	}
 }
+
+// FuzzWorkloadRoutes: whatever a workload record holds, every route the
+// agent asks for is on an interface with the prefix and for an address of
+// the node's blocks (not a block's reserved address) or, for a family
+// without blocks, ordinary unicast off the node's own address space.
+func FuzzWorkloadRoutes(f *testing.F) {
+	f.Add("cali1", "10.244.1.2/32", "fd00:9::1/128", true)
+	f.Add("cali1", "0.0.0.0/0", "::/0", true)
+	f.Add("eth0", "192.0.2.20/32", "10.244.1.0/32", false)
+	f.Add("calibr", "169.254.1.1/32", "10.244.1.255/24", true)
+	f.Fuzz(func(t *testing.T, iface, ip1, ip2 string, veth bool) {
+		fx := newFixture(t)
+		fx.a.opts.LocalBlocks = fx.a.opts.LocalBlocks[:1]
+		fx.a.opts.NodeSpace = netguard.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}
+		kind := "bridge"
+		if veth {
+			kind = "veth"
+		}
+		fx.a.NotifyLink(iface, kind, true, true)
+		fx.a.processPending()
+		fx.a.workloads["w.json"] = &state.Workload{ContainerID: "w", IfName: "eth0", HostIface: iface, IPs: []string{ip1, ip2}}
+		fx.a.syncDesired()
+		block := fx.a.opts.LocalBlocks[0]
+		for fam, rt := range []*fakeRT{fx.rt4, fx.rt6} {
+			for dev, ts := range rt.routes {
+				if dev == routes.InterfaceNone {
+					continue
+				}
+				if !strings.HasPrefix(dev, "cali") || !veth {
+					t.Fatalf("route on %s (veth %v): %v", dev, veth, ts)
+				}
+				for _, tg := range ts {
+					a := tg.CIDR.Addr()
+					switch {
+					case fam == 0 && (!block.Contains(a) || a == block.Addr() || a == lastAddr(block)):
+						t.Fatalf("IPv4 route %s outside %s or reserved", tg.CIDR, block)
+					case fam == 1 && (netguard.SpecialRange(tg.CIDR) != "" || fx.a.opts.NodeSpace.Overlap(tg.CIDR) != ""):
+						t.Fatalf("IPv6 route %s in special or node space", tg.CIDR)
+					}
+				}
+			}
+		}
+	})
+}

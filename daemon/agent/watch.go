@@ -103,6 +103,9 @@ func WatchNetlink(ctx context.Context, a *Agent, log *slog.Logger) error {
 			a.NotifyLink(name, u.Link.Type(), false, false)
 			return
 		}
+		if old, ok := names.peek(u.Attrs().Index); ok && old != name {
+			a.NotifyLink(old, u.Link.Type(), false, false) // renamed: the old name is gone
+		}
 		names.set(u.Attrs().Index, name)
 		a.NotifyLink(name, u.Link.Type(), linkUp(u.Link), true)
 	}
@@ -297,6 +300,14 @@ func (n *ifNames) del(i int) {
 	n.mu.Lock()
 	delete(n.byIndex, i)
 	n.mu.Unlock()
+}
+
+// peek returns the cached name of index i without asking the kernel.
+func (n *ifNames) peek(i int) (string, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	name, ok := n.byIndex[i]
+	return name, ok
 }
 
 func (n *ifNames) get(i int) string {
