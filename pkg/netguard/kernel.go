@@ -56,9 +56,9 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 	}
 	seen := map[string]bool{}
 	for _, r := range routes {
-		if r.Dst == nil {
+		if isDefault(r) {
 			for _, l := range links {
-				if l.Attrs().Index == r.LinkIndex && !seen[l.Attrs().Name] {
+				if uses(r, l.Attrs().Index) && !seen[l.Attrs().Name] {
 					seen[l.Attrs().Name] = true
 					out.Uplinks = append(out.Uplinks, l.Attrs().Name)
 				}
@@ -80,4 +80,28 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 		out.Connected = append(out.Connected, p)
 	}
 	return out, nil
+}
+
+// isDefault reports whether r is a default route: the netlink library
+// reports one with a nil Dst or, in newer versions, with a /0 Dst.
+func isDefault(r netlink.Route) bool {
+	if r.Dst == nil {
+		return true
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return ones == 0
+}
+
+// uses reports whether r leaves through the link with index idx, directly
+// or as one of its multipath next hops.
+func uses(r netlink.Route, idx int) bool {
+	if r.LinkIndex == idx {
+		return true
+	}
+	for _, nh := range r.MultiPath {
+		if nh != nil && nh.LinkIndex == idx {
+			return true
+		}
+	}
+	return false
 }
