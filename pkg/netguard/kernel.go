@@ -1,6 +1,7 @@
 package netguard
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -8,11 +9,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// dumpTries bounds how often ReadHost starts over when the kernel reports
+// that a dump was interrupted by a concurrent change.
+const dumpTries = 10
+
 // ReadHost snapshots the current network namespace through h (nil: a new
 // handle in the calling thread's namespace). Links for which owned returns
 // true (routelet's pod veths and overlay devices; nil: none) contribute no
 // addresses and no connected routes, and neither do routes of protocol
 // ownProto: what routelet itself put there is not the node's own space.
+// A snapshot interrupted by concurrent changes is taken again.
 func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, error) {
 	if h == nil {
 		var err error
@@ -21,6 +27,19 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 		}
 		defer h.Close()
 	}
+	var err error
+	for range dumpTries {
+		var out Host
+		out, err = readHost(h, ownProto, owned)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return Host{}, err
+}
+
+// readHost is one attempt of ReadHost.
+func readHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, error) {
 	links, err := h.LinkList()
 	if err != nil {
 		return Host{}, fmt.Errorf("netguard: list links: %w", err)
