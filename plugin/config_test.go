@@ -241,12 +241,13 @@ func TestExampleConflist(t *testing.T) {
 func TestCheckRequested(t *testing.T) {
 	blocks := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/30"), netip.MustParsePrefix("fd00::/127")}
 	for _, ok := range []string{"10.0.0.1", "10.0.0.2", "fd00::1"} {
-		if e := checkRequested([]netip.Addr{netip.MustParseAddr(ok)}, blocks); e != nil {
+		if e := checkRequested([]netip.Addr{netip.MustParseAddr(ok)}, blocks, nil); e != nil {
 			t.Errorf("checkRequested(%s) = %v, want nil", ok, e)
 		}
 	}
-	for _, bad := range []string{"10.0.0.0", "10.0.0.3", "10.0.0.4", "fd00::", "fd00::2"} {
-		e := checkRequested([]netip.Addr{netip.MustParseAddr(bad)}, blocks)
+	reserved := []netip.Addr{netip.MustParseAddr("10.0.0.2")}
+	for _, bad := range []string{"10.0.0.0", "10.0.0.3", "10.0.0.4", "fd00::", "fd00::2", "10.0.0.2"} {
+		e := checkRequested([]netip.Addr{netip.MustParseAddr(bad)}, blocks, reserved)
 		if e == nil || e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, bad) {
 			t.Errorf("checkRequested(%s) = %v, want code 7 naming it", bad, e)
 		}
