@@ -85,10 +85,11 @@ func TestIPAMTypeIsSelf(t *testing.T) {
 				pod := newNetNS(t)
 				version := "1.1.0"
 				conf := n.conf(version, map[string]any{"ipam": map[string]any{"type": typ}, "cni.dev/valid-attachments": []any{}})
+				const limit = 20 * time.Second
 				o := n.run(call{cmd: cmd, containerID: "self", netns: pod.Path(), ifName: "eth0", conf: conf,
-					env: map[string]string{"CNI_PATH": cniPath}, timeout: 20 * time.Second})
+					env: map[string]string{"CNI_PATH": cniPath}, timeout: limit})
 				if o.timedOut {
-					t.Fatalf("%s with ipam.type %q still running after 20 s (the plugin calls itself)", cmd, typ)
+					t.Fatalf("%s with ipam.type %q still running after %s (the plugin calls itself)", cmd, typ, limit)
 				}
 				if o.exitCode == 0 || o.cniErr.Code != types.ErrInvalidNetworkConfig {
 					t.Fatalf("%s with ipam.type %q: exit %d %s, want code 7", cmd, typ, o.exitCode, o.stdout)
