@@ -21,7 +21,10 @@ import (
 // host routes with it), the address allocation and the workload record. Every
 // piece may already be gone; DEL then succeeds. The steps are independent, so
 // all are tried and their errors joined; the record goes last so routeletd
-// keeps seeing the attachment until nothing else is left.
+// keeps seeing the attachment until nothing else is left. An interfacePrefix
+// that matches the uplink or a non-veth link is refused before anything is
+// touched, and DEL holds the host veth name's lock, waiting for an ADD of
+// the same name to finish.
 func cmdDel(args *skel.CmdArgs) error {
 	c, e := loadConfig(args.StdinData)
 	if e != nil {
