@@ -75,7 +75,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return lockErr(err, hostIf)
 	}
-	defer lk.release(false)
+	defer lk.release()
 	// Only an existing veth of that name can belong to another pod; the
 	// record scan that finds its owner is kept off the common path.
 	if hv, err := dp.InspectHost(hostIf); err != nil {

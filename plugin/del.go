@@ -73,7 +73,7 @@ func cmdDel(args *skel.CmdArgs) error {
 			errs = append(errs, fmt.Errorf("delete workload record: %w", err))
 		}
 	}
-	lk.release(len(errs) == 0 && claimedBy(store, hostIf, args.ContainerID, args.IfName) == nil)
+	lk.release()
 	if err := errors.Join(errs...); err != nil {
 		return asCNIErr("del", err)
 	}

@@ -56,7 +56,6 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	var alloc *ipam.Allocator
 	var errs []error
-	gone := map[*state.Workload]bool{}
 	for _, r := range recs {
 		att := ipam.Attachment{ContainerID: r.ContainerID, IfName: r.IfName}
 		if r.Network != c.Name || keep[att] {
@@ -80,7 +79,7 @@ func cmdGC(args *skel.CmdArgs) error {
 			if alloc == nil {
 				if alloc, err = openAllocator(c, store); err != nil {
 					if lk != nil {
-						lk.release(false)
+						lk.release()
 					}
 					return asCNIErr("gc", err)
 				}
@@ -92,12 +91,10 @@ func cmdGC(args *skel.CmdArgs) error {
 		if len(stepErrs) == 0 {
 			if err := store.DeleteWorkload(r.ContainerID, r.IfName); err != nil {
 				stepErrs = append(stepErrs, err)
-			} else {
-				gone[r] = true
 			}
 		}
 		if lk != nil {
-			lk.release(gone[r] && !nameInUse(recs, gone, r))
+			lk.release()
 		}
 		errs = append(errs, stepErrs...)
 	}
@@ -118,17 +115,6 @@ func cmdGC(args *skel.CmdArgs) error {
 		return asCNIErr("gc", err)
 	}
 	return nil
-}
-
-// nameInUse reports whether a record other than r that GC has not removed
-// names r's host interface.
-func nameInUse(recs []*state.Workload, gone map[*state.Workload]bool, r *state.Workload) bool {
-	for _, o := range recs {
-		if o != r && !gone[o] && o.HostIface == r.HostIface {
-			return true
-		}
-	}
-	return false
 }
 
 // orphanGrace is how old an allocation without any workload record must be

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,9 +15,10 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// vethLocksDir holds one lock file per host veth name in use, under the
-// state directory.
-const vethLocksDir = "locks"
+// vethLocksDir holds the lock file of each host veth name an ADD, DEL or GC
+// is working on, under the state directory. It lives in the plugin's ipam/
+// directory, which `routeletd cleanup` removes with the rest of the state.
+var vethLocksDir = filepath.Join("ipam", "veth-locks")
 
 // daemonLockFile is the file in the state directory that the running
 // routeletd holds an exclusive flock on (docs/design.md, "State directory").
@@ -58,13 +60,16 @@ type vethLock struct {
 // lockVeth takes the exclusive lock of host veth name, retrying for at most
 // wait (0: one try). op and who describe the holder for a waiter's error.
 // flock is dropped by the kernel when the holder dies, so a killed plugin
-// never wedges a pod. A holder may remove the lock file while it holds it
-// (see release); a lock taken on a file that is no longer at the path is
-// therefore dropped and taken again on the new file.
+// never wedges a pod. Every holder removes the lock file while it still
+// holds it (see release), so no file outlives the operation; a lock taken
+// on a file that is no longer at the path is therefore dropped and taken
+// again on a new file.
 func lockVeth(stateDir, name, op, who string, wait time.Duration) (*vethLock, error) {
 	dir := filepath.Join(stateDir, vethLocksDir)
-	if err := state.EnsureDir(dir); err != nil {
-		return nil, err
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := state.EnsureDir(d); err != nil {
+			return nil, err
+		}
 	}
 	if err := state.ValidateIfName(name); err != nil {
 		return nil, err
@@ -118,13 +123,12 @@ func lockHolder(path string) string {
 	return string(bytes.TrimSpace(line))
 }
 
-// release drops the lock; with remove, the lock file goes first (while still
-// held, so that nobody can lock it in between and believe it current).
-func (l *vethLock) release(remove bool) {
-	if remove {
-		if err := unix.Unlink(l.path); err != nil && !errors.Is(err, unix.ENOENT) {
-			fmt.Fprintf(os.Stderr, "routelet: remove lock %s: %v\n", l.path, err)
-		}
+// release removes the lock file and then drops the lock: removed while still
+// held, so a waiter that gets the lock on the old file sees that it is gone
+// and starts over on a new one.
+func (l *vethLock) release() {
+	if err := unix.Unlink(l.path); err != nil && !errors.Is(err, unix.ENOENT) {
+		slog.Warn("lock file not removed", "path", l.path, "err", err)
 	}
 	_ = flockRetry(l.fd, unix.LOCK_UN)
 	_ = unix.Close(l.fd)
