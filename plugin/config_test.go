@@ -253,3 +253,39 @@ func TestCheckRequested(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckNotSelf: the plugin's own type, and names in CNI_PATH that are
+// this executable by symlink or hard link, are refused with code 7; another
+// executable and a missing name are not.
+func TestCheckNotSelf(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(exe, filepath.Join(dir, "via-symlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(exe, filepath.Join(dir, "via-hardlink")); err != nil {
+		t.Logf("no hard link across file systems (%v): that case is left to the privileged test", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "other"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		typ  string
+		self bool
+	}{
+		{"routelet", true}, {"via-symlink", true}, {"other", false}, {"missing", false},
+	} {
+		e := checkNotSelf(tc.typ, "routelet", dir)
+		if tc.self != (e != nil) || e != nil && (e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, tc.typ)) {
+			t.Errorf("checkNotSelf(%q) = %v, want refused %v", tc.typ, e, tc.self)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "via-hardlink")); err == nil {
+		if e := checkNotSelf("via-hardlink", "routelet", dir); e == nil {
+			t.Error("hard link to the plugin's executable accepted as ipam.type")
+		}
+	}
+}

@@ -697,3 +697,19 @@ func TestReservedAddresses(t *testing.T) {
 		t.Errorf("requesting reserved 10.0.0.7: %v, want an error naming it", err)
 	}
 }
+
+// TestReservedGateway: a block that holds the pod gateway (which the plugin
+// refuses anyway) never hands it out when it is reserved.
+func TestReservedGateway(t *testing.T) {
+	gw := netip.MustParseAddr("169.254.1.1")
+	a, err := New(filepath.Join(t.TempDir(), "ipam"), []netip.Prefix{netip.MustParsePrefix("169.254.1.0/30")}, Options{Reserved: []netip.Addr{gw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustAllocate(t, a, att("only")); len(got) != 1 || got[0].Addr.String() != "169.254.1.2" {
+		t.Errorf("allocation %v, want 169.254.1.2 (the gateway .1 is reserved)", got)
+	}
+	if _, err := a.Allocate(context.Background(), att("second"), nil); !errors.Is(err, ErrExhausted) {
+		t.Errorf("second allocation: %v, want exhaustion", err)
+	}
+}
