@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -44,6 +45,19 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if e != nil {
 		return e
 	}
+	host, err := dp.Host(int(node.proto), c.Prefix)
+	if err != nil {
+		return cniErr(types.ErrInternal, "read the node's addresses and links: %v", err)
+	}
+	if e := checkPrefix(host, c.Prefix); e != nil {
+		return e
+	}
+	if c.Delegate == "" && len(c.Blocks) > 0 {
+		dropTunnelAddrs(&host, node.daemonBlocks)
+		if e := checkBlocks(host, c.Blocks); e != nil {
+			return e
+		}
+	}
 	// A second ADD for a live attachment must fail before it touches
 	// anything: its rollback would otherwise release the live pod's address.
 	if pv, err := dp.InspectPod(args.Netns, args.IfName); err != nil {
@@ -53,6 +67,15 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	hostIf := hostIfaceName(c, ka, args.ContainerID, args.IfName)
+	// One ADD or DEL per host veth name at a time: two sandboxes of one pod
+	// share the name, and interleaved they would delete each other's veth.
+	// A second ADD fails at once (the runtime retries) rather than wait and
+	// then replace the veth the first one just reported.
+	lk, err := lockVeth(c.StateDir, hostIf, "ADD", args.ContainerID+"/"+args.IfName, 0)
+	if err != nil {
+		return lockErr(err, hostIf)
+	}
+	defer lk.release()
 	// Only an existing veth of that name can belong to another pod; the
 	// record scan that finds its owner is kept off the common path.
 	if hv, err := dp.InspectHost(hostIf); err != nil {
@@ -97,17 +120,18 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 			dns = r.DNS
 		}
 	} else {
-		if e := checkRequested(want, node.blocks); e != nil {
+		reserved := reservedAddrs(node.daemonBlocks)
+		if e := checkRequested(want, node.blocks, reserved); e != nil {
 			return e
 		}
-		alloc, err := ipam.New(filepath.Join(c.StateDir, "ipam"), node.blocks, ipam.Options{})
+		alloc, err := ipam.New(filepath.Join(c.StateDir, "ipam"), node.blocks, ipam.Options{Reserved: reserved})
 		if err != nil {
 			return cniErr(types.ErrInvalidNetworkConfig, "ipam: %v", err)
 		}
 		att := ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 		got, err := alloc.Allocate(ctx, att, want)
 		if err != nil {
-			return ipamErr(err)
+			return ipamErr(fmt.Sprintf("pod address for %s/%s", args.ContainerID, args.IfName), err)
 		}
 		undo = append(undo, func() error { return alloc.Release(ctx, att) })
 		for _, g := range got {
@@ -240,6 +264,9 @@ type nodeSettings struct {
 	mtu    int
 	blocks []netip.Prefix
 	proto  netlink.RouteProtocol // host routes' protocol: routeletd's, see hostRouteProtocol
+	// daemonBlocks are the blocks daemon.json publishes (those that parse),
+	// whatever the conflist says: their reserved addresses stay reserved.
+	daemonBlocks []netip.Prefix
 }
 
 // readNodeSettings fills in the MTU (conflist, else daemon.json PodMTU, else
@@ -267,18 +294,23 @@ func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Erro
 			out.mtu = st.PodMTU
 		}
 	}
-	if !needBlocks {
-		return out, nil
-	}
 	if st != nil {
 		for i, s := range st.Blocks {
 			p, err := parseBlock(s)
-			if err != nil {
+			if err != nil && needBlocks {
 				return nil, cniErr(types.ErrTryAgainLater, "daemon status %s: blocks[%d] %q: %v", filepath.Join(c.StateDir, "daemon.json"), i, s, err)
 			}
-			out.blocks = append(out.blocks, p)
+			if err != nil {
+				slog.Warn("ignoring unusable block in daemon status", "cidr", s, "err", err)
+				continue
+			}
+			out.daemonBlocks = append(out.daemonBlocks, p)
 		}
 	}
+	if !needBlocks {
+		return out, nil
+	}
+	out.blocks = out.daemonBlocks
 	if len(out.blocks) == 0 {
 		reason := "daemon.json not found in " + c.StateDir
 		if st != nil {
@@ -314,9 +346,9 @@ func cidrs(addrs []netip.Addr) []string {
 }
 
 // checkRequested rejects, as a configuration error, a requested address that
-// no block can give: outside every block, or a block's reserved first (or,
-// for IPv4, last) address.
-func checkRequested(want []netip.Addr, blocks []netip.Prefix) *types.Error {
+// no block can give: outside every block, a block's reserved first (or, for
+// IPv4, last) address, or one of the node's reserved addresses.
+func checkRequested(want []netip.Addr, blocks []netip.Prefix, reserved []netip.Addr) *types.Error {
 	for _, a := range want {
 		var in netip.Prefix
 		for _, b := range blocks {
@@ -330,6 +362,9 @@ func checkRequested(want []netip.Addr, blocks []netip.Prefix) *types.Error {
 		}
 		if a == in.Addr() || (a.Is4() && a == lastAddr(in)) {
 			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is reserved in block %s", a, in)
+		}
+		if slices.Contains(reserved, a) {
+			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is reserved on this node (the pod gateway, the tunnel address, or the first or last address of a block routeletd publishes)", a)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -60,6 +61,9 @@ type config struct {
 	// args.cni.ips (built-in IPAM only).
 	Requested []netip.Addr
 	DNS       types.DNS
+	// KeepListGiven is true when the config carries a GC keep list
+	// (cni.dev/valid-attachments or cni.dev/attachments), even an empty one.
+	KeepListGiven bool
 }
 
 // loadConfig parses and validates the network configuration from stdin. Every
@@ -103,6 +107,12 @@ func loadConfig(stdin []byte) (*config, *types.Error) {
 	if e := c.parseIPAM(n.IPAM); e != nil {
 		return nil, e
 	}
+	if c.Delegate != "" {
+		if e := checkNotSelf(c.Delegate, n.Type, os.Getenv("CNI_PATH")); e != nil {
+			return nil, e
+		}
+	}
+	c.KeepListGiven = keepListGiven(stdin)
 	if c.Delegate == "" {
 		if e := c.parseRequested(); e != nil {
 			return nil, e
@@ -158,6 +168,19 @@ func (c *config) parseIPAM(raw json.RawMessage) *types.Error {
 		c.Blocks = append(c.Blocks, p)
 	}
 	return nil
+}
+
+// keepListGiven reports whether the config holds a GC keep list under
+// either spelling, as opposed to none at all. A null is an empty list: libcni
+// injects one for a runtime that has no attachments left.
+func keepListGiven(stdin []byte) bool {
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(stdin, &keys) != nil {
+		return false
+	}
+	_, valid := keys["cni.dev/valid-attachments"]
+	_, legacy := keys["cni.dev/attachments"]
+	return valid || legacy
 }
 
 // parseBlock validates one block CIDR: masked, and big enough for one pod once

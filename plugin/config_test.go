@@ -241,14 +241,51 @@ func TestExampleConflist(t *testing.T) {
 func TestCheckRequested(t *testing.T) {
 	blocks := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/30"), netip.MustParsePrefix("fd00::/127")}
 	for _, ok := range []string{"10.0.0.1", "10.0.0.2", "fd00::1"} {
-		if e := checkRequested([]netip.Addr{netip.MustParseAddr(ok)}, blocks); e != nil {
+		if e := checkRequested([]netip.Addr{netip.MustParseAddr(ok)}, blocks, nil); e != nil {
 			t.Errorf("checkRequested(%s) = %v, want nil", ok, e)
 		}
 	}
-	for _, bad := range []string{"10.0.0.0", "10.0.0.3", "10.0.0.4", "fd00::", "fd00::2"} {
-		e := checkRequested([]netip.Addr{netip.MustParseAddr(bad)}, blocks)
+	reserved := []netip.Addr{netip.MustParseAddr("10.0.0.2")}
+	for _, bad := range []string{"10.0.0.0", "10.0.0.3", "10.0.0.4", "fd00::", "fd00::2", "10.0.0.2"} {
+		e := checkRequested([]netip.Addr{netip.MustParseAddr(bad)}, blocks, reserved)
 		if e == nil || e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, bad) {
 			t.Errorf("checkRequested(%s) = %v, want code 7 naming it", bad, e)
+		}
+	}
+}
+
+// TestCheckNotSelf: the plugin's own type, and names in CNI_PATH that are
+// this executable by symlink or hard link, are refused with code 7; another
+// executable and a missing name are not.
+func TestCheckNotSelf(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(exe, filepath.Join(dir, "via-symlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(exe, filepath.Join(dir, "via-hardlink")); err != nil {
+		t.Logf("no hard link across file systems (%v): that case is left to the privileged test", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "other"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		typ  string
+		self bool
+	}{
+		{"routelet", true}, {"via-symlink", true}, {"other", false}, {"missing", false},
+	} {
+		e := checkNotSelf(tc.typ, "routelet", dir)
+		if tc.self != (e != nil) || e != nil && (e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, tc.typ)) {
+			t.Errorf("checkNotSelf(%q) = %v, want refused %v", tc.typ, e, tc.self)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "via-hardlink")); err == nil {
+		if e := checkNotSelf("via-hardlink", "routelet", dir); e == nil {
+			t.Error("hard link to the plugin's executable accepted as ipam.type")
 		}
 	}
 }

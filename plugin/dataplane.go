@@ -7,6 +7,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/podnet"
 )
 
@@ -20,6 +21,10 @@ type dataplane interface {
 	Setup(spec podnet.Spec) (*podnet.Attached, error)
 	AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error
 	Teardown(hostIface string) error
+	// Host snapshots the node namespace for the checks of pkg/netguard;
+	// routelet's own links (see ownedByRoutelet) and routes of ownProto
+	// contribute no address space.
+	Host(ownProto int, prefix string) (netguard.Host, error)
 }
 
 // kernel is the real dataplane.
@@ -39,6 +44,9 @@ func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.
 	return podnet.AddHostRoutes(hostIface, addrs, proto)
 }
 func (kernel) Teardown(hostIface string) error { return podnet.Teardown(hostIface) }
+func (kernel) Host(ownProto int, prefix string) (netguard.Host, error) {
+	return netguard.ReadHost(nil, ownProto, ownedByRoutelet(prefix))
+}
 
 // dp is the dataplane the commands use; unit tests swap it.
 var dp dataplane = kernel{}

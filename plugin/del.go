@@ -12,6 +12,8 @@ import (
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
 
 	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -19,7 +21,10 @@ import (
 // host routes with it), the address allocation and the workload record. Every
 // piece may already be gone; DEL then succeeds. The steps are independent, so
 // all are tried and their errors joined; the record goes last so routeletd
-// keeps seeing the attachment until nothing else is left.
+// keeps seeing the attachment until nothing else is left. An interfacePrefix
+// that matches the uplink or a non-veth link is refused before anything is
+// touched, and DEL holds the host veth name's lock, waiting for an ADD of
+// the same name to finish.
 func cmdDel(args *skel.CmdArgs) error {
 	c, e := loadConfig(args.StdinData)
 	if e != nil {
@@ -33,6 +38,13 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
 	}
+	host, err := dp.Host(int(podnet.RouteProtocol), c.Prefix)
+	if err != nil {
+		return cniErr(types.ErrInternal, "read the node's links: %v", err)
+	}
+	if e := checkPrefix(host, c.Prefix); e != nil {
+		return e
+	}
 	rec, err := store.GetWorkload(args.ContainerID, args.IfName)
 	if err != nil {
 		if !errors.Is(err, state.ErrNotFound) {
@@ -44,9 +56,13 @@ func cmdDel(args *skel.CmdArgs) error {
 	if rec != nil && rec.HostIface != "" {
 		hostIf = rec.HostIface
 	}
+	lk, err := lockVeth(c.StateDir, hostIf, "DEL", args.ContainerID+"/"+args.IfName, vethLockWait)
+	if err != nil {
+		return lockErr(err, hostIf)
+	}
 
 	var errs []error
-	if err := deleteHostVeth(store, hostIf, args.ContainerID, args.IfName); err != nil {
+	if err := deleteHostVeth(store, host, c.Prefix, hostIf, args.ContainerID, args.IfName); err != nil {
 		errs = append(errs, err)
 	}
 	if err := releaseAddrs(c, store, args.StdinData, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
@@ -57,22 +73,44 @@ func cmdDel(args *skel.CmdArgs) error {
 			errs = append(errs, fmt.Errorf("delete workload record: %w", err))
 		}
 	}
+	lk.release()
 	if err := errors.Join(errs...); err != nil {
 		return asCNIErr("del", err)
 	}
 	return nil
 }
 
-// deleteHostVeth deletes hostIf unless another attachment's record claims it.
-// Host names derived from the pod name are used by successive sandboxes of
-// one pod: when a new sandbox's ADD already replaced the veth, the old
-// sandbox's DEL must leave the new veth alone. Names derived from the
-// container ID are checked too: with a long interfacePrefix few hash digits
-// remain, and the DEL after an ADD refused for a name clash must not delete
-// the other attachment's veth.
-func deleteHostVeth(store *state.Store, hostIf, containerID, ifName string) error {
+// deleteHostVeth deletes hostIf unless another attachment's record claims it
+// or it is not routelet's to delete (see removeLink). Host names derived
+// from the pod name are used by successive sandboxes of one pod: when a new
+// sandbox's ADD already replaced the veth, the old sandbox's DEL must leave
+// the new veth alone. Names derived from the container ID are checked too:
+// with a long interfacePrefix few hash digits remain, and the DEL after an
+// ADD refused for a name clash must not delete the other attachment's veth.
+func deleteHostVeth(store *state.Store, host netguard.Host, prefix, hostIf, containerID, ifName string) error {
 	if owner := claimedBy(store, hostIf, containerID, ifName); owner != nil {
 		slog.Info("host veth belongs to another attachment; leaving it", "iface", hostIf, "owner", owner.ContainerID)
+		return nil
+	}
+	return removeLink(host, prefix, hostIf, containerID, ifName)
+}
+
+// removeLink deletes the link a workload record names only when it is a
+// veth with the configured prefix and not the uplink. Anything else (a
+// tampered record naming a bridge, the uplink, an overlay device, a veth
+// under another prefix) is left alone with a warning: the address and the
+// record are still released, so DEL and GC converge.
+func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) error {
+	hv, err := dp.InspectHost(hostIf)
+	if err != nil {
+		return fmt.Errorf("look up host veth %s: %w", hostIf, err)
+	}
+	if !hv.Exists {
+		return nil
+	}
+	if why := ownerDescription(host, netguard.Link{Name: hostIf, Type: hv.Type}, prefix); why != "" {
+		slog.Warn("not deleting a link routelet does not own; releasing the attachment's address and record only",
+			"iface", hostIf, "reason", why, "container", containerID, "ifname", ifName)
 		return nil
 	}
 	if err := dp.Teardown(hostIf); err != nil {
@@ -106,7 +144,7 @@ func releaseAddrs(c *config, store *state.Store, stdin []byte, att ipam.Attachme
 		return err
 	}
 	if err := alloc.Release(context.Background(), att); err != nil {
-		return ipamErr(err)
+		return ipamErr(fmt.Sprintf("release addresses of %s/%s", att.ContainerID, att.IfName), err)
 	}
 	return nil
 }

@@ -19,14 +19,19 @@ func cniErr(code uint, format string, args ...any) *types.Error {
 
 // ipamErr maps an allocation failure to a CNI error: a busy lock, an exhausted
 // block or a requested address held by someone else can clear up, so the
-// runtime is told to try again later; anything else is internal.
-func ipamErr(err error) *types.Error {
+// runtime is told to try again later; anything else is internal. what says
+// what was being allocated or released; the IPAM's own errors already start
+// with "ipam:", so they are not prefixed again.
+func ipamErr(what string, err error) *types.Error {
 	var lt *ipam.LockTimeoutError
+	var ex *ipam.ExhaustedError
 	switch {
-	case errors.As(err, &lt), errors.Is(err, ipam.ErrExhausted), errors.Is(err, ipam.ErrInUse):
-		return cniErr(types.ErrTryAgainLater, "ipam: %v", err)
+	case errors.As(err, &ex):
+		return cniErr(types.ErrTryAgainLater, "%s: %v", what, ex)
+	case errors.As(err, &lt), errors.Is(err, ipam.ErrInUse):
+		return cniErr(types.ErrTryAgainLater, "%s: %v", what, err)
 	default:
-		return cniErr(types.ErrInternal, "ipam: %v", err)
+		return cniErr(types.ErrInternal, "%s: %v", what, err)
 	}
 }
 

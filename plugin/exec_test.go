@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -134,7 +135,8 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestExhaustedBlock fills a /30 (two usable IPv4 addresses) and checks that
-// the failing ADD says so with code 11 and leaves nothing of its own behind.
+// the failing ADD says so with code 11, naming the block once, and leaves
+// nothing of its own behind.
 func TestExhaustedBlock(t *testing.T) {
 	n := newNode(t)
 	conf := n.conf("1.0.0", map[string]any{"ipam": map[string]any{"blocks": []string{"10.91.0.0/30"}}})
@@ -161,7 +163,10 @@ func TestExhaustedBlock(t *testing.T) {
 	if failed.cniErr.Code != types.ErrTryAgainLater {
 		t.Errorf("code %d, want 11 (msg %q)", failed.cniErr.Code, failed.cniErr.Msg)
 	}
-	mustContain(t, "exhaustion message", failed.cniErr.Msg, "10.91.0.0/30")
+	mustContain(t, "exhaustion message", failed.cniErr.Msg, "no addresses left in block 10.91.0.0/30")
+	if strings.Count(failed.cniErr.Msg, "ipam:") > 1 {
+		t.Errorf("exhaustion message %q repeats its prefix", failed.cniErr.Msg)
+	}
 	if l := n.hostLinks(); len(l) != added {
 		t.Errorf("node links %v, want only the %d successful pods'", l, added)
 	}
@@ -229,7 +234,8 @@ func mustRunIn(t *testing.T, path string, args ...string) {
 }
 
 // TestStatus: not ready without daemon.json, with a not-ready one, with an
-// unreadable one; ready once routeletd says so.
+// unreadable one; ready once routeletd says so while it holds its lock; not
+// ready again once the lock is let go (a dead daemon leaves daemon.json).
 func TestStatus(t *testing.T) {
 	n := newNode(t)
 	conf := n.conf("1.1.0", nil)
@@ -245,6 +251,8 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	release := holdDaemonLock(t, n.stateDir)
+	defer func() { release() }()
 	if err := st.WriteDaemonStatus(&state.DaemonStatus{Ready: false, Reason: "waiting for node record"}); err != nil {
 		t.Fatal(err)
 	}
@@ -267,6 +275,14 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	status().mustOK(t, "STATUS when ready")
+
+	release()
+	release = func() {}
+	o = status()
+	if o.exitCode == 0 || o.cniErr.Code != 50 {
+		t.Fatalf("STATUS with a ready daemon.json but no daemon: exit %d %s, want code 50", o.exitCode, o.stdout)
+	}
+	mustContain(t, "STATUS message", o.cniErr.Msg, "routeletd is not running", "routeletd.lock")
 
 	o = n.run(call{cmd: "STATUS", conf: n.conf("1.0.0", nil)})
 	if o.exitCode == 0 || o.cniErr.Code != types.ErrIncompatibleCNIVersion {
@@ -490,4 +506,23 @@ func TestRequestedIP(t *testing.T) {
 	n.run(call{cmd: "DEL", containerID: "wants-ip", netns: pod.Path(), ifName: "eth0", conf: conf}).mustOK(t, "DEL")
 	n.run(call{cmd: "DEL", containerID: "wants-same", netns: other.Path(), ifName: "eth0", conf: conf}).mustOK(t, "DEL of the failed one")
 	n.assertEmpty("after DEL")
+}
+
+// holdDaemonLock takes the lock a running routeletd holds on its state
+// directory (an exclusive flock on routeletd.lock, as the daemon takes it)
+// and returns its release.
+func holdDaemonLock(t testing.TB, stateDir string) (release func()) {
+	t.Helper()
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(stateDir, "routeletd.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", f.Name(), err)
+	}
+	return func() { f.Close() }
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 
+	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -29,6 +30,7 @@ type fakeDataplane struct {
 	protos map[string]int          // host iface → protocol its host routes carry
 	calls  []string                // step names in call order
 	podIfs map[string]bool         // "<netns>/<ifname>" present
+	node   netguard.Host           // the node's own links and addresses, besides the veths
 }
 
 var _ dataplane = (*fakeDataplane)(nil)
@@ -116,6 +118,16 @@ func (f *fakeDataplane) Teardown(hostIface string) error {
 	delete(f.routes, hostIface)
 	delete(f.protos, hostIface)
 	return nil
+}
+
+// Host is f.node plus the fake's veths.
+func (f *fakeDataplane) Host(int, string) (netguard.Host, error) {
+	h := f.node
+	h.Links = slices.Clone(h.Links)
+	for name := range f.veths {
+		h.Links = append(h.Links, netguard.Link{Name: name, Type: "veth"})
+	}
+	return h, nil
 }
 
 // useFake swaps the dataplane and stdout for the test's duration.

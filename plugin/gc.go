@@ -12,18 +12,26 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
 // cmdGC removes every attachment of this network (record.Network equals the
 // config's name) that is not in cni.dev/valid-attachments (or the older
-// cni.dev/attachments): its host veth, its addresses and its record.
-// Attachments of other networks sharing the state directory are never touched.
-// With a delegated IPAM plugin, that plugin's GC runs as well.
+// cni.dev/attachments): its host veth (only a veth with the prefix, see
+// removeLink), its addresses and its record. Attachments of other networks
+// sharing the state directory are never touched. With a delegated IPAM
+// plugin, that plugin's GC runs as well. A config without any keep list
+// removes nothing: only an explicit list, even an empty one, says what is
+// garbage.
 func cmdGC(args *skel.CmdArgs) error {
 	c, e := loadConfig(args.StdinData)
 	if e != nil {
 		return e
+	}
+	if !c.KeepListGiven {
+		slog.Warn("GC: the config has no cni.dev/valid-attachments (nor cni.dev/attachments); removing nothing", "network", c.Name)
+		return nil
 	}
 	keep := map[ipam.Attachment]bool{}
 	for _, lists := range [][]types.GCAttachment{c.raw.ValidAttachments, c.raw.LegacyAttachments} {
@@ -34,6 +42,13 @@ func cmdGC(args *skel.CmdArgs) error {
 	store, err := state.Open(c.StateDir)
 	if err != nil {
 		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
+	}
+	host, err := dp.Host(int(podnet.RouteProtocol), c.Prefix)
+	if err != nil {
+		return cniErr(types.ErrInternal, "read the node's links: %v", err)
+	}
+	if e := checkPrefix(host, c.Prefix); e != nil {
+		return e
 	}
 	recs, bad := store.ListWorkloads()
 	for _, b := range bad {
@@ -47,15 +62,25 @@ func cmdGC(args *skel.CmdArgs) error {
 			continue
 		}
 		slog.Info("collecting stale attachment", "container", r.ContainerID, "ifname", r.IfName, "iface", r.HostIface)
+		var lk *vethLock
+		if r.HostIface != "" {
+			if lk, err = lockVeth(c.StateDir, r.HostIface, "GC", r.ContainerID+"/"+r.IfName, vethLockWait); err != nil {
+				errs = append(errs, fmt.Errorf("collect %s/%s: %w", r.ContainerID, r.IfName, err))
+				continue
+			}
+		}
 		var stepErrs []error
 		if r.HostIface != "" && !claimedByLive(recs, keep, c.Name, r) {
-			if err := dp.Teardown(r.HostIface); err != nil {
+			if err := removeLink(host, c.Prefix, r.HostIface, r.ContainerID, r.IfName); err != nil {
 				stepErrs = append(stepErrs, err)
 			}
 		}
 		if c.Delegate == "" {
 			if alloc == nil {
 				if alloc, err = openAllocator(c, store); err != nil {
+					if lk != nil {
+						lk.release()
+					}
 					return asCNIErr("gc", err)
 				}
 			}
@@ -67,6 +92,9 @@ func cmdGC(args *skel.CmdArgs) error {
 			if err := store.DeleteWorkload(r.ContainerID, r.IfName); err != nil {
 				stepErrs = append(stepErrs, err)
 			}
+		}
+		if lk != nil {
+			lk.release()
 		}
 		errs = append(errs, stepErrs...)
 	}

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -96,6 +98,9 @@ type call struct {
 	cmd, containerID, netns, ifName, args string
 	env                                   map[string]string // extra or overriding variables ("" removes)
 	conf                                  []byte
+	// timeout, when set, runs the plugin in its own process group, which
+	// gets SIGKILL (the plugin and everything it started) once it passes.
+	timeout time.Duration
 }
 
 // outcome is what the plugin printed and how it exited.
@@ -103,6 +108,7 @@ type outcome struct {
 	stdout, stderr []byte
 	exitCode       int
 	cniErr         *types.Error // decoded from stdout when exitCode != 0
+	timedOut       bool         // killed after call.timeout
 }
 
 // run execs the plugin binary with CNI variables and stdin, from a thread
@@ -134,8 +140,27 @@ func (n *node) run(c call) outcome {
 		cmd.Stdin = bytes.NewReader(c.conf)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
+		var err error
+		if c.timeout > 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err = cmd.Start(); err != nil {
+				return err
+			}
+			pgid := cmd.Process.Pid
+			timer := time.AfterFunc(c.timeout, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+			err = cmd.Wait()
+			if !timer.Stop() {
+				// Fired: descendants may outlive the leader, kill the group again.
+				o.timedOut = true
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
+		} else {
+			err = cmd.Run()
+		}
 		o.stdout, o.stderr = stdout.Bytes(), stderr.Bytes()
+		if o.timedOut {
+			return nil
+		}
 		if ee, ok := err.(*exec.ExitError); ok {
 			o.exitCode = ee.ExitCode()
 			return nil
@@ -145,7 +170,7 @@ func (n *node) run(c call) outcome {
 	if err != nil {
 		n.t.Fatalf("run plugin %s: %v", c.cmd, err)
 	}
-	if o.exitCode != 0 {
+	if o.exitCode != 0 && !o.timedOut {
 		o.cniErr = &types.Error{}
 		if err := json.Unmarshal(o.stdout, o.cniErr); err != nil {
 			n.t.Fatalf("plugin %s exited %d with non-JSON stdout %q (stderr %q)", c.cmd, o.exitCode, o.stdout, o.stderr)

@@ -80,6 +80,9 @@ func preflight(getenv func(string) string) *types.Error {
 	if err := state.ValidateIfName(ifName); err != nil {
 		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_IFNAME: %v", err)
 	}
+	if err := checkIfName(ifName); err != nil {
+		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_IFNAME: %v", err)
+	}
 	if cmd == "DEL" {
 		return nil // DEL must work when the namespace is already gone
 	}

@@ -100,7 +100,8 @@ func TestDelWithBadDaemonBlocks(t *testing.T) {
 			if err := st.WriteDaemonStatus(&state.DaemonStatus{Ready: true, Blocks: blocks}); err != nil {
 				t.Fatal(err)
 			}
-			if err := cmdGC(&skel.CmdArgs{StdinData: conf}); err != nil {
+			gcConf := n.conf("1.0.0", map[string]any{"ipam": nil, "cni.dev/valid-attachments": []any{}})
+			if err := cmdGC(&skel.CmdArgs{StdinData: gcConf}); err != nil {
 				t.Fatalf("GC with daemon.json blocks %v: %v", blocks, err)
 			}
 			if len(n.records()) != 0 || len(n.allocations()) != 0 {

@@ -10,8 +10,10 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// cmdStatus succeeds only when routeletd reports ready in daemon.json (and a
-// delegated IPAM plugin reports ready too); otherwise code 50 with the reason.
+// cmdStatus succeeds only when routeletd runs (it holds its lock on
+// <stateDir>/routeletd.lock) and reports ready in daemon.json (and a
+// delegated IPAM plugin reports ready too); otherwise code 50 with the
+// reason. daemon.json alone outlives a killed daemon.
 func cmdStatus(args *skel.CmdArgs) error {
 	c, e := loadConfig(args.StdinData)
 	if e != nil {
@@ -28,7 +30,13 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return cniErr(codeStatusNotReady, "not ready: %s does not exist (is routeletd running?)", path)
 	case err != nil:
 		return cniErr(codeStatusNotReady, "not ready: daemon status unreadable: %v", err)
-	case !st.Ready:
+	}
+	if up, why, err := daemonRunning(c.StateDir); err != nil {
+		return cniErr(codeStatusNotReady, "not ready: cannot tell whether routeletd is running: %v", err)
+	} else if !up {
+		return cniErr(codeStatusNotReady, "not ready: routeletd is not running (%s), although %s is still there", why, path)
+	}
+	if !st.Ready {
 		reason := st.Reason
 		if reason == "" {
 			reason = "no reason given"

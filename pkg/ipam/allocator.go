@@ -41,7 +41,14 @@ func newAllocator(dir string, blocks []netip.Prefix, opts Options) (*Allocator, 
 			return nil, fmt.Errorf("ipam: %w", err)
 		}
 	}
-	return &Allocator{dir: dir, blocks: slices.Clone(blocks), opts: opts}, nil
+	a := &Allocator{dir: dir, blocks: slices.Clone(blocks), opts: opts, reserved: map[netip.Addr]bool{}}
+	for _, r := range opts.Reserved {
+		if !r.IsValid() {
+			return nil, fmt.Errorf("ipam: invalid reserved address %q", r.String())
+		}
+		a.reserved[r.Unmap()] = true
+	}
+	return a, nil
 }
 
 // validateBlocks checks that every block is a valid, masked, plain IPv4 or
@@ -110,6 +117,9 @@ func (a *Allocator) checkRequested(requested []netip.Addr) (map[int]Allocation, 
 		}
 		if isReserved(b, r) {
 			return nil, fmt.Errorf("ipam: requested address %s is reserved in block %s (first and, for IPv4, last address)", r, b)
+		}
+		if a.reserved[r] {
+			return nil, fmt.Errorf("ipam: requested address %s is reserved on this node (a tunnel address or a reserved address of the node's blocks)", r)
 		}
 		if prev, dup := byFamily[family(r)]; dup && prev.Addr != r {
 			return nil, fmt.Errorf("ipam: requested addresses %s and %s: only one IPv%d address per attachment", prev.Addr, r, family(r))
@@ -353,6 +363,7 @@ func (a *Allocator) pickFree(fam int) (pick, error) {
 		if err != nil {
 			return pick{}, err
 		}
+		a.markReserved(m)
 		off, ok, err := a.searchBlock(m)
 		if err != nil {
 			m.close()
@@ -363,7 +374,25 @@ func (a *Allocator) pickFree(fam int) (pick, error) {
 		}
 		m.close()
 	}
-	return pick{}, fmt.Errorf("%w in %s", ErrExhausted, a.blocksString(fam))
+	e := &ExhaustedError{Family: fam}
+	for _, b := range a.blocks {
+		if family(b.Addr()) == fam {
+			e.Blocks = append(e.Blocks, b)
+		}
+	}
+	return pick{}, e
+}
+
+// markReserved tells m which of its offsets hold Options.Reserved addresses.
+func (a *Allocator) markReserved(m *blockMap) {
+	for r := range a.reserved {
+		if off, ok := m.offset(r); ok {
+			if m.extra == nil {
+				m.extra = map[uint64]bool{}
+			}
+			m.extra[off] = true
+		}
+	}
 }
 
 // searchBlock returns a free offset of m's block, repairing stale hints.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -50,18 +51,46 @@ type Allocation struct {
 	Block netip.Prefix
 }
 
+// ExhaustedError is returned when no block of a family has a free address.
+// errors.Is(err, ErrExhausted) holds for it.
+type ExhaustedError struct {
+	Family int            // 4 or 6
+	Blocks []netip.Prefix // the blocks of that family that were searched
+}
+
+// Error names the full block or blocks.
+func (e *ExhaustedError) Error() string {
+	if len(e.Blocks) == 1 {
+		return fmt.Sprintf("no addresses left in block %s", e.Blocks[0])
+	}
+	s := make([]string, len(e.Blocks))
+	for i, b := range e.Blocks {
+		s[i] = b.String()
+	}
+	return fmt.Sprintf("no addresses left in IPv%d blocks %s", e.Family, strings.Join(s, ", "))
+}
+
+// Is makes errors.Is(err, ErrExhausted) true.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
+
 // Options tune an Allocator.
 type Options struct {
 	LockTimeout time.Duration // 0 = DefaultLockTimeout
+	// Reserved are addresses never handed out and refused when requested,
+	// in addition to each block's own reserved ones: e.g. the node's tunnel
+	// address and the reserved addresses of the daemon's blocks when the
+	// configured blocks are wider than those.
+	Reserved []netip.Addr
 }
 
 // Allocator is node-local block IPAM over a directory (normally
 // <stateDir>/ipam). Several processes may use the same directory at once: every
 // operation takes an exclusive flock on <dir>/lock.
 type Allocator struct {
-	dir    string
-	blocks []netip.Prefix
-	opts   Options
+	dir      string
+	blocks   []netip.Prefix
+	opts     Options
+	reserved map[netip.Addr]bool // opts.Reserved
 
 	// testHook, when set, is called after each step of Allocate and
 	// Release (see step); tests use it to stop at a chosen point.

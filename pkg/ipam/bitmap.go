@@ -44,6 +44,7 @@ type blockMap struct {
 	size   uint64 // tracked offsets
 	cursor uint64
 	bits   []byte
+	extra  map[uint64]bool // further reserved offsets (Options.Reserved)
 }
 
 // blockFileName maps a prefix to a file name: "10.244.1.0_26", "fd00::_122".
@@ -110,9 +111,10 @@ func openBlockMapIfExists(dir string, block netip.Prefix) (*blockMap, error) {
 func (m *blockMap) close() { _ = m.f.Close() }
 
 // reserved reports whether offset off is never handed out: the first address
-// (the node's tunnel address) and, for IPv4, the last (broadcast).
+// (the node's tunnel address), for IPv4 the last (broadcast), and any
+// address the Allocator reserves in addition.
 func (m *blockMap) reserved(off uint64) bool {
-	if off == 0 {
+	if off == 0 || m.extra[off] {
 		return true
 	}
 	return m.block.Addr().Is4() && off == m.size-1 && trackedSize(m.block) == uint64(1)<<(32-m.block.Bits())

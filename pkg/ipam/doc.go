@@ -13,6 +13,7 @@
 //	addrs/<address>                     claim: "containerID\nifname\n"
 //	attachments/<containerID>_<ifname>.json  the attachment's addresses and blocks
 //	blocks/<block>                      hint: cursor + one bit per address
+//	veth-locks/<host veth>              not the allocator's: the plugin's lock per host veth name
 //
 // The claim file is the single source of truth: an address is taken exactly
 // when addrs/<address> exists, and its owner is whoever the file names.

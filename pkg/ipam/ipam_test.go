@@ -658,3 +658,58 @@ func TestAllocationCostIsFlat(t *testing.T) {
 		t.Fatalf("claim lookups per Allocate+Release: %d at 250 allocated, %d at 1; want equal and at most 3", worst[250], worst[1])
 	}
 }
+
+// TestReservedAddresses: Options.Reserved addresses inside a block (a
+// narrower block's first and last, a tunnel address) are never handed out
+// and are refused when requested; exhaustion names the block.
+func TestReservedAddresses(t *testing.T) {
+	block := netip.MustParsePrefix("10.0.0.0/28")
+	reserved := []netip.Addr{netip.MustParseAddr("10.0.0.4"), netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("10.0.0.8"), netip.MustParseAddr("192.0.2.1")}
+	a, err := New(filepath.Join(t.TempDir(), "ipam"), []netip.Prefix{block}, Options{Reserved: reserved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for i := 0; ; i++ {
+		al, err := a.Allocate(context.Background(), att(fmt.Sprintf("r%d", i)), nil)
+		if err != nil {
+			var ee *ExhaustedError
+			if !errors.As(err, &ee) || !errors.Is(err, ErrExhausted) || !strings.Contains(err.Error(), "no addresses left in block 10.0.0.0/28") {
+				t.Fatalf("exhaustion error %v, want an ExhaustedError naming the block", err)
+			}
+			break
+		}
+		got[al[0].Addr.String()] = true
+	}
+	if len(got) != 11 {
+		t.Errorf("%d addresses handed out (%v), want 11 (16 - first - last - 3 reserved)", len(got), got)
+	}
+	for _, r := range reserved {
+		if got[r.String()] {
+			t.Errorf("reserved address %s handed out", r)
+		}
+	}
+	b, err := New(filepath.Join(t.TempDir(), "ipam"), []netip.Prefix{block}, Options{Reserved: reserved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Allocate(context.Background(), att("req"), []netip.Addr{netip.MustParseAddr("10.0.0.7")}); err == nil || !strings.Contains(err.Error(), "10.0.0.7") {
+		t.Errorf("requesting reserved 10.0.0.7: %v, want an error naming it", err)
+	}
+}
+
+// TestReservedGateway: a block that holds the pod gateway (which the plugin
+// refuses anyway) never hands it out when it is reserved.
+func TestReservedGateway(t *testing.T) {
+	gw := netip.MustParseAddr("169.254.1.1")
+	a, err := New(filepath.Join(t.TempDir(), "ipam"), []netip.Prefix{netip.MustParsePrefix("169.254.1.0/30")}, Options{Reserved: []netip.Addr{gw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustAllocate(t, a, att("only")); len(got) != 1 || got[0].Addr.String() != "169.254.1.2" {
+		t.Errorf("allocation %v, want 169.254.1.2 (the gateway .1 is reserved)", got)
+	}
+	if _, err := a.Allocate(context.Background(), att("second"), nil); !errors.Is(err, ErrExhausted) {
+		t.Errorf("second allocation: %v, want exhaustion", err)
+	}
+}

@@ -1,19 +1,24 @@
 package netguard
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
+
+// dumpTries bounds how often ReadHost starts over when the kernel reports
+// that a dump was interrupted by a concurrent change.
+const dumpTries = 10
 
 // ReadHost snapshots the current network namespace through h (nil: a new
 // handle in the calling thread's namespace). Links for which owned returns
 // true (routelet's pod veths and overlay devices; nil: none) contribute no
 // addresses and no connected routes, and neither do routes of protocol
 // ownProto: what routelet itself put there is not the node's own space.
+// A snapshot interrupted by concurrent changes is taken again.
 func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, error) {
 	if h == nil {
 		var err error
@@ -22,6 +27,19 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 		}
 		defer h.Close()
 	}
+	var err error
+	for range dumpTries {
+		var out Host
+		out, err = readHost(h, ownProto, owned)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return Host{}, err
+}
+
+// readHost is one attempt of ReadHost.
+func readHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, error) {
 	links, err := h.LinkList()
 	if err != nil {
 		return Host{}, fmt.Errorf("netguard: list links: %w", err)
@@ -61,12 +79,8 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 			if r.Type != unix.RTN_UNICAST {
 				continue // a blackhole default names no uplink
 			}
-			idx := []int{r.LinkIndex}
-			for _, nh := range r.MultiPath {
-				idx = append(idx, nh.LinkIndex)
-			}
 			for _, l := range links {
-				if slices.Contains(idx, l.Attrs().Index) && !seen[l.Attrs().Name] {
+				if uses(r, l.Attrs().Index) && !seen[l.Attrs().Name] {
 					seen[l.Attrs().Name] = true
 					out.Uplinks = append(out.Uplinks, l.Attrs().Name)
 				}
@@ -90,12 +104,26 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 	return out, nil
 }
 
-// isDefault reports whether r is a default route: netlink reports one
-// without a destination or, as iproute2 does, with a /0 destination.
+// isDefault reports whether r is a default route: the netlink library
+// reports one with a nil Dst or, in newer versions, with a /0 Dst.
 func isDefault(r netlink.Route) bool {
 	if r.Dst == nil {
 		return true
 	}
 	ones, _ := r.Dst.Mask.Size()
 	return ones == 0
+}
+
+// uses reports whether r leaves through the link with index idx, directly
+// or as one of its multipath next hops.
+func uses(r netlink.Route, idx int) bool {
+	if r.LinkIndex == idx {
+		return true
+	}
+	for _, nh := range r.MultiPath {
+		if nh != nil && nh.LinkIndex == idx {
+			return true
+		}
+	}
+	return false
 }

@@ -64,3 +64,77 @@ func TestReadHostKernel(t *testing.T) {
 		t.Error(`prefix "up" accepted although up0 is the uplink`)
 	}
 }
+
+// TestReadHostOwnedLinks reads a fresh namespace with an uplink veth (address,
+// connected subnet, default route), a bridge, a routelet-owned veth with an
+// address and a proto-80 route: the uplink is found, the owned link and the
+// own-protocol route contribute nothing.
+func TestReadHostOwnedLinks(t *testing.T) {
+	n := netnstest.NewT(t)
+	h := n.Handle
+	add := func(l netlink.Link) netlink.Link {
+		t.Helper()
+		if err := h.LinkAdd(l); err != nil {
+			t.Fatalf("add link %s: %v", l.Attrs().Name, err)
+		}
+		got, err := h.LinkByName(l.Attrs().Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	up := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up0p"})
+	add(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-x"}})
+	own := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cali0a"}, PeerName: "cali0ap"})
+	addr := func(l netlink.Link, cidr string) {
+		t.Helper()
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.AddrAdd(l, a); err != nil {
+			t.Fatalf("add %s: %v", cidr, err)
+		}
+	}
+	addr(up, "192.168.77.2/24")
+	addr(own, "10.55.0.1/24")
+	if err := h.RouteAdd(&netlink.Route{Gw: net.ParseIP("192.168.77.1"), LinkIndex: up.Attrs().Index}); err != nil {
+		t.Fatalf("default route: %v", err)
+	}
+	_, dst, _ := net.ParseCIDR("10.66.0.0/24")
+	if err := h.RouteAdd(&netlink.Route{Dst: dst, LinkIndex: up.Attrs().Index, Scope: netlink.SCOPE_LINK, Protocol: 80}); err != nil {
+		t.Fatalf("proto 80 route: %v", err)
+	}
+
+	host, err := ReadHost(h, 80, func(l Link) bool { return Owned(l, "cali") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(host.Uplinks, []string{"up0"}) {
+		t.Errorf("uplinks %v, want [up0]", host.Uplinks)
+	}
+	for _, tc := range []struct {
+		block, want string
+	}{
+		{"192.168.77.0/26", "192.168.77"},
+		{"10.55.0.0/24", ""}, // only on a routelet-owned veth
+		{"10.66.0.0/24", ""}, // only routelet's own protocol
+	} {
+		err := host.CheckBlock(netip.MustParsePrefix(tc.block))
+		if (err != nil) != (tc.want != "") {
+			t.Errorf("CheckBlock(%s) = %v, want error %v", tc.block, err, tc.want != "")
+		}
+	}
+	if err := host.CheckInterfacePrefix("up"); err == nil {
+		t.Error("prefix \"up\" accepted, but up0 carries the default route")
+	}
+	if err := host.CheckInterfacePrefix("br"); err == nil {
+		t.Error("prefix \"br\" accepted, but br-x is a bridge")
+	}
+	if err := host.CheckInterfacePrefix("cali"); err != nil {
+		t.Errorf("prefix cali: %v", err)
+	}
+}

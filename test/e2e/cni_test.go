@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -270,7 +272,8 @@ func TestGC(t *testing.T) {
 	}
 }
 
-// TestStatus: STATUS fails with code 50 until daemon.json says ready.
+// TestStatus: STATUS fails with code 50 without daemon.json, with a
+// not-ready one, and with a ready one that no running daemon stands behind.
 func TestStatus(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, "1.1.0")
@@ -287,6 +290,15 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Held as routeletd holds it (TestStatusFollowsDaemon runs the real one).
+	lock, err := os.OpenFile(filepath.Join(e.stateDir, "routeletd.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.WriteDaemonStatus(&state.DaemonStatus{Version: 1, Ready: false, Reason: "routes not synced yet"}); err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +313,69 @@ func TestStatus(t *testing.T) {
 	}
 	if err := e.node.Status(ctx, e.list); err != nil {
 		t.Errorf("STATUS with a ready daemon.json: %v", err)
+	}
+	lock.Close()
+	err = e.node.Status(ctx, e.list)
+	wantCode(err, types.ErrPluginNotAvailable, "with a ready daemon.json but no daemon holding its lock")
+	if err != nil && !strings.Contains(err.Error(), "routeletd is not running") {
+		t.Errorf("STATUS without a daemon: %q does not say routeletd is not running", err)
+	}
+}
+
+// TestStatusFollowsDaemon runs a real routeletd in the node: STATUS becomes
+// ready once it is, and is not ready (code 50, "routeletd is not running")
+// as soon as the daemon is killed, although its daemon.json still says
+// ready.
+func TestStatusFollowsDaemon(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "1.1.0", "10.244.3.0/24")
+	daemon := routeletdBin(t)
+	for _, args := range [][]string{
+		{"ip", "link", "add", "up0", "type", "veth", "peer", "name", "up1"},
+		{"ip", "link", "set", "up0", "up"},
+		{"ip", "link", "set", "up1", "up"},
+		{"ip", "addr", "add", "192.0.2.10/24", "dev", "up0"},
+		{"ip", "route", "add", "default", "via", "192.0.2.1", "dev", "up0"},
+	} {
+		if out, err := netnstest.Exec(ctx, e.node.NS, args[0], args[1:]...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	log := &netnstest.Buffer{}
+	p, err := netnstest.StartIn(e.node.NS, log, daemon, "--node-name=status-node", "--state-dir="+e.stateDir,
+		"--pod-cidr=10.244.3.0/24", "--encapsulation=none", "--health-addr=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("routeletd log:\n%s", log.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := e.node.Status(ctx, e.list)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("STATUS not ready 30 s after routeletd started: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.Kill()
+	st, err := state.Open(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := st.ReadDaemonStatus(); err != nil || !ds.Ready {
+		t.Fatalf("daemon.json after the kill: %+v, %v; the test needs it still saying ready", ds, err)
+	}
+	err = e.node.Status(ctx, e.list)
+	var ce *types.Error
+	if !errors.As(err, &ce) || ce.Code != types.ErrPluginNotAvailable || !strings.Contains(ce.Msg, "routeletd is not running") {
+		t.Errorf("STATUS after routeletd was killed: %v, want code 50 saying routeletd is not running", err)
 	}
 }
 

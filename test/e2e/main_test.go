@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +70,27 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// routeletdOnce builds routeletd for the tests that run the daemon.
+var (
+	routeletdOnce sync.Once
+	routeletdErr  error
+)
+
+// routeletdBin builds routeletd into pluginDir on first use and returns its
+// path.
+func routeletdBin(t *testing.T) string {
+	t.Helper()
+	routeletdOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		routeletdErr = netnstest.BuildRouteletd(ctx, pluginDir)
+	})
+	if routeletdErr != nil {
+		t.Fatalf("build routeletd: %v", routeletdErr)
+	}
+	return filepath.Join(pluginDir, "routeletd")
 }
 
 // requireRoot skips t without root and fails it when the plugins did not build.
