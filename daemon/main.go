@@ -408,13 +408,27 @@ func checkHost(cfg *config.Config) (netguard.Host, error) {
 // restart after kill -9 is not blocked.
 const lockFile = "routeletd.lock"
 
+// lockRetry bounds how long a start waits for a lock someone else holds
+// (a plugin STATUS probe holds it for microseconds; a daemon, for good).
+const lockRetry = time.Second
+
+// lockInstance takes the state directory's daemon lock and returns its
+// release.
 func lockInstance(stateDir string) (func(), error) {
 	path := filepath.Join(stateDir, lockFile)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	// The plugin's STATUS probes this lock with a brief shared flock; a
+	// start that lands inside such a probe retries for a moment instead of
+	// taking the prober for a second daemon.
+	err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+	for deadline := time.Now().Add(lockRetry); errors.Is(err, unix.EWOULDBLOCK) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+	}
+	if err != nil {
 		unix.Close(fd)
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("another routeletd is running with state-dir %s (%s is locked)", stateDir, path)
