@@ -125,6 +125,8 @@ type Agent struct {
 	needResync   bool
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
+	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
+	keepPeriod   time.Duration
 }
 
 // pending collects watcher hints between two loop passes.
@@ -299,6 +301,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer resync.Stop()
 	tick := time.NewTicker(a.opts.TickPeriod)
 	defer tick.Stop()
+	var keepC <-chan time.Time
+	if a.keeper != nil {
+		keep := time.NewTicker(a.keepPeriod)
+		defer keep.Stop()
+		keepC = keep.C
+	}
 	var retry, grace *time.Timer
 	var retryC, graceC <-chan time.Time
 	for {
@@ -346,6 +354,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-graceC:
 			graceC = nil
 			a.needApply = true // the tables kept the held interfaces dirty
+		case <-keepC:
+			a.keep(true)
+			continue
 		}
 		if a.needResync {
 			a.fullSync()
@@ -355,6 +366,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.apply()
 			}
 		}
+		a.keep(false)
 	}
 }
 
@@ -392,6 +404,9 @@ func (a *Agent) fullSync() {
 	}
 	a.ensureSelf()
 	a.syncDesired()
+	if a.keeper != nil {
+		a.keeper.CheckAll()
+	}
 	a.nodesChanged()
 	a.rt4.QueueResync()
 	if a.rt6 != nil {
@@ -456,6 +471,9 @@ func (a *Agent) processPending() {
 	}
 	for _, ev := range p.neighEvs {
 		a.checkNeighEvent(ev)
+		if a.keeper != nil {
+			a.keeper.NeighChanged(ev.Iface)
+		}
 	}
 }
 
@@ -464,6 +482,9 @@ func (a *Agent) applyLinks(links map[string]linkState) {
 		a.rt4.OnIfaceStateChanged(name, ls.up)
 		if a.rt6 != nil {
 			a.rt6.OnIfaceStateChanged(name, ls.up)
+		}
+		if a.keeper != nil {
+			a.keeper.LinkChanged(name)
 		}
 		if ls.exists {
 			a.linkPresent[name] = true
@@ -597,6 +618,7 @@ func (a *Agent) syncDesired() {
 	}
 	a.desired = next
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
+	a.keeperVeths()
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its
