@@ -50,6 +50,9 @@ type Keeper struct {
 	// links and neighs name the veths whose link or neighbours the next
 	// Check reads.
 	links, neighs map[string]bool
+	// veth holds the kept names last read as an existing veth: only those
+	// get their sysctls written.
+	veth map[string]bool
 }
 
 // NewKeeper opens a netlink handle in the calling thread's namespace for
@@ -67,7 +70,7 @@ func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 		log = slog.Default()
 	}
 	return &Keeper{prefix: prefix, h: h, log: log, veths: map[string]HostVeth{},
-		links: map[string]bool{}, neighs: map[string]bool{}}, nil
+		links: map[string]bool{}, neighs: map[string]bool{}, veth: map[string]bool{}}, nil
 }
 
 // Close releases the netlink handle.
@@ -85,6 +88,11 @@ func (k *Keeper) SetVeths(vs []HostVeth) {
 		next[v.Name] = v
 		if old, ok := k.veths[v.Name]; !ok || !sameVeth(old, v) {
 			k.links[v.Name], k.neighs[v.Name] = true, true
+		}
+	}
+	for name := range k.veth {
+		if _, ok := next[name]; !ok {
+			delete(k.veth, name)
 		}
 	}
 	k.veths = next
@@ -118,31 +126,15 @@ func (k *Keeper) CheckAll() {
 	}
 }
 
-// Check repairs what differs: with sysctls, every kept veth's HostSysctls
-// and the NodeSysctls the pods need; and the link and neighbours of the
-// veths hinted since the last Check. A veth that no longer exists is
-// skipped (its record is the agent's business). Errors are joined; what
-// failed is hinted again for the next Check.
+// Check repairs what differs: the link and neighbours of the veths hinted
+// since the last Check, and with sysctls every kept veth's HostSysctls and
+// the NodeSysctls the pods need. A veth that no longer exists, or a link of
+// that name that is not a veth, is skipped (its record is the agent's
+// business). Errors are joined; what failed is hinted again for the next
+// Check.
 func (k *Keeper) Check(sysctls bool) (Repairs, error) {
 	var rep Repairs
 	var errs []error
-	if sysctls && len(k.veths) > 0 {
-		any6 := false
-		for _, name := range k.sortedNames() {
-			v := k.veths[name]
-			any6 = any6 || v.IPv6
-			n, err := k.ensureSysctls(HostSysctls(v.Name, v.IPv6))
-			rep.Sysctls += n
-			if err != nil {
-				errs = append(errs, fmt.Errorf("veth %s: %w", v.Name, err))
-			}
-		}
-		n, err := k.ensureSysctls(NodeSysctls(any6))
-		rep.Sysctls += n
-		if err != nil {
-			errs = append(errs, fmt.Errorf("node: %w", err))
-		}
-	}
 	var retryLinks, retryNeighs []string
 	for name := range k.links {
 		delete(k.links, name)
@@ -156,6 +148,26 @@ func (k *Keeper) Check(sysctls bool) (Repairs, error) {
 			retryLinks = append(retryLinks, name)
 		} else if fixed {
 			rep.Links++
+		}
+	}
+	if sysctls && len(k.veths) > 0 {
+		any6 := false
+		for _, name := range k.sortedNames() {
+			v := k.veths[name]
+			any6 = any6 || v.IPv6
+			if !k.veth[name] {
+				continue
+			}
+			n, err := k.ensureSysctls(HostSysctls(v.Name, v.IPv6))
+			rep.Sysctls += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("veth %s: %w", v.Name, err))
+			}
+		}
+		n, err := k.ensureSysctls(NodeSysctls(any6))
+		rep.Sysctls += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node: %w", err))
 		}
 	}
 	for name := range k.neighs {
@@ -211,14 +223,17 @@ func (k *Keeper) ensureUp(v HostVeth) (bool, error) {
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			delete(k.veth, v.Name)
 			return false, nil
 		}
 		return false, fmt.Errorf("veth %s: %w", v.Name, err)
 	}
 	if l.Type() != "veth" {
 		k.log.Warn("not keeping a pod interface that is not a veth", "iface", v.Name, "type", l.Type())
+		delete(k.veth, v.Name)
 		return false, nil
 	}
+	k.veth[v.Name] = true
 	if l.Attrs().Flags&net.FlagUp != 0 {
 		return false, nil
 	}
