@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // procSys is where sysctls live. /proc/sys/net shows the network namespace of
@@ -93,7 +95,7 @@ func EnableForwarding(ipv6 bool) error {
 func EnsureSysctls(settings []Sysctl) ([]string, error) {
 	var wrote []string
 	for _, s := range settings {
-		cur, err := ReadSysctl(s.Key)
+		cur, err := readSysctlFast(s.Key)
 		if err != nil {
 			if s.IfPresent && errors.Is(err, fs.ErrNotExist) {
 				continue
@@ -119,6 +121,25 @@ func ReadSysctl(key string) (string, error) {
 		return "", fmt.Errorf("read sysctl %s: %w", key, err)
 	}
 	return string(bytes.TrimSpace(b)), nil
+}
+
+// readSysctlFast is ReadSysctl with fewer syscalls and no allocation for
+// the value: open, one read into a small buffer, close. Values routelet
+// compares are short; a longer one reads as its first bytes, which never
+// equals a wanted value.
+func readSysctlFast(key string) (string, error) {
+	p := procSys + "/" + key
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("read sysctl %s: %w", key, &fs.PathError{Op: "open", Path: p, Err: err})
+	}
+	var buf [32]byte
+	n, err := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	if err != nil {
+		return "", fmt.Errorf("read sysctl %s: %w", key, &fs.PathError{Op: "read", Path: p, Err: err})
+	}
+	return string(bytes.TrimSpace(buf[:max(n, 0)])), nil
 }
 
 func writeSysctl(key, val string) error {
