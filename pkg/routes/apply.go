@@ -742,9 +742,9 @@ func (rt *RouteTable) addDone(w *ifaceWork, a *routeAdd, err error) {
 			return
 		}
 		rt.synced[w.name]--
-		w.errs = append(w.errs, fmt.Errorf("routes: replace %s %s dev %s: %w",
+		w.errs = append(w.errs, fmt.Errorf("routes: write %s %s dev %s: %w",
 			a.target.Type, a.target.CIDR, w.name, err))
-		rt.log.Warn("route replace failed", "iface", w.name, "cidr", a.target.CIDR, "err", err)
+		rt.log.Warn("route write failed", "iface", w.name, "cidr", a.target.CIDR, "err", err)
 		return
 	}
 	rt.replaced[a.target.CIDR] = struct{}{}
