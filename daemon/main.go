@@ -35,6 +35,7 @@ import (
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -209,7 +210,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
-	om, err := newOverlay(cfg, id, status, log)
+	om, err := newOverlay(cfg, id, status, metrics, log)
 	if err != nil {
 		return err
 	}
@@ -234,6 +235,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			InterfacePrefixes: []string{cfg.IfacePrefix}, IncludeNoInterface: true,
 			RemoveExternalRoutes: true, GracePeriod: grace,
 			Liveness: status.Progress, Logger: log.With("component", "routes"),
+			OnConflict: countConflict(metrics, v),
 		})
 	}
 	rt4, err := newTable(4)
@@ -266,6 +268,12 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := om.Watch(ctx, cfg.DeviceCheckPeriod, cfg.RouteProtocol, a.NotifyApply); err != nil {
 		return err
 	}
+	keeper, err := podnet.NewKeeper(cfg.IfacePrefix, log.With("component", "keeper"))
+	if err != nil {
+		return err
+	}
+	defer keeper.Close()
+	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
 
 	// Watchers first, so nothing that happens during the first sync is lost.
 	if err := agent.WatchFiles(ctx, a, store.WorkloadsDir(), store.NodesDir(), log); err != nil {
@@ -280,7 +288,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // newOverlay builds the overlay manager for the configured mode on a real
 // overlay.Kernel in the daemon's network namespace; its route tables own
 // only routelet-protocol routes on the overlay devices and the parent.
-func newOverlay(cfg *config.Config, id nodeid.Identity, status *health.Status, log *slog.Logger) (*overlaymgr.Manager, error) {
+func newOverlay(cfg *config.Config, id nodeid.Identity, status *health.Status, metrics *health.Metrics, log *slog.Logger) (*overlaymgr.Manager, error) {
 	mode, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet)
 	if err != nil {
 		return nil, err
@@ -292,12 +300,21 @@ func newOverlay(cfg *config.Config, id nodeid.Identity, status *health.Status, l
 	return overlaymgr.New(kern, overlaymgr.Config{
 		NodeName: cfg.NodeName, Mode: mode, HostIPv4: id.IPv4, HostIPv6: id.IPv6, LocalBlocks: cfg.PodCIDRs,
 		VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU, Logger: log,
+		OnRepair: func(object string) { metrics.Repairs.WithLabelValues(object).Inc() },
 	}, func(v int, owned []string) (overlaymgr.RouteTable, error) {
 		return routes.New(routes.Config{
 			IPVersion: v, Protocol: cfg.RouteProtocol, InterfaceNames: owned,
 			Liveness: status.Progress, Logger: log.With("component", "overlay-routes"),
+			OnConflict: countConflict(metrics, v),
 		})
 	})
+}
+
+// countConflict returns a routes.Config.OnConflict counting in
+// routelet_route_conflicts_total for the table of IP version v.
+func countConflict(metrics *health.Metrics, v int) func(netip.Prefix, string, int) {
+	c := metrics.RouteConflicts.WithLabelValues(fmt.Sprintf("ipv%d", v))
+	return func(netip.Prefix, string, int) { c.Inc() }
 }
 
 // waitIdentity detects the node's address, retrying (not ready meanwhile)

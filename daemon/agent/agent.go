@@ -136,6 +136,8 @@ type Agent struct {
 	needResync   bool
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
+	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
+	keepPeriod   time.Duration
 }
 
 // pending collects watcher hints between two loop passes.
@@ -316,6 +318,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer resync.Stop()
 	tick := time.NewTicker(a.opts.TickPeriod)
 	defer tick.Stop()
+	var keepC <-chan time.Time
+	if a.keeper != nil {
+		keep := time.NewTicker(a.keepPeriod)
+		defer keep.Stop()
+		keepC = keep.C
+	}
 	var retry, grace *time.Timer
 	var retryC, graceC <-chan time.Time
 	for {
@@ -363,6 +371,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-graceC:
 			graceC = nil
 			a.needApply = true // the tables kept the held interfaces dirty
+		case <-keepC:
+			a.keep(true)
+			continue
 		}
 		if a.needResync {
 			a.fullSync()
@@ -372,6 +383,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.apply()
 			}
 		}
+		a.keep(false)
 	}
 }
 
@@ -413,6 +425,9 @@ func (a *Agent) fullSync() {
 	}
 	a.ensureSelf()
 	a.syncDesired()
+	if a.keeper != nil {
+		a.keeper.CheckAll()
+	}
 	a.nodesChanged()
 	a.rt4.QueueResync()
 	if a.rt6 != nil {
@@ -504,6 +519,9 @@ func (a *Agent) processPending() {
 	}
 	for _, ev := range p.neighEvs {
 		a.checkNeighEvent(ev)
+		if a.keeper != nil {
+			a.keeper.NeighChanged(ev.Iface)
+		}
 	}
 }
 
@@ -517,6 +535,9 @@ func (a *Agent) applyLinks(links map[string]linkState) bool {
 		a.rt4.OnIfaceStateChanged(name, ls.up)
 		if a.rt6 != nil {
 			a.rt6.OnIfaceStateChanged(name, ls.up)
+		}
+		if a.keeper != nil {
+			a.keeper.LinkChanged(name)
 		}
 		kind, had := a.links[name]
 		if ls.exists {
@@ -717,6 +738,7 @@ func (a *Agent) syncDesired() {
 	}
 	a.desired = next
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
+	a.keeperVeths(owner)
 }
 
 // workloadAddrs returns the addresses of a record's IPs (the Store

@@ -14,6 +14,10 @@
 // routelet; elsewhere only routes carrying routelet's route protocol do (the
 // local blocks' blackholes live under routes.InterfaceNone).
 //
+// The loop also keeps what the plugin's ADD set up on the node side of each
+// pod (Keeper: veth sysctls, node forwarding, veth up, IPv6 neighbours):
+// links and neighbours on their events, sysctls on a tick of at most 1s.
+//
 // Seams for later work: Manager takes node records (peers) and applies its
 // own dataplane (overlay devices, ipsets) in the same loop.
 package agent

@@ -75,6 +75,12 @@ type Metrics struct {
 	Peers            prometheus.Gauge
 	LeakCollections  prometheus.Counter
 	Ready            prometheus.Gauge
+	// Repairs counts dataplane settings put back after something changed
+	// them; label object: "sysctl" | "link" | "neigh" | "master".
+	Repairs *prometheus.CounterVec
+	// RouteConflicts counts desired routes found blocked by a route
+	// routelet does not own under the same kernel key; label table.
+	RouteConflicts *prometheus.CounterVec
 }
 
 // NewMetrics creates and registers every metric, plus the Go and process
@@ -113,9 +119,19 @@ func NewMetrics() *Metrics {
 		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "routelet_ready", Help: "1 once the first full sync is done.",
 		}),
+		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "routelet_repairs_total", Help: "Dataplane settings routelet put back after they were changed: per-veth and node sysctls, veth admin state, IPv6 pod neighbours, the VXLAN device enslaved to a bridge.",
+		}, []string{"object"}),
+		RouteConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "routelet_route_conflicts_total", Help: "Desired routes not programmed because a route routelet does not own holds their kernel key (counted once per conflict).",
+		}, []string{"table"}),
+	}
+	for _, o := range []string{"sysctl", "link", "neigh", "master"} {
+		m.Repairs.WithLabelValues(o)
 	}
 	m.Registry.MustRegister(m.RoutesProgrammed, m.DirtyInterfaces, m.ResyncDuration, m.ApplyDuration,
 		m.ApplyErrors, m.Workloads, m.BadRecords, m.Peers, m.LeakCollections, m.Ready,
+		m.Repairs, m.RouteConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

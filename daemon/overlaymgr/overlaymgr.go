@@ -47,6 +47,8 @@ type Config struct {
 	// encapsulated routes.
 	MTU    int
 	Logger *slog.Logger
+	// OnRepair is handed to the VXLAN devices (overlay.VXLANConfig).
+	OnRepair func(object string)
 }
 
 // device is what the manager needs of overlay.VXLAN and overlay.IPIP.
@@ -162,7 +164,7 @@ func (m *Manager) newFamily(v int, hostIP netip.Addr, blocks []netip.Prefix, new
 	if c.Mode.VXLAN() {
 		f.vxlan, err = overlay.NewVXLAN(m.nl, overlay.VXLANConfig{
 			IPVersion: v, Device: vxlanDev, VNI: c.VNI, Port: c.Port, HostIP: hostIP,
-			NodeName: c.NodeName, TunnelAddr: tunnel, MTU: mtu, Logger: log,
+			NodeName: c.NodeName, TunnelAddr: tunnel, MTU: mtu, Logger: log, OnRepair: c.OnRepair,
 		})
 		if err != nil {
 			return nil, err

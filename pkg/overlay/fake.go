@@ -238,6 +238,25 @@ func (f *FakeNetlink) LinkSetHardwareAddr(link netlink.Link, hw net.HardwareAddr
 	return f.modify("LinkSetHardwareAddr", link, func(l *fakeLink) { l.link.Attrs().HardwareAddr = bytes.Clone(hw) })
 }
 
+// LinkSetNoMaster implements Netlink.
+func (f *FakeNetlink) LinkSetNoMaster(link netlink.Link) error {
+	return f.modify("LinkSetNoMaster", link, func(l *fakeLink) { l.link.Attrs().MasterIndex = 0 })
+}
+
+// SetMaster enslaves the link called name to the link with index master,
+// as "ip link set name master …" would.
+func (f *FakeNetlink) SetMaster(name string, master int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.links {
+		if l.link.Attrs().Name == name {
+			l.link.Attrs().MasterIndex = master
+			return nil
+		}
+	}
+	return fmt.Errorf("fake: link %s: %w", name, ErrLinkNotFound)
+}
+
 // modify runs change on the stored link after the failure check.
 func (f *FakeNetlink) modify(method string, link netlink.Link, change func(*fakeLink)) error {
 	f.mu.Lock()

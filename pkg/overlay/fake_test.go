@@ -460,3 +460,34 @@ func TestRemoveVXLAN(t *testing.T) {
 		t.Fatalf("a dummy named vxlan.calico was deleted or not reported (err %v)", err)
 	}
 }
+
+// TestVXLANLeavesBridge: a device someone enslaved to a bridge is taken out
+// of it by the next Apply, and the repair is reported.
+func TestVXLANLeavesBridge(t *testing.T) {
+	f := NewFakeNetlink()
+	f.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"))
+	br := f.AddUnderlay("br0", 1500)
+	var repairs []string
+	m, err := NewVXLAN(f, VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: tunA, TXChecksum: TXChecksumOff, Logger: quiet,
+		OnRepair: func(o string) { repairs = append(repairs, o) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, m)
+	if err := f.SetMaster(DeviceVXLAN, br); err != nil {
+		t.Fatal(err)
+	}
+	m.OnLinkUpdate(DeviceVXLAN)
+	mustApply(t, m)
+	if got := f.Link(DeviceVXLAN).Attrs().MasterIndex; got != 0 {
+		t.Fatalf("master index %d after Apply, want none", got)
+	}
+	if !slices.Equal(repairs, []string{"master"}) {
+		t.Fatalf("repairs reported %v, want [master]", repairs)
+	}
+	m.QueueCheck()
+	mustApply(t, m)
+	if len(repairs) != 1 {
+		t.Fatalf("a device outside any bridge reported as repaired: %v", repairs)
+	}
+}

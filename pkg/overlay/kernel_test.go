@@ -477,6 +477,31 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 		}
 	})
 
+	t.Run("enslaved to a bridge", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"link", "add", "br0", "type", "bridge"},
+			{"link", "set", DeviceVXLAN, "master", "br0"},
+		} {
+			if out, err := a.run("ip", args...); err != nil {
+				t.Fatalf("ip %v: %v: %s", args, err, out)
+			}
+		}
+		if a.link(DeviceVXLAN).Attrs().MasterIndex == 0 {
+			t.Fatal("setup: device not enslaved")
+		}
+		a.vx.OnLinkUpdate(DeviceVXLAN)
+		mustApply(t, a.vx)
+		if m := a.link(DeviceVXLAN).Attrs().MasterIndex; m != 0 {
+			t.Fatalf("device still enslaved (master index %d)", m)
+		}
+		if a.vx.Device().Created != 2 {
+			t.Fatal("taken out of the bridge by recreating the device")
+		}
+		if err := a.ping(a.pod, b.pod); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("down, extra address, foreign entries", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"link", "set", DeviceVXLAN, "down"},

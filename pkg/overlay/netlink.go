@@ -25,6 +25,9 @@ type Netlink interface {
 	LinkSetMTU(link netlink.Link, mtu int) error
 	LinkSetUp(link netlink.Link) error
 	LinkSetHardwareAddr(link netlink.Link, hw net.HardwareAddr) error
+	// LinkSetNoMaster takes link out of the bridge (or bond) it is
+	// enslaved to.
+	LinkSetNoMaster(link netlink.Link) error
 
 	// AddrList lists addresses of one family (netlink.FAMILY_V4/V6) on link,
 	// or on every link when link is nil.
@@ -123,6 +126,9 @@ func (k *Kernel) LinkSetUp(link netlink.Link) error { return k.h.LinkSetUp(link)
 func (k *Kernel) LinkSetHardwareAddr(link netlink.Link, hw net.HardwareAddr) error {
 	return k.h.LinkSetHardwareAddr(link, hw)
 }
+
+// LinkSetNoMaster implements Netlink.
+func (k *Kernel) LinkSetNoMaster(link netlink.Link) error { return k.h.LinkSetNoMaster(link) }
 
 // AddrList implements Netlink; interrupted dumps are repeated.
 func (k *Kernel) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {

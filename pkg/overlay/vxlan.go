@@ -47,6 +47,9 @@ type VXLANConfig struct {
 	MTU        int
 	TXChecksum TXChecksum
 	Logger     *slog.Logger
+	// OnRepair, when set, is called with "master" each time Apply takes
+	// the device out of a bridge someone enslaved it to.
+	OnRepair func(object string)
 }
 
 // withDefaults validates c and fills in the defaults; the error names the
@@ -278,6 +281,9 @@ func (m *VXLAN) applyDevice() error {
 
 	// Independent in-place fixes: one failing does not stop the others.
 	var errs []error
+	if err := m.ensureNoMaster(link); err != nil {
+		errs = append(errs, err)
+	}
 	if !bytes.Equal(link.Attrs().HardwareAddr, c.MAC) {
 		// The vxlan driver allows a MAC change while the device is up, so
 		// the MAC is re-asserted in place rather than by recreation.
@@ -304,6 +310,29 @@ func (m *VXLAN) applyDevice() error {
 	m.dev.MTU, m.dev.MAC, m.dev.TunnelAddr = at.MTU, bytes.Clone(at.HardwareAddr), c.TunnelAddr
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("vxlan %s: %w", c.Device, err)
+	}
+	return nil
+}
+
+// ensureNoMaster takes the device out of a bridge (or bond) it was
+// enslaved to: as a bridge port it would hand decapsulated frames to the
+// bridge instead of routing them. m.mu is held.
+func (m *VXLAN) ensureNoMaster(link netlink.Link) error {
+	at := link.Attrs()
+	if at.MasterIndex == 0 {
+		return nil
+	}
+	master := fmt.Sprintf("index %d", at.MasterIndex)
+	if l, err := m.nl.LinkByIndex(at.MasterIndex); err == nil {
+		master = l.Attrs().Name
+	}
+	if err := m.nl.LinkSetNoMaster(link); err != nil {
+		return fmt.Errorf("take %s out of %s: %w", at.Name, master, err)
+	}
+	m.log.Warn("took the vxlan device out of the bridge it was enslaved to", "master", master)
+	at.MasterIndex = 0
+	if m.cfg.OnRepair != nil {
+		m.cfg.OnRepair("master")
 	}
 	return nil
 }

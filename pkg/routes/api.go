@@ -70,7 +70,12 @@ type Config struct {
 	NetlinkTimeout time.Duration
 	// Liveness, when set, is called periodically during long loops.
 	Liveness func()
-	Logger   *slog.Logger
+	// OnConflict, when set, is called (on the Apply goroutine) each time a
+	// desired route is found blocked by a route routelet does not own under
+	// the same kernel key (see RouteTable): once per new or changed
+	// conflict, not on every retry.
+	OnConflict func(cidr netip.Prefix, iface string, holderProtocol int)
+	Logger     *slog.Logger
 }
 
 // Stats is a snapshot for metrics.
@@ -82,4 +87,9 @@ type Stats struct {
 	Writes      uint64 // netlink writes since New
 	// ConntrackFlowsDeleted counts conntrack flows deleted since New.
 	ConntrackFlowsDeleted uint64
+	// Conflicts is the number of desired routes not programmed because a
+	// route routelet does not own holds their kernel key;
+	// ConflictsTotal counts such conflicts found since New.
+	Conflicts      int
+	ConflictsTotal uint64
 }

@@ -42,6 +42,11 @@ type ifaceWork struct {
 type routeAdd struct {
 	target Target
 	route  netlink.Route
+	// replace: the key is known to hold a route of ours, which this one
+	// replaces in place; otherwise the route is created exclusively and an
+	// existing route under the key (EEXIST) is looked at before anything
+	// is overwritten.
+	replace bool
 }
 
 // Apply reconciles the kernel with the desired state: a full resync when one
@@ -51,7 +56,9 @@ type routeAdd struct {
 //
 // Order of work: every add and change (RouteReplace) of every interface goes
 // first, deletes after, so a route that moves between interfaces, or changes
-// type, is never absent from the kernel.
+// type, is never absent from the kernel. A desired route whose key a route
+// we do not own holds is not written (see RouteTable); its error wraps
+// ErrForeignRoute.
 func (rt *RouteTable) Apply() error {
 	start := time.Now()
 	rt.reapConntrack()
@@ -120,6 +127,7 @@ func (rt *RouteTable) Apply() error {
 		}
 	}
 	rt.cleanupOrphans()
+	rt.foreign = nil
 
 	rt.lastApply = time.Since(start)
 	if full {
@@ -168,6 +176,7 @@ func (rt *RouteTable) readAll() ([]*ifaceWork, error) {
 	if rt.cfg.IncludeNoInterface || len(rt.desired[InterfaceNone]) > 0 {
 		byName[InterfaceNone] = &ifaceWork{name: InterfaceNone, kind: rt.kindOf(InterfaceNone), usable: true}
 	}
+	rt.foreign = nil
 	for i := range routes {
 		r := &routes[i]
 		var w *ifaceWork
@@ -175,6 +184,17 @@ func (rt *RouteTable) readAll() ([]*ifaceWork, error) {
 			w = byName[InterfaceNone]
 		} else if r.Type == unix.RTN_UNICAST && len(r.MultiPath) == 0 {
 			w = byIndex[r.LinkIndex]
+		}
+		if (w == nil || !rt.ownsKernelRoute(w.kind, r)) && r.Tos == 0 && r.Priority == rt.priority {
+			// Under one of our keys, not ours: a desired route there must
+			// not be written (the whole table is at hand, so no write needs
+			// to find out).
+			if dst, ok := rt.routeDst(r); ok {
+				if rt.foreign == nil {
+					rt.foreign = map[netip.Prefix]netlink.Route{}
+				}
+				rt.foreign[dst] = *r
+			}
 		}
 		if w == nil {
 			continue
@@ -319,14 +339,25 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 		}
 		if r.Tos == 0 && r.Priority == rt.priority {
 			if t, ok := w.want[dst]; ok {
-				if rt.matches(w, t, r) {
+				matched := rt.matches(w, t, r)
+				switch {
+				case matched:
 					have[dst] = t
-				} else {
+					if len(rt.conflicts) > 0 {
+						delete(rt.conflicts, dst)
+					}
+				case rt.ownsKernelRoute(w.kind, r):
+					w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t), replace: true})
+				default:
+					// Another owner's route on a shared device, or a
+					// no-interface route of another protocol.
+					rt.conflictFound(w, t, r)
+				}
+				if !matched {
 					if mismatched == nil {
 						mismatched = map[netip.Prefix]struct{}{}
 					}
 					mismatched[dst] = struct{}{}
-					w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
 				}
 				continue
 			}
@@ -347,9 +378,36 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 	for cidr, t := range w.want {
 		_, ok := have[cidr]
 		if _, bad := mismatched[cidr]; !ok && !bad {
-			w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
+			rt.planAdd(w, t, false)
 		}
 	}
+}
+
+// planAdd queues the write of t, absent from w's interface: a replace when
+// our route holds the key (ours is the CIDR's previous interface, or
+// ourHere: the route we programmed on w), nothing but a reported conflict
+// when this Apply's full read found another owner's route under the key,
+// and otherwise an exclusive create.
+func (rt *RouteTable) planAdd(w *ifaceWork, t Target, ourHere bool) {
+	if h, ok := rt.foreign[t.CIDR]; ok && !ourHere {
+		rt.conflictFound(w, t, &h)
+		return
+	}
+	w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t), replace: ourHere || rt.oursElsewhere(w.name, t.CIDR)})
+}
+
+// oursElsewhere reports whether, as far as we know, the kernel routes host
+// CIDR cidr to another interface with a route we programmed: the route moves.
+func (rt *RouteTable) oursElsewhere(iface string, cidr netip.Prefix) bool {
+	if !isHost(cidr) {
+		return false
+	}
+	prev, ok := rt.hostRoutes[cidr]
+	if !ok || prev == iface {
+		return false
+	}
+	_, ok = rt.programmed[prev][cidr]
+	return ok
 }
 
 // planFromMemory diffs the desired targets against the ones we know we
@@ -360,7 +418,7 @@ func (rt *RouteTable) planFromMemory(w *ifaceWork) {
 	have := rt.programmed[w.name]
 	for cidr, t := range w.want {
 		if h, ok := have[cidr]; !ok || !sameRoute(h, t) {
-			w.adds = append(w.adds, routeAdd{target: t, route: rt.buildRoute(w, t)})
+			rt.planAdd(w, t, ok)
 		}
 	}
 	for cidr, h := range have {
@@ -534,48 +592,134 @@ func (rt *RouteTable) reapConntrack() {
 	}
 }
 
-// applyAdds writes the adds and changes of every interface with
-// RouteReplace, which is atomic: the old route (on this or another
-// interface) is replaced, never removed first. Many writes are pipelined
-// (RouteReplaceMany); before any of them, cleanups of conntrack flows of the
-// IPs concerned are waited for.
+// addItem is one queued write of an Apply.
+type addItem struct {
+	w *ifaceWork
+	a *routeAdd
+}
+
+// applyAdds writes the adds and changes of every interface. A route whose
+// key holds a route of ours is written with RouteReplace, which is atomic:
+// the old route (on this or another interface) is replaced, never removed
+// first. Every other route is created exclusively; where that meets an
+// existing route (EEXIST), one dump of the table shows who holds the key: a
+// route of ours is then replaced, another owner's is left alone and
+// reported (conflictFound). Many writes are pipelined (RouteReplaceMany,
+// RouteAddMany); before any of them, cleanups of conntrack flows of the IPs
+// concerned are waited for.
 func (rt *RouteTable) applyAdds(work []*ifaceWork) {
-	type item struct {
-		w *ifaceWork
-		a *routeAdd
-	}
-	var items []item
+	var items []addItem
 	for _, w := range work {
 		for i := range w.adds {
 			a := &w.adds[i]
 			if isHost(a.target.CIDR) {
 				rt.waitConntrack(a.target.CIDR.Addr())
 			}
-			items = append(items, item{w, a})
+			items = append(items, addItem{w, a})
 		}
 	}
-	routes := make([]*netlink.Route, 0, livenessEvery)
+	taken := rt.writeAdds(items, false)
+	if len(taken) == 0 {
+		return
+	}
+	rt.writeAdds(rt.resolveTaken(taken), true)
+}
+
+// writeAdds writes items in chunks, replaces and exclusive creates each
+// pipelined, and records every outcome — except, unless final, the
+// exclusive creates that met an existing route, which it returns.
+func (rt *RouteTable) writeAdds(items []addItem, final bool) []addItem {
+	var taken []addItem
+	var repl, excl []*netlink.Route
+	var replItems, exclItems []addItem
 	for start := 0; start < len(items); start += livenessEvery {
 		chunk := items[start:min(start+livenessEvery, len(items))]
-		routes = routes[:0]
+		repl, excl, replItems, exclItems = repl[:0], excl[:0], replItems[:0], exclItems[:0]
 		for _, it := range chunk {
-			routes = append(routes, &it.a.route)
+			if it.a.replace {
+				repl, replItems = append(repl, &it.a.route), append(replItems, it)
+			} else {
+				excl, exclItems = append(excl, &it.a.route), append(exclItems, it)
+			}
 		}
-		var errs []error
-		if len(routes) == 1 {
-			errs = []error{rt.nl.RouteReplace(routes[0])}
-		} else {
-			errs = rt.nl.RouteReplaceMany(routes)
+		for i, err := range rt.writeMany(repl, true) {
+			rt.addDone(replItems[i].w, replItems[i].a, err)
 		}
-		rt.writes += uint64(len(routes))
-		for i, it := range chunk {
-			rt.addDone(it.w, it.a, errs[i])
+		for i, err := range rt.writeMany(excl, false) {
+			if !final && errors.Is(err, unix.EEXIST) {
+				taken = append(taken, exclItems[i])
+				continue
+			}
+			rt.addDone(exclItems[i].w, exclItems[i].a, err)
 		}
 		rt.ops = 0
 		if rt.cfg.Liveness != nil {
 			rt.cfg.Liveness()
 		}
 	}
+	return taken
+}
+
+// writeMany sends routes as replaces or exclusive creates, one call for a
+// single route and pipelined for more, and returns one error per route.
+func (rt *RouteTable) writeMany(routes []*netlink.Route, replace bool) []error {
+	rt.writes += uint64(len(routes))
+	switch {
+	case len(routes) == 0:
+		return nil
+	case len(routes) == 1 && replace:
+		return []error{rt.nl.RouteReplace(routes[0])}
+	case len(routes) == 1:
+		return []error{rt.nl.RouteAdd(routes[0])}
+	case replace:
+		return rt.nl.RouteReplaceMany(routes)
+	}
+	return rt.nl.RouteAddMany(routes)
+}
+
+// resolveTaken looks, with one dump of the table, at the routes holding the
+// keys that exclusive creates found taken, and returns the writes to try
+// again: a replace where every route under the key is ours, a create where
+// the key is free again. Keys held by another owner's route are reported
+// and not written.
+func (rt *RouteTable) resolveTaken(taken []addItem) []addItem {
+	routes, err := rt.nl.RouteList(rt.family, rt.table, 0)
+	if err != nil {
+		for _, it := range taken {
+			rt.addDone(it.w, it.a, fmt.Errorf("key taken, and reading the table failed: %w", err))
+		}
+		return nil
+	}
+	want := make(map[netip.Prefix][]netlink.Route, len(taken))
+	for _, it := range taken {
+		want[it.a.target.CIDR] = nil
+	}
+	for i := range routes {
+		r := &routes[i]
+		if r.Tos != 0 || r.Priority != rt.priority {
+			continue
+		}
+		if dst, ok := rt.routeDst(r); ok {
+			if hs, ok := want[dst]; ok {
+				want[dst] = append(hs, *r)
+			}
+		}
+	}
+	names := rt.linkNames()
+	var again []addItem
+	for _, it := range taken {
+		holders := want[it.a.target.CIDR]
+		i := slices.IndexFunc(holders, func(h netlink.Route) bool {
+			return !rt.ownsKernelRoute(rt.kindOfRoute(&h, names), &h)
+		})
+		if i >= 0 {
+			rt.conflictFound(it.w, it.a.target, &holders[i])
+			continue
+		}
+		it.a.replace = len(holders) > 0
+		again = append(again, it)
+	}
+	return again
 }
 
 // addDone records the outcome of one add.
@@ -598,12 +742,15 @@ func (rt *RouteTable) addDone(w *ifaceWork, a *routeAdd, err error) {
 			return
 		}
 		rt.synced[w.name]--
-		w.errs = append(w.errs, fmt.Errorf("routes: replace %s %s dev %s: %w",
+		w.errs = append(w.errs, fmt.Errorf("routes: write %s %s dev %s: %w",
 			a.target.Type, a.target.CIDR, w.name, err))
-		rt.log.Warn("route replace failed", "iface", w.name, "cidr", a.target.CIDR, "err", err)
+		rt.log.Warn("route write failed", "iface", w.name, "cidr", a.target.CIDR, "err", err)
 		return
 	}
 	rt.replaced[a.target.CIDR] = struct{}{}
+	if len(rt.conflicts) > 0 {
+		delete(rt.conflicts, a.target.CIDR)
+	}
 	if have := rt.programmed[w.name]; have != nil {
 		have[a.target.CIDR] = a.target
 	}

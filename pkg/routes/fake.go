@@ -20,7 +20,9 @@ var (
 
 // FakeNetlink is an in-memory kernel for tests: links, one route store keyed
 // like the kernel's FIB (family, table, destination, TOS, metric) and a
-// neighbour table. It validates writes the way the kernel does for the cases
+// neighbour table. Routes of other programs (any protocol, any device) are
+// added with AddRoute; RouteReplace overwrites whatever holds a key,
+// RouteAdd refuses a taken key with EEXIST, as the kernel does. It validates writes the way the kernel does for the cases
 // routelet meets: a route through a missing device fails with ENODEV, through
 // a down device with ENETDOWN, "onlink" without a gateway with EINVAL, a
 // gateway that no link route on the device covers (without onlink) with
@@ -29,7 +31,7 @@ var (
 // are reported on "lo", as the kernel does.
 //
 // Failures can be injected per call name ("LinkList", "LinkByName",
-// "RouteList", "RouteReplace", "RouteDel", "NeighList", "NeighSet",
+// "RouteList", "RouteReplace", "RouteAdd", "RouteDel", "NeighList", "NeighSet",
 // "NeighDel") for the Nth next call. It is safe for concurrent use.
 type FakeNetlink struct {
 	mu        sync.Mutex
@@ -385,6 +387,36 @@ func (f *FakeNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
 	errs := make([]error, len(rs))
 	for i, r := range rs {
 		errs[i] = f.RouteReplace(r)
+	}
+	return errs
+}
+
+// RouteAdd implements Netlink: like NLM_F_CREATE|NLM_F_EXCL, it fails with
+// EEXIST when any route (of any protocol, on any device) holds the key.
+func (f *FakeNetlink) RouteAdd(r *netlink.Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if err := f.enter("RouteAdd"); err != nil {
+		return err
+	}
+	k, route, err := f.validate(*r)
+	if err != nil {
+		return err
+	}
+	if _, ok := f.routes[k]; ok {
+		return fmt.Errorf("fake: add %s: %w", k.dst, unix.EEXIST)
+	}
+	f.routes[k] = route
+	return nil
+}
+
+// RouteAddMany implements Netlink: each route counts as one "RouteAdd" call
+// (for failure injection) and one write.
+func (f *FakeNetlink) RouteAddMany(rs []*netlink.Route) []error {
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = f.RouteAdd(r)
 	}
 	return errs
 }

@@ -46,6 +46,13 @@ type Netlink interface {
 	// RouteReplaceMany does RouteReplace for each route, in order, and
 	// returns one error per route; implementations may pipeline.
 	RouteReplaceMany(rs []*netlink.Route) []error
+	// RouteAdd creates a route and never overwrites one: it fails with
+	// EEXIST when the table already holds a route under the same kernel key
+	// (NLM_F_CREATE|NLM_F_EXCL).
+	RouteAdd(r *netlink.Route) error
+	// RouteAddMany does RouteAdd for each route, in order, and returns one
+	// error per route; implementations may pipeline.
+	RouteAddMany(rs []*netlink.Route) []error
 	// RouteDel deletes a route; it fails with ESRCH when there is none.
 	RouteDel(r *netlink.Route) error
 	// NeighList dumps the neighbour (ARP/NDP) entries of one family.
@@ -439,6 +446,11 @@ func (r *realNetlink) RouteReplace(rt *netlink.Route) error {
 	return r.write(func(h *netlink.Handle) error { return h.RouteReplace(rt) })
 }
 
+// RouteAdd implements Netlink.
+func (r *realNetlink) RouteAdd(rt *netlink.Route) error {
+	return r.write(func(h *netlink.Handle) error { return h.RouteAdd(rt) })
+}
+
 // RouteDel implements Netlink.
 func (r *realNetlink) RouteDel(rt *netlink.Route) error {
 	return r.write(func(h *netlink.Handle) error { return h.RouteDel(rt) })
@@ -498,17 +510,36 @@ func (r *realNetlink) Close() error {
 // the socket's receive buffer.
 const replaceBatch = 64
 
+// Request flags of the two kinds of route write.
+const (
+	flagsReplace = unix.NLM_F_REQUEST | unix.NLM_F_ACK | unix.NLM_F_CREATE | unix.NLM_F_REPLACE
+	flagsCreate  = unix.NLM_F_REQUEST | unix.NLM_F_ACK | unix.NLM_F_CREATE | unix.NLM_F_EXCL
+)
+
 // RouteReplaceMany replaces routes like RouteReplace, but pipelined: a batch
 // of requests goes to the kernel in one sendmsg, which processes them in
 // order, and the acknowledgements are read afterwards. It returns one error
 // per route (nil: done).
 func (r *realNetlink) RouteReplaceMany(routes []*netlink.Route) []error {
+	return r.writeMany(routes, flagsReplace)
+}
+
+// RouteAddMany creates routes like RouteAdd, pipelined like
+// RouteReplaceMany; each route that meets an existing one under its key gets
+// its own EEXIST, the others are created.
+func (r *realNetlink) RouteAddMany(routes []*netlink.Route) []error {
+	return r.writeMany(routes, flagsCreate)
+}
+
+// writeMany sends RTM_NEWROUTE requests with the given flags in batches and
+// returns one error per route.
+func (r *realNetlink) writeMany(routes []*netlink.Route, flags uint16) []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	errs := make([]error, len(routes))
 	for start := 0; start < len(routes); start += replaceBatch {
 		chunk := routes[start:min(start+replaceBatch, len(routes))]
-		if err := r.replaceChunk(chunk, errs[start:start+len(chunk)]); err != nil {
+		if err := r.writeChunk(chunk, flags, errs[start:start+len(chunk)]); err != nil {
 			// The socket is in an unknown state: fail what is left.
 			r.closeRawSocket()
 			for i := start; i < len(routes); i++ {
@@ -522,10 +553,10 @@ func (r *realNetlink) RouteReplaceMany(routes []*netlink.Route) []error {
 	return errs
 }
 
-// replaceChunk sends chunk in one sendmsg and collects one acknowledgement
+// writeChunk sends chunk in one sendmsg and collects one acknowledgement
 // per request into errs. A non-nil return means the exchange itself failed.
 // Caller holds mu.
-func (r *realNetlink) replaceChunk(chunk []*netlink.Route, errs []error) error {
+func (r *realNetlink) writeChunk(chunk []*netlink.Route, flags uint16, errs []error) error {
 	sock, err := r.rawSocket()
 	if err != nil {
 		return err
@@ -533,7 +564,7 @@ func (r *realNetlink) replaceChunk(chunk []*netlink.Route, errs []error) error {
 	base := atomic.AddUint32(&sock.Seq, uint32(len(chunk))) - uint32(len(chunk)) + 1
 	buf := make([]byte, 0, len(chunk)*128)
 	for i, rt := range chunk {
-		if buf, err = appendRouteRequest(buf, base+uint32(i), rt); err != nil {
+		if buf, err = appendRouteRequest(buf, base+uint32(i), flags, rt); err != nil {
 			return err
 		}
 	}
@@ -563,10 +594,10 @@ func (r *realNetlink) replaceChunk(chunk []*netlink.Route, errs []error) error {
 	return nil
 }
 
-// appendRouteRequest appends an RTM_NEWROUTE request (create or replace,
-// acknowledged) for rt to b: the attributes the RouteTable sets, nothing
-// else.
-func appendRouteRequest(b []byte, seq uint32, rt *netlink.Route) ([]byte, error) {
+// appendRouteRequest appends an acknowledged RTM_NEWROUTE request with the
+// given flags (flagsReplace or flagsCreate) for rt to b: the attributes the
+// RouteTable sets, nothing else.
+func appendRouteRequest(b []byte, seq uint32, flags uint16, rt *netlink.Route) ([]byte, error) {
 	ne := binary.NativeEndian
 	if rt.Dst == nil {
 		return b, fmt.Errorf("route without destination: %w", unix.EINVAL)
@@ -627,7 +658,7 @@ func appendRouteRequest(b []byte, seq uint32, rt *netlink.Route) ([]byte, error)
 	h := b[start:]
 	ne.PutUint32(h[0:4], uint32(len(h)))
 	ne.PutUint16(h[4:6], unix.RTM_NEWROUTE)
-	ne.PutUint16(h[6:8], unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_REPLACE)
+	ne.PutUint16(h[6:8], flags)
 	ne.PutUint32(h[8:12], seq)
 	return b, nil
 }

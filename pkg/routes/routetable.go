@@ -67,8 +67,17 @@ const (
 //     Config.Protocol are routelet's;
 //   - every other route is left alone, whatever its protocol.
 //
-// A desired route replaces whatever the kernel holds under the same kernel
-// key (table, destination, TOS, metric), wherever that route points.
+// A desired route never replaces a route routelet does not own. The kernel
+// holds one route per key (table, destination, TOS, metric); when the key
+// of a desired route is held by a route of ours (by the rules above) it is
+// replaced in place, atomically. When it is held by anything else — a
+// connected route, an operator's static route, another daemon's — the
+// desired route is not written: Apply reports ErrForeignRoute (a warning
+// names both routes, Stats counts it, Config.OnConflict is called) and the
+// interface stays dirty, so the route is programmed by the first Apply after
+// the other route went away. New keys are written with NLM_F_EXCL, so a
+// route that appears between the read and the write is not overwritten
+// either.
 type RouteTable struct {
 	cfg      Config
 	family   int
@@ -132,6 +141,13 @@ type RouteTable struct {
 	programmed map[string]map[netip.Prefix]Target
 	// replaced holds the CIDRs written by RouteReplace in the current Apply.
 	replaced map[netip.Prefix]struct{}
+	// conflicts holds the desired CIDRs whose kernel key a route we do not
+	// own holds, as last seen.
+	conflicts      map[netip.Prefix]conflict
+	conflictsTotal uint64
+	// foreign is, during an Apply that read the whole table, every route of
+	// our key shape (TOS 0, our metric) that we do not own, by destination.
+	foreign map[netip.Prefix]netlink.Route
 
 	writes     uint64
 	lastResync time.Duration
@@ -189,6 +205,7 @@ func NewWithDeps(cfg Config, nl Netlink, ct Conntrack, clock Clock) (*RouteTable
 		arp:        map[string]map[netip.Addr]string{},
 		synced:     map[string]int{},
 		replaced:   map[netip.Prefix]struct{}{},
+		conflicts:  map[netip.Prefix]conflict{},
 	}
 	switch cfg.IPVersion {
 	case 4:
@@ -436,6 +453,8 @@ func (rt *RouteTable) Stats() Stats {
 	if rt.cleaner != nil {
 		s.ConntrackFlowsDeleted = rt.cleaner.deleted.Load()
 	}
+	s.Conflicts = len(rt.conflicts)
+	s.ConflictsTotal = rt.conflictsTotal
 	return s
 }
 
@@ -521,6 +540,7 @@ func (rt *RouteTable) unclaim(iface string, cidr netip.Prefix) {
 	}
 	if len(list) == 0 {
 		delete(rt.claims, cidr)
+		delete(rt.conflicts, cidr)
 		if isHost(cidr) {
 			rt.orphans[cidr] = struct{}{}
 		}

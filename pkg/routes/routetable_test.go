@@ -430,6 +430,20 @@ func (o *orderedNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
 	return errs
 }
 
+func (o *orderedNetlink) RouteAdd(r *netlink.Route) error {
+	o.ops = append(o.ops, fmt.Sprintf("add %s if%d", r.Dst, r.LinkIndex))
+	o.flowsAt[r.Dst.String()] = o.ct.Flows()
+	return o.FakeNetlink.RouteAdd(r)
+}
+
+func (o *orderedNetlink) RouteAddMany(rs []*netlink.Route) []error {
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = o.RouteAdd(r)
+	}
+	return errs
+}
+
 func (o *orderedNetlink) RouteDel(r *netlink.Route) error {
 	o.ops = append(o.ops, fmt.Sprintf("del %s if%d", r.Dst, r.LinkIndex))
 	return o.FakeNetlink.RouteDel(r)
@@ -500,14 +514,14 @@ func TestAddBeforeDelete(t *testing.T) {
 	}
 	lastAdd, firstDel := -1, len(onl.ops)
 	for i, op := range onl.ops {
-		if strings.HasPrefix(op, "replace") {
+		if strings.HasPrefix(op, "replace") || strings.HasPrefix(op, "add") {
 			lastAdd = i
 		} else if i < firstDel {
 			firstDel = i
 		}
 	}
 	if lastAdd > firstDel || len(onl.ops) != 10 {
-		t.Fatalf("ops %v: want 5 replaces, then 5 deletes", onl.ops)
+		t.Fatalf("ops %v: want 5 adds, then 5 deletes", onl.ops)
 	}
 }
 
@@ -778,7 +792,7 @@ func TestFailureMatrix(t *testing.T) {
 			f.rt.OnIfaceStateChanged("cali3", true)
 		},
 	})
-	calls := []string{"LinkList", "LinkByName", "RouteList", "RouteReplace", "RouteDel", "NeighList", "NeighSet", "NeighDel"}
+	calls := []string{"LinkList", "LinkByName", "RouteList", "RouteReplace", "RouteAdd", "RouteDel", "NeighList", "NeighSet", "NeighDel"}
 	state := func(f *fixture) string {
 		return f.dump() + fmt.Sprint(f.nl.Neighbours())
 	}

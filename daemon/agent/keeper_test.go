@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/routelet/routelet/pkg/podnet"
+)
+
+// fakeKeeper records what the loop hands the keeper and reports canned
+// repairs.
+type fakeKeeper struct {
+	mu      sync.Mutex
+	veths   []podnet.HostVeth
+	links   []string
+	neighs  []string
+	all     int
+	checks  int
+	sysctls int // Checks with sysctls set
+	repairs podnet.Repairs
+}
+
+func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) { k.mu.Lock(); k.veths = vs; k.mu.Unlock() }
+func (k *fakeKeeper) LinkChanged(name string) {
+	k.mu.Lock()
+	k.links = append(k.links, name)
+	k.mu.Unlock()
+}
+func (k *fakeKeeper) NeighChanged(name string) {
+	k.mu.Lock()
+	k.neighs = append(k.neighs, name)
+	k.mu.Unlock()
+}
+func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.mu.Unlock() }
+func (k *fakeKeeper) Check(sysctls bool) (podnet.Repairs, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.checks++
+	if sysctls {
+		k.sysctls++
+	}
+	r := k.repairs
+	k.repairs = podnet.Repairs{}
+	return r, nil
+}
+
+// TestKeeperHook: the loop hands the prefixed workloads' veths (with their
+// IPv6 addresses and MAC) to the keeper, forwards link and neighbour events
+// and full syncs, ticks the sysctl check, and counts the repairs.
+func TestKeeperHook(t *testing.T) {
+	f := newFixture(t)
+	k := &fakeKeeper{repairs: podnet.Repairs{Sysctls: 2, Links: 1, Neighbours: 3}}
+	f.a.SetKeeper(k, 0)
+	if f.a.keepPeriod != defaultKeepPeriod {
+		t.Fatalf("keep period %s, want %s", f.a.keepPeriod, defaultKeepPeriod)
+	}
+	f.a.SetKeeper(k, 10*time.Millisecond)
+	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.put(t, "c3", "eth9", "10.244.1.4/32")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "veths handed over", func() bool { k.mu.Lock(); defer k.mu.Unlock(); return len(k.veths) == 2 })
+	k.mu.Lock()
+	v := k.veths
+	k.mu.Unlock()
+	if v[0].Name != "cali1" || !v[0].IPv6 || len(v[0].Neighbours) != 1 || v[0].Neighbours[0].String() != "fd00:1::2" ||
+		v[0].MAC.String() != "02:00:00:00:00:01" || v[1].Name != "cali2" || v[1].IPv6 || len(v[1].Neighbours) != 0 {
+		t.Fatalf("veths %+v", v)
+	}
+	f.a.NotifyLink("cali1", "veth", false, true)
+	f.a.NotifyNeigh(NeighEvent{Iface: "cali1", Deleted: true})
+	waitFor(t, "events forwarded", func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return slices.Contains(k.links, "cali1") && slices.Contains(k.neighs, "cali1") && k.all >= 1 && k.sysctls >= 2
+	})
+	waitFor(t, "repairs counted", func() bool {
+		return repairs(f, "sysctl") == 2 && repairs(f, "link") == 1 && repairs(f, "neigh") == 3
+	})
+}
+
+// repairs reads routelet_repairs_total{object}.
+func repairs(f *fixture, object string) float64 {
+	var m dto.Metric
+	if err := f.m.Repairs.WithLabelValues(object).Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}

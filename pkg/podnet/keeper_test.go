@@ -1,0 +1,139 @@
+package podnet
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TestKeeperRepairs: on a pod attached by Setup, every setting of
+// HostSysctls and NodeSysctls that is changed, the veth set down and the
+// pod's IPv6 neighbour deleted are put back by one Check and counted; a
+// Check with nothing changed writes nothing; a prefixed link that is not a
+// veth and a veth without the prefix are never touched.
+func TestKeeperRepairs(t *testing.T) {
+	needRoot(t)
+	node, pod := newNS(t), newNS(t)
+	att := attach(t, node, pod, "calikeep00001", "10.77.0.7", "fd77::7")
+	inNS(t, node, func() error {
+		k, err := NewKeeper("cali", slog.New(slog.DiscardHandler))
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		// Strangers: a prefixed bridge and an unprefixed veth.
+		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "calibridge0"}}); err != nil {
+			return err
+		}
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "other0"}, PeerName: "other1"}); err != nil {
+			return err
+		}
+		v6 := netip.MustParseAddr("fd77::7")
+		k.SetVeths([]HostVeth{
+			{Name: "calikeep00001", IPv6: true, Neighbours: []netip.Addr{v6}, MAC: att.ContMAC},
+			{Name: "calibridge0"},
+			{Name: "other0"},
+		})
+		if rep, err := k.Check(true); err != nil || rep != (Repairs{}) {
+			t.Fatalf("first Check after ADD: %+v, %v; want nothing to repair", rep, err)
+		}
+
+		settings := append(HostSysctls("calikeep00001", true), NodeSysctls(true)...)
+		for _, s := range settings {
+			flip := "1"
+			if s.Value == "1" {
+				flip = "0"
+			} else if filepath.Base(s.Key) == "proxy_delay" {
+				flip = "80" // jiffies: 1 reads back as 0
+			}
+			if err := writeSysctl(s.Key, flip); err != nil {
+				return err
+			}
+		}
+		for _, key := range []string{"net/ipv4/conf/calibridge0/proxy_arp", "net/ipv4/conf/other0/proxy_arp"} {
+			if err := writeSysctl(key, "0"); err != nil {
+				return err
+			}
+		}
+		l, err := h.LinkByName("calikeep00001")
+		if err != nil {
+			return err
+		}
+		if err := h.LinkSetDown(l); err != nil {
+			return err
+		}
+		// Down flushed the neighbours; delete it anyway if it survived.
+		_ = h.NeighDel(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_INET6, IP: v6.AsSlice()})
+		k.LinkChanged("calikeep00001")
+		k.LinkChanged("calibridge0")
+		k.LinkChanged("other0")
+
+		rep, err := k.Check(true)
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		// ip_forward=0 also resets the per-interface IPv4 forwarding, and
+		// IPv6 all/forwarding the per-interface one: at least one write
+		// per setting, each counted.
+		if rep.Sysctls < len(settings) || rep.Links != 1 || rep.Neighbours != 1 {
+			t.Fatalf("repairs %+v: want %d+ sysctls, 1 link, 1 neighbour", rep, len(settings))
+		}
+		for _, s := range settings {
+			if got, _ := ReadSysctl(s.Key); got != s.Value {
+				t.Errorf("%s = %s after Check, want %s", s.Key, got, s.Value)
+			}
+		}
+		if l, _ = h.LinkByName("calikeep00001"); l.Attrs().Flags&net.FlagUp == 0 {
+			t.Error("veth still down")
+		}
+		ns, err := h.NeighList(l.Attrs().Index, unix.AF_INET6)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, n := range ns {
+			if a, _ := netip.AddrFromSlice(n.IP); a == v6 && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == att.ContMAC.String() {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no permanent neighbour %s lladdr %s: %v", v6, att.ContMAC, ns)
+		}
+		for _, key := range []string{"net/ipv4/conf/calibridge0/proxy_arp", "net/ipv4/conf/other0/proxy_arp"} {
+			if got, _ := ReadSysctl(key); got != "0" {
+				t.Errorf("%s = %s: a stranger's setting was changed", key, got)
+			}
+		}
+		for _, name := range []string{"calibridge0", "other0"} {
+			if l, _ := h.LinkByName(name); l.Attrs().Flags&net.FlagUp != 0 {
+				t.Errorf("%s was set up", name)
+			}
+		}
+		if rep, err := k.Check(true); err != nil || rep != (Repairs{}) {
+			t.Fatalf("Check with nothing changed: %+v, %v", rep, err)
+		}
+		// A veth gone (pod deleted before its record) is no error.
+		if err := h.LinkDel(l); err != nil {
+			return err
+		}
+		k.LinkChanged("calikeep00001")
+		if _, err := os.Stat("/proc/sys/net/ipv4/conf/calikeep00001"); err == nil {
+			t.Fatal("veth sysctls still there after delete")
+		}
+		if _, err := k.Check(true); err != nil {
+			t.Fatalf("Check after the veth went: %v", err)
+		}
+		return nil
+	})
+}
