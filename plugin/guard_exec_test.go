@@ -536,3 +536,41 @@ func TestBadIfName(t *testing.T) {
 	}
 	n.assertEmpty("after refused ADDs")
 }
+
+// TestHostRouteNeverReplacesForeign: when the operator already routes a pod
+// address elsewhere (a static /32 via a gateway), ADD fails naming that
+// route and rolls back instead of replacing it with the pod's host route;
+// a stale host route of routelet's own protocol is still replaced.
+func TestHostRouteNeverReplacesForeign(t *testing.T) {
+	n := newNode(t)
+	n.withUplink("up0")
+	conf := n.conf("1.0.0", map[string]any{"ipam": map[string]any{"blocks": []string{"10.98.0.0/30"}}})
+	mustRun(t, n, "ip", "route", "add", "10.98.0.1/32", "via", "192.168.77.1", "dev", "up0", "proto", "static")
+	mustRun(t, n, "ip", "route", "add", "10.98.0.2/32", "via", "192.168.77.1", "dev", "up0", "proto", "static")
+	before := n.routesOf()
+	pod := newNetNS(t)
+	o := n.run(call{cmd: "ADD", containerID: "foreign", netns: pod.Path(), ifName: "eth0", conf: conf})
+	if o.exitCode == 0 {
+		t.Fatalf("ADD succeeded although the operator routes the pod address elsewhere:\n%s", n.routesOf())
+	}
+	mustContain(t, "error message", o.cniErr.Msg, "protocol 4", "does not replace")
+	if got := n.routesOf(); got != before {
+		t.Errorf("routes changed by a failed ADD:\nbefore:\n%s\nafter:\n%s", before, got)
+	}
+	if r := n.records(); len(r) != 0 {
+		t.Errorf("%d records left after a failed ADD", len(r))
+	}
+	if a := n.allocations(); len(a) != 0 {
+		t.Errorf("allocations left after a failed ADD: %v", a)
+	}
+
+	// Our own protocol's stale route for the address is taken over.
+	mustRun(t, n, "ip", "route", "del", "10.98.0.1/32")
+	mustRun(t, n, "ip", "route", "del", "10.98.0.2/32")
+	mustRun(t, n, "ip", "route", "add", "10.98.0.1/32", "dev", "up0", "proto", "80", "scope", "link")
+	mustRun(t, n, "ip", "route", "add", "10.98.0.2/32", "dev", "up0", "proto", "80", "scope", "link")
+	n.run(call{cmd: "ADD", containerID: "own", netns: pod.Path(), ifName: "eth0", conf: conf}).mustOK(t, "ADD over a stale routelet route")
+	if got := n.routesOf(); !strings.Contains(got, "dev cali") {
+		t.Errorf("no host route on the pod's veth after ADD:\n%s", got)
+	}
+}

@@ -267,12 +267,36 @@ func AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProt
 		if a.Is6() {
 			r.Scope = netlink.SCOPE_UNIVERSE
 		}
-		if err := h.RouteReplace(r); err != nil {
+		if err := addOwnRoute(h, r); err != nil {
 			return fmt.Errorf("add host route %s dev %s: %w", r.Dst, hostIface, err)
 		}
 		slog.Debug("added host route", "iface", hostIface, "cidr", r.Dst.String(), "proto", int(proto))
 	}
 	return nil
+}
+
+// addOwnRoute adds r without ever overwriting a route routelet does not
+// own: it is created exclusively, and when the kernel already holds a route
+// under that key it is replaced only if every route to r.Dst in the main
+// table carries r's protocol (a stale host route of an earlier sandbox);
+// a route of any other protocol (the operator's, the kernel's, another
+// daemon's) makes the add fail naming it.
+func addOwnRoute(h *netlink.Handle, r *netlink.Route) error {
+	err := h.RouteAdd(r)
+	if !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	have, lerr := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Dst: r.Dst, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	if lerr != nil {
+		return fmt.Errorf("%w (and listing what holds it: %v)", err, lerr)
+	}
+	for _, o := range have {
+		if o.Protocol != r.Protocol {
+			return fmt.Errorf("a route to %s of protocol %d (not routelet's %d) already exists; routelet does not replace it", r.Dst, int(o.Protocol), int(r.Protocol))
+		}
+	}
+	return h.RouteReplace(r)
 }
 
 // Teardown deletes the host veth hostIface (which takes the pod side and the
