@@ -278,9 +278,10 @@ func AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProt
 // addOwnRoute adds r without ever overwriting a route routelet does not
 // own: it is created exclusively, and when the kernel already holds a route
 // under that key it is replaced only if every route to r.Dst in the main
-// table carries r's protocol (a stale host route of an earlier sandbox);
-// a route of any other protocol (the operator's, the kernel's, another
-// daemon's) makes the add fail naming it.
+// table is routelet's — it carries r's protocol (a stale host route of an
+// earlier sandbox) or is on r's own host veth (a route left with another
+// protocol after the operator changed routeletd's); any other route (the
+// operator's, the kernel's, another daemon's) makes the add fail naming it.
 func addOwnRoute(h *netlink.Handle, r *netlink.Route) error {
 	err := h.RouteAdd(r)
 	if !errors.Is(err, unix.EEXIST) {
@@ -292,7 +293,7 @@ func addOwnRoute(h *netlink.Handle, r *netlink.Route) error {
 		return fmt.Errorf("%w (and listing what holds it: %v)", err, lerr)
 	}
 	for _, o := range have {
-		if o.Protocol != r.Protocol {
+		if o.Protocol != r.Protocol && o.LinkIndex != r.LinkIndex {
 			return fmt.Errorf("a route to %s of protocol %d (not routelet's %d) already exists; routelet does not replace it", r.Dst, int(o.Protocol), int(r.Protocol))
 		}
 	}
