@@ -66,8 +66,8 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 	if n, err := c.Check(); n != 0 || err != nil {
 		t.Fatalf("clean Check = %d, %v", n, err)
 	}
-	if f.Calls("ListTable") != 2 || f.Execs() != 2 {
-		t.Fatalf("clean Check: %d table reads, %d execs; want one read per table (filter, nat) and nothing else", f.Calls("ListTable"), f.Execs())
+	if f.Calls("ListTable") != 3 || f.Execs() != 3 {
+		t.Fatalf("clean Check: %d table reads, %d execs; want one read per table (raw, filter, nat) and nothing else", f.Calls("ListTable"), f.Execs())
 	}
 
 	// Config change: only the tables of the chains whose rules change are
@@ -81,8 +81,8 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantInstalled(t, f, Config{VXLAN: true, NATOutgoing: true}, ipset.IPv4, others)
-	if f.Calls("ListTable") != 2 || f.Calls("Insert") != 0 {
-		t.Fatalf("config change: %d table reads, %d Inserts; want 2 (filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
+	if f.Calls("ListTable") != 3 || f.Calls("Insert") != 0 {
+		t.Fatalf("config change: %d table reads, %d Inserts; want 3 (raw, filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
 	}
 }
 
@@ -154,7 +154,7 @@ func TestChainsCheckExecs(t *testing.T) {
 		nft bool
 		// execs of each clean Check after the first
 		later int
-	}{{nft: false, later: 2}, {nft: true, later: 0}} {
+	}{{nft: false, later: 3}, {nft: true, later: 0}} {
 		t.Run(fmt.Sprintf("nft=%v", tc.nft), func(t *testing.T) {
 			f := NewFakeTable()
 			f.NFT = tc.nft
@@ -170,7 +170,7 @@ func TestChainsCheckExecs(t *testing.T) {
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
 			}
-			tableReads := []string{"filter", "nat"}
+			tableReads := []string{"raw", "filter", "nat"}
 			if !slices.Equal(tables, tableReads) {
 				t.Fatalf("first Apply read tables %q, want %q", tables, tableReads)
 			}
@@ -180,7 +180,7 @@ func TestChainsCheckExecs(t *testing.T) {
 				if n, err := c.Check(); n != 0 || err != nil {
 					t.Fatalf("clean Check = %d, %v", n, err)
 				}
-				want, execs := tableReads, 2
+				want, execs := tableReads, 3
 				if i > 0 && tc.later == 0 {
 					want, execs = nil, 0
 				}
@@ -200,17 +200,17 @@ func TestChainsCheckExecs(t *testing.T) {
 			if n, err := c.Check(); n != 2 || err != nil {
 				t.Fatalf("Check = %d, %v; want 2 repairs", n, err)
 			}
-			in := Render(fullCfg, ipset.IPv4)[0]
-			if f.Calls("ListTable") != 2 || f.Calls("Append") != len(in.Rules) || f.Calls("Insert") != 1 || f.Execs() != 2+len(in.Rules)+1 {
-				t.Fatalf("repairing Check: %d table reads, %d appends, %d inserts, %d execs; want 2, %d, 1, %d",
-					f.Calls("ListTable"), f.Calls("Append"), f.Calls("Insert"), f.Execs(), len(in.Rules), 2+len(in.Rules)+1)
+			in := Render(fullCfg, ipset.IPv4)[1]
+			if f.Calls("ListTable") != 3 || f.Calls("Append") != len(in.Rules) || f.Calls("Insert") != 1 || f.Execs() != 3+len(in.Rules)+1 {
+				t.Fatalf("repairing Check: %d table reads, %d appends, %d inserts, %d execs; want 3, %d, 1, %d",
+					f.Calls("ListTable"), f.Calls("Append"), f.Calls("Insert"), f.Execs(), len(in.Rules), 3+len(in.Rules)+1)
 			}
 			wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
 			// The repair changed the ruleset: the next Check reads again
 			// (and, clean, arms the shortcut once more).
 			f.ResetCalls()
-			if n, err := c.Check(); n != 0 || err != nil || f.Execs() != 2 {
-				t.Fatalf("Check after a repair = %d, %v in %d execs; want a clean read of both tables", n, err, f.Execs())
+			if n, err := c.Check(); n != 0 || err != nil || f.Execs() != 3 {
+				t.Fatalf("Check after a repair = %d, %v in %d execs; want a clean read of the three tables", n, err, f.Execs())
 			}
 		})
 	}
@@ -234,13 +234,13 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 			t.Fatalf("%s: Check = %d, %v in %d execs, want 0, nil in %d", what, n, err, f.Execs(), wantExecs)
 		}
 	}
-	check("first clean Check", 2)
+	check("first clean Check", 3)
 	check("unchanged ruleset", 0)
 
 	// A foreign rule in a chain routelet does not own still changes the
 	// generation: the Check reads (and leaves it alone).
 	_ = f.Append("filter", "OUTPUT", "-j", "ACCEPT")
-	check("foreign change", 2)
+	check("foreign change", 3)
 	check("unchanged again", 0)
 
 	// New config, kernel unchanged: Apply rewrites the chains, and even
@@ -250,13 +250,13 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	check("after a config change", 2)
+	check("after a config change", 3)
 	_ = c.SetConfig(fullCfg)
 	_ = c.SetConfig(cfg) // back: nothing to write, but Apply still runs
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	check("after an Apply", 2)
+	check("after an Apply", 3)
 
 	f.Inject = func(method, table, chain string) error {
 		if method == "Generation" {
@@ -264,10 +264,10 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 		}
 		return nil
 	}
-	check("generation unreadable", 2)
-	check("generation still unreadable", 2)
+	check("generation unreadable", 3)
+	check("generation still unreadable", 3)
 	f.Inject = nil
-	check("generation back", 2)
+	check("generation back", 3)
 	check("generation back, unchanged", 0)
 }
 

@@ -2,10 +2,13 @@ package rules
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/ipset"
 )
 
 // nftGeneration returns the nf_tables ruleset generation of the calling
@@ -37,4 +40,21 @@ func nftGeneration() (uint32, error) {
 		}
 	}
 	return 0, fmt.Errorf("nf_tables generation: no NFTA_GEN_ID in the kernel's answer")
+}
+
+// nftHasTable reports whether the nf_tables ruleset of the calling thread's
+// network namespace holds table in family (NFT_MSG_GETTABLE for that one
+// table; the kernel answers ENOENT when there is none). A read: it creates
+// nothing and leaves the generation alone.
+func nftHasTable(family ipset.Family, table string) (bool, error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETTABLE, unix.NLM_F_ACK)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: uint8(family), Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(unix.NFTA_TABLE_NAME, nl.ZeroTerminated(table)))
+	if _, err := req.Execute(unix.NETLINK_NETFILTER, 0); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("nf_tables table %s: %w", table, err)
+	}
+	return true, nil
 }

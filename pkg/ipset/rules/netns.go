@@ -32,6 +32,12 @@ func (n NetNS) Generation() (gen uint32, ok bool, err error) {
 	return gen, ok, err
 }
 
+// HasTable implements Table.
+func (n NetNS) HasTable(table string) (ok bool, err error) {
+	err = n.do(func() error { ok, err = n.T.HasTable(table); return err })
+	return ok, err
+}
+
 // ListById implements Table.
 func (n NetNS) ListById(table, chain string, id int) (out string, err error) {
 	err = n.do(func() error { out, err = n.T.ListById(table, chain, id); return err })
