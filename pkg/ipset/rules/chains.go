@@ -30,6 +30,11 @@ type Table interface {
 	// and the NAT hooks. It is a netlink request or a /proc read, not an
 	// exec.
 	HasTable(table string) (bool, error)
+	// DeleteTable deletes table in one transaction committed only while
+	// the nf_tables ruleset generation is still gen (ErrGenerationChanged
+	// otherwise, with nothing deleted); iptables-legacy cannot remove a
+	// table (errors.ErrUnsupported). A netlink request, not an exec.
+	DeleteTable(table string, gen uint32) error
 	// ListById returns `iptables -t table -S chain id`: one rule.
 	ListById(table, chain string, id int) (string, error)
 	NewChain(table, chain string) error
@@ -299,6 +304,7 @@ func (c *Chains) sync(useCache bool) (int, error) {
 			}
 			if fixed {
 				repaired++
+				c.dropTableIfEmpty(ch.Table)
 			}
 		}
 		c.goneOK[ch.Name] = true
@@ -309,6 +315,38 @@ func (c *Chains) sync(useCache bool) (int, error) {
 		c.log.Warn("iptables sync failed", "err", err)
 	}
 	return repaired, err
+}
+
+// dropTableIfEmpty deletes table once removing routelet's chain left it
+// with nothing but its built-in chains, empty and with policy ACCEPT: with
+// iptables-nft an empty nat table still registers its hooks, and so keeps
+// conntrack and NAT on for every packet. The deletion is committed only if
+// the ruleset is still the one just read (no one added anything since).
+// iptables-legacy cannot unregister a table; it stays, empty. Failures are
+// logged, not returned: the chain is gone, which is what was asked.
+func (c *Chains) dropTableIfEmpty(table string) {
+	gen, ok, err := c.t.Generation()
+	if err != nil || !ok {
+		c.log.Debug("iptables table left in place (no nf_tables generation)", "table", table, "err", err)
+		return
+	}
+	c.stats.Reads++
+	lines, err := c.t.ListTable(table)
+	if err != nil {
+		c.log.Warn("iptables table not re-read after removing routelet's chain; left in place", "table", table, "err", err)
+		return
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) != 3 || f[0] != "-P" || f[2] != "ACCEPT" {
+			return // someone else's chain, rule or policy: theirs to keep
+		}
+	}
+	c.stats.Writes++
+	if err := c.t.DeleteTable(table, gen); err != nil {
+		c.log.Warn("empty iptables table not removed", "table", table, "err", err)
+		return
+	}
+	c.log.Info("iptables table empty after removing routelet's chain, removed", "table", table)
 }
 
 // removeChain deletes every jump to ch from its built-in chain, each

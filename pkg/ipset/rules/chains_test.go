@@ -465,3 +465,116 @@ func TestCleanup(t *testing.T) {
 		t.Fatalf("second Cleanup: %v", err)
 	}
 }
+
+// TestChainsNATOffLeavesNATTableAlone: without NAT outgoing, Apply and
+// Check never read, write or create the nat table of a namespace that has
+// none (the fake, like iptables-legacy, instantiates a table on any
+// access), with and without a ruleset generation.
+func TestChainsNATOffLeavesNATTableAlone(t *testing.T) {
+	for _, nft := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) {
+			f := NewFakeTable()
+			f.NFT = nft
+			f.DropTable(TableNAT)
+			var touched []string
+			f.Inject = func(method, table, chain string) error {
+				if table == TableNAT && method != "HasTable" {
+					touched = append(touched, method)
+				}
+				return nil
+			}
+			c := New(f, ipset.IPv4, quiet)
+			cfg := Config{VXLAN: true}
+			_ = c.SetConfig(cfg)
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if n, err := c.Check(); n != 0 || err != nil {
+					t.Fatalf("clean Check = %d, %v", n, err)
+				}
+			}
+			if ok, _ := f.HasTable(TableNAT); ok || len(touched) > 0 {
+				t.Fatalf("NAT off: nat table exists %v, calls on it %q; want none", ok, touched)
+			}
+			wantInstalled(t, f, cfg, ipset.IPv4, nil)
+		})
+	}
+}
+
+// TestChainsNATSwitchedOff: NAT outgoing turned off removes the nat chain
+// and its jump and leaves everyone else's nat rules alone; with nf_tables a
+// nat table left empty by that is removed (its hooks would keep conntrack
+// on), one that holds someone else's rule stays; legacy cannot remove a
+// table and leaves it empty. A chain recreated by someone is removed again
+// by the next Check.
+func TestChainsNATSwitchedOff(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		nft       bool
+		foreign   bool
+		wantTable bool
+	}{
+		{"nft, nat table only routelet's", true, false, false},
+		{"nft, someone else's nat rule", true, true, true},
+		{"legacy", false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFakeTable()
+			f.NFT = tc.nft
+			if tc.foreign {
+				f.SetRules(TableNAT, "PREROUTING", "-j KUBE-SERVICES")
+			}
+			c := New(f, ipset.IPv4, quiet)
+			_ = c.SetConfig(Config{VXLAN: true, NATOutgoing: true})
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			off := Config{VXLAN: true}
+			_ = c.SetConfig(off)
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.Rules(TableNAT, PostroutingChain); ok {
+				t.Fatal("ROUTELET-POSTROUTING still there with NAT off")
+			}
+			if r, _ := f.Rules(TableNAT, "POSTROUTING"); len(r) != 0 {
+				t.Fatalf("nat POSTROUTING = %q, want no jump", r)
+			}
+			if ok, _ := f.HasTable(TableNAT); ok != tc.wantTable {
+				t.Fatalf("nat table exists = %v, want %v", ok, tc.wantTable)
+			}
+			if r, _ := f.Rules(TableNAT, "PREROUTING"); tc.foreign && !slices.Equal(r, []string{"-j KUBE-SERVICES"}) {
+				t.Fatalf("someone else's nat rule = %q, want it kept", r)
+			}
+			wantInstalled(t, f, off, ipset.IPv4, nil)
+
+			// Someone recreates the chain and the jump: the next Check
+			// removes both.
+			f.SetRules(TableNAT, PostroutingChain, "-j MASQUERADE")
+			f.SetRules(TableNAT, "POSTROUTING", "-j "+PostroutingChain)
+			if n, err := c.Check(); n != 1 || err != nil {
+				t.Fatalf("Check = %d, %v; want the recreated chain removed (1 repair)", n, err)
+			}
+			if _, ok := f.Rules(TableNAT, PostroutingChain); ok {
+				t.Fatal("recreated ROUTELET-POSTROUTING survived a Check with NAT off")
+			}
+		})
+	}
+}
+
+// TestCleanupLeavesMissingTablesAlone: cleanup does not create a table it
+// has nothing to remove from.
+func TestCleanupLeavesMissingTablesAlone(t *testing.T) {
+	f := NewFakeTable()
+	f.DropTable(TableNAT)
+	f.DropTable(TableRaw)
+	if err := Cleanup(f, quiet); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{TableNAT, TableRaw} {
+		if ok, _ := f.HasTable(table); ok {
+			t.Fatalf("cleanup created table %s", table)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,6 +100,32 @@ func (f *FakeTable) DropTable(table string) {
 		}
 	}
 	f.changed()
+}
+
+// DeleteTable implements Table: with NFT and gen current it removes the
+// table; it is counted as a call.
+func (f *FakeTable) DeleteTable(table string, gen uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["DeleteTable"]++
+	if f.Inject != nil {
+		if err := f.Inject("DeleteTable", table, ""); err != nil {
+			return err
+		}
+	}
+	if !f.NFT {
+		return fmt.Errorf("fake legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
+	}
+	if gen != f.gen {
+		return ErrGenerationChanged
+	}
+	for k := range f.chains {
+		if t, _, _ := strings.Cut(k, "/"); t == table {
+			delete(f.chains, k)
+		}
+	}
+	f.changed()
+	return nil
 }
 
 // HasTable implements Table. It is not counted as a call: it is no exec.

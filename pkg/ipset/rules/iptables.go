@@ -112,6 +112,14 @@ func (t *IPTables) HasTable(table string) (bool, error) {
 	return legacyHasTable("/proc/thread-self/net/"+name, table)
 }
 
+// DeleteTable implements Table.
+func (t *IPTables) DeleteTable(table string, gen uint32) error {
+	if !t.nft {
+		return fmt.Errorf("iptables-legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
+	}
+	return nftDeleteTable(t.family, table, gen)
+}
+
 // legacyHasTable reports whether the x_tables names file at path lists
 // table. A missing file means the kernel has no such tables at all.
 func legacyHasTable(path, table string) (bool, error) {

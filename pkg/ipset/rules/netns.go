@@ -38,6 +38,11 @@ func (n NetNS) HasTable(table string) (ok bool, err error) {
 	return ok, err
 }
 
+// DeleteTable implements Table.
+func (n NetNS) DeleteTable(table string, gen uint32) error {
+	return n.do(func() error { return n.T.DeleteTable(table, gen) })
+}
+
 // ListById implements Table.
 func (n NetNS) ListById(table, chain string, id int) (out string, err error) {
 	err = n.do(func() error { out, err = n.T.ListById(table, chain, id); return err })
