@@ -246,15 +246,19 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		}
 	}
 	fmt.Fprintf(w, "load average at end: %s\n", loadavg())
-	fmt.Fprintf(w, "medians (%s, %d round(s)); ratio = routelet / reference:\n", o.encap, o.rounds)
+	fmt.Fprintf(w, "medians (%s, %d round(s)); ratios = routelet / reference, the median of each round's pair (the two ran back to back):\n", o.encap, o.rounds)
 	for _, nat := range o.nat {
 		for _, v6 := range families(o.ipv6) {
 			for _, pin := range o.pin {
 				k := key{nat: nat, pin: pin, v6: v6}
 				rs := results[k]
-				ref, rl := medianSample(rs.ref), medianSample(rs.rl)
+				var cpu, rate []float64
+				for i := range rs.ref {
+					cpu = append(cpu, rs.rl[i].cpuPerGB/rs.ref[i].cpuPerGB)
+					rate = append(rate, rs.rl[i].gbps/rs.ref[i].gbps)
+				}
 				fmt.Fprintf(w, "  %s  reference %s   routelet %s   CPU/GB ratio %.2f, throughput ratio %.2f\n",
-					k, ref, rl, rl.cpuPerGB/ref.cpuPerGB, rl.gbps/ref.gbps)
+					k, medianSample(rs.ref), medianSample(rs.rl), median(cpu), median(rate))
 			}
 		}
 	}
