@@ -318,22 +318,28 @@ func (c *Chains) sync(useCache bool) (int, error) {
 }
 
 // dropTableIfEmpty deletes table once removing routelet's chain left it
-// with nothing but its built-in chains, empty and with policy ACCEPT: with
-// iptables-nft an empty nat table still registers its hooks, and so keeps
-// conntrack and NAT on for every packet. The deletion is committed only if
-// the ruleset is still the one just read (no one added anything since).
-// iptables-legacy cannot unregister a table; it stays, empty. Failures are
-// logged, not returned: the chain is gone, which is what was asked.
+// with nothing but its built-in chains (see dropIfEmpty).
 func (c *Chains) dropTableIfEmpty(table string) {
-	gen, ok, err := c.t.Generation()
+	c.stats.Reads++
+	dropIfEmpty(c.t, table, c.log)
+}
+
+// dropIfEmpty deletes table when it holds nothing but its built-in chains,
+// empty and with policy ACCEPT: with iptables-nft an empty nat table still
+// registers its hooks, and so keeps conntrack and NAT on for every packet.
+// The deletion is committed only if the ruleset is still the one just read
+// (no one added anything since). iptables-legacy cannot unregister a
+// table; it stays, empty. Failures are logged, not returned: routelet's
+// chain is gone, which is what was asked. It makes one exec (the read).
+func dropIfEmpty(t Table, table string, log *slog.Logger) {
+	gen, ok, err := t.Generation()
 	if err != nil || !ok {
-		c.log.Debug("iptables table left in place (no nf_tables generation)", "table", table, "err", err)
+		log.Debug("iptables table left in place (no nf_tables generation)", "table", table, "err", err)
 		return
 	}
-	c.stats.Reads++
-	lines, err := c.t.ListTable(table)
+	lines, err := t.ListTable(table)
 	if err != nil {
-		c.log.Warn("iptables table not re-read after removing routelet's chain; left in place", "table", table, "err", err)
+		log.Warn("iptables table not re-read after removing routelet's chain; left in place", "table", table, "err", err)
 		return
 	}
 	for _, l := range lines {
@@ -341,12 +347,11 @@ func (c *Chains) dropTableIfEmpty(table string) {
 			return // someone else's chain, rule or policy: theirs to keep
 		}
 	}
-	c.stats.Writes++
-	if err := c.t.DeleteTable(table, gen); err != nil {
-		c.log.Warn("empty iptables table not removed", "table", table, "err", err)
+	if err := t.DeleteTable(table, gen); err != nil {
+		log.Warn("empty iptables table not removed", "table", table, "err", err)
 		return
 	}
-	c.log.Info("iptables table empty after removing routelet's chain, removed", "table", table)
+	log.Info("iptables table empty after removing routelet's chain, removed", "table", table)
 }
 
 // removeChain deletes every jump to ch from its built-in chain, each
@@ -500,7 +505,8 @@ func (c *Chains) syncHook(ch Chain, lines []string) (bool, error) {
 // Cleanup removes every jump to routelet's chains from the built-in chains,
 // then flushes and deletes the chains, for the daemon's cleanup command. Run
 // it before destroying the ipsets the rules use. Missing chains are fine,
-// and a table that does not exist is not read (so not created). Each table
+// and a table that does not exist is not read (so not created); with
+// nf_tables a table left empty by the removal is deleted. Each table
 // is read once; jumps are deleted by position from that read, highest
 // first. It is meant for a stopped daemon, not to race with other programs
 // editing the same built-in chain (Chains.Check re-reads before each
@@ -511,6 +517,7 @@ func Cleanup(t Table, log *slog.Logger) error {
 	}
 	var errs []error
 	tables := map[string]map[string][]string{}
+	emptied := map[string]bool{}
 	for _, ch := range Known() {
 		chains, ok := tables[ch.Table]
 		if !ok {
@@ -539,6 +546,9 @@ func Cleanup(t Table, log *slog.Logger) error {
 				errs = append(errs, fmt.Errorf("iptables cleanup: delete jump %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err))
 			}
 		}
+		if len(pos) > 0 {
+			emptied[ch.Table] = true
+		}
 		if _, exists := chains[ch.Name]; !exists {
 			continue // already gone
 		}
@@ -550,7 +560,16 @@ func Cleanup(t Table, log *slog.Logger) error {
 			errs = append(errs, fmt.Errorf("iptables cleanup: delete %s/%s: %w", ch.Table, ch.Name, err))
 			continue
 		}
+		emptied[ch.Table] = true
 		log.Debug("iptables chain removed", "component", "iptables", "table", ch.Table, "chain", ch.Name)
+	}
+	// A table routelet's chains were the only content of goes too (nft),
+	// so no hook of it stays registered.
+	for _, ch := range Known() {
+		if emptied[ch.Table] {
+			delete(emptied, ch.Table)
+			dropIfEmpty(t, ch.Table, log)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -578,3 +578,28 @@ func TestCleanupLeavesMissingTablesAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestCleanupDropsTablesItEmptied: with nf_tables, cleanup deletes the
+// tables that held nothing but routelet's chains and keeps a table with
+// someone else's rule.
+func TestCleanupDropsTablesItEmptied(t *testing.T) {
+	f := NewFakeTable()
+	f.NFT = true
+	f.SetRules(TableFilter, "INPUT", "-p tcp --dport 22 -j ACCEPT")
+	c := New(f, ipset.IPv4, quiet)
+	_ = c.SetConfig(fullCfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(f, quiet); err != nil {
+		t.Fatal(err)
+	}
+	for table, want := range map[string]bool{TableRaw: false, TableNAT: false, TableFilter: true} {
+		if ok, _ := f.HasTable(table); ok != want {
+			t.Errorf("after cleanup table %s exists = %v, want %v", table, ok, want)
+		}
+	}
+	if r, _ := f.Rules(TableFilter, "INPUT"); !slices.Equal(r, []string{"-p tcp --dport 22 -j ACCEPT"}) {
+		t.Errorf("filter INPUT = %q, want someone else's rule kept", r)
+	}
+}
