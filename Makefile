@@ -40,6 +40,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 50x ./plugin/
 	$(GO) run ./bench/cni
 	$(GO) run ./bench/overlay -plugin-dir $(BIN) -rounds 3
+	$(GO) run ./bench/overlay -plugin-dir $(BIN) -rounds 3 -encapsulation none
 
 demo: deps build
 	$(GO) run ./demo -plugin-dir $(BIN)

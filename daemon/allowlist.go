@@ -49,8 +49,12 @@ func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Met
 		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
 		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
 	}
+	if !cfg.NATOutgoing && len(cfg.NATOutgoingPools) > 0 {
+		log.Warn("nat-outgoing is false: nat-outgoing-pool has no effect, no pool is masqueraded", "pools", cfg.NATOutgoingPools)
+	}
 	m, err := allowmgr.New(allowlist.New(k, v4, v6, base), allowmgr.Options{
-		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: cfg.PodCIDRs, CheckPeriod: cfg.AllowlistCheckPeriod,
+		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: cfg.PodCIDRs, NATPools: cfg.NATOutgoingPools,
+		CheckPeriod: cfg.AllowlistCheckPeriod,
 	}, log)
 	if err == nil {
 		err = m.Register(metrics.Registry)
@@ -59,7 +63,7 @@ func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Met
 		k.Close()
 		return nil, nil, fmt.Errorf("allowlist: %w", err)
 	}
-	log.Info("allowlist enabled", "vxlan", rc.VXLAN, "ipip", rc.IPIP, "natOutgoing", rc.NATOutgoing,
+	log.Info("allowlist enabled", "vxlan", rc.VXLAN, "ipip", rc.IPIP, "natOutgoing", rc.NATOutgoing, "natOutgoingPools", cfg.NATOutgoingPools,
 		"iptablesBackend", cfg.IptablesBackend, "ipv6", v6 != nil, "checkPeriod", cfg.AllowlistCheckPeriod)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -1,20 +1,30 @@
-// Command overlay measures what the VXLAN overlay costs in TCP throughput:
-// in one run it builds two simulated nodes on one underlay bridge (see
-// internal/cluster) running routeletd with --encapsulation=vxlan, attaches
-// one pod per node through the plugin, and runs iperf3 twice — host to host
-// over the underlay (node a's eth0 → node b's eth0), then pod to pod across
-// the nodes, which the routes send through vxlan.calico — alternating
-// -rounds times so background load hits both alike. It prints each
-// transfer's rate, the medians and the overlay/underlay ratio (target
-// ≥ 0.8). -encapsulation none measures the same pod path without
-// encapsulation (host-gw), which separates the cost of VXLAN from that of
-// the pods' extra hops. Everything runs in network namespaces and is
-// removed at the end, also on Ctrl-C.
+// Command overlay measures what routelet's pod datapath costs in TCP
+// throughput and in CPU. In one run it builds two simulated nodes on one
+// underlay bridge (see internal/cluster) running routeletd, one pod per
+// node attached through the plugin, and — on the same bridge — two more
+// nodes with the same datapath built by hand and no netfilter rules at all
+// (veth, /32 and /128 host routes, proxy ARP gateway, vxlan.calico and
+// vxlan-v6.calico with permanent ARP/FDB entries and onlink routes, or
+// direct routes with -encapsulation none): the reference. It then runs
+// iperf3 (one TCP stream) host to host over the underlay, and pod to pod
+// across the nodes on the reference and on routelet, alternating, for
+// IPv4 and IPv6 pods, with the iperf3 ends unpinned and both pinned to one
+// CPU (taskset), with routeletd's NAT outgoing on and off (the daemons are
+// restarted between the two).
+//
+// For every transfer it prints the rate and the CPU seconds per GB moved,
+// for the whole machine (busy jiffies from /proc/stat over the transfer,
+// divided by the bytes received): on this single-machine model both nodes'
+// packet work shows up there. The summary gives the medians and
+// routelet's ratio to the reference in the same run (CPU per GB: target
+// ≤ 1.05 with NAT off), and the pod/underlay throughput ratio. Everything
+// runs in network namespaces and is removed at the end, also on Ctrl-C.
 //
 // Run as root: go run ./bench/overlay (or make bench).
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,12 +35,16 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
@@ -40,26 +54,77 @@ const benchPrefix = "routelet-ovbench-"
 
 var nsPrefix = netnstest.OwnedPrefix(benchPrefix)
 
+// options are the command line.
+type options struct {
+	secs, rounds int
+	encap        string
+	binDir       string
+	nat, pin     []string // "on", "off"
+	ipv6         bool
+}
+
 func main() {
-	secs := flag.Int("t", 5, "seconds per iperf3 transfer")
-	rounds := flag.Int("rounds", 1, "underlay/overlay transfer pairs")
-	encap := flag.String("encapsulation", "vxlan", "routeletd --encapsulation for the pod transfer (none: host-gw, a reference without encapsulation)")
-	binDir := flag.String("plugin-dir", "bin", "directory holding the routelet plugin and routeletd (built into a temp dir when missing)")
+	var o options
+	var nat, pin string
+	flag.IntVar(&o.secs, "t", 5, "seconds per iperf3 transfer")
+	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each runs every transfer once, reference and routelet alternating")
+	flag.StringVar(&o.encap, "encapsulation", "vxlan", "vxlan, or none (host-gw: direct routes, no encapsulation)")
+	flag.StringVar(&o.binDir, "plugin-dir", "bin", "directory holding the routelet plugin and routeletd (built into a temp dir when missing)")
+	flag.StringVar(&nat, "nat", "on,off", "routeletd NAT outgoing settings to measure, in order")
+	flag.StringVar(&pin, "pin", "off,on", "iperf3 placement: off (unpinned), on (both ends on the last CPU)")
+	flag.BoolVar(&o.ipv6, "ipv6", true, "also measure IPv6 pods (over the IPv6 underlay)")
 	flag.Parse()
+	o.nat, o.pin = strings.Split(nat, ","), strings.Split(pin, ",")
+	for _, v := range append(slices.Clone(o.nat), o.pin...) {
+		if v != "on" && v != "off" {
+			fmt.Fprintf(os.Stderr, "overlay bench: -nat and -pin take on and off, not %q\n", v)
+			os.Exit(2)
+		}
+	}
+	if o.encap != "vxlan" && o.encap != "none" {
+		fmt.Fprintf(os.Stderr, "overlay bench: -encapsulation %q: want vxlan or none\n", o.encap)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *binDir, *encap, *secs, *rounds); err != nil {
+	if err := run(ctx, os.Stdout, o); err != nil {
 		fmt.Fprintln(os.Stderr, "overlay bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, w io.Writer, binDir, encap string, secs, rounds int) (err error) {
+// Addresses of the four nodes: a and b run routeletd, ra and rb are the
+// hand-built reference.
+var (
+	specA  = cluster.NodeSpec{Name: "a", Host4: "10.0.1.10/24", Gw4: "10.0.1.1", Block4: "10.244.1.0/24", Host6: "fd00:1::10/64", Gw6: "fd00:1::1", Block6: "fd00:244:1::/120"}
+	specB  = cluster.NodeSpec{Name: "b", Host4: "10.0.1.11/24", Gw4: "10.0.1.1", Block4: "10.244.2.0/24", Host6: "fd00:1::11/64", Gw6: "fd00:1::1", Block6: "fd00:244:2::/120"}
+	refA   = refNode{name: "ra", host4: "10.0.1.20", host6: "fd00:1::20", block4: "10.244.21.0/24", block6: "fd00:244:21::/120", pod4: "10.244.21.2", pod6: "fd00:244:21::2", mac4: "66:00:00:00:21:04", mac6: "66:00:00:00:21:06"}
+	refB   = refNode{name: "rb", host4: "10.0.1.21", host6: "fd00:1::21", block4: "10.244.22.0/24", block6: "fd00:244:22::/120", pod4: "10.244.22.2", pod6: "fd00:244:22::2", mac4: "66:00:00:00:22:04", mac6: "66:00:00:00:22:06"}
+	family = map[bool]string{false: "IPv4", true: "IPv6"}
+)
+
+// key names one measured setting.
+type key struct {
+	nat, pin string
+	v6       bool
+}
+
+func (k key) String() string {
+	pin := "unpinned"
+	if k.pin == "on" {
+		pin = "pinned  "
+	}
+	return fmt.Sprintf("%s %s NAT %-3s", family[k.v6], pin, k.nat)
+}
+
+func run(ctx context.Context, w io.Writer, o options) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root: it creates network namespaces")
 	}
-	if _, err := exec.LookPath("iperf3"); err != nil {
-		return errors.New("iperf3 not found: install it (make deps)")
+	for _, tool := range []string{"iperf3", "taskset", "ip", "bridge"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: install it (make deps)", tool)
+		}
 	}
 	if _, err := cluster.RemoveStale(benchPrefix); err != nil {
 		return err
@@ -69,16 +134,20 @@ func run(ctx context.Context, w io.Writer, binDir, encap string, secs, rounds in
 		return err
 	}
 	defer os.RemoveAll(work)
-	pluginDir, daemon, err := binaries(ctx, binDir, filepath.Join(work, "bin"))
+	pluginDir, daemon, err := binaries(ctx, o.binDir, filepath.Join(work, "bin"))
 	if err != nil {
 		return err
 	}
+	a, b := specA, specB
+	if !o.ipv6 {
+		a.Host6, a.Block6, b.Host6, b.Block6 = "", "", "", ""
+	}
+	baseArgs := []string{"--encapsulation=" + o.encap, "--health-addr="}
+	daemonArgs := func(nat string) []string {
+		return append(slices.Clone(baseArgs), "--nat-outgoing="+strconv.FormatBool(nat == "on"))
+	}
 	c, err := cluster.New(cluster.Options{Prefix: nsPrefix, PluginDir: pluginDir, Daemon: daemon, WorkDir: work,
-		DaemonArgs: []string{"--encapsulation=" + encap, "--health-addr="},
-		Nodes: []cluster.NodeSpec{
-			{Name: "a", Host4: "10.0.1.10/24", Gw4: "10.0.1.1", Block4: "10.244.1.0/24"},
-			{Name: "b", Host4: "10.0.1.11/24", Gw4: "10.0.1.1", Block4: "10.244.2.0/24"},
-		}})
+		DaemonArgs: daemonArgs(o.nat[0]), Nodes: []cluster.NodeSpec{a, b}})
 	if err != nil {
 		return err
 	}
@@ -86,56 +155,174 @@ func run(ctx context.Context, w io.Writer, binDir, encap string, secs, rounds in
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	a, b := c.Nodes[0], c.Nodes[1]
-	pa, err := c.AddPod(ctx, a, "bench-a")
+	na, nb := c.Nodes[0], c.Nodes[1]
+	pa, err := c.AddPod(ctx, na, "bench-a")
 	if err != nil {
 		return err
 	}
-	pb, err := c.AddPod(ctx, b, "bench-b")
+	pb, err := c.AddPod(ctx, nb, "bench-b")
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "overlay bench: iperf3 -t %d, %d round(s); nodes a 10.0.1.10 and b 10.0.1.11 on one bridge (MTU 1500); pods %s → %s, encapsulation %s\n",
-		secs, rounds, pa.IPv4, pb.IPv4, encap)
-	var under, over []float64
-	for i := range rounds {
-		u, err := iperf(ctx, netnstest.Name(a.CNI.NS), netnstest.Name(b.CNI.NS), "10.0.1.11", secs)
-		if err != nil {
-			return fmt.Errorf("underlay transfer: %w", err)
-		}
-		o, err := iperf(ctx, netnstest.Name(pa.NS), netnstest.Name(pb.NS), pb.IPv4.String(), secs)
-		if err != nil {
-			return fmt.Errorf("overlay transfer: %w", err)
-		}
-		fmt.Fprintf(w, "  round %d: underlay host→host %6.2f Gbit/s   pod→pod %6.2f Gbit/s\n", i+1, u, o)
-		under, over = append(under, u), append(over, o)
+	mtu, err := podMTU(pa.NS)
+	if err != nil {
+		return err
 	}
-	mu, mo := median(under), median(over)
-	ratio := mo / mu
-	verdict := "meets"
-	if ratio < 0.8 {
-		verdict = "BELOW"
+	ref, err := buildReference(ctx, c.Router, o.encap, o.ipv6, mtu)
+	if err != nil {
+		return errors.Join(err, ref.close())
 	}
-	fmt.Fprintf(w, "underlay %.2f Gbit/s, pod→pod (%s) %.2f Gbit/s (medians): ratio %.2f, %s the 0.80 target\n", mu, encap, mo, ratio, verdict)
+	defer func() { err = errors.Join(err, ref.close()) }()
+
+	pinCPU := strconv.Itoa(runtime.NumCPU() - 1)
+	fmt.Fprintf(w, "overlay bench: iperf3 -t %d, %d round(s), encapsulation %s, pod MTU %d; routelet pods %s → %s", o.secs, o.rounds, o.encap, mtu, pa.IPv4, pb.IPv4)
+	if o.ipv6 {
+		fmt.Fprintf(w, " and %s → %s", pa.IPv6, pb.IPv6)
+	}
+	fmt.Fprintf(w, "; reference pods %s → %s; pinned: both iperf3 ends on CPU %s\n", refA.pod4, refB.pod4, pinCPU)
+	fmt.Fprintf(w, "load average at start: %s\n", loadavg())
+
+	type result struct{ ref, rl []sample }
+	results := map[key]*result{}
+	var under []sample
+	for ni, nat := range o.nat {
+		if ni > 0 {
+			for _, n := range c.Nodes {
+				if err := c.Restart(ctx, n, daemonArgs(nat)...); err != nil {
+					return fmt.Errorf("restart %s with NAT %s: %w", n.Spec.Name, nat, err)
+				}
+			}
+		}
+		for r := range o.rounds {
+			if ni == 0 {
+				u, err := transfer(ctx, netnstest.Name(na.CNI.NS), netnstest.Name(nb.CNI.NS), "10.0.1.11", o.secs, "")
+				if err != nil {
+					return fmt.Errorf("underlay transfer: %w", err)
+				}
+				under = append(under, u)
+				fmt.Fprintf(w, "  round %d underlay host→host              %s\n", r+1, u)
+			}
+			for _, v6 := range families(o.ipv6) {
+				for _, pin := range o.pin {
+					k := key{nat: nat, pin: pin, v6: v6}
+					if results[k] == nil {
+						results[k] = &result{}
+					}
+					cpu := ""
+					if pin == "on" {
+						cpu = pinCPU
+					}
+					dstRef, dstRL := refB.pod4, pb.IPv4.String()
+					if v6 {
+						dstRef, dstRL = refB.pod6, pb.IPv6.String()
+					}
+					runRef := func() (sample, error) {
+						return transfer(ctx, netnstest.Name(ref.pods[0]), netnstest.Name(ref.pods[1]), dstRef, o.secs, cpu)
+					}
+					runRL := func() (sample, error) {
+						return transfer(ctx, netnstest.Name(pa.NS), netnstest.Name(pb.NS), dstRL, o.secs, cpu)
+					}
+					first, second := runRef, runRL
+					if r%2 == 1 {
+						first, second = runRL, runRef
+					}
+					s1, err := first()
+					if err != nil {
+						return fmt.Errorf("%s transfer: %w", k, err)
+					}
+					s2, err := second()
+					if err != nil {
+						return fmt.Errorf("%s transfer: %w", k, err)
+					}
+					sRef, sRL := s1, s2
+					if r%2 == 1 {
+						sRef, sRL = s2, s1
+					}
+					results[k].ref = append(results[k].ref, sRef)
+					results[k].rl = append(results[k].rl, sRL)
+					fmt.Fprintf(w, "  round %d %s  reference %s   routelet %s\n", r+1, k, sRef, sRL)
+				}
+			}
+		}
+	}
+	fmt.Fprintf(w, "load average at end: %s\n", loadavg())
+	fmt.Fprintf(w, "medians (%s, %d round(s)); ratios = routelet / reference, the median of each round's pair (the two ran back to back):\n", o.encap, o.rounds)
+	for _, nat := range o.nat {
+		for _, v6 := range families(o.ipv6) {
+			for _, pin := range o.pin {
+				k := key{nat: nat, pin: pin, v6: v6}
+				rs := results[k]
+				var cpu, rate []float64
+				for i := range rs.ref {
+					cpu = append(cpu, rs.rl[i].cpuPerGB/rs.ref[i].cpuPerGB)
+					rate = append(rate, rs.rl[i].gbps/rs.ref[i].gbps)
+				}
+				fmt.Fprintf(w, "  %s  reference %s   routelet %s   CPU/GB ratio %.2f, throughput ratio %.2f\n",
+					k, medianSample(rs.ref), medianSample(rs.rl), median(cpu), median(rate))
+			}
+		}
+	}
+	mu := medianSample(under)
+	k := key{nat: o.nat[0], pin: o.pin[0]}
+	mo := medianSample(results[k].rl)
+	fmt.Fprintf(w, "underlay %s; routelet pod→pod (%s) %.2f Gbit/s: ratio %.2f to the underlay\n", mu, k, mo.gbps, mo.gbps/mu.gbps)
 	return nil
 }
 
-// iperf runs an iperf3 server in the namespace named srv and a client in
-// cli sending to dst for secs seconds; it returns the receiver's rate in
-// Gbit/s.
-func iperf(ctx context.Context, cli, srv, dst string, secs int) (float64, error) {
+// families returns the pod families measured: IPv4, and IPv6 with v6.
+func families(v6 bool) []bool {
+	if v6 {
+		return []bool{false, true}
+	}
+	return []bool{false}
+}
+
+// sample is one transfer: its rate and the whole machine's CPU time per GB
+// moved.
+type sample struct {
+	gbps     float64
+	cpuPerGB float64
+}
+
+func (s sample) String() string {
+	return fmt.Sprintf("%6.2f Gbit/s %5.2f CPU-s/GB", s.gbps, s.cpuPerGB)
+}
+
+// medianSample returns the median rate and the median CPU per GB of xs
+// (each taken on its own).
+func medianSample(xs []sample) sample {
+	var g, c []float64
+	for _, x := range xs {
+		g, c = append(g, x.gbps), append(c, x.cpuPerGB)
+	}
+	return sample{gbps: median(g), cpuPerGB: median(c)}
+}
+
+// transfer runs an iperf3 server in the namespace named srv and a client in
+// cli sending to dst for secs seconds, both on CPU cpu when it is not
+// empty, and returns the receiver's rate and the machine's busy CPU time
+// (from /proc/stat, around the client's run) per GB received.
+func transfer(ctx context.Context, cli, srv, dst string, secs int, cpu string) (sample, error) {
 	port := "5201"
-	server := exec.Command("ip", "netns", "exec", srv, "iperf3", "-s", "-1", "-p", port)
+	pinned := func(args ...string) []string {
+		if cpu == "" {
+			return args
+		}
+		return append([]string{"taskset", "-c", cpu}, args...)
+	}
+	srvArgs := append([]string{"netns", "exec", srv}, pinned("iperf3", "-s", "-1", "-p", port)...)
+	server := exec.Command("ip", srvArgs...)
 	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	serverOut := &lockedBuffer{}
 	server.Stdout, server.Stderr = serverOut, serverOut
 	if err := server.Start(); err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	defer func() { server.Process.Kill(); server.Wait() }()
 	var res struct {
 		End struct {
 			SumReceived struct {
+				Bytes         float64 `json:"bytes"`
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
 		} `json:"end"`
@@ -143,22 +330,245 @@ func iperf(ctx context.Context, cli, srv, dst string, secs int) (float64, error)
 	}
 	// The server needs a moment to listen: a refused connection is retried.
 	// (iperf3 -J reports errors in its JSON and may still exit 0.)
+	var busy float64
 	for try := 0; ; try++ {
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", cli, "iperf3", "-c", dst, "-p", port,
-			"-t", strconv.Itoa(secs), "-J").Output()
+		cliArgs := append([]string{"netns", "exec", cli}, pinned("iperf3", "-c", dst, "-p", port, "-t", strconv.Itoa(secs), "-J")...)
+		before, err := busySeconds()
+		if err != nil {
+			return sample{}, err
+		}
+		out, err := exec.CommandContext(ctx, "ip", cliArgs...).Output()
+		after, serr := busySeconds()
+		if serr != nil {
+			return sample{}, serr
+		}
+		busy = after - before
 		res.Error = ""
 		if jerr := json.Unmarshal(out, &res); jerr != nil {
-			return 0, errors.Join(err, fmt.Errorf("iperf3 output: %w", jerr))
+			return sample{}, errors.Join(err, fmt.Errorf("iperf3 output: %w", jerr))
 		}
 		if err == nil && res.Error == "" {
 			break
 		}
 		if try == 50 || ctx.Err() != nil || !strings.Contains(res.Error, "unable to connect") {
-			return 0, fmt.Errorf("iperf3 -c %s: %v %s (server: %s)", dst, err, res.Error, strings.TrimSpace(serverOut.String()))
+			return sample{}, fmt.Errorf("iperf3 -c %s: %v %s (server: %s)", dst, err, res.Error, strings.TrimSpace(serverOut.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return res.End.SumReceived.BitsPerSecond / 1e9, nil
+	gb := res.End.SumReceived.Bytes / 1e9
+	if gb <= 0 {
+		return sample{}, fmt.Errorf("iperf3 -c %s: nothing received", dst)
+	}
+	return sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, cpuPerGB: busy / gb}, nil
+}
+
+// userHZ is the unit of /proc/stat's times (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+// busySeconds returns the CPU time all CPUs of the machine spent not idle
+// so far (user, nice, system, irq, softirq, steal from /proc/stat's "cpu"
+// line; guest time is already inside user).
+func busySeconds() (float64, error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 9 || fields[0] != "cpu" {
+			continue
+		}
+		var busy float64
+		for i, v := range fields[1:9] {
+			if i == 3 || i == 4 { // idle, iowait
+				continue
+			}
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/stat: %q: %w", v, err)
+			}
+			busy += n
+		}
+		return busy / userHZ, nil
+	}
+	return 0, errors.New("/proc/stat: no cpu line")
+}
+
+// loadavg returns the first three fields of /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// podMTU returns the MTU of eth0 in the pod namespace n.
+func podMTU(n ns.NetNS) (int, error) {
+	mtu := 0
+	err := n.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return fmt.Errorf("pod eth0: %w", err)
+		}
+		mtu = l.Attrs().MTU
+		return nil
+	})
+	return mtu, err
+}
+
+// refNode is one node of the hand-built reference and its pod.
+type refNode struct {
+	name           string
+	host4, host6   string // on the underlay /24 and /64
+	block4, block6 string
+	pod4, pod6     string
+	mac4, mac6     string // VTEP MACs of vxlan.calico and vxlan-v6.calico
+}
+
+// tunnel4 and tunnel6 are the VTEP addresses: the block's first address,
+// as routelet picks them.
+func (n refNode) tunnel4() string { return strings.TrimSuffix(n.block4, ".0/24") + ".0" }
+func (n refNode) tunnel6() string { return strings.TrimSuffix(n.block6, "/120") }
+
+// reference is the hand-built datapath: two node namespaces and a pod in
+// each.
+type reference struct {
+	nodes, pods []ns.NetNS
+}
+
+// close removes the reference's namespaces; nil-safe.
+func (r *reference) close() error {
+	if r == nil {
+		return nil
+	}
+	var errs []error
+	for _, n := range append(slices.Clone(r.pods), r.nodes...) {
+		errs = append(errs, netnstest.Remove(n))
+	}
+	return errors.Join(errs...)
+}
+
+// buildReference wires ra and rb to the router's bridge and builds, by hand
+// and without any netfilter rule, what routelet builds for a pod and a
+// peer: the pod's veth with its /32 (and /128), the link-local gateway
+// answered by proxy ARP (IPv6: the gateway address on the host side), the
+// host routes, and towards the other node vxlan.calico (vxlan-v6.calico)
+// with a permanent ARP/NDP and FDB entry and an onlink route with the
+// overlay MTU — or, with encapsulation none, a direct route.
+func buildReference(ctx context.Context, router ns.NetNS, encap string, v6 bool, mtu int) (*reference, error) {
+	r := &reference{}
+	nodes := []refNode{refA, refB}
+	for _, n := range nodes {
+		nn, err := netnstest.NewNamed(nsPrefix + "ref-node-" + n.name)
+		if err != nil {
+			return r, err
+		}
+		r.nodes = append(r.nodes, nn)
+		pn, err := netnstest.NewNamed(nsPrefix + "ref-pod-" + n.name)
+		if err != nil {
+			return r, err
+		}
+		r.pods = append(r.pods, pn)
+	}
+	sh := func(n ns.NetNS, cmds ...string) error {
+		for _, cmd := range cmds {
+			f := strings.Fields(cmd)
+			if _, err := netnstest.Exec(ctx, n, f[0], f[1:]...); err != nil {
+				return fmt.Errorf("reference: %w", err)
+			}
+		}
+		return nil
+	}
+	m := strconv.Itoa(mtu)
+	for i, n := range nodes {
+		peer := nodes[1-i]
+		node, pod := r.nodes[i], r.pods[i]
+		port := "to-" + n.name
+		for _, k := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad"} {
+			v := "1"
+			if strings.HasSuffix(k, "accept_dad") {
+				v = "0"
+			}
+			if _, err := netnstest.Sysctl(node, k, v); err != nil {
+				return r, err
+			}
+		}
+		if err := sh(node, "ip link add eth0 type veth peer name "+port+" netns "+netnstest.Name(router)); err != nil {
+			return r, err
+		}
+		if err := sh(router, "ip link set "+port+" master br0 up"); err != nil {
+			return r, err
+		}
+		cmds := []string{"ip addr add " + n.host4 + "/24 dev eth0", "ip link set eth0 up", "ip route add default via 10.0.1.1"}
+		if v6 {
+			cmds = append(cmds, "ip -6 addr add "+n.host6+"/64 dev eth0 nodad")
+		}
+		switch {
+		case encap == "vxlan":
+			cmds = append(cmds,
+				"ip link add vxlan.calico address "+n.mac4+" type vxlan id 4096 dstport 4789 local "+n.host4+" dev eth0 nolearning",
+				"ip link set vxlan.calico mtu 1450 up",
+				"ip addr add "+n.tunnel4()+"/32 dev vxlan.calico",
+				"ip neigh add "+peer.tunnel4()+" lladdr "+peer.mac4+" dev vxlan.calico nud permanent",
+				"bridge fdb append "+peer.mac4+" dev vxlan.calico dst "+peer.host4+" self permanent",
+				"ip route add "+peer.block4+" via "+peer.tunnel4()+" dev vxlan.calico onlink mtu 1450")
+			if v6 {
+				cmds = append(cmds,
+					"ip link add vxlan-v6.calico address "+n.mac6+" type vxlan id 4096 dstport 4789 local "+n.host6+" dev eth0 nolearning",
+					"ip link set vxlan-v6.calico mtu 1430 up",
+					"ip -6 addr add "+n.tunnel6()+"/128 dev vxlan-v6.calico nodad",
+					"ip -6 neigh add "+peer.tunnel6()+" lladdr "+peer.mac6+" dev vxlan-v6.calico nud permanent",
+					"bridge fdb append "+peer.mac6+" dev vxlan-v6.calico dst "+peer.host6+" self permanent",
+					"ip -6 route add "+peer.block6+" via "+peer.tunnel6()+" dev vxlan-v6.calico onlink mtu 1430")
+			}
+		default:
+			cmds = append(cmds, "ip route add "+peer.block4+" via "+peer.host4+" dev eth0")
+			if v6 {
+				cmds = append(cmds, "ip -6 route add "+peer.block6+" via "+peer.host6+" dev eth0")
+			}
+		}
+		host := "cali" + n.name + "0000"
+		cmds = append(cmds,
+			"ip link add "+host+" mtu "+m+" type veth peer name eth0 mtu "+m+" netns "+netnstest.Name(pod),
+			"sysctl -q -w net.ipv4.conf."+host+".proxy_arp=1 net.ipv4.neigh."+host+".proxy_delay=0",
+			"ip link set "+host+" up",
+			"ip route add "+n.pod4+"/32 dev "+host)
+		if v6 {
+			cmds = append(cmds,
+				"ip -6 addr add fe80::ecee:eeff:feee:eeee/64 dev "+host+" nodad",
+				"ip -6 route add "+n.pod6+"/128 dev "+host)
+		}
+		if err := sh(node, cmds...); err != nil {
+			return r, err
+		}
+		podCmds := []string{"ip link set lo up", "ip addr add " + n.pod4 + "/32 dev eth0", "ip link set eth0 up",
+			"ip route add 169.254.1.1 dev eth0 scope link", "ip route add default via 169.254.1.1 dev eth0"}
+		if v6 {
+			podCmds = append(podCmds, "ip -6 addr add "+n.pod6+"/128 dev eth0 nodad",
+				"ip -6 route add default via fe80::ecee:eeff:feee:eeee dev eth0")
+		}
+		if err := sh(pod, podCmds...); err != nil {
+			return r, err
+		}
+	}
+	// Both pods reach each other before anything is measured.
+	dsts := []string{refB.pod4}
+	if v6 {
+		dsts = append(dsts, refB.pod6)
+	}
+	for _, dst := range dsts {
+		if out, err := netnstest.Ping(ctx, r.pods[0], dst, 3); err != nil {
+			return r, fmt.Errorf("reference pod → %s: %w\n%s", dst, err, out)
+		}
+	}
+	return r, nil
 }
 
 // lockedBuffer collects a child's output; safe to read while it writes.
@@ -180,6 +590,7 @@ func (l *lockedBuffer) String() string {
 	return string(l.b)
 }
 
+// median returns the median of xs (the upper one for an even count).
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)

@@ -22,6 +22,7 @@ type Allowlist interface {
 	SetVXLANPeers(peers []netip.Prefix) error
 	SetIPIPPeers(peers []netip.Prefix) error
 	SetPools(pools []netip.Prefix) error
+	SetNATPools(pools []netip.Prefix) error
 	Apply() error
 	Check() (int, error)
 	Stats() allowlist.Stats
@@ -40,6 +41,9 @@ type Options struct {
 	// LocalBlocks are this node's pod CIDRs: pools even before the node's
 	// own record has been read.
 	LocalBlocks []netip.Prefix
+	// NATPools are the pod CIDRs NAT outgoing masquerades
+	// (nat-outgoing-pool); empty: every pool.
+	NATPools []netip.Prefix
 	// CheckPeriod is how often RunChecks re-reads and repairs; default 1s.
 	CheckPeriod time.Duration
 }
@@ -76,6 +80,9 @@ func New(al Allowlist, opts Options, log *slog.Logger) (*Manager, error) {
 		opts.CheckPeriod = time.Second
 	}
 	if err := al.SetConfig(opts.Rules); err != nil {
+		return nil, err
+	}
+	if err := al.SetNATPools(opts.NATPools); err != nil {
 		return nil, err
 	}
 	return &Manager{

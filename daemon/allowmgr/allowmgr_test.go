@@ -83,11 +83,15 @@ func TestMembersFromNodes(t *testing.T) {
 			"routelet-vxlan-peers-v6": {"2001:db8::11/128"},
 			"routelet-pools":          {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
 			"routelet-pools-v6":       {"fd00:1::/120", "fd00:2::/120"},
+			"routelet-nat-pools":      {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
+			"routelet-nat-pools-v6":   {"fd00:1::/120", "fd00:2::/120"},
 		}},
 		{"ipip", rules.Config{IPIP: true, NATOutgoing: true}, map[string][]string{
-			"routelet-ipip-peers": {"192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/28"},
-			"routelet-pools":      {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
-			"routelet-pools-v6":   {"fd00:1::/120", "fd00:2::/120"},
+			"routelet-ipip-peers":   {"192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/28"},
+			"routelet-pools":        {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
+			"routelet-pools-v6":     {"fd00:1::/120", "fd00:2::/120"},
+			"routelet-nat-pools":    {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
+			"routelet-nat-pools-v6": {"fd00:1::/120", "fd00:2::/120"},
 		}},
 		{"none", rules.Config{}, map[string][]string{}},
 	} {
@@ -136,6 +140,7 @@ func TestBadRecordValuesSkipped(t *testing.T) {
 	want := map[string][]string{
 		"routelet-vxlan-peers": {}, "routelet-vxlan-peers-v6": {"2001:db8::11/128"},
 		"routelet-pools": {"10.244.2.0/24"}, "routelet-pools-v6": {},
+		"routelet-nat-pools": {"10.244.2.0/24"}, "routelet-nat-pools-v6": {},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("sets:\n got %v\nwant %v", got, want)

@@ -56,6 +56,10 @@ type Config struct {
 	VXLANDevice   string // vxlan-device
 	MTU           int    // mtu: pod MTU, 0 = host interface MTU minus encapsulation overhead
 	NATOutgoing   bool   // nat-outgoing
+	// NATOutgoingPools are the pod CIDRs NAT outgoing masquerades
+	// (nat-outgoing-pool; Calico: IP pools with natOutgoing: true); empty:
+	// every pool.
+	NATOutgoingPools []netip.Prefix
 	// ExternalNodeCIDRs may send VXLAN/IPIP like peer nodes
 	// (external-node-cidr): hosts outside the node records, e.g. gateways.
 	ExternalNodeCIDRs []netip.Prefix
@@ -212,6 +216,25 @@ func keys() []key {
 		}},
 		{name: "nat-outgoing", help: "masquerade pod traffic leaving the pod networks", isBool: true, def: []string{"true"}, set: func(c *Config, v []string) error {
 			return parseBool(&c.NATOutgoing, v[0])
+		}},
+		{name: "nat-outgoing-pool", help: "pod CIDR whose traffic NAT outgoing masquerades (Calico: natOutgoing on the pool); default every pool; repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
+			c.NATOutgoingPools = nil
+			for _, s := range v {
+				p, err := netip.ParsePrefix(strings.TrimSpace(s))
+				if err != nil {
+					return fmt.Errorf("%q is not a CIDR", s)
+				}
+				if p != p.Masked() {
+					return fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+				}
+				if p.Bits() == 0 || p.Addr().Is4In6() {
+					return fmt.Errorf("%q is not a pod pool", s)
+				}
+				if !slices.Contains(c.NATOutgoingPools, p) {
+					c.NATOutgoingPools = append(c.NATOutgoingPools, p)
+				}
+			}
+			return nil
 		}},
 		{name: "external-node-cidr", help: "non-node hosts (CIDR) allowed to send VXLAN/IPIP, like peers; repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
 			c.ExternalNodeCIDRs = nil

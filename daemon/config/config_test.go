@@ -132,6 +132,9 @@ func TestEveryKey(t *testing.T) {
 		{"vxlan-device", "vxlan.rl", func(c *Config) bool { return c.VXLANDevice == "vxlan.rl" }, "this-name-is-too-long"},
 		{"mtu", "1400", func(c *Config) bool { return c.MTU == 1400 }, "100"},
 		{"nat-outgoing", "0", func(c *Config) bool { return !c.NATOutgoing }, "yes please"},
+		{"nat-outgoing-pool", "10.244.0.0/17", func(c *Config) bool {
+			return len(c.NATOutgoingPools) == 1 && c.NATOutgoingPools[0] == netip.MustParsePrefix("10.244.0.0/17")
+		}, "10.244.0.1/17"},
 		{"external-node-cidr", "192.0.2.0/28", func(c *Config) bool {
 			return reflect.DeepEqual(c.ExternalNodeCIDRs, []netip.Prefix{netip.MustParsePrefix("192.0.2.0/28")})
 		}, "192.0.2.1/24"},

@@ -19,6 +19,9 @@ const (
 	// Pools holds every pod CIDR of the cluster; NAT outgoing leaves
 	// traffic between two of them alone.
 	Pools = "routelet-pools"
+	// NATPools holds the pod CIDRs whose traffic NAT outgoing masquerades
+	// (every pool unless only some are configured for it).
+	NATPools = "routelet-nat-pools"
 	// V6Suffix names the IPv6 twin of a set.
 	V6Suffix = "-v6"
 	// TmpSuffix names the scratch set a whole-set rewrite is built in.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,21 @@ import (
 // removed when the test ends.
 func (c *cluster) addPod(t *testing.T, name string) (ns.NetNS, string) {
 	t.Helper()
-	list, err := netnstest.RouteletConf{Name: "allow", CNIVersion: "1.1.0", StateDir: c.stateDir, Blocks: []string{nodeBlock}}.ConfList()
+	p, ips := c.addPodIn(t, name, nodeBlock)
+	for _, ip := range ips {
+		if !strings.Contains(ip, ":") {
+			return p, ip
+		}
+	}
+	t.Fatalf("ADD %s: no IPv4 address in %v", name, ips)
+	return nil, ""
+}
+
+// addPodIn attaches a pod with addresses from blocks (the conflist's
+// ipam.blocks) and returns it with its addresses, IPv4 first.
+func (c *cluster) addPodIn(t *testing.T, name string, blocks ...string) (ns.NetNS, []string) {
+	t.Helper()
+	list, err := netnstest.RouteletConf{Name: "allow", CNIVersion: "1.1.0", StateDir: c.stateDir, Blocks: blocks}.ConfList()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,13 +56,12 @@ func (c *cluster) addPod(t *testing.T, name string) (ns.NetNS, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ips []string
 	for _, ip := range res.IPs {
-		if ip.Address.IP.To4() != nil {
-			return p, ip.Address.IP.String()
-		}
+		ips = append(ips, ip.Address.IP.String())
 	}
-	t.Fatalf("ADD %s: no IPv4 address in %v", name, res)
-	return nil, ""
+	slices.SortFunc(ips, func(a, b string) int { return strings.Count(a, ":") - strings.Count(b, ":") })
+	return p, ips
 }
 
 // listenUDP opens a UDP socket on port inside n.

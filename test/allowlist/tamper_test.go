@@ -20,7 +20,7 @@ func (c *cluster) snapshot() string {
 	c.t.Helper()
 	var b strings.Builder
 	for _, v6 := range []bool{false, true} {
-		for _, table := range []string{"filter", "nat"} {
+		for _, table := range []string{"raw", "filter", "nat"} {
 			out, err := c.iptables(v6, "-t", table, "-S")
 			if err != nil {
 				c.t.Fatal(err)
@@ -54,16 +54,17 @@ func testTamperRepair(t *testing.T, backend string) {
 		return slices.Contains(m, peerIP+"/32")
 	})
 	want := c.snapshot()
-	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-A ROUTELET-INPUT -p udp", "-A ROUTELET-POSTROUTING -m set --match-set routelet-pools src",
+	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-A ROUTELET-INPUT ! -i cali+ -p udp", "-A ROUTELET-POSTROUTING -m set --match-set routelet-nat-pools src",
+		"-A PREROUTING -j ROUTELET-PREROUTING", "-A ROUTELET-PREROUTING -i cali+ -m rpfilter --invert -j DROP",
 		"# set routelet-pools: [" + nodeBlock + " " + peerBlock + "]", "# set routelet-vxlan-peers: [" + peerIP + "/32]"} {
 		if !strings.Contains(want, s) {
 			t.Fatalf("routeletd's firewall state lacks %q:\n%s", s, want)
 		}
 	}
 	// Left alone, the checks run and change nothing. With legacy each one
-	// runs `iptables -t filter -S` and `-t nat -S` per family; with nft,
-	// once one check has read the tables, none runs iptables while the
-	// nf_tables ruleset stays unchanged.
+	// runs `iptables -t raw -S`, `-t filter -S` and `-t nat -S` per family;
+	// with nft, once one check has read the tables, none runs iptables
+	// while the nf_tables ruleset stays unchanged.
 	writes, execs := c.metric("routelet_allowlist_netlink_writes_total"), c.metric("routelet_allowlist_iptables_execs_total")
 	checks := c.metric("routelet_allowlist_check_duration_seconds_count")
 	eventually(t, 5*time.Second, "two allowlist checks", func() bool {
@@ -73,8 +74,8 @@ func testTamperRepair(t *testing.T, backend string) {
 		t.Fatalf("clean checks changed something: netlink writes %v → %v", writes, w)
 	}
 	grew := c.metric("routelet_allowlist_iptables_execs_total") - execs
-	if backend == rules.BackendNFT && grew > 4 || backend == rules.BackendLegacy && grew < 8 {
-		t.Fatalf("two clean checks with %s ran iptables %v times; want at most 4 (nft: one read of both tables per family) or at least 8 (legacy: 4 per check)", backend, grew)
+	if backend == rules.BackendNFT && grew > 6 || backend == rules.BackendLegacy && grew < 12 {
+		t.Fatalf("two clean checks with %s ran iptables %v times; want at most 6 (nft: one read of the three tables per family) or at least 12 (legacy: 6 per check)", backend, grew)
 	}
 	t.Logf("two or more clean checks with %s: %v iptables execs", backend, grew)
 	if r := c.metric("routelet_allowlist_repairs_total"); r != 0 {
@@ -92,6 +93,8 @@ func testTamperRepair(t *testing.T, backend string) {
 		tamper func()
 	}{
 		{"flush ROUTELET-INPUT", func() { c.mustIptables("-F", rules.InputChain) }},
+		{"flush ROUTELET-PREROUTING", func() { c.mustIptables("-t", "raw", "-F", rules.PreroutingChain) }},
+		{"delete the raw PREROUTING jump", func() { c.mustIptables("-t", "raw", "-D", "PREROUTING", "-j", rules.PreroutingChain) }},
 		{"delete the INPUT jump", func() { c.mustIptables("-D", "INPUT", "-j", rules.InputChain) }},
 		{"delete the FORWARD jump", func() { c.mustIptables("-D", "FORWARD", "-j", rules.ForwardChain) }},
 		{"delete a peer from the set", func() { ipsetCmd("del", "routelet-vxlan-peers", peerIP) }},
@@ -118,8 +121,8 @@ func testTamperRepair(t *testing.T, backend string) {
 		took := eventually(t, 2*time.Second, tc.name+": repaired", func() bool { return c.snapshot() == want })
 		t.Logf("%s: repaired after %s", tc.name, took.Round(10*time.Millisecond))
 	}
-	if r := c.metric("routelet_allowlist_repairs_total"); r < 5 {
-		t.Errorf("routelet_allowlist_repairs_total = %v after 5 repaired tamperings", r)
+	if r := c.metric("routelet_allowlist_repairs_total"); r < 7 {
+		t.Errorf("routelet_allowlist_repairs_total = %v after 7 repaired tamperings", r)
 	}
 }
 
@@ -155,7 +158,8 @@ func testCleanup(t *testing.T, backend string) {
 	c.writeNode("node-b", peerIP, peerBlock)
 	d := c.startDaemon("--encapsulation=vxlan")
 	during := c.snapshot()
-	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING", "# set routelet-pools:", "# set routelet-vxlan-peers-v6:"} {
+	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING", "-A PREROUTING -j ROUTELET-PREROUTING",
+		"# set routelet-pools:", "# set routelet-nat-pools:", "# set routelet-vxlan-peers-v6:"} {
 		if !strings.Contains(during, s) {
 			t.Fatalf("routeletd did not set up %q:\n%s", s, during)
 		}

@@ -27,6 +27,7 @@ type Manager struct {
 	vxlanPeers []netip.Prefix
 	ipipPeers  []netip.Prefix
 	pools      []netip.Prefix
+	natPools   []netip.Prefix
 	// placed lists the set names handed to sets, to know which ones to
 	// remove when the Config no longer needs them; guarded by mu.
 	placed map[string]bool
@@ -115,6 +116,13 @@ func (m *Manager) SetPools(pools []netip.Prefix) error {
 	return m.setList(&m.pools, "pool", pools)
 }
 
+// SetNATPools sets the pod CIDRs (either family) whose traffic NAT outgoing
+// masquerades; an empty list (the default) means every pool of SetPools.
+func (m *Manager) SetNATPools(pools []netip.Prefix) error {
+	return m.setList(&m.natPools, "NAT pool", pools)
+}
+
+// setList validates ps and stores a copy in dst.
 func (m *Manager) setList(dst *[]netip.Prefix, what string, ps []netip.Prefix) error {
 	for _, p := range ps {
 		if !p.IsValid() || p.Bits() == 0 || p.Addr().Is4In6() {
@@ -137,6 +145,11 @@ func (m *Manager) members(base string, f ipset.Family) []netip.Prefix {
 		src = m.ipipPeers
 	case ipset.Pools:
 		src = m.pools
+	case ipset.NATPools:
+		src = m.natPools
+		if len(src) == 0 {
+			src = m.pools
+		}
 	}
 	var out []netip.Prefix
 	for _, p := range src {
@@ -226,7 +239,7 @@ func (m *Manager) removeUnneeded(names []string, chainsOK, prune bool) error {
 func (m *Manager) candidates() []string {
 	var out []string
 	for _, f := range m.families() {
-		for _, base := range []string{ipset.VXLANPeers, ipset.IPIPPeers, ipset.Pools} {
+		for _, base := range []string{ipset.VXLANPeers, ipset.IPIPPeers, ipset.Pools, ipset.NATPools} {
 			name := ipset.Name(base, f)
 			out = append(out, name, name+ipset.TmpSuffix)
 		}

@@ -85,6 +85,8 @@ func TestManagerApply(t *testing.T) {
 		"routelet-ipip-peers":     pfx("192.0.2.1/32", "192.0.2.2/32"),
 		"routelet-pools":          pfx("10.244.0.0/16"),
 		"routelet-pools-v6":       pfx("fd00:10:244::/48"),
+		"routelet-nat-pools":      pfx("10.244.0.0/16"),
+		"routelet-nat-pools-v6":   pfx("fd00:10:244::/48"),
 	}
 	if got := k.Snapshot(); len(got) != len(want) {
 		t.Fatalf("sets = %v, want %v", got, want)
@@ -207,7 +209,7 @@ func TestManagerCleanCheckExecs(t *testing.T) {
 	for _, tc := range []struct {
 		nft   bool
 		later int // execs of the clean checks after the first
-	}{{false, 4}, {true, 0}} {
+	}{{false, 6}, {true, 0}} {
 		t.Run(fmt.Sprintf("nft=%v", tc.nft), func(t *testing.T) {
 			_, v4, v6, m := setup(t)
 			v4.NFT, v6.NFT = tc.nft, tc.nft
@@ -222,7 +224,7 @@ func TestManagerCleanCheckExecs(t *testing.T) {
 					t.Fatalf("clean Check = %d, %v", n, err)
 				}
 				after := m.Stats()
-				want := 4
+				want := 6 // raw, filter and nat, per family
 				if i > 0 {
 					want = tc.later
 				}

@@ -24,6 +24,17 @@ type Table interface {
 	// then; ok is false when the backend keeps none (iptables-legacy).
 	// It is a netlink request, not an exec.
 	Generation() (gen uint32, ok bool, err error)
+	// HasTable reports whether table exists in the namespace, without
+	// creating it: reading a table with the iptables binary instantiates
+	// it on iptables-legacy, and a nat table costs every packet conntrack
+	// and the NAT hooks. It is a netlink request or a /proc read, not an
+	// exec.
+	HasTable(table string) (bool, error)
+	// DeleteTable deletes table in one transaction committed only while
+	// the nf_tables ruleset generation is still gen (ErrGenerationChanged
+	// otherwise, with nothing deleted); iptables-legacy cannot remove a
+	// table (errors.ErrUnsupported). A netlink request, not an exec.
+	DeleteTable(table string, gen uint32) error
 	// ListById returns `iptables -t table -S chain id`: one rule.
 	ListById(table, chain string, id int) (string, error)
 	NewChain(table, chain string) error
@@ -50,8 +61,9 @@ type Stats struct {
 // SetConfig touches memory only. Apply reconciles when the Config changed
 // since the last successful Apply and otherwise makes no exec at all: the
 // rules it last wrote are cached. Check forgets the cache, reads each table
-// once (`iptables -t filter -S`, `iptables -t nat -S`: every chain and
-// built-in chain in two execs) and repairs what differs: that is the tamper
+// of a wanted chain once (`iptables -t raw -S`, `-t filter -S`, with NAT
+// outgoing `-t nat -S`: every chain and built-in chain, one exec per table)
+// and repairs what differs: that is the tamper
 // check and the full resync. A failed Apply or Check leaves Chains dirty. All
 // methods are safe for concurrent use.
 type Chains struct {
@@ -60,14 +72,18 @@ type Chains struct {
 	log    *slog.Logger
 
 	mu sync.Mutex
-	// cfg and chains are the desired state; guarded by mu.
+	// cfg and chains are the desired state, absent the known chains the
+	// Config leaves out (kept absent); guarded by mu.
 	cfg    Config
 	chains []Chain
+	absent []Chain
 	// applied caches, per chain name, the lines last written or read back
 	// equal; a missing entry means unknown. hookOK records jumps known to be
-	// first and single. Both guarded by mu.
+	// first and single, goneOK absent chains known gone with their jumps.
+	// All guarded by mu.
 	applied map[string][]string
 	hookOK  map[string]bool
+	goneOK  map[string]bool
 	// dirty is set by SetConfig and by failures; guarded by mu.
 	dirty bool
 	// cleanGen is the nf_tables generation read just before the last
@@ -88,15 +104,29 @@ func New(t Table, family ipset.Family, log *slog.Logger) *Chains {
 	if log == nil {
 		log = slog.Default()
 	}
+	chains := Render(Config{}, family)
 	return &Chains{
 		t:       t,
 		family:  family,
 		log:     log.With("component", "iptables", "family", family.String()),
-		chains:  Render(Config{}, family),
+		chains:  chains,
+		absent:  absent(chains),
 		applied: map[string][]string{},
 		hookOK:  map[string]bool{},
+		goneOK:  map[string]bool{},
 		dirty:   true,
 	}
+}
+
+// absent returns the known chains that rendered leaves out.
+func absent(rendered []Chain) []Chain {
+	var out []Chain
+	for _, k := range Known() {
+		if !slices.ContainsFunc(rendered, func(c Chain) bool { return c.Name == k.Name }) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // SetConfig makes cfg the desired rule set; it is validated first.
@@ -111,6 +141,7 @@ func (c *Chains) SetConfig(cfg Config) error {
 	}
 	c.cfg = cfg
 	c.chains = Render(cfg, c.family)
+	c.absent = absent(c.chains)
 	c.dirty = true
 	c.cleanGenOK = false
 	return nil
@@ -151,10 +182,11 @@ func (c *Chains) Apply() error {
 	return err
 }
 
-// Check reads the filter and the nat table (two execs, each listing every
-// chain of its table: routelet's chains and the built-in chains that jump to
-// them), repairs whatever differs and returns how many chains or jumps
-// needed repair.
+// Check reads the tables of the wanted chains (one exec each, listing every
+// chain of the table: routelet's chains and the built-in chains that jump
+// to them), repairs whatever differs, removes a chain the Config no longer
+// wants (its table is read only when HasTable finds one) and returns how
+// many chains or jumps needed repair.
 //
 // On nf_tables it first reads the ruleset generation (one netlink request):
 // when it is still the one read before the last clean Check, nobody has
@@ -250,12 +282,114 @@ func (c *Chains) sync(useCache bool) (int, error) {
 			}
 		}
 	}
+	for _, ch := range c.absent {
+		if useCache && c.goneOK[ch.Name] {
+			continue
+		}
+		delete(c.goneOK, ch.Name)
+		exists, err := c.t.HasTable(ch.Table)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("iptables table %s: %w", ch.Table, err))
+			continue
+		}
+		if exists {
+			chains, ok := read(ch.Table)
+			if !ok {
+				continue
+			}
+			fixed, err := c.removeChain(ch, chains)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if fixed {
+				repaired++
+				c.dropTableIfEmpty(ch.Table)
+			}
+		}
+		c.goneOK[ch.Name] = true
+	}
 	err := errors.Join(errs...)
 	c.dirty = err != nil
 	if err != nil {
 		c.log.Warn("iptables sync failed", "err", err)
 	}
 	return repaired, err
+}
+
+// dropTableIfEmpty deletes table once removing routelet's chain left it
+// with nothing but its built-in chains (see dropIfEmpty).
+func (c *Chains) dropTableIfEmpty(table string) {
+	c.stats.Reads++
+	dropIfEmpty(c.t, table, c.log)
+}
+
+// dropIfEmpty deletes table when it holds nothing but its built-in chains,
+// empty and with policy ACCEPT: with iptables-nft an empty nat table still
+// registers its hooks, and so keeps conntrack and NAT on for every packet.
+// The deletion is committed only if the ruleset is still the one just read
+// (no one added anything since). iptables-legacy cannot unregister a
+// table; it stays, empty. Failures are logged, not returned: routelet's
+// chain is gone, which is what was asked. It makes one exec (the read).
+func dropIfEmpty(t Table, table string, log *slog.Logger) {
+	gen, ok, err := t.Generation()
+	if err != nil || !ok {
+		log.Debug("iptables table left in place (no nf_tables generation)", "table", table, "err", err)
+		return
+	}
+	lines, err := t.ListTable(table)
+	if err != nil {
+		log.Warn("iptables table not re-read after removing routelet's chain; left in place", "table", table, "err", err)
+		return
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) != 3 || f[0] != "-P" || f[2] != "ACCEPT" {
+			return // someone else's chain, rule or policy: theirs to keep
+		}
+	}
+	if err := t.DeleteTable(table, gen); err != nil {
+		log.Warn("empty iptables table not removed", "table", table, "err", err)
+		return
+	}
+	log.Info("iptables table empty after removing routelet's chain, removed", "table", table)
+}
+
+// removeChain deletes every jump to ch from its built-in chain, each
+// re-read by position just before (so a concurrent change never costs
+// someone else's rule), then flushes and deletes ch, given the table's
+// chains as read. It reports whether it wrote anything.
+func (c *Chains) removeChain(ch Chain, chains map[string][]string) (bool, error) {
+	pos := jumpPositions(chains[ch.Hook], ch.Hook, ch.Name)
+	_, exists := chains[ch.Name]
+	if len(pos) == 0 && !exists {
+		return false, nil
+	}
+	jump := "-A " + ch.Hook + " -j " + ch.Name
+	for i := len(pos) - 1; i >= 0; i-- {
+		c.stats.Reads++
+		rule, err := c.t.ListById(ch.Table, ch.Hook, pos[i])
+		if err != nil {
+			return true, fmt.Errorf("iptables read %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err)
+		}
+		if strings.TrimSpace(rule) != jump {
+			return true, fmt.Errorf("iptables %s/%s changed while removing jumps to %s (rule %d is %q); will retry", ch.Table, ch.Hook, ch.Name, pos[i], rule)
+		}
+		c.stats.Writes++
+		if err := c.t.DeleteById(ch.Table, ch.Hook, pos[i]); err != nil {
+			return true, fmt.Errorf("iptables delete jump %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err)
+		}
+	}
+	if exists {
+		c.stats.Writes += 2
+		if err := c.t.ClearChain(ch.Table, ch.Name); err != nil {
+			return true, fmt.Errorf("iptables flush %s/%s: %w", ch.Table, ch.Name, err)
+		}
+		if err := c.t.DeleteChain(ch.Table, ch.Name); err != nil {
+			return true, fmt.Errorf("iptables delete %s/%s: %w", ch.Table, ch.Name, err)
+		}
+	}
+	c.log.Info("iptables chain no longer wanted, removed", "table", ch.Table, "chain", ch.Name, "jumps", len(pos))
+	return true, nil
 }
 
 // syncChain compares one chain's lines, as read from its table (exists
@@ -370,25 +504,36 @@ func (c *Chains) syncHook(ch Chain, lines []string) (bool, error) {
 
 // Cleanup removes every jump to routelet's chains from the built-in chains,
 // then flushes and deletes the chains, for the daemon's cleanup command. Run
-// it before destroying the ipsets the rules use. Missing chains are fine.
-// Each table is read once; jumps are deleted by position from that read,
-// highest first. It is meant for a stopped daemon, not to race with other
-// programs editing the same built-in chain (Chains.Check re-reads before
-// each positional delete).
+// it before destroying the ipsets the rules use. Missing chains are fine,
+// and a table that does not exist is not read (so not created); with
+// nf_tables a table left empty by the removal is deleted. Each table
+// is read once; jumps are deleted by position from that read, highest
+// first. It is meant for a stopped daemon, not to race with other programs
+// editing the same built-in chain (Chains.Check re-reads before each
+// positional delete).
 func Cleanup(t Table, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
 	}
 	var errs []error
 	tables := map[string]map[string][]string{}
-	for _, ch := range Render(Config{}, ipset.IPv4) {
+	emptied := map[string]bool{}
+	for _, ch := range Known() {
 		chains, ok := tables[ch.Table]
 		if !ok {
-			lines, err := t.ListTable(ch.Table)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("iptables cleanup: read table %s: %w", ch.Table, err))
-			} else {
-				chains = splitTable(lines)
+			exists, err := t.HasTable(ch.Table)
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("iptables cleanup: table %s: %w", ch.Table, err))
+			case exists:
+				lines, err := t.ListTable(ch.Table)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("iptables cleanup: read table %s: %w", ch.Table, err))
+				} else {
+					chains = splitTable(lines)
+				}
+			default:
+				chains = map[string][]string{} // no table: nothing of ours in it
 			}
 			tables[ch.Table] = chains
 		}
@@ -401,6 +546,9 @@ func Cleanup(t Table, log *slog.Logger) error {
 				errs = append(errs, fmt.Errorf("iptables cleanup: delete jump %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err))
 			}
 		}
+		if len(pos) > 0 {
+			emptied[ch.Table] = true
+		}
 		if _, exists := chains[ch.Name]; !exists {
 			continue // already gone
 		}
@@ -412,7 +560,16 @@ func Cleanup(t Table, log *slog.Logger) error {
 			errs = append(errs, fmt.Errorf("iptables cleanup: delete %s/%s: %w", ch.Table, ch.Name, err))
 			continue
 		}
+		emptied[ch.Table] = true
 		log.Debug("iptables chain removed", "component", "iptables", "table", ch.Table, "chain", ch.Name)
+	}
+	// A table routelet's chains were the only content of goes too (nft),
+	// so no hook of it stays registered.
+	for _, ch := range Known() {
+		if emptied[ch.Table] {
+			delete(emptied, ch.Table)
+			dropIfEmpty(t, ch.Table, log)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -66,8 +66,8 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 	if n, err := c.Check(); n != 0 || err != nil {
 		t.Fatalf("clean Check = %d, %v", n, err)
 	}
-	if f.Calls("ListTable") != 2 || f.Execs() != 2 {
-		t.Fatalf("clean Check: %d table reads, %d execs; want one read per table (filter, nat) and nothing else", f.Calls("ListTable"), f.Execs())
+	if f.Calls("ListTable") != 3 || f.Execs() != 3 {
+		t.Fatalf("clean Check: %d table reads, %d execs; want one read per table (raw, filter, nat) and nothing else", f.Calls("ListTable"), f.Execs())
 	}
 
 	// Config change: only the tables of the chains whose rules change are
@@ -81,8 +81,8 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantInstalled(t, f, Config{VXLAN: true, NATOutgoing: true}, ipset.IPv4, others)
-	if f.Calls("ListTable") != 2 || f.Calls("Insert") != 0 {
-		t.Fatalf("config change: %d table reads, %d Inserts; want 2 (filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
+	if f.Calls("ListTable") != 3 || f.Calls("Insert") != 0 {
+		t.Fatalf("config change: %d table reads, %d Inserts; want 3 (raw, filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
 	}
 }
 
@@ -154,7 +154,7 @@ func TestChainsCheckExecs(t *testing.T) {
 		nft bool
 		// execs of each clean Check after the first
 		later int
-	}{{nft: false, later: 2}, {nft: true, later: 0}} {
+	}{{nft: false, later: 3}, {nft: true, later: 0}} {
 		t.Run(fmt.Sprintf("nft=%v", tc.nft), func(t *testing.T) {
 			f := NewFakeTable()
 			f.NFT = tc.nft
@@ -170,7 +170,7 @@ func TestChainsCheckExecs(t *testing.T) {
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
 			}
-			tableReads := []string{"filter", "nat"}
+			tableReads := []string{"raw", "filter", "nat"}
 			if !slices.Equal(tables, tableReads) {
 				t.Fatalf("first Apply read tables %q, want %q", tables, tableReads)
 			}
@@ -180,7 +180,7 @@ func TestChainsCheckExecs(t *testing.T) {
 				if n, err := c.Check(); n != 0 || err != nil {
 					t.Fatalf("clean Check = %d, %v", n, err)
 				}
-				want, execs := tableReads, 2
+				want, execs := tableReads, 3
 				if i > 0 && tc.later == 0 {
 					want, execs = nil, 0
 				}
@@ -200,17 +200,17 @@ func TestChainsCheckExecs(t *testing.T) {
 			if n, err := c.Check(); n != 2 || err != nil {
 				t.Fatalf("Check = %d, %v; want 2 repairs", n, err)
 			}
-			in := Render(fullCfg, ipset.IPv4)[0]
-			if f.Calls("ListTable") != 2 || f.Calls("Append") != len(in.Rules) || f.Calls("Insert") != 1 || f.Execs() != 2+len(in.Rules)+1 {
-				t.Fatalf("repairing Check: %d table reads, %d appends, %d inserts, %d execs; want 2, %d, 1, %d",
-					f.Calls("ListTable"), f.Calls("Append"), f.Calls("Insert"), f.Execs(), len(in.Rules), 2+len(in.Rules)+1)
+			in := Render(fullCfg, ipset.IPv4)[1]
+			if f.Calls("ListTable") != 3 || f.Calls("Append") != len(in.Rules) || f.Calls("Insert") != 1 || f.Execs() != 3+len(in.Rules)+1 {
+				t.Fatalf("repairing Check: %d table reads, %d appends, %d inserts, %d execs; want 3, %d, 1, %d",
+					f.Calls("ListTable"), f.Calls("Append"), f.Calls("Insert"), f.Execs(), len(in.Rules), 3+len(in.Rules)+1)
 			}
 			wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
 			// The repair changed the ruleset: the next Check reads again
 			// (and, clean, arms the shortcut once more).
 			f.ResetCalls()
-			if n, err := c.Check(); n != 0 || err != nil || f.Execs() != 2 {
-				t.Fatalf("Check after a repair = %d, %v in %d execs; want a clean read of both tables", n, err, f.Execs())
+			if n, err := c.Check(); n != 0 || err != nil || f.Execs() != 3 {
+				t.Fatalf("Check after a repair = %d, %v in %d execs; want a clean read of the three tables", n, err, f.Execs())
 			}
 		})
 	}
@@ -234,13 +234,13 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 			t.Fatalf("%s: Check = %d, %v in %d execs, want 0, nil in %d", what, n, err, f.Execs(), wantExecs)
 		}
 	}
-	check("first clean Check", 2)
+	check("first clean Check", 3)
 	check("unchanged ruleset", 0)
 
 	// A foreign rule in a chain routelet does not own still changes the
 	// generation: the Check reads (and leaves it alone).
 	_ = f.Append("filter", "OUTPUT", "-j", "ACCEPT")
-	check("foreign change", 2)
+	check("foreign change", 3)
 	check("unchanged again", 0)
 
 	// New config, kernel unchanged: Apply rewrites the chains, and even
@@ -250,13 +250,13 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	check("after a config change", 2)
+	check("after a config change", 3)
 	_ = c.SetConfig(fullCfg)
 	_ = c.SetConfig(cfg) // back: nothing to write, but Apply still runs
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	check("after an Apply", 2)
+	check("after an Apply", 3)
 
 	f.Inject = func(method, table, chain string) error {
 		if method == "Generation" {
@@ -264,10 +264,10 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 		}
 		return nil
 	}
-	check("generation unreadable", 2)
-	check("generation still unreadable", 2)
+	check("generation unreadable", 3)
+	check("generation still unreadable", 3)
 	f.Inject = nil
-	check("generation back", 2)
+	check("generation back", 3)
 	check("generation back, unchanged", 0)
 }
 
@@ -463,5 +463,143 @@ func TestCleanup(t *testing.T) {
 	}
 	if err := Cleanup(f, quiet); err != nil {
 		t.Fatalf("second Cleanup: %v", err)
+	}
+}
+
+// TestChainsNATOffLeavesNATTableAlone: without NAT outgoing, Apply and
+// Check never read, write or create the nat table of a namespace that has
+// none (the fake, like iptables-legacy, instantiates a table on any
+// access), with and without a ruleset generation.
+func TestChainsNATOffLeavesNATTableAlone(t *testing.T) {
+	for _, nft := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) {
+			f := NewFakeTable()
+			f.NFT = nft
+			f.DropTable(TableNAT)
+			var touched []string
+			f.Inject = func(method, table, chain string) error {
+				if table == TableNAT && method != "HasTable" {
+					touched = append(touched, method)
+				}
+				return nil
+			}
+			c := New(f, ipset.IPv4, quiet)
+			cfg := Config{VXLAN: true}
+			_ = c.SetConfig(cfg)
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if n, err := c.Check(); n != 0 || err != nil {
+					t.Fatalf("clean Check = %d, %v", n, err)
+				}
+			}
+			if ok, _ := f.HasTable(TableNAT); ok || len(touched) > 0 {
+				t.Fatalf("NAT off: nat table exists %v, calls on it %q; want none", ok, touched)
+			}
+			wantInstalled(t, f, cfg, ipset.IPv4, nil)
+		})
+	}
+}
+
+// TestChainsNATSwitchedOff: NAT outgoing turned off removes the nat chain
+// and its jump and leaves everyone else's nat rules alone; with nf_tables a
+// nat table left empty by that is removed (its hooks would keep conntrack
+// on), one that holds someone else's rule stays; legacy cannot remove a
+// table and leaves it empty. A chain recreated by someone is removed again
+// by the next Check.
+func TestChainsNATSwitchedOff(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		nft       bool
+		foreign   bool
+		wantTable bool
+	}{
+		{"nft, nat table only routelet's", true, false, false},
+		{"nft, someone else's nat rule", true, true, true},
+		{"legacy", false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFakeTable()
+			f.NFT = tc.nft
+			if tc.foreign {
+				f.SetRules(TableNAT, "PREROUTING", "-j KUBE-SERVICES")
+			}
+			c := New(f, ipset.IPv4, quiet)
+			_ = c.SetConfig(Config{VXLAN: true, NATOutgoing: true})
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			off := Config{VXLAN: true}
+			_ = c.SetConfig(off)
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.Rules(TableNAT, PostroutingChain); ok {
+				t.Fatal("ROUTELET-POSTROUTING still there with NAT off")
+			}
+			if r, _ := f.Rules(TableNAT, "POSTROUTING"); len(r) != 0 {
+				t.Fatalf("nat POSTROUTING = %q, want no jump", r)
+			}
+			if ok, _ := f.HasTable(TableNAT); ok != tc.wantTable {
+				t.Fatalf("nat table exists = %v, want %v", ok, tc.wantTable)
+			}
+			if r, _ := f.Rules(TableNAT, "PREROUTING"); tc.foreign && !slices.Equal(r, []string{"-j KUBE-SERVICES"}) {
+				t.Fatalf("someone else's nat rule = %q, want it kept", r)
+			}
+			wantInstalled(t, f, off, ipset.IPv4, nil)
+
+			// Someone recreates the chain and the jump: the next Check
+			// removes both.
+			f.SetRules(TableNAT, PostroutingChain, "-j MASQUERADE")
+			f.SetRules(TableNAT, "POSTROUTING", "-j "+PostroutingChain)
+			if n, err := c.Check(); n != 1 || err != nil {
+				t.Fatalf("Check = %d, %v; want the recreated chain removed (1 repair)", n, err)
+			}
+			if _, ok := f.Rules(TableNAT, PostroutingChain); ok {
+				t.Fatal("recreated ROUTELET-POSTROUTING survived a Check with NAT off")
+			}
+		})
+	}
+}
+
+// TestCleanupLeavesMissingTablesAlone: cleanup does not create a table it
+// has nothing to remove from.
+func TestCleanupLeavesMissingTablesAlone(t *testing.T) {
+	f := NewFakeTable()
+	f.DropTable(TableNAT)
+	f.DropTable(TableRaw)
+	if err := Cleanup(f, quiet); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{TableNAT, TableRaw} {
+		if ok, _ := f.HasTable(table); ok {
+			t.Fatalf("cleanup created table %s", table)
+		}
+	}
+}
+
+// TestCleanupDropsTablesItEmptied: with nf_tables, cleanup deletes the
+// tables that held nothing but routelet's chains and keeps a table with
+// someone else's rule.
+func TestCleanupDropsTablesItEmptied(t *testing.T) {
+	f := NewFakeTable()
+	f.NFT = true
+	f.SetRules(TableFilter, "INPUT", "-p tcp --dport 22 -j ACCEPT")
+	c := New(f, ipset.IPv4, quiet)
+	_ = c.SetConfig(fullCfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(f, quiet); err != nil {
+		t.Fatal(err)
+	}
+	for table, want := range map[string]bool{TableRaw: false, TableNAT: false, TableFilter: true} {
+		if ok, _ := f.HasTable(table); ok != want {
+			t.Errorf("after cleanup table %s exists = %v, want %v", table, ok, want)
+		}
+	}
+	if r, _ := f.Rules(TableFilter, "INPUT"); !slices.Equal(r, []string{"-p tcp --dport 22 -j ACCEPT"}) {
+		t.Errorf("filter INPUT = %q, want someone else's rule kept", r)
 	}
 }

@@ -1,24 +1,35 @@
 // Package rules renders routelet's iptables chains from a Config and keeps
 // them, and the jumps to them, in place through coreos/go-iptables.
 //
-// Three chains, per IP family (iptables and ip6tables):
+// Four chains, per IP family (iptables and ip6tables):
 //
+//   - ROUTELET-PREROUTING (raw, jumped to from PREROUTING): anti-spoofing.
+//     A packet from a pod interface (cali+) whose source does not route
+//     back through the interface it came in on (strict `-m rpfilter`) is
+//     dropped, and so is encapsulated traffic (the VXLAN port, IPIP) from a
+//     pod interface, before conntrack sees either.
 //   - ROUTELET-INPUT (filter, jumped to from INPUT): accept VXLAN (UDP to the
-//     configured port) addressed to a local address from the peers set and
-//     drop all other VXLAN to local addresses; the same for IPIP (IPv4
-//     protocol 4). Rules exist only for the enabled encapsulations.
+//     configured port) addressed to a local address from the peers set (and
+//     not from a pod interface) and drop all other VXLAN to local
+//     addresses; the same for IPIP (IPv4 protocol 4). Rules exist only for
+//     the enabled encapsulations.
 //   - ROUTELET-FORWARD (filter, from FORWARD): accept traffic from and to
 //     pod interfaces (cali+) and the enabled overlay devices, so pods are
 //     forwarded even when the FORWARD policy is DROP.
-//   - ROUTELET-POSTROUTING (nat, from POSTROUTING): with NAT outgoing,
-//     masquerade traffic from the pools set to destinations outside it;
-//     traffic leaving through an overlay device is never masqueraded.
+//   - ROUTELET-POSTROUTING (nat, from POSTROUTING): only with NAT outgoing,
+//     masquerade traffic from the NAT pools set to destinations outside
+//     every pool; traffic leaving through an overlay device is never
+//     masqueraded. Without NAT outgoing the chain and its jump are kept
+//     absent and the nat table is never read or created ([Table.HasTable]
+//     says whether there is one to clean up): a nat table alone switches
+//     on conntrack and the NAT hooks for every packet.
 //
 // A [Chains] holds the desired Config in memory; [Chains.Apply] brings the
 // kernel in line and [Chains.Check] re-reads each chain and repairs drift.
-// Reads are by table: one `iptables -t filter -S` and one `iptables -t nat
-// -S` list routelet's chains and the built-in chains that jump to them, so a
-// check costs two execs per family, not one per chain ([IPTables] adds that
+// Reads are by table: one `iptables -t <table> -S` per table (raw, filter
+// and, with NAT outgoing, nat) lists routelet's chains and the built-in
+// chains that jump to them, so a check costs one exec per table and
+// family, not one per chain ([IPTables] adds that
 // whole-table read to the go-iptables handle). With iptables-nft a check
 // first reads the nf_tables ruleset generation over netlink and reads no
 // table at all while it is unchanged since the last clean check: every
@@ -29,7 +40,7 @@
 // rule and never left empty. Each jump sits first in its built-in chain,
 // exactly once.
 //
-// Ownership: only the three ROUTELET-* chains are ever flushed or deleted;
+// Ownership: only the four ROUTELET-* chains are ever flushed or deleted;
 // in the built-in chains only rules that are exactly a jump to one of them
 // are inserted or removed.
 package rules

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,8 +10,11 @@ import (
 
 // FakeTable is an in-memory Table for tests: tables of chains of rule specs,
 // listed the way `iptables -S` prints them. It counts calls per method and
-// can fail chosen calls. Built-in chains of the filter and nat tables exist
-// from the start with policy ACCEPT.
+// can fail chosen calls. The raw, filter and nat tables exist from the
+// start, their built-in chains with policy ACCEPT; DropTable removes one,
+// and any call naming a missing table but HasTable creates it again, as
+// iptables-legacy does (so a test sees whether code reads a table it
+// should leave alone).
 type FakeTable struct {
 	mu sync.Mutex
 	// chains maps "table/chain" to its rule specs; builtin marks built-in
@@ -46,18 +50,94 @@ func (e *FakeExitError) Error() string { return fmt.Sprintf("exit status %d: %s"
 // ExitStatus returns the simulated exit status.
 func (e *FakeExitError) ExitStatus() int { return e.Status }
 
-// builtinChains are the built-in chains of the filter and nat tables, as
-// table/chain, in the order iptables lists them.
-var builtinChains = []string{"filter/INPUT", "filter/FORWARD", "filter/OUTPUT", "nat/PREROUTING", "nat/INPUT", "nat/OUTPUT", "nat/POSTROUTING"}
+// builtinChains are the built-in chains of the raw, filter and nat tables,
+// as table/chain, in the order iptables lists them.
+var builtinChains = []string{"raw/PREROUTING", "raw/OUTPUT", "filter/INPUT", "filter/FORWARD", "filter/OUTPUT",
+	"nat/PREROUTING", "nat/INPUT", "nat/OUTPUT", "nat/POSTROUTING"}
 
-// NewFakeTable returns a FakeTable with the built-in chains.
+// NewFakeTable returns a FakeTable with the raw, filter and nat tables.
 func NewFakeTable() *FakeTable {
 	f := &FakeTable{chains: map[string][]string{}, builtin: map[string]bool{}, calls: map[string]int{}}
 	for _, k := range builtinChains {
-		f.chains[k] = nil
 		f.builtin[k] = true
 	}
+	for _, t := range []string{TableRaw, TableFilter, TableNAT} {
+		f.instantiate(t)
+	}
 	return f
+}
+
+// instantiate creates table with its built-in chains when it is missing.
+func (f *FakeTable) instantiate(table string) {
+	if f.hasTable(table) {
+		return
+	}
+	for _, k := range builtinChains {
+		if t, _, _ := strings.Cut(k, "/"); t == table {
+			f.chains[k] = nil
+		}
+	}
+}
+
+// hasTable reports whether any chain of table exists.
+func (f *FakeTable) hasTable(table string) bool {
+	for k := range f.chains {
+		if t, _, _ := strings.Cut(k, "/"); t == table {
+			return true
+		}
+	}
+	return false
+}
+
+// DropTable removes table and everything in it, as a namespace where
+// nobody ever used it.
+func (f *FakeTable) DropTable(table string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.chains {
+		if t, _, _ := strings.Cut(k, "/"); t == table {
+			delete(f.chains, k)
+		}
+	}
+	f.changed()
+}
+
+// DeleteTable implements Table: with NFT and gen current it removes the
+// table; it is counted as a call.
+func (f *FakeTable) DeleteTable(table string, gen uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["DeleteTable"]++
+	if f.Inject != nil {
+		if err := f.Inject("DeleteTable", table, ""); err != nil {
+			return err
+		}
+	}
+	if !f.NFT {
+		return fmt.Errorf("fake legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
+	}
+	if gen != f.gen {
+		return ErrGenerationChanged
+	}
+	for k := range f.chains {
+		if t, _, _ := strings.Cut(k, "/"); t == table {
+			delete(f.chains, k)
+		}
+	}
+	f.changed()
+	return nil
+}
+
+// HasTable implements Table. It is not counted as a call: it is no exec.
+func (f *FakeTable) HasTable(table string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Inject != nil {
+		if err := f.Inject("HasTable", table, ""); err != nil {
+			return false, err
+		}
+	}
+	return f.hasTable(table), nil
 }
 
 // Calls returns how often method was called.
@@ -113,8 +193,11 @@ func (f *FakeTable) RemoveChain(table, chain string) {
 func (f *FakeTable) begin(method, table, chain string) error {
 	f.calls[method]++
 	if f.Inject != nil {
-		return f.Inject(method, table, chain)
+		if err := f.Inject(method, table, chain); err != nil {
+			return err
+		}
 	}
+	f.instantiate(table)
 	return nil
 }
 

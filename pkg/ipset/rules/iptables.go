@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -58,6 +61,8 @@ type IPTables struct {
 	// nft is whether the binary is iptables-nft (its --version says
 	// nf_tables), whose rules live in the nf_tables ruleset.
 	nft bool
+	// family is the binary's address family.
+	family ipset.Family
 }
 
 var _ Table = (*IPTables)(nil)
@@ -88,7 +93,44 @@ func NewIPTables(family ipset.Family, backend string) (*IPTables, error) {
 		return nil, fmt.Errorf("iptables %s --version: %w", path, err)
 	}
 	return &IPTables{IPTables: ipt, path: path, wait: waitArgs(ipt.GetIptablesVersion()),
-		nft: strings.Contains(string(version), "nf_tables")}, nil
+		nft: strings.Contains(string(version), "nf_tables"), family: family}, nil
+}
+
+// HasTable implements Table: for iptables-nft, whether the nf_tables
+// ruleset of the calling thread's namespace holds table in the binary's
+// family (one netlink request); for iptables-legacy, whether the kernel
+// lists it in /proc/thread-self/net/ip_tables_names (ip6_tables_names),
+// which holds the tables instantiated in that namespace.
+func (t *IPTables) HasTable(table string) (bool, error) {
+	if t.nft {
+		return nftHasTable(t.family, table)
+	}
+	name := "ip_tables_names"
+	if t.family == ipset.IPv6 {
+		name = "ip6_tables_names"
+	}
+	return legacyHasTable("/proc/thread-self/net/"+name, table)
+}
+
+// DeleteTable implements Table.
+func (t *IPTables) DeleteTable(table string, gen uint32) error {
+	if !t.nft {
+		return fmt.Errorf("iptables-legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
+	}
+	return nftDeleteTable(t.family, table, gen)
+}
+
+// legacyHasTable reports whether the x_tables names file at path lists
+// table. A missing file means the kernel has no such tables at all.
+func legacyHasTable(path, table string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("iptables tables: %w", err)
+	}
+	return slices.Contains(strings.Fields(string(b)), table), nil
 }
 
 // Generation implements Table: the nf_tables ruleset generation of the

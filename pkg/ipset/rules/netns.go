@@ -32,6 +32,17 @@ func (n NetNS) Generation() (gen uint32, ok bool, err error) {
 	return gen, ok, err
 }
 
+// HasTable implements Table.
+func (n NetNS) HasTable(table string) (ok bool, err error) {
+	err = n.do(func() error { ok, err = n.T.HasTable(table); return err })
+	return ok, err
+}
+
+// DeleteTable implements Table.
+func (n NetNS) DeleteTable(table string, gen uint32) error {
+	return n.do(func() error { return n.T.DeleteTable(table, gen) })
+}
+
 // ListById implements Table.
 func (n NetNS) ListById(table, chain string, id int) (out string, err error) {
 	err = n.do(func() error { out, err = n.T.ListById(table, chain, id); return err })

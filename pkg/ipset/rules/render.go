@@ -8,12 +8,14 @@ import (
 	"github.com/routelet/routelet/pkg/ipset"
 )
 
-// Chain and table names (DESIGN.md).
+// Chain and table names (docs/design.md).
 const (
+	PreroutingChain  = "ROUTELET-PREROUTING"
 	InputChain       = "ROUTELET-INPUT"
 	ForwardChain     = "ROUTELET-FORWARD"
 	PostroutingChain = "ROUTELET-POSTROUTING"
 
+	TableRaw    = "raw"
 	TableFilter = "filter"
 	TableNAT    = "nat"
 )
@@ -38,7 +40,10 @@ type Config struct {
 	// (IPv4 only).
 	IPIP       bool
 	IPIPDevice string
-	// NATOutgoing masquerades traffic from pod pools to the outside.
+	// NATOutgoing masquerades traffic from the NAT pools (ipset.NATPools)
+	// to destinations outside every pool (ipset.Pools). Without it the
+	// nat chain is not rendered at all: routelet then keeps no chain and
+	// no jump in the nat table, and never creates that table.
 	NATOutgoing bool
 	// InterfacePrefix is the prefix of host-side pod veths.
 	InterfacePrefix string
@@ -96,46 +101,80 @@ func (c Chain) Lines() []string {
 	return out
 }
 
-// Render returns routelet's three chains for family from cfg, in the order
-// they are applied. Rules are written the way `iptables -S` prints them
+// Render returns routelet's chains for family from cfg, in the order they
+// are applied: ROUTELET-PREROUTING (raw), ROUTELET-INPUT and
+// ROUTELET-FORWARD (filter) always, ROUTELET-POSTROUTING (nat) only with
+// NAT outgoing. Rules are written the way `iptables -S` prints them
 // (including the implicit "-m udp"), so a read-back compares equal.
+//
+// ROUTELET-PREROUTING is the anti-spoofing chain: a packet from a pod
+// interface whose source does not route back through that same interface
+// (strict reverse-path check, `-m rpfilter`) is dropped before conntrack
+// sees it. Every pod address has a host route via its own veth, so this
+// admits exactly the pod's own addresses (and its IPv6 link-local ones).
+// Encapsulated traffic (the VXLAN port, IPIP) from a pod interface is
+// dropped there too, whatever its destination: a pod never sends overlay
+// traffic, to this node or, masqueraded as this node, to a peer.
 func Render(cfg Config, family ipset.Family) []Chain {
 	cfg = cfg.withDefaults()
 	v6 := family == ipset.IPv6
+	pods := cfg.InterfacePrefix + "+"
+	port := strconv.Itoa(cfg.VXLANPort)
 
+	pre := []string{"-i " + pods + " -m rpfilter --invert -j DROP"}
+	if cfg.VXLAN {
+		pre = append(pre, "-i "+pods+" -p udp -m udp --dport "+port+" -j DROP")
+	}
+	if cfg.IPIP && !v6 {
+		pre = append(pre, "-i "+pods+" -p 4 -j DROP")
+	}
+
+	// The accept rules also exclude pod interfaces: should the raw chain
+	// ever be missing, a pod's packet still cannot pass as a peer's.
 	var input []string
 	if cfg.VXLAN {
-		port := strconv.Itoa(cfg.VXLANPort)
 		peers := ipset.Name(ipset.VXLANPeers, family)
 		input = append(input,
-			"-p udp -m udp --dport "+port+" -m addrtype --dst-type LOCAL -m set --match-set "+peers+" src -j ACCEPT",
+			"! -i "+pods+" -p udp -m udp --dport "+port+" -m addrtype --dst-type LOCAL -m set --match-set "+peers+" src -j ACCEPT",
 			"-p udp -m udp --dport "+port+" -m addrtype --dst-type LOCAL -j DROP")
 	}
 	if cfg.IPIP && !v6 {
 		input = append(input,
-			"-p 4 -m addrtype --dst-type LOCAL -m set --match-set "+ipset.IPIPPeers+" src -j ACCEPT",
+			"! -i "+pods+" -p 4 -m addrtype --dst-type LOCAL -m set --match-set "+ipset.IPIPPeers+" src -j ACCEPT",
 			"-p 4 -m addrtype --dst-type LOCAL -j DROP")
 	}
 
-	pods := cfg.InterfacePrefix + "+"
 	forward := []string{"-i " + pods + " -j ACCEPT", "-o " + pods + " -j ACCEPT"}
 	for _, dev := range overlayDevices(cfg, v6) {
 		forward = append(forward, "-i "+dev+" -j ACCEPT", "-o "+dev+" -j ACCEPT")
 	}
 
-	var post []string
+	out := []Chain{
+		{Table: TableRaw, Name: PreroutingChain, Hook: "PREROUTING", Rules: pre},
+		{Table: TableFilter, Name: InputChain, Hook: "INPUT", Rules: input},
+		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward},
+	}
 	if cfg.NATOutgoing {
+		var post []string
 		for _, dev := range overlayDevices(cfg, v6) {
 			post = append(post, "-o "+dev+" -j RETURN")
 		}
-		pools := ipset.Name(ipset.Pools, family)
-		post = append(post, "-m set --match-set "+pools+" src -m set ! --match-set "+pools+" dst -j MASQUERADE")
+		pools, nat := ipset.Name(ipset.Pools, family), ipset.Name(ipset.NATPools, family)
+		post = append(post, "-m set --match-set "+nat+" src -m set ! --match-set "+pools+" dst -j MASQUERADE")
+		out = append(out, Chain{Table: TableNAT, Name: PostroutingChain, Hook: "POSTROUTING", Rules: post})
 	}
+	return out
+}
 
+// Known returns every chain routelet may own, rules left out, whatever the
+// Config: the ones Render leaves out are kept absent, and cleanup removes
+// them all.
+func Known() []Chain {
 	return []Chain{
-		{Table: TableFilter, Name: InputChain, Hook: "INPUT", Rules: input},
-		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward},
-		{Table: TableNAT, Name: PostroutingChain, Hook: "POSTROUTING", Rules: post},
+		{Table: TableRaw, Name: PreroutingChain, Hook: "PREROUTING"},
+		{Table: TableFilter, Name: InputChain, Hook: "INPUT"},
+		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD"},
+		{Table: TableNAT, Name: PostroutingChain, Hook: "POSTROUTING"},
 	}
 }
 
@@ -161,7 +200,7 @@ func Sets(cfg Config, family ipset.Family) []string {
 		out = append(out, ipset.IPIPPeers)
 	}
 	if cfg.NATOutgoing {
-		out = append(out, ipset.Pools)
+		out = append(out, ipset.Pools, ipset.NATPools)
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestSetsUsed(t *testing.T) {
 	got := strings.Join(Sets(Config{VXLAN: true, IPIP: true, NATOutgoing: true}, ipset.IPv6), ",")
-	if got != "routelet-vxlan-peers,routelet-pools" {
-		t.Fatalf("Sets(v6) = %s, want vxlan peers and pools (no IPIP in IPv6)", got)
+	if got != "routelet-vxlan-peers,routelet-pools,routelet-nat-pools" {
+		t.Fatalf("Sets(v6) = %s, want vxlan peers, pools and NAT pools (no IPIP in IPv6)", got)
 	}
 }

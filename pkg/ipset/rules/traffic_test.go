@@ -288,7 +288,7 @@ func TestForwardAndNATTraffic(t *testing.T) {
 
 func testForwardAndNAT(t *testing.T, backend string) {
 	cfg := Config{VXLAN: true, NATOutgoing: true}
-	f := newFixture(t, backend, ipset.IPv4, cfg, map[string][]string{ipset.Pools: {"10.244.0.0/16"}})
+	f := newFixture(t, backend, ipset.IPv4, cfg, map[string][]string{ipset.Pools: {"10.244.0.0/16"}, ipset.NATPools: {"10.244.0.0/16"}})
 	pod1, pod2, outside := podNode(t, f)
 	ctx := context.Background()
 
