@@ -183,6 +183,7 @@ func TestHostilePeerBlocks(t *testing.T) {
 		{"our own block", "10.244.1.0/24"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			c := &testCluster{t: t, c: c.c, nodes: c.nodes}
 			putRecord(t, a, stranger("hostile", tc.block))
 			// The record's good blocks are routed: it was read and the
 			// rest of it works.
@@ -245,6 +246,7 @@ func TestPeerRecordWithOurIdentity(t *testing.T) {
 		{"our tunnel address", func(n *state.Node) { n.TunnelIPv4 = "10.244.1.0" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			c := &testCluster{t: t, c: c.c, nodes: c.nodes}
 			rec := stranger("impostor")
 			tc.change(&rec)
 			putRecord(t, a, rec)
