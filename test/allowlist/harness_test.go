@@ -467,6 +467,17 @@ func sendIPIP(t *testing.T, n ns.NetNS, marker string) {
 // from a thread in the node namespace.
 func (c *cluster) metric(name string) float64 {
 	c.t.Helper()
+	v, ok := c.metricValue(name)
+	if !ok {
+		c.t.Fatalf("metric %s not served", name)
+	}
+	return v
+}
+
+// metricValue is metric without failing: ok is false when the daemon does
+// not serve name (yet).
+func (c *cluster) metricValue(name string) (float64, bool) {
+	c.t.Helper()
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var conn net.Conn
 		err := c.node.NS.Do(func(ns.NetNS) error {
@@ -492,9 +503,8 @@ func (c *cluster) metric(name string) float64 {
 			if err != nil {
 				c.t.Fatalf("metric %s: %q: %v", name, v, err)
 			}
-			return f
+			return f, true
 		}
 	}
-	c.t.Fatalf("metric %s not served", name)
-	return 0
+	return 0, false
 }
