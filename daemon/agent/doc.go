@@ -14,6 +14,8 @@
 // routelet; elsewhere only routes carrying routelet's route protocol do (the
 // local blocks' blackholes live under routes.InterfaceNone).
 //
-// Seams for later work: Manager takes node records (peers) and applies its
-// own dataplane (overlay devices, ipsets) in the same loop.
+// Seams for later work: Manager takes validated peers (pkg/peers: node
+// records are checked once, in nodesChanged, before any manager sees them)
+// and applies its own dataplane (overlay devices, ipsets) in the same loop;
+// a Manager with a NotReady method can hold the daemon not ready.
 package agent
