@@ -2,6 +2,7 @@ package peers
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -288,4 +289,22 @@ func nodeEqual(x, y NodeInfo) bool {
 		return a.HostIP == b.HostIP && a.TunnelAddr == b.TunnelAddr && bytes.Equal(a.VTEPMAC, b.VTEPMAC)
 	}
 	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks)
+}
+
+// BenchmarkResolve1000: 1,000 established dual-stack peers re-validated,
+// as every node-record change does.
+func BenchmarkResolve1000(b *testing.B) {
+	var recs []Record
+	for i := range 1000 {
+		recs = append(recs, Record{Name: fmt.Sprintf("n%04d", i), HostIPv4: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1),
+			HostIPv6: fmt.Sprintf("fd00:2::%x", i+1), Blocks: []string{fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256), fmt.Sprintf("fd10:%x::/120", i+1)},
+			VTEPMAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256), TunnelIPv4: fmt.Sprintf("10.%d.%d.0", 100+i/256, i%256)})
+	}
+	seen := Resolve(Input{Self: self, Host: host, Records: recs, Now: t0}).Seen
+	b.ResetTimer()
+	for b.Loop() {
+		if res := Resolve(Input{Self: self, Host: host, Records: recs, Seen: seen, Now: t0}); len(res.Peers) != 1000 || len(res.Refused) != 0 {
+			b.Fatalf("%d peers, refused %v", len(res.Peers), res.Refused[:min(3, len(res.Refused))])
+		}
+	}
 }

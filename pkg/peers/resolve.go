@@ -76,6 +76,74 @@ type owner struct {
 	node string // "" for this node
 }
 
+// space answers "which accepted claim overlaps this prefix" for a set of
+// candidate prefixes known up front (this node's blocks and host IPs, every
+// record's blocks and host IPs). Two prefixes overlap exactly when one
+// contains the other, so one sweep over the candidates sorted by address,
+// with a stack of the prefixes that contain the current one, lists every
+// overlapping pair; a query then only looks at its own prefix's partners.
+// A sane cluster has no overlapping pairs, so a pass over a thousand peers
+// costs a sort.
+type space struct {
+	index map[netip.Prefix]int // prefix → slot
+	slots []slot
+}
+
+// slot is one distinct candidate prefix.
+type slot struct {
+	p        netip.Prefix
+	accepted *owner // the first accepted claim of exactly p, nil while none
+	partners []int  // slots of the other candidates overlapping p
+}
+
+// newSpace indexes the candidate prefixes (masked).
+func newSpace(candidates []netip.Prefix) *space {
+	ps := slices.Clone(candidates)
+	sortPrefixes(ps)
+	ps = slices.Compact(ps)
+	sp := &space{index: make(map[netip.Prefix]int, len(ps)), slots: make([]slot, len(ps))}
+	var stack []int
+	for i, p := range ps {
+		sp.index[p] = i
+		sp.slots[i].p = p
+		for len(stack) > 0 && !ps[stack[len(stack)-1]].Contains(p.Addr()) {
+			stack = stack[:len(stack)-1]
+		}
+		for _, j := range stack {
+			sp.slots[i].partners = append(sp.slots[i].partners, j)
+			sp.slots[j].partners = append(sp.slots[j].partners, i)
+		}
+		stack = append(stack, i)
+	}
+	return sp
+}
+
+// add records o as accepted; o.p must be a candidate. A prefix already
+// accepted keeps its first owner.
+func (s *space) add(o owner) {
+	if i, ok := s.index[o.p]; ok && s.slots[i].accepted == nil {
+		s.slots[i].accepted = &o
+	}
+}
+
+// overlap returns an accepted claim overlapping p (a candidate): p itself,
+// else the first accepted partner (shorter prefixes first).
+func (s *space) overlap(p netip.Prefix) (owner, bool) {
+	i, ok := s.index[p]
+	if !ok {
+		return owner{}, false
+	}
+	if o := s.slots[i].accepted; o != nil {
+		return *o, true
+	}
+	for _, j := range s.slots[i].partners {
+		if o := s.slots[j].accepted; o != nil {
+			return *o, true
+		}
+	}
+	return owner{}, false
+}
+
 // Resolve decides which values of the records are used, as the package
 // doc describes. It is pure: it reads nothing but in.
 func Resolve(in Input) Result {
@@ -120,22 +188,35 @@ func Resolve(in Input) Result {
 	// name, field, value.
 	live := slices.DeleteFunc(slices.Clone(items), func(it *item) bool { return it.node == nil })
 	slices.SortStableFunc(live, compareItems)
-	var space []owner // accepted blocks and host IPs, ours first
+	// Accepted blocks and host IPs, ours first.
+	var ours, candidates []netip.Prefix
 	for _, b := range in.Self.Blocks {
-		space = append(space, owner{p: b.Masked()})
+		if b.IsValid() {
+			ours = append(ours, b.Masked())
+		}
 	}
 	for _, a := range []netip.Addr{in.Self.IPv4.HostIP, in.Self.IPv6.HostIP} {
 		if a.IsValid() {
-			space = append(space, owner{p: netip.PrefixFrom(a, a.BitLen())})
+			ours = append(ours, netip.PrefixFrom(a, a.BitLen()))
 		}
+	}
+	candidates = append(candidates, ours...)
+	for _, it := range live {
+		if p, ok := it.space(); ok {
+			candidates = append(candidates, p)
+		}
+	}
+	sp := newSpace(candidates)
+	for _, p := range ours {
+		sp.add(owner{p: p})
 	}
 	taken := map[string]map[string]string{} // field → value → node, for MACs and tunnel addresses
 	for _, it := range live {
-		if why := conflict(in.Host, space, taken, it); why != "" {
+		if why := conflict(in.Host, sp, taken, it); why != "" {
 			res.Refused = append(res.Refused, Refusal{Node: it.Node, Field: it.Field, Value: it.Value, Reason: why})
 			continue
 		}
-		accept(it, &space, taken)
+		accept(it, sp, taken)
 	}
 	for _, n := range infos {
 		sortPrefixes(n.Blocks)
@@ -145,6 +226,18 @@ func Resolve(in Input) Result {
 		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Field, b.Field), strings.Compare(a.Value, b.Value))
 	})
 	return res
+}
+
+// space returns the address space it claims: its block, or its host IP as
+// a single-address prefix; ok is false for MACs and tunnel addresses.
+func (it *item) space() (netip.Prefix, bool) {
+	switch it.Field {
+	case FieldBlock:
+		return it.block, true
+	case FieldHostIPv4, FieldHostIPv6:
+		return netip.PrefixFrom(it.addr, it.addr.BitLen()), true
+	}
+	return netip.Prefix{}, false
 }
 
 // claims lists the values a parsed record claims.
@@ -244,7 +337,7 @@ func compareItems(a, b *item) int {
 
 // conflict returns why it cannot be accepted given what was accepted
 // before it, or "".
-func conflict(host netguard.Host, space []owner, taken map[string]map[string]string, it *item) string {
+func conflict(host netguard.Host, sp *space, taken map[string]map[string]string, it *item) string {
 	whose := func(o owner) string {
 		switch o.node {
 		case "":
@@ -259,20 +352,14 @@ func conflict(host netguard.Host, space []owner, taken map[string]map[string]str
 		if what := host.Overlap(it.block); what != "" {
 			return "overlaps " + what
 		}
-		for _, o := range space {
-			if o.p.Addr().BitLen() != it.block.Addr().BitLen() || !o.p.Overlaps(it.block) {
-				continue
-			}
+		if o, ok := sp.overlap(it.block); ok {
 			if o.p.IsSingleIP() {
 				return fmt.Sprintf("contains %s host IP %s", whose(o), o.p.Addr())
 			}
 			return fmt.Sprintf("overlaps %s block %s", whose(o), o.p)
 		}
 	case FieldHostIPv4, FieldHostIPv6:
-		for _, o := range space {
-			if !o.p.Contains(it.addr) {
-				continue
-			}
+		if o, ok := sp.overlap(netip.PrefixFrom(it.addr, it.addr.BitLen())); ok {
 			if o.p.IsSingleIP() {
 				return fmt.Sprintf("is %s host IP", whose(o))
 			}
@@ -292,12 +379,12 @@ func conflict(host netguard.Host, space []owner, taken map[string]map[string]str
 
 // accept records an accepted value in the record's output and in what
 // later values are checked against.
-func accept(it *item, space *[]owner, taken map[string]map[string]string) {
+func accept(it *item, sp *space, taken map[string]map[string]string) {
 	n := it.node
 	switch it.Field {
 	case FieldBlock:
 		n.Blocks = append(n.Blocks, it.block)
-		*space = append(*space, owner{p: it.block, node: it.Node})
+		sp.add(owner{p: it.block, node: it.Node})
 		return
 	case FieldHostIPv4:
 		n.IPv4.HostIP = it.addr
@@ -313,7 +400,7 @@ func accept(it *item, space *[]owner, taken map[string]map[string]string) {
 		n.IPv6.TunnelAddr = it.addr
 	}
 	if it.Field == FieldHostIPv4 || it.Field == FieldHostIPv6 {
-		*space = append(*space, owner{p: netip.PrefixFrom(it.addr, it.addr.BitLen()), node: it.Node})
+		sp.add(owner{p: netip.PrefixFrom(it.addr, it.addr.BitLen()), node: it.Node})
 		return
 	}
 	if taken[it.Field] == nil {
