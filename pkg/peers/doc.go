@@ -26,7 +26,10 @@
 // the name that sorts first nor a time stamp a record carries can take an
 // established claim. Values first seen in the same pass (all records
 // already present at the very first start) are ordered by the record's
-// Updated time, then by node name, and that order is then recorded.
+// Updated time, then by node name, and that order is then recorded. A value
+// that leaves the records gives its space up at once, but keeps its
+// first-seen time for a while (DefaultRetain), so a record that was
+// briefly unreadable (rewritten in place) comes back established.
 //
 // A refused value is dropped from the NodeInfo; the rest of the record and
 // every other record keep working. Each refusal is logged once (warn) and

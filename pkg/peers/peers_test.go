@@ -54,7 +54,7 @@ var (
 )
 
 // establishedSeen is Seen after b and c were accepted at t0.
-func establishedSeen() map[Claim]time.Time {
+func establishedSeen() map[Claim]Sighting {
 	return Resolve(Input{Self: self, Host: host, Records: []Record{b, c}, Now: t0}).Seen
 }
 
@@ -199,10 +199,23 @@ func TestResolveEstablishedWins(t *testing.T) {
 	if n, _ := find(res.Peers, "a0"); slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.2.0/25")) {
 		t.Errorf("newcomer took b's block with the clock set back: %+v", n)
 	}
-	// When b's record goes, its claim goes with it.
-	res = Resolve(Input{Self: self, Host: host, Records: []Record{intruder}, Seen: res.Seen, Now: t0.Add(2 * time.Hour)})
+	// When b's record goes, the newcomer gets the space at once; if b
+	// comes back within Retain (a record rewritten in place), b is still
+	// the established one.
+	seen := res.Seen
+	res = Resolve(Input{Self: self, Host: host, Records: []Record{intruder}, Seen: seen, Now: t0.Add(2 * time.Hour), Retain: time.Minute})
 	if n, _ := find(res.Peers, "a0"); !slices.Equal(n.Blocks, pfx("10.244.2.0/25", "10.244.78.0/24")) {
 		t.Errorf("after b left, a0's blocks = %v, want both", n.Blocks)
+	}
+	back := Resolve(Input{Self: self, Host: host, Records: []Record{intruder, b}, Seen: res.Seen, Now: t0.Add(2*time.Hour + 30*time.Second), Retain: time.Minute})
+	if n, _ := find(back.Peers, "b"); !slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.2.0/24")) {
+		t.Errorf("b back within Retain = %+v, want its block", n)
+	}
+	// Past Retain, b's old sighting is forgotten: it returns as a newcomer.
+	later := Resolve(Input{Self: self, Host: host, Records: []Record{intruder}, Seen: res.Seen, Now: t0.Add(2*time.Hour + 2*time.Minute), Retain: time.Minute})
+	later = Resolve(Input{Self: self, Host: host, Records: []Record{intruder, b}, Seen: later.Seen, Now: t0.Add(3 * time.Hour), Retain: time.Minute})
+	if n, _ := find(later.Peers, "b"); slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.2.0/24")) {
+		t.Errorf("b back after Retain took a0's established block: %+v", n)
 	}
 }
 

@@ -26,6 +26,12 @@ type Claim struct {
 	Node, Field, Value string
 }
 
+// Sighting is when this daemon first saw a value and, once the value left
+// the records, when it went (zero while present).
+type Sighting struct {
+	First, Gone time.Time
+}
+
 // Input is what Resolve decides on.
 type Input struct {
 	Self Self
@@ -33,9 +39,17 @@ type Input struct {
 	// no peer block may overlap it and no peer may carry its addresses.
 	Host    netguard.Host
 	Records []Record
-	// Seen says when this daemon first saw each value; values absent from
-	// it are new. Resolve does not modify it.
-	Seen map[Claim]time.Time
+	// Seen says when this daemon first saw each value (and when a value
+	// that went missing was last there); values absent from it are new.
+	// Resolve does not modify it.
+	Seen map[Claim]Sighting
+	// Retain keeps the first-seen time of a value that left the records
+	// for this long, so a record that is briefly unreadable (rewritten in
+	// place by cp) comes back established; 0 forgets at once. A newcomer
+	// is never held back by a value that is gone: it takes the space while
+	// the established value is missing, and gives it back if that value
+	// returns within Retain.
+	Retain time.Duration
 	// Now stamps new values (at least 1 ns after every time in Seen, so a
 	// clock that went back cannot make a newcomer established).
 	Now time.Time
@@ -46,9 +60,9 @@ type Result struct {
 	Peers   []NodeInfo // sorted by name; refused values left out
 	Refused []Refusal  // sorted by node, field, value
 	// Seen holds the first-seen time of every value the current records
-	// carry (refused ones included, so a newcomer stays one): the Seen of
-	// the next call.
-	Seen map[Claim]time.Time
+	// carry (refused ones included, so a newcomer stays one) and of the
+	// values gone for less than Retain: the Seen of the next call.
+	Seen map[Claim]Sighting
 }
 
 // fieldOrder ranks the fields of one record among values first seen
@@ -147,7 +161,7 @@ func (s *space) overlap(p netip.Prefix) (owner, bool) {
 // Resolve decides which values of the records are used, as the package
 // doc describes. It is pure: it reads nothing but in.
 func Resolve(in Input) Result {
-	res := Result{Seen: map[Claim]time.Time{}}
+	res := Result{Seen: map[Claim]Sighting{}}
 	recs := slices.Clone(in.Records)
 	slices.SortStableFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 
@@ -162,8 +176,8 @@ func Resolve(in Input) Result {
 		}
 		its := claims(n, r.Updated)
 		for _, it := range its {
-			if t, ok := in.Seen[it.Claim]; ok {
-				it.seen = t
+			if s, ok := in.Seen[it.Claim]; ok {
+				it.seen = s.First
 			}
 		}
 		if why := wholeRecord(in, n, byName); why != "" {
@@ -181,7 +195,18 @@ func Resolve(in Input) Result {
 	}
 	stamp(items, in)
 	for _, it := range items {
-		res.Seen[it.Claim] = it.seen
+		res.Seen[it.Claim] = Sighting{First: it.seen}
+	}
+	for c, s := range in.Seen {
+		if _, present := res.Seen[c]; present {
+			continue
+		}
+		switch {
+		case s.Gone.IsZero():
+			res.Seen[c] = Sighting{First: s.First, Gone: in.Now}
+		case in.Now.Sub(s.Gone) < in.Retain:
+			res.Seen[c] = s
+		}
 	}
 
 	// Established first; ties (values first seen together) by record time,
@@ -317,9 +342,9 @@ func stamp(items []*item, in Input) {
 			base = it.seen.Add(time.Nanosecond)
 		}
 	}
-	for _, t := range in.Seen {
-		if !t.Before(base) {
-			base = t.Add(time.Nanosecond)
+	for _, s := range in.Seen {
+		if !s.First.Before(base) {
+			base = s.First.Add(time.Nanosecond)
 		}
 	}
 	slices.SortStableFunc(fresh, compareItems)

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,10 @@ import (
 // tmpfs as the records it describes.
 const LedgerFile = "peer-claims.json"
 
+// DefaultRetain is how long a value that left the records keeps its
+// first-seen time (Options.Retain).
+const DefaultRetain = 10 * time.Minute
+
 // Options configure a Validator.
 type Options struct {
 	Self Self
@@ -30,8 +36,10 @@ type Options struct {
 	ReadHost func() (netguard.Host, error)
 	// StateDir holds LedgerFile; "" keeps first-seen times in memory only.
 	StateDir string
-	Logger   *slog.Logger
-	Now      func() time.Time // default time.Now
+	// Retain is Input.Retain; default DefaultRetain, negative 0.
+	Retain time.Duration
+	Logger *slog.Logger
+	Now    func() time.Time // default time.Now
 }
 
 // Validator is the one place node records become NodeInfo values. It is
@@ -39,7 +47,7 @@ type Options struct {
 type Validator struct {
 	opts    Options
 	log     *slog.Logger
-	seen    map[Claim]time.Time
+	seen    map[Claim]Sighting
 	host    netguard.Host
 	hostErr string               // last ReadHost error logged
 	logged  map[string]bool      // refusals already logged, by message
@@ -57,8 +65,14 @@ func New(opts Options) *Validator {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	switch {
+	case opts.Retain == 0:
+		opts.Retain = DefaultRetain
+	case opts.Retain < 0:
+		opts.Retain = 0
+	}
 	v := &Validator{
-		opts: opts, log: opts.Logger.With("component", "peers"), seen: map[Claim]time.Time{}, logged: map[string]bool{},
+		opts: opts, log: opts.Logger.With("component", "peers"), seen: map[Claim]Sighting{}, logged: map[string]bool{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "routelet_peer_values_refused",
 			Help: "Node record values currently refused (1 per node, field and value; field \"record\" for a record refused whole). The log says why.",
@@ -94,8 +108,8 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 			v.host, v.hostErr = h, ""
 		}
 	}
-	res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: v.opts.Now()})
-	if !maps.EqualFunc(res.Seen, v.seen, time.Time.Equal) {
+	res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: v.opts.Now(), Retain: v.opts.Retain})
+	if !maps.EqualFunc(res.Seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
 		v.seen = res.Seen
 		if v.opts.StateDir != "" {
 			if err := writeLedger(v.opts.StateDir, v.seen); err != nil {
@@ -142,11 +156,12 @@ type ledgerEntry struct {
 	Field     string    `json:"field"`
 	Value     string    `json:"value"`
 	FirstSeen time.Time `json:"firstSeen"`
+	Gone      time.Time `json:"gone,omitzero"`
 }
 
 // readLedger reads LedgerFile; a missing file is an empty ledger.
-func readLedger(dir string) (map[Claim]time.Time, error) {
-	seen := map[Claim]time.Time{}
+func readLedger(dir string) (map[Claim]Sighting, error) {
+	seen := map[Claim]Sighting{}
 	data, err := state.ReadFileNoFollow(dir, LedgerFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return seen, nil
@@ -162,18 +177,24 @@ func readLedger(dir string) (map[Claim]time.Time, error) {
 		return nil, fmt.Errorf("%s: version %d, want %d", LedgerFile, l.Version, state.RecordVersion)
 	}
 	for _, e := range l.Claims {
-		seen[Claim{Node: e.Node, Field: e.Field, Value: e.Value}] = e.FirstSeen
+		seen[Claim{Node: e.Node, Field: e.Field, Value: e.Value}] = Sighting{First: e.FirstSeen, Gone: e.Gone}
 	}
 	return seen, nil
 }
 
 // writeLedger writes LedgerFile atomically, entries sorted.
-func writeLedger(dir string, seen map[Claim]time.Time) error {
+func writeLedger(dir string, seen map[Claim]Sighting) error {
 	l := ledger{Version: state.RecordVersion, Claims: []ledgerEntry{}}
-	for c, t := range seen {
-		l.Claims = append(l.Claims, ledgerEntry{Node: c.Node, Field: c.Field, Value: c.Value, FirstSeen: t.UTC()})
+	for c, s := range seen {
+		e := ledgerEntry{Node: c.Node, Field: c.Field, Value: c.Value, FirstSeen: s.First.UTC()}
+		if !s.Gone.IsZero() {
+			e.Gone = s.Gone.UTC()
+		}
+		l.Claims = append(l.Claims, e)
 	}
-	slices.SortFunc(l.Claims, func(a, b ledgerEntry) int { return a.FirstSeen.Compare(b.FirstSeen) })
+	slices.SortFunc(l.Claims, func(a, b ledgerEntry) int {
+		return cmp.Or(a.FirstSeen.Compare(b.FirstSeen), strings.Compare(a.Node, b.Node), strings.Compare(a.Field, b.Field), strings.Compare(a.Value, b.Value))
+	})
 	data, err := json.MarshalIndent(&l, "", "  ")
 	if err != nil {
 		return err
