@@ -456,3 +456,31 @@ func TestForeignVXLANDevice(t *testing.T) {
 		t.Errorf("vxlan.calico after flannel.1 was removed: %v", err)
 	}
 }
+
+// TestVXLANPortInUse: a socket of another program bound to our VXLAN port
+// makes routeletd not ready with an error naming the port (the kernel
+// refuses to bring vxlan.calico up); once the socket is closed the daemon
+// brings the device up and becomes ready without a restart.
+func TestVXLANPortInUse(t *testing.T) {
+	_, n := startLone(t)
+	var conn net.PacketConn
+	if err := n.CNI.NS.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = net.ListenPacket("udp4", "0.0.0.0:4789")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	runDaemon(t, n, append([]string{"--encapsulation=vxlan"}, healthArgs...)...)
+	reason := waitNotReady(t, n, "UDP port 4789 is already in use")
+	if !strings.Contains(reason, "vxlan.calico") {
+		t.Errorf("reason %q does not name our device", reason)
+	}
+	conn.Close()
+	eventually(t, 30*time.Second, "routeletd ready once the port is free", func() bool {
+		code, _, err := httpGet(n.CNI.NS, "http://127.0.0.1:9099/readyz")
+		l, lerr := n.nl.LinkByName("vxlan.calico")
+		return err == nil && code == http.StatusOK && lerr == nil && l.Attrs().Flags&net.FlagUp != 0
+	})
+}
