@@ -259,7 +259,12 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer stopAllow()
+	pv, err := newPeerValidator(cfg, self, metrics, log)
+	if err != nil {
+		return err
+	}
 	a := agent.New(agent.Options{
+		Peers:    pv,
 		NodeName: cfg.NodeName, Self: self, LocalBlocks: cfg.PodCIDRs, PodMTU: podMTU, Version: fullVersion(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -72,14 +73,25 @@ type Host interface {
 // Manager is a further dataplane component driven by the loop, such as the
 // overlay or the ipset allowlists. Both methods run on the loop goroutine.
 type Manager interface {
-	// OnNodes hands over this node's record and every peer's (memory only).
-	OnNodes(self *state.Node, peers []*state.Node)
+	// OnNodes hands over every peer, validated (memory only).
+	OnNodes(peers []peers.NodeInfo)
 	// Apply programs the kernel; failures are retried on the next pass.
 	Apply() error
 }
 
+// PeerValidator is where node records become peers: the one check of
+// every peer record (*peers.Validator).
+type PeerValidator interface {
+	Validate(records []peers.Record) []peers.NodeInfo
+}
+
+var _ PeerValidator = (*peers.Validator)(nil)
+
 // Options configure an Agent. Zero durations take the defaults noted.
 type Options struct {
+	// Peers validates the peer records; nil: a validator that knows only
+	// this node's name.
+	Peers           PeerValidator
 	NodeName        string
 	Self            state.Node     // this node's record (name, host IPs, blocks); written by the agent
 	LocalBlocks     []netip.Prefix // blackholed; also published in daemon.json
@@ -132,6 +144,7 @@ type Agent struct {
 	winners      map[netip.Addr]string // addresses several records claim → the file served
 	ready        bool
 	lastErr      string
+	blocked      string // a manager's not-ready reason, "" when none
 	needApply    bool
 	needResync   bool
 	retryBackoff time.Duration
@@ -181,6 +194,9 @@ func New(opts Options, store Store, rt4, rt6 RouteTable, releaser Releaser, host
 	}
 	if opts.Debounce == 0 {
 		opts.Debounce = time.Millisecond
+	}
+	if opts.Peers == nil {
+		opts.Peers = peers.New(peers.Options{Self: peers.Self{Name: opts.Self.Name}, Logger: log})
 	}
 	return &Agent{
 		opts: opts, store: store, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
@@ -309,9 +325,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.writeStatus("initial sync in progress")
 	a.fullSync()
 	a.ready = true
-	a.writeStatus("") // daemon.json first: whoever sees /readyz ok also finds it ready
-	a.status.SetReady(true, "")
-	a.metrics.Ready.Set(1)
+	a.publishReadiness(a.managersBlocked())
 	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerCount(), "error", a.lastErr)
 
 	resync := time.NewTicker(a.opts.ResyncPeriod)
@@ -919,12 +933,51 @@ func (a *Agent) apply() {
 		a.needApply = false
 		a.retryBackoff = 0
 	}
-	if msg != a.lastErr {
+	blocked := a.managersBlocked()
+	if msg != a.lastErr || blocked != a.blocked {
 		a.lastErr = msg
 		if a.ready {
-			a.writeStatus("")
+			a.publishReadiness(blocked)
 		}
 	}
+}
+
+// blocker is a Manager that can tell that its dataplane cannot work as
+// configured (e.g. the kernel lacks the overlay's link kind).
+type blocker interface {
+	NotReady() string
+}
+
+// managersBlocked joins the managers' not-ready reasons ("" for none).
+func (a *Agent) managersBlocked() string {
+	var why []string
+	for _, m := range a.managers {
+		if b, ok := m.(blocker); ok {
+			if r := b.NotReady(); r != "" {
+				why = append(why, r)
+			}
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// publishReadiness writes daemon.json, then /readyz and the ready metric:
+// ready unless blocked names a reason. daemon.json goes first, so whoever
+// sees /readyz ok also finds it ready.
+func (a *Agent) publishReadiness(blocked string) {
+	if blocked != a.blocked && blocked != "" {
+		a.log.Warn("not ready", "reason", blocked)
+	} else if blocked != a.blocked {
+		a.log.Info("ready again")
+	}
+	a.blocked = blocked
+	a.writeStatus(blocked)
+	a.status.SetReady(blocked == "", blocked)
+	ready := 0.0
+	if blocked == "" {
+		ready = 1
+	}
+	a.metrics.Ready.Set(ready)
 }
 
 // writeStatus writes daemon.json; reason non-empty means not ready.
@@ -972,21 +1025,19 @@ func sameNode(x, y *state.Node) bool {
 		x.TunnelIPv4 == y.TunnelIPv4 && x.TunnelIPv6 == y.TunnelIPv6
 }
 
-// nodesChanged updates the peer metric and hands node records to managers.
+// nodesChanged validates the peer records, updates the peer metric and
+// hands the validated peers to the managers.
 func (a *Agent) nodesChanged() {
-	var self *state.Node
-	var peers []*state.Node
+	var recs []peers.Record
 	for _, name := range sortedKeys(a.nodes) {
-		n := a.nodes[name]
-		if n.Name == a.opts.Self.Name {
-			self = n
-		} else {
-			peers = append(peers, n)
+		if n := a.nodes[name]; n.Name != a.opts.Self.Name {
+			recs = append(recs, peers.FromState(n))
 		}
 	}
-	a.metrics.Peers.Set(float64(len(peers)))
+	valid := a.opts.Peers.Validate(recs)
+	a.metrics.Peers.Set(float64(len(valid)))
 	for _, m := range a.managers {
-		m.OnNodes(self, peers)
+		m.OnNodes(valid)
 		a.needApply = true
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -492,9 +493,9 @@ type countingManager struct {
 	applies int
 }
 
-func (m *countingManager) OnNodes(*state.Node, []*state.Node) {}
-func (m *countingManager) Apply() error                       { m.mu.Lock(); m.applies++; m.mu.Unlock(); return nil }
-func (m *countingManager) count() int                         { m.mu.Lock(); defer m.mu.Unlock(); return m.applies }
+func (m *countingManager) OnNodes([]peers.NodeInfo) {}
+func (m *countingManager) Apply() error             { m.mu.Lock(); m.applies++; m.mu.Unlock(); return nil }
+func (m *countingManager) count() int               { m.mu.Lock(); defer m.mu.Unlock(); return m.applies }
 
 // TestNotifyApplyRunsManagers: a manager's NotifyApply from another goroutine
 // makes the idle loop run its Apply again.

@@ -18,6 +18,8 @@
 // pod (Keeper: veth sysctls, node forwarding, veth up, IPv6 neighbours):
 // links and neighbours on their events, sysctls on a tick of at most 1s.
 //
-// Seams for later work: Manager takes node records (peers) and applies its
-// own dataplane (overlay devices, ipsets) in the same loop.
+// Seams for later work: Manager takes validated peers (pkg/peers: node
+// records are checked once, in nodesChanged, before any manager sees them)
+// and applies its own dataplane (overlay devices, ipsets) in the same loop;
+// a Manager with a NotReady method can hold the daemon not ready.
 package agent

@@ -12,7 +12,7 @@ import (
 
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
 	"github.com/routelet/routelet/pkg/ipset/rules"
-	"github.com/routelet/routelet/pkg/state"
+	"github.com/routelet/routelet/pkg/peers"
 )
 
 // Allowlist is the part of *allowlist.Manager that Manager drives. Its
@@ -127,27 +127,18 @@ func (m *Manager) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// OnNodes derives the desired set members from this node's record and the
-// peers' (memory only). self may be nil before the node's own record exists.
-func (m *Manager) OnNodes(self *state.Node, peers []*state.Node) {
+// OnNodes derives the desired set members from the validated peers
+// (memory only): their host IPs may send overlay traffic, their blocks and
+// ours are the pools. The peers were checked where their records entered
+// the daemon (pkg/peers), so nothing is parsed here.
+func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	var hosts []netip.Prefix
 	pools := slices.Clone(m.opts.LocalBlocks)
-	for _, n := range peers {
-		for _, s := range []string{n.HostIPv4, n.HostIPv6} {
-			if s == "" {
-				continue
-			}
-			a, err := netip.ParseAddr(s)
-			if err != nil || a.Zone() != "" || a.Is4In6() {
-				m.log.Warn("allowlist: ignoring a peer's host IP", "node", n.Name, "hostIP", s)
-				continue
-			}
+	for _, n := range nodes {
+		for _, a := range n.HostIPs() {
 			hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
 		}
-		pools = append(pools, blocks(m.log, n)...)
-	}
-	if self != nil {
-		pools = append(pools, blocks(m.log, self)...)
+		pools = append(pools, n.Blocks...)
 	}
 	hosts = append(hosts, m.opts.ExternalNodeCIDRs...)
 	hosts, pools = normalize(hosts), normalize(pools)
@@ -162,20 +153,6 @@ func (m *Manager) OnNodes(self *state.Node, peers []*state.Node) {
 	}
 	m.peers, m.pools, m.handed = hosts, pools, true
 	m.log.Debug("allowlist members", "peers", len(hosts), "pools", len(pools))
-}
-
-// blocks parses a node record's blocks, skipping (and logging) bad ones.
-func blocks(log *slog.Logger, n *state.Node) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range n.Blocks {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			log.Warn("allowlist: ignoring a node's block", "node", n.Name, "block", s)
-			continue
-		}
-		out = append(out, p.Masked())
-	}
-	return out
 }
 
 // normalize sorts ps, drops duplicates and prefixes no set can hold (/0,

@@ -17,6 +17,7 @@ import (
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
 	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -66,11 +67,22 @@ func node(name, v4, v6 string, blocks ...string) *state.Node {
 	return &state.Node{Version: 1, Name: name, HostIPv4: v4, HostIPv6: v6, Blocks: blocks}
 }
 
+// valid validates records as the daemon does before OnNodes.
+func valid(nodes ...*state.Node) []peers.NodeInfo {
+	var recs []peers.Record
+	for _, n := range nodes {
+		recs = append(recs, peers.FromState(n))
+	}
+	return peers.Resolve(peers.Input{Self: peers.Self{Name: "a"}, Records: recs}).Peers
+}
+
 // TestMembersFromNodes: peers' host IPs and external CIDRs become the peer
 // set of the configured encapsulation; every node's blocks (and the local
 // ones) the pools; a node record removed takes its members with it.
 func TestMembersFromNodes(t *testing.T) {
-	self := node("a", "192.0.2.10", "2001:db8::10", "10.244.1.0/24", "fd00:1::/120")
+	// This node's blocks (a: 10.244.1.0/24, fd00:1::/120) reach the
+	// manager as LocalBlocks, as routeletd's --pod-cidr values do.
+	own := pfx("10.244.1.0/24", "fd00:1::/120")
 	b := node("b", "192.0.2.11", "2001:db8::11", "10.244.2.0/24", "fd00:2::/120")
 	c := node("c", "192.0.2.12", "", "10.244.3.0/24")
 	for _, tc := range []struct {
@@ -96,8 +108,8 @@ func TestMembersFromNodes(t *testing.T) {
 		{"none", rules.Config{}, map[string][]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, Options{Rules: tc.rules, ExternalNodeCIDRs: pfx("198.51.100.0/28"), LocalBlocks: pfx("10.244.9.0/24")})
-			f.m.OnNodes(self, []*state.Node{b, c})
+			f := newFixture(t, Options{Rules: tc.rules, ExternalNodeCIDRs: pfx("198.51.100.0/28"), LocalBlocks: append(own, pfx("10.244.9.0/24")...)})
+			f.m.OnNodes(valid(b, c))
 			if err := f.m.Apply(); err != nil {
 				t.Fatal(err)
 			}
@@ -107,12 +119,12 @@ func TestMembersFromNodes(t *testing.T) {
 		})
 	}
 
-	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}})
-	f.m.OnNodes(self, []*state.Node{b, c})
+	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}, LocalBlocks: own[:1]})
+	f.m.OnNodes(valid(b, c))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	f.m.OnNodes(self, []*state.Node{c})
+	f.m.OnNodes(valid(c))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +144,7 @@ func TestMembersFromNodes(t *testing.T) {
 // out; the rest of the record still counts.
 func TestBadRecordValuesSkipped(t *testing.T) {
 	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}})
-	f.m.OnNodes(nil, []*state.Node{node("b", "not-an-ip", "2001:db8::11", "10.244.2.0/24", "bogus", "0.0.0.0/0")})
+	f.m.OnNodes(valid(node("b", "not-an-ip", "2001:db8::11", "10.244.2.0/24", "bogus", "0.0.0.0/0")))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -151,15 +163,14 @@ func TestBadRecordValuesSkipped(t *testing.T) {
 // every resync; that makes no kernel call at all.
 func TestUnchangedNodesNoKernelCall(t *testing.T) {
 	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}})
-	peers := []*state.Node{node("b", "192.0.2.11", "", "10.244.2.0/24")}
-	f.m.OnNodes(nil, peers)
+	f.m.OnNodes(valid(node("b", "192.0.2.11", "", "10.244.2.0/24")))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
 	}
 	f.k.ResetCalls()
 	f.v4.ResetCalls()
 	f.v6.ResetCalls()
-	f.m.OnNodes(nil, []*state.Node{node("b", "192.0.2.11", "", "10.244.2.0/24")})
+	f.m.OnNodes(valid(node("b", "192.0.2.11", "", "10.244.2.0/24")))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +192,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("check before the first apply: %d repairs, err %v, %d set reads, %d iptables calls; want nothing done",
 			n, err, f.k.Calls("list"), f.v4.Execs())
 	}
-	f.m.OnNodes(nil, []*state.Node{node("b", "192.0.2.11", "", "10.244.2.0/24")})
+	f.m.OnNodes(valid(node("b", "192.0.2.11", "", "10.244.2.0/24")))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +276,7 @@ func TestRunChecksBesideTheLoop(t *testing.T) {
 	done = make(chan struct{})
 	go func() { f.m.RunChecks(ctx); close(done) }()
 	for i := range 50 {
-		f.m.OnNodes(nil, []*state.Node{node("b", fmt.Sprintf("192.0.2.%d", 10+i%3), "", "10.244.2.0/24")})
+		f.m.OnNodes(valid(node("b", fmt.Sprintf("192.0.2.%d", 10+i%3), "", "10.244.2.0/24")))
 		if err := f.m.Apply(); err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,7 @@
 // Package allowmgr connects routeletd's apply loop to the overlay
 // allowlists of pkg/ipset/allowlist.
 //
-// Manager implements agent.Manager: OnNodes turns node records into the
+// Manager implements agent.Manager: OnNodes turns validated peers into the
 // desired members of routelet's ipsets (peers' host IPs plus the configured
 // external node CIDRs may send VXLAN or IPIP; every node's blocks are the
 // pod pools that NAT outgoing leaves alone) and Apply hands them to the

@@ -12,9 +12,9 @@
 // order the work: devices first, then their routes, in one pass — a route
 // through vxlan.calico cannot exist before the device does.
 //
-// OnNodes (memory only) turns every peer record into overlay.Peer values,
-// hands them to the VXLAN manager and feeds every key of overlay.Routes to
-// SetRoutes, empty lists included, so routes of a previous mode or of a
+// OnNodes (memory only) turns every validated peer (pkg/peers) into
+// overlay.Peer values, hands them to the VXLAN manager and feeds every key
+// of overlay.Routes to SetRoutes, empty lists included, so routes of a previous mode or of a
 // vanished peer are removed. Watch subscribes to link, route and neighbour
 // notifications and runs the periodic device check; both only record hints
 // and ask the loop for a pass (agent.NotifyApply). Apply then repairs: a

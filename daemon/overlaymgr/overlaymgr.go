@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -85,6 +86,10 @@ type Manager struct {
 	fams []*family
 	// stale lists VXLAN devices the mode no longer uses; removed by Apply.
 	stale []string
+	// blocked says why the last Apply could not build a device and no
+	// retry will (the kernel lacks the link kind, a foreign device holds
+	// the VNI or port); "" when nothing blocks.
+	blocked string
 
 	// mu guards the hints below, recorded by Watch's goroutine.
 	mu          sync.Mutex
@@ -245,21 +250,17 @@ func (m *Manager) PodMTU() int {
 	return mtu
 }
 
-// OnNodes implements agent.Manager: every peer record becomes a peer of
+// OnNodes implements agent.Manager: every validated peer becomes a peer of
 // each family; the VXLAN managers get the peers, the route tables every
-// owned interface's routes (memory only). self is ignored: what this node
-// publishes comes from Publish.
-func (m *Manager) OnNodes(_ *state.Node, peers []*state.Node) {
+// owned interface's routes (memory only). The peers were checked where
+// their records entered the daemon (pkg/peers), so nothing is parsed here.
+func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
 		var ps []overlay.Peer
 		var problems []string
-		for _, n := range peers {
-			p, err := overlay.PeerFromNode(n, f.v)
-			if err != nil {
-				problems = append(problems, err.Error())
-				continue
-			}
-			ps = append(ps, p)
+		for _, n := range nodes {
+			ep := n.Endpoint(f.v)
+			ps = append(ps, overlay.Peer{Name: n.Name, HostIP: ep.HostIP, VTEPMAC: ep.VTEPMAC, TunnelIP: ep.TunnelAddr, Blocks: n.BlocksOf(f.v)})
 		}
 		if f.vxlan != nil {
 			f.vxlan.SetPeers(ps)
@@ -297,6 +298,8 @@ func (m *Manager) Apply() error {
 	}
 	m.stale = left
 
+	var blocked []string
+	defer func() { m.blocked = strings.Join(blocked, "; ") }()
 	m.mu.Lock()
 	dirty, check := m.dirtyIfaces, m.checkRoutes
 	m.dirtyIfaces, m.checkRoutes = map[string]bool{}, false
@@ -310,6 +313,9 @@ func (m *Manager) Apply() error {
 		for _, d := range f.devices {
 			if err := d.Apply(); err != nil {
 				errs = append(errs, err)
+				if errors.Is(err, overlay.ErrUnsupported) || errors.Is(err, overlay.ErrForeignDevice) {
+					blocked = append(blocked, err.Error())
+				}
 			}
 			info := d.Device()
 			if info.Created != f.created[info.Name] {
@@ -323,6 +329,14 @@ func (m *Manager) Apply() error {
 	}
 	return errors.Join(errs...)
 }
+
+// NotReady returns why the overlay cannot work as configured, or "": the
+// last Apply found that the kernel cannot create a device of the mode, or
+// that a device routelet does not own holds what ours needs. The agent
+// reports it as the daemon's not-ready reason; Apply keeps retrying, so
+// the daemon becomes ready once the cause is gone (module loaded, foreign
+// device removed).
+func (m *Manager) NotReady() string { return m.blocked }
 
 // Close releases the route tables and the netlink seam where they hold
 // kernel sockets (routes.RouteTable, overlay.Kernel). The kernel state stays.

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -91,8 +92,19 @@ func setup(t *testing.T, mode overlay.Mode, blocks ...string) (*overlay.FakeNetl
 	return nl, m, tables
 }
 
-// peers: b on our subnet, c behind a router, and a record with a bad MAC.
-func peers() []*state.Node {
+// testPeers: b on our subnet, c behind a router, and d whose VTEP MAC is
+// multicast, validated as the daemon does (d's MAC is refused, the rest of
+// its record kept).
+func testPeers() []peers.NodeInfo {
+	var recs []peers.Record
+	for _, n := range peerRecords() {
+		recs = append(recs, peers.FromState(n))
+	}
+	return peers.Resolve(peers.Input{Self: peers.Self{Name: "a"}, Records: recs}).Peers
+}
+
+// peerRecords are testPeers' records.
+func peerRecords() []*state.Node {
 	return []*state.Node{
 		{Name: "b", HostIPv4: "10.0.0.2", HostIPv6: "fd00::2", Blocks: []string{"10.244.2.0/24", "fd00:244:2::/120"},
 			VTEPMAC: "02:00:00:00:00:0b", TunnelIPv4: "10.244.2.0", VTEPMACv6: "02:00:00:00:06:0b", TunnelIPv6: "fd00:244:2::"},
@@ -135,12 +147,14 @@ func TestVXLANCrossSubnetDualStack(t *testing.T) {
 	if got := m.PodMTU(); got != 1430 {
 		t.Errorf("PodMTU = %d, want 1430 (the IPv6 underlay's 70 bytes of overhead)", got)
 	}
-	m.OnNodes(self, peers())
+	m.OnNodes(testPeers())
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
+	// d's VTEP MAC was refused; on our subnet it needs none.
 	want4 := []string{
 		"eth0: 10.244.2.0/24 via 10.0.0.2",
+		"eth0: 10.244.4.0/24 via 10.0.0.4",
 		"vxlan.calico: 10.244.3.0/24 via 10.244.3.0 onlink mtu 1450",
 	}
 	if got := tables[4].render(); !slices.Equal(got, want4) {
@@ -158,7 +172,7 @@ func TestVXLANCrossSubnetDualStack(t *testing.T) {
 		t.Error("tunl0 never handed to SetRoutes: an earlier IPIP mode's routes would stay")
 	}
 	if got := neighbours(t, nl, "vxlan.calico", netlink.FAMILY_V4); !slices.Equal(got, []string{"10.244.2.0 02:00:00:00:00:0b", "10.244.3.0 02:00:00:00:00:0c"}) {
-		t.Errorf("ARP on vxlan.calico = %v (peer d's record is malformed: a multicast MAC)", got)
+		t.Errorf("ARP on vxlan.calico = %v (peer d's multicast MAC refused: no entry for d)", got)
 	}
 	if got := neighbours(t, nl, "vxlan-v6.calico", netlink.FAMILY_V6); len(got) != 2 {
 		t.Errorf("NDP on vxlan-v6.calico = %v, want b and c", got)
@@ -170,7 +184,7 @@ func TestVXLANCrossSubnetDualStack(t *testing.T) {
 
 func TestDeviceRecreatedRoutesReread(t *testing.T) {
 	nl, m, tables := setup(t, overlay.ModeVXLAN, "10.244.1.0/24")
-	m.OnNodes(nil, peers())
+	m.OnNodes(testPeers())
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -227,16 +241,16 @@ func TestModeNoneRemovesVXLAN(t *testing.T) {
 	if m.PodMTU() != 1500 {
 		t.Errorf("PodMTU = %d, want 1500", m.PodMTU())
 	}
-	m.OnNodes(nil, peers())
+	m.OnNodes(testPeers())
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
 	if nl.Link("vxlan.calico") != nil {
 		t.Error("vxlan.calico of an earlier mode not removed")
 	}
-	// c is off our subnet; d's record is malformed (multicast VTEP MAC)
-	// and skipped as a whole, as every bad record is.
-	if got := table.render(); !slices.Equal(got, []string{"eth0: 10.244.2.0/24 via 10.0.0.2"}) {
-		t.Errorf("host-gw routes = %v, want b's block only", got)
+	// c is off our subnet; d's multicast VTEP MAC was refused, the rest
+	// of its record still counts: it is on our subnet, so routed directly.
+	if got := table.render(); !slices.Equal(got, []string{"eth0: 10.244.2.0/24 via 10.0.0.2", "eth0: 10.244.4.0/24 via 10.0.0.4"}) {
+		t.Errorf("host-gw routes = %v, want b's and d's blocks", got)
 	}
 }

@@ -3,6 +3,7 @@ package overlay
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -179,8 +180,23 @@ func (f *FakeNetlink) LinkByIndex(index int) (netlink.Link, error) {
 	return cloneLink(l.link), nil
 }
 
+// LinkList implements Netlink.
+func (f *FakeNetlink) LinkList() ([]netlink.Link, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.enter("LinkList"); err != nil {
+		return nil, err
+	}
+	var out []netlink.Link
+	for _, idx := range slices.Sorted(maps.Keys(f.links)) {
+		out = append(out, cloneLink(f.links[idx].link))
+	}
+	return out, nil
+}
+
 // LinkAdd implements Netlink. A VXLAN device without a MAC gets a fixed one;
-// its MTU defaults to 1500 when not given.
+// its MTU defaults to 1500 when not given. As in the kernel, a second VXLAN
+// device with the VNI and port of an existing one is refused with EEXIST.
 func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -193,6 +209,11 @@ func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
 	if v, ok := link.(*netlink.Vxlan); ok {
 		if _, ok := f.links[v.VtepDevIndex]; !ok && v.VtepDevIndex != 0 {
 			return unix.ENODEV
+		}
+		for _, l := range f.links {
+			if o, ok := l.link.(*netlink.Vxlan); ok && o.VxlanId == v.VxlanId && o.Port == v.Port && VXLANFamily(o) == VXLANFamily(v) {
+				return unix.EEXIST
+			}
 		}
 	}
 	idx := f.addLocked(link)

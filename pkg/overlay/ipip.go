@@ -166,6 +166,9 @@ func (m *IPIP) apply() error {
 	if errors.Is(err, ErrLinkNotFound) {
 		add := &netlink.Iptun{LinkAttrs: netlink.LinkAttrs{Name: c.Device}}
 		if err := m.nl.LinkAdd(add); err != nil && !errors.Is(err, unix.EEXIST) {
+			if unsupportedKind(err) {
+				return fmt.Errorf("create: the kernel cannot create ipip links (%w: %v): load the ipip module (CONFIG_NET_IPIP) or choose another --encapsulation", ErrUnsupported, err)
+			}
 			return fmt.Errorf("create: %w", err)
 		}
 		if link, err = m.nl.LinkByName(c.Device); err != nil {

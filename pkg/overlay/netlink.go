@@ -20,6 +20,9 @@ type Netlink interface {
 	// LinkByName and LinkByIndex return ErrLinkNotFound (wrapped) when absent.
 	LinkByName(name string) (netlink.Link, error)
 	LinkByIndex(index int) (netlink.Link, error)
+	// LinkList lists every link (to name a foreign device that holds what
+	// ours needs).
+	LinkList() ([]netlink.Link, error)
 	LinkAdd(link netlink.Link) error
 	LinkDel(link netlink.Link) error
 	LinkSetMTU(link netlink.Link, mtu int) error
@@ -108,6 +111,11 @@ func (k *Kernel) LinkByIndex(index int) (netlink.Link, error) {
 		return nil, notFound(fmt.Sprintf("index %d", index), err)
 	}
 	return l, nil
+}
+
+// LinkList implements Netlink; interrupted dumps are repeated.
+func (k *Kernel) LinkList() ([]netlink.Link, error) {
+	return retryDump(k.h.LinkList)
 }
 
 // LinkAdd implements Netlink.

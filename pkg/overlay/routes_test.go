@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/routelet/routelet/pkg/routes"
-	"github.com/routelet/routelet/pkg/state"
 )
 
 // render prints routes like `ip route` would, one line each, sorted, per
@@ -244,52 +243,5 @@ func TestVTEPMACAndTunnelAddress(t *testing.T) {
 	}
 	if _, ok := TunnelAddress(blocks[:1], 4); ok {
 		t.Error("tunnel address without a v4 block")
-	}
-}
-
-func TestParsePeer(t *testing.T) {
-	p, err := ParsePeer(4, "b", "10.0.0.2", "02:00:00:00:00:0b", "10.244.2.0", []string{"10.244.2.0/26", "fd10:2::/122"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.HostIP != hostB || p.VTEPMAC.String() != "02:00:00:00:00:0b" || p.TunnelIP != netip.MustParseAddr("10.244.2.0") ||
-		!slices.Equal(p.Blocks, []netip.Prefix{netip.MustParsePrefix("10.244.2.0/26")}) {
-		t.Fatalf("parsed %+v", p)
-	}
-	p6, err := ParsePeer(6, "b", "fd00::2", "", "", []string{"10.244.2.0/26", "fd10:2::/122"})
-	if err != nil || len(p6.Blocks) != 1 || p6.VTEPMAC != nil || p6.TunnelIP.IsValid() {
-		t.Fatalf("v6 peer %+v, %v", p6, err)
-	}
-	bad := []struct {
-		host, mac, tunnel, block, want string
-	}{
-		{"10.0.0", "", "", "10.244.2.0/26", "10.0.0"},
-		{"fd00::2", "", "", "10.244.2.0/26", "fd00::2"},
-		{"10.0.0.2", "01:00:5e:00:00:01", "", "10.244.2.0/26", "01:00:5e:00:00:01"},
-		{"10.0.0.2", "", "10.244.2.0", "10.244.2.1/26", "10.244.2.1/26"},
-		{"10.0.0.2", "", "x", "10.244.2.0/26", `"x"`},
-	}
-	for _, tc := range bad {
-		if _, err := ParsePeer(4, "b", tc.host, tc.mac, tc.tunnel, []string{tc.block}); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParsePeer(%q, %q, %q, %q): %v, want an error naming %s", tc.host, tc.mac, tc.tunnel, tc.block, err, tc.want)
-		}
-	}
-}
-
-func TestPeerFromNode(t *testing.T) {
-	n := &state.Node{Name: "b", HostIPv4: "10.0.0.2", HostIPv6: "fd00::2", VTEPMAC: "02:00:00:00:00:0b", VTEPMACv6: "02:00:00:00:00:6b",
-		TunnelIPv4: "10.244.2.0", TunnelIPv6: "fd10:2::", Blocks: []string{"10.244.2.0/26", "fd10:2::/122"}}
-	p4, err := PeerFromNode(n, 4)
-	if err != nil || p4.HostIP != hostB || p4.VTEPMAC.String() != "02:00:00:00:00:0b" || len(p4.Blocks) != 1 || !p4.Blocks[0].Addr().Is4() {
-		t.Fatalf("v4 peer %+v, %v", p4, err)
-	}
-	p6, err := PeerFromNode(n, 6)
-	if err != nil || p6.HostIP != netip.MustParseAddr("fd00::2") || p6.VTEPMAC.String() != "02:00:00:00:00:6b" ||
-		p6.TunnelIP != netip.MustParseAddr("fd10:2::") || len(p6.Blocks) != 1 || !p6.Blocks[0].Addr().Is6() {
-		t.Fatalf("v6 peer %+v, %v", p6, err)
-	}
-	n.HostIPv4 = "10.0.0.300"
-	if _, err := PeerFromNode(n, 4); err == nil || !strings.Contains(err.Error(), "10.0.0.300") || !strings.Contains(err.Error(), "peer b") {
-		t.Fatalf("bad host IP: %v", err)
 	}
 }

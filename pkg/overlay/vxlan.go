@@ -303,7 +303,9 @@ func (m *VXLAN) applyDevice() error {
 	if err := m.ensureTXChecksum(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := ensureUp(m.nl, m.log, link); err != nil {
+	if err := ensureUp(m.nl, m.log, link); errors.Is(err, unix.EADDRINUSE) {
+		errs = append(errs, portInUseError(m.nl, want, err))
+	} else if err != nil {
 		errs = append(errs, err)
 	}
 	at := link.Attrs()
@@ -340,9 +342,21 @@ func (m *VXLAN) ensureNoMaster(link netlink.Link) error {
 // create adds the device and reads it back. A device that appeared in the
 // meantime (EEXIST) is read back too; the next Apply checks its attributes.
 func (m *VXLAN) create(want *netlink.Vxlan) (netlink.Link, error) {
-	if err := m.nl.LinkAdd(want); err != nil && !errors.Is(err, unix.EEXIST) {
-		return nil, fmt.Errorf("vxlan %s: create (VNI %d, port %d, parent %s, local %s): %w",
-			want.Name, want.VxlanId, want.Port, m.dev.Parent.Name, want.SrcAddr, err)
+	if err := m.nl.LinkAdd(want); err != nil {
+		switch {
+		case errors.Is(err, unix.EEXIST):
+			// Either our name appeared meanwhile (read back below) or a
+			// device of another name holds our VNI and port.
+			if ferr := foreignVNIError(m.nl, want, err); ferr != nil {
+				return nil, ferr
+			}
+		case unsupportedKind(err):
+			return nil, fmt.Errorf("vxlan %s: create: the kernel cannot create vxlan links (%w: %v): load the vxlan module (CONFIG_VXLAN) or choose another --encapsulation",
+				want.Name, ErrUnsupported, err)
+		default:
+			return nil, fmt.Errorf("vxlan %s: create (VNI %d, port %d, parent %s, local %s): %w",
+				want.Name, want.VxlanId, want.Port, m.dev.Parent.Name, want.SrcAddr, err)
+		}
 	}
 	link, err := m.nl.LinkByName(want.Name)
 	if err != nil {

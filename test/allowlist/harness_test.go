@@ -329,6 +329,13 @@ func (c *cluster) routeletdArgs(extra ...string) []string {
 // test failed.
 func (c *cluster) startDaemon(extra ...string) *daemon {
 	c.t.Helper()
+	return c.startDaemonUntil("routeletd ready (daemon.json)", func(st *state.DaemonStatus) bool { return st.Ready }, extra...)
+}
+
+// startDaemonUntil is startDaemon waiting for settled(daemon.json) instead
+// of readiness.
+func (c *cluster) startDaemonUntil(what string, settled func(*state.DaemonStatus) bool, extra ...string) *daemon {
+	c.t.Helper()
 	d := &daemon{log: &netnstest.Buffer{}}
 	var err error
 	if d.proc, err = netnstest.StartIn(c.node.NS, d.log, filepath.Join(binDir, "routeletd"), c.routeletdArgs(extra...)...); err != nil {
@@ -341,14 +348,14 @@ func (c *cluster) startDaemon(extra ...string) *daemon {
 			t.Logf("routeletd log:\n%s", d.log.String())
 		}
 	})
-	eventually(t, 15*time.Second, "routeletd ready (daemon.json)", func() bool {
+	eventually(t, 15*time.Second, what, func() bool {
 		select {
 		case <-d.proc.Done():
 			t.Fatalf("routeletd exited: %v\n%s", d.proc.Err(), d.log.String())
 		default:
 		}
 		st, err := c.store.ReadDaemonStatus()
-		return err == nil && st.Ready
+		return err == nil && settled(st)
 	})
 	return d
 }
@@ -460,6 +467,17 @@ func sendIPIP(t *testing.T, n ns.NetNS, marker string) {
 // from a thread in the node namespace.
 func (c *cluster) metric(name string) float64 {
 	c.t.Helper()
+	v, ok := c.metricValue(name)
+	if !ok {
+		c.t.Fatalf("metric %s not served", name)
+	}
+	return v
+}
+
+// metricValue is metric without failing: ok is false when the daemon does
+// not serve name (yet).
+func (c *cluster) metricValue(name string) (float64, bool) {
+	c.t.Helper()
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var conn net.Conn
 		err := c.node.NS.Do(func(ns.NetNS) error {
@@ -485,9 +503,8 @@ func (c *cluster) metric(name string) float64 {
 			if err != nil {
 				c.t.Fatalf("metric %s: %q: %v", name, v, err)
 			}
-			return f
+			return f, true
 		}
 	}
-	c.t.Fatalf("metric %s not served", name)
-	return 0
+	return 0, false
 }

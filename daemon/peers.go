@@ -1,0 +1,37 @@
+package main
+
+import (
+	"log/slog"
+	"slices"
+
+	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/peers"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// newPeerValidator builds the check every peer record passes before the
+// overlay and the allowlists see it: against self (this node's published
+// record: host IPs, VTEP MACs, tunnel addresses, blocks) and the node's
+// own address space, read from the kernel at every check. routelet's own
+// links (pod veths, overlay devices) and routes of its protocol are not
+// the node's space. First-seen times persist in the state directory.
+func newPeerValidator(cfg *config.Config, self state.Node, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
+	own, _ := peers.Parse(peers.FromState(&self))
+	devices := []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP}
+	owned := func(l netguard.Link) bool {
+		return netguard.Owned(l, cfg.IfacePrefix) || slices.Contains(devices, l.Name)
+	}
+	v := peers.New(peers.Options{
+		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: cfg.PodCIDRs},
+		ReadHost: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) },
+		StateDir: cfg.StateDir,
+		Logger:   log,
+	})
+	if err := v.Register(metrics.Registry); err != nil {
+		return nil, err
+	}
+	return v, nil
+}

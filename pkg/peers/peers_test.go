@@ -1,0 +1,323 @@
+package peers
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/routelet/routelet/pkg/netguard"
+)
+
+func pfx(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func mac(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// self is node a: 10.0.1.10 on 10.0.1.0/24 (and fd00:1::10/64), blocks
+// 10.244.1.0/24 and fd00:244:1::/120.
+var self = Self{
+	Name:   "a",
+	IPv4:   Endpoint{HostIP: netip.MustParseAddr("10.0.1.10"), VTEPMAC: mac("02:aa:00:00:00:04"), TunnelAddr: netip.MustParseAddr("10.244.1.0")},
+	IPv6:   Endpoint{HostIP: netip.MustParseAddr("fd00:1::10"), VTEPMAC: mac("02:aa:00:00:00:06"), TunnelAddr: netip.MustParseAddr("fd00:244:1::")},
+	Blocks: pfx("10.244.1.0/24", "fd00:244:1::/120"),
+}
+
+var host = netguard.Host{
+	Addrs:     pfx("10.0.1.10/24", "fd00:1::10/64", "127.0.0.1/8", "::1/128"),
+	Connected: pfx("172.31.0.0/16"),
+}
+
+// established peers b (same subnet) and c (routed), seen at t0.
+var (
+	t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b  = Record{Name: "b", HostIPv4: "10.0.1.11", HostIPv6: "fd00:1::11", Blocks: []string{"10.244.2.0/24", "fd00:244:2::/120"},
+		VTEPMAC: "02:bb:00:00:00:04", VTEPMACv6: "02:bb:00:00:00:06", TunnelIPv4: "10.244.2.0", TunnelIPv6: "fd00:244:2::"}
+	c = Record{Name: "c", HostIPv4: "10.0.2.10", Blocks: []string{"10.244.3.0/24"}, VTEPMAC: "02:cc:00:00:00:04", TunnelIPv4: "10.244.3.0"}
+)
+
+// establishedSeen is Seen after b and c were accepted at t0.
+func establishedSeen() map[Claim]Sighting {
+	return Resolve(Input{Self: self, Host: host, Records: []Record{b, c}, Now: t0}).Seen
+}
+
+// newcomer is a good record x with one good block; change makes it hostile.
+func newcomer(change func(*Record)) Record {
+	x := Record{Name: "x", HostIPv4: "10.0.1.77", Blocks: []string{"10.244.77.0/24"}, VTEPMAC: "02:77:00:00:00:04", TunnelIPv4: "10.244.77.0"}
+	if change != nil {
+		change(&x)
+	}
+	return x
+}
+
+// find returns the peer called name, ok false when there is none.
+func find(ps []NodeInfo, name string) (NodeInfo, bool) {
+	i := slices.IndexFunc(ps, func(n NodeInfo) bool { return n.Name == name })
+	if i < 0 {
+		return NodeInfo{}, false
+	}
+	return ps[i], true
+}
+
+func TestResolveRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Record)
+		field  string // refused field ("" none)
+		value  string
+		reason string // substring of the reason
+		blocks []string
+	}{
+		{"good", nil, "", "", "", []string{"10.244.77.0/24"}},
+		{"every address", func(r *Record) { r.Blocks = append(r.Blocks, "0.0.0.0/0") }, FieldBlock, "0.0.0.0/0", "every address", []string{"10.244.77.0/24"}},
+		{"every IPv6 address", func(r *Record) { r.Blocks = append(r.Blocks, "::/0") }, FieldBlock, "::/0", "every address", []string{"10.244.77.0/24"}},
+		{"half of everything", func(r *Record) { r.Blocks = append(r.Blocks, "128.0.0.0/1") }, FieldBlock, "128.0.0.0/1", "overlaps", []string{"10.244.77.0/24"}},
+		{"underlay subnet", func(r *Record) { r.Blocks = append(r.Blocks, "10.0.1.0/24") }, FieldBlock, "10.0.1.0/24", "the node's address 10.0.1.10", []string{"10.244.77.0/24"}},
+		{"part of the underlay subnet", func(r *Record) { r.Blocks = append(r.Blocks, "10.0.1.128/26") }, FieldBlock, "10.0.1.128/26", "connected subnet 10.0.1.0/24", []string{"10.244.77.0/24"}},
+		{"connected route", func(r *Record) { r.Blocks = append(r.Blocks, "172.31.4.0/24") }, FieldBlock, "172.31.4.0/24", "connected route 172.31.0.0/16", []string{"10.244.77.0/24"}},
+		{"peer c's host IP", func(r *Record) { r.Blocks = append(r.Blocks, "10.0.2.8/30") }, FieldBlock, "10.0.2.8/30", "node c's established host IP 10.0.2.10", []string{"10.244.77.0/24"}},
+		{"its own host IP", func(r *Record) { r.HostIPv4 = "10.9.0.5"; r.Blocks = append(r.Blocks, "10.9.0.0/24") }, FieldBlock, "10.9.0.0/24", "this record's own host IP 10.9.0.5", []string{"10.244.77.0/24"}},
+		{"loopback", func(r *Record) { r.Blocks = append(r.Blocks, "127.0.0.0/8") }, FieldBlock, "127.0.0.0/8", "loopback", []string{"10.244.77.0/24"}},
+		{"link-local", func(r *Record) { r.Blocks = append(r.Blocks, "169.254.0.0/16") }, FieldBlock, "169.254.0.0/16", "link-local", []string{"10.244.77.0/24"}},
+		{"multicast", func(r *Record) { r.Blocks = append(r.Blocks, "224.0.0.0/4") }, FieldBlock, "224.0.0.0/4", "multicast", []string{"10.244.77.0/24"}},
+		{"IPv6 link-local", func(r *Record) { r.Blocks = append(r.Blocks, "fe80::/10") }, FieldBlock, "fe80::/10", "link-local", []string{"10.244.77.0/24"}},
+		{"our block", func(r *Record) { r.Blocks = append(r.Blocks, "10.244.1.0/24") }, FieldBlock, "10.244.1.0/24", "this node's block 10.244.1.0/24", []string{"10.244.77.0/24"}},
+		{"inside our block", func(r *Record) { r.Blocks = append(r.Blocks, "10.244.1.64/26") }, FieldBlock, "10.244.1.64/26", "this node's block", []string{"10.244.77.0/24"}},
+		{"b's block", func(r *Record) { r.Blocks = append(r.Blocks, "10.244.2.0/24") }, FieldBlock, "10.244.2.0/24", "node b's established block 10.244.2.0/24", []string{"10.244.77.0/24"}},
+		{"overlapping b's block", func(r *Record) { r.Blocks = append(r.Blocks, "10.244.0.0/16") }, FieldBlock, "10.244.0.0/16", "overlaps", []string{"10.244.77.0/24"}},
+		{"host bits", func(r *Record) { r.Blocks = append(r.Blocks, "10.244.88.1/24") }, FieldBlock, "10.244.88.1/24", "host bits", []string{"10.244.77.0/24"}},
+		{"not a CIDR", func(r *Record) { r.Blocks = append(r.Blocks, "bogus") }, FieldBlock, "bogus", "not a CIDR", []string{"10.244.77.0/24"}},
+		{"b's host IP", func(r *Record) { r.HostIPv4 = "10.0.1.11" }, FieldHostIPv4, "10.0.1.11", "node b's established host IP", []string{"10.244.77.0/24"}},
+		{"host IP in b's block", func(r *Record) { r.HostIPv4 = "10.244.2.9" }, FieldHostIPv4, "10.244.2.9", "node b's established block", []string{"10.244.77.0/24"}},
+		{"host IP in our block", func(r *Record) { r.HostIPv4 = "10.244.1.9" }, FieldHostIPv4, "10.244.1.9", "this node's block", []string{"10.244.77.0/24"}},
+		{"loopback host IP", func(r *Record) { r.HostIPv4 = "127.0.0.1" }, FieldHostIPv4, "127.0.0.1", "loopback", []string{"10.244.77.0/24"}},
+		{"IPv6 host IP in the IPv4 field", func(r *Record) { r.HostIPv4 = "fd00::1" }, FieldHostIPv4, "fd00::1", "not an IPv4", []string{"10.244.77.0/24"}},
+		{"b's VTEP MAC", func(r *Record) { r.VTEPMAC = "02:bb:00:00:00:04" }, FieldVTEPMAC, "02:bb:00:00:00:04", "node b's established VTEP MAC", []string{"10.244.77.0/24"}},
+		{"multicast VTEP MAC", func(r *Record) { r.VTEPMAC = "01:00:5e:00:00:01" }, FieldVTEPMAC, "01:00:5e:00:00:01", "unicast", []string{"10.244.77.0/24"}},
+		{"b's tunnel address", func(r *Record) { r.TunnelIPv4 = "10.244.2.0" }, FieldTunnelIPv4, "10.244.2.0", "node b's established tunnel address", []string{"10.244.77.0/24"}},
+		{"our host IP", func(r *Record) { r.HostIPv4 = "10.0.1.10" }, FieldRecord, "x", "this node's host IP", nil},
+		{"another address of ours", func(r *Record) { r.HostIPv6 = "fd00:1::10" }, FieldRecord, "x", "host IP", nil},
+		{"our VTEP MAC", func(r *Record) { r.VTEPMAC = "02:aa:00:00:00:04" }, FieldRecord, "x", "this node's VTEP MAC", nil},
+		{"our IPv6 VTEP MAC", func(r *Record) { r.VTEPMACv6 = "02:aa:00:00:00:06" }, FieldRecord, "x", "this node's VTEP MAC", nil},
+		{"our tunnel address", func(r *Record) { r.TunnelIPv4 = "10.244.1.0" }, FieldRecord, "x", "this node's tunnel address", nil},
+		{"our name", func(r *Record) { r.Name = "a" }, FieldRecord, "a", "own name", nil},
+		{"bad name", func(r *Record) { r.Name = "../x" }, FieldRecord, "../x", "invalid node name", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newcomer(tc.change)
+			res := Resolve(Input{Self: self, Host: host, Records: []Record{b, c, x}, Seen: establishedSeen(), Now: t0.Add(time.Hour)})
+			var got []Refusal
+			for _, r := range res.Refused {
+				if r.Node == x.Name {
+					got = append(got, r)
+				} else {
+					t.Errorf("established peer's value refused: %v", r)
+				}
+			}
+			switch {
+			case tc.field == "" && len(got) > 0:
+				t.Errorf("refused %v, want nothing", got)
+			case tc.field != "" && (len(got) != 1 || got[0].Field != tc.field || got[0].Value != tc.value || !strings.Contains(got[0].Reason, tc.reason)):
+				t.Errorf("refused %v, want one refusal of %s %q because %q", got, tc.field, tc.value, tc.reason)
+			}
+			for _, name := range []string{"b", "c"} {
+				if n, ok := find(res.Peers, name); !ok || len(n.Blocks) == 0 || !n.IPv4.HostIP.IsValid() {
+					t.Errorf("established peer %s = %+v, %v; want it whole", name, n, ok)
+				}
+			}
+			n, ok := find(res.Peers, x.Name)
+			if tc.blocks == nil {
+				if ok {
+					t.Errorf("record refused whole is still a peer: %+v", n)
+				}
+				return
+			}
+			var blocks []string
+			for _, p := range n.Blocks {
+				blocks = append(blocks, p.String())
+			}
+			if !slices.Equal(blocks, tc.blocks) {
+				t.Errorf("newcomer's blocks = %v, want %v", blocks, tc.blocks)
+			}
+		})
+	}
+}
+
+// TestResolveEstablishedWins: the value seen first keeps its claim, not the
+// name that sorts first and not the record's older time stamp; values
+// first seen together go by record time, then name.
+func TestResolveEstablishedWins(t *testing.T) {
+	old := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	intruder := Record{Name: "a0", HostIPv4: "10.0.1.78", Blocks: []string{"10.244.2.0/25", "10.244.78.0/24"}, Updated: old}
+	res := Resolve(Input{Self: self, Host: host, Records: []Record{intruder, b}, Seen: establishedSeen(), Now: t0.Add(time.Hour)})
+	if n, _ := find(res.Peers, "b"); !slices.Equal(n.Blocks, pfx("10.244.2.0/24", "fd00:244:2::/120")) {
+		t.Errorf("established b's blocks = %v", n.Blocks)
+	}
+	if n, _ := find(res.Peers, "a0"); !slices.Equal(n.Blocks, pfx("10.244.78.0/24")) {
+		t.Errorf("newcomer's blocks = %v, want its own block only", n.Blocks)
+	}
+
+	// First seen together: the earlier record time wins, then the name.
+	y := Record{Name: "y", HostIPv4: "10.0.1.80", Blocks: []string{"10.244.90.0/24"}, Updated: t0}
+	z := Record{Name: "z", HostIPv4: "10.0.1.81", Blocks: []string{"10.244.90.0/24"}, Updated: old}
+	res = Resolve(Input{Self: self, Host: host, Records: []Record{y, z}, Now: t0})
+	if n, _ := find(res.Peers, "z"); len(n.Blocks) != 1 {
+		t.Errorf("z (older record) = %+v, want the block", n)
+	}
+	z.Updated = t0
+	res = Resolve(Input{Self: self, Host: host, Records: []Record{z, y}, Now: t0})
+	if n, _ := find(res.Peers, "y"); len(n.Blocks) != 1 {
+		t.Errorf("y (same time, name first) = %+v, want the block", n)
+	}
+	// Once decided, the order is kept: z's time stamp moving back does not
+	// take the block from y.
+	z.Updated = old
+	res = Resolve(Input{Self: self, Host: host, Records: []Record{z, y}, Seen: res.Seen, Now: t0.Add(time.Minute)})
+	if n, _ := find(res.Peers, "y"); len(n.Blocks) != 1 {
+		t.Errorf("y after z's time stamp went back = %+v, want the block", n)
+	}
+
+	// A clock that went back does not make a newcomer established.
+	res = Resolve(Input{Self: self, Host: host, Records: []Record{b, intruder}, Seen: establishedSeen(), Now: t0.Add(-24 * time.Hour)})
+	if n, _ := find(res.Peers, "a0"); slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.2.0/25")) {
+		t.Errorf("newcomer took b's block with the clock set back: %+v", n)
+	}
+	// When b's record goes, the newcomer gets the space at once; if b
+	// comes back within Retain (a record rewritten in place), b is still
+	// the established one.
+	seen := res.Seen
+	res = Resolve(Input{Self: self, Host: host, Records: []Record{intruder}, Seen: seen, Now: t0.Add(2 * time.Hour), Retain: time.Minute})
+	if n, _ := find(res.Peers, "a0"); !slices.Equal(n.Blocks, pfx("10.244.2.0/25", "10.244.78.0/24")) {
+		t.Errorf("after b left, a0's blocks = %v, want both", n.Blocks)
+	}
+	back := Resolve(Input{Self: self, Host: host, Records: []Record{intruder, b}, Seen: res.Seen, Now: t0.Add(2*time.Hour + 30*time.Second), Retain: time.Minute})
+	if n, _ := find(back.Peers, "b"); !slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.2.0/24")) {
+		t.Errorf("b back within Retain = %+v, want its block", n)
+	}
+	// Past Retain, b's old sighting is forgotten: it returns as a newcomer.
+	later := Resolve(Input{Self: self, Host: host, Records: []Record{intruder}, Seen: res.Seen, Now: t0.Add(2*time.Hour + 2*time.Minute), Retain: time.Minute})
+	later = Resolve(Input{Self: self, Host: host, Records: []Record{intruder, b}, Seen: later.Seen, Now: t0.Add(3 * time.Hour), Retain: time.Minute})
+	if n, _ := find(later.Peers, "b"); slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.2.0/24")) {
+		t.Errorf("b back after Retain took a0's established block: %+v", n)
+	}
+}
+
+// TestValidatorLedger: the first-seen order survives a new Validator on
+// the same state directory (a daemon restart).
+func TestValidatorLedger(t *testing.T) {
+	dir := t.TempDir()
+	now := t0
+	clock := func() time.Time { now = now.Add(time.Second); return now }
+	intruder := Record{Name: "a0", HostIPv4: "10.0.1.78", Blocks: []string{"10.244.2.0/24"}, Updated: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	v := New(Options{Self: self, StateDir: dir, Now: clock})
+	v.Validate([]Record{b})
+	v.Validate([]Record{b, intruder})
+	if r := v.Refused(); len(r) != 1 || r[0].Node != "a0" {
+		t.Fatalf("refused %v, want a0's block", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, LedgerFile)); err != nil {
+		t.Fatal(err)
+	}
+	v2 := New(Options{Self: self, StateDir: dir, Now: clock})
+	ps := v2.Validate([]Record{intruder, b})
+	if n, _ := find(ps, "b"); !slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.2.0/24")) {
+		t.Errorf("after a restart b = %+v, want its block", n)
+	}
+	if r := v2.Refused(); len(r) != 1 || r[0].Node != "a0" || r[0].Value != "10.244.2.0/24" {
+		t.Errorf("after a restart refused %v, want a0's block", r)
+	}
+	// An unreadable ledger is an empty one, not a failure.
+	if err := os.WriteFile(filepath.Join(dir, LedgerFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ps := New(Options{Self: self, StateDir: dir, Now: clock}).Validate([]Record{b}); len(ps) != 1 {
+		t.Errorf("with a corrupt ledger: %v", ps)
+	}
+}
+
+// FuzzResolve: whatever a newcomer's record holds, Resolve does not panic,
+// the established peer b keeps everything, and nothing accepted is special
+// space, the node's own space, ours, or overlapping another accepted claim.
+func FuzzResolve(f *testing.F) {
+	f.Add("x", "10.0.1.77", "", "10.244.77.0/24", "0.0.0.0/0", "02:77:00:00:00:04", "", "10.244.77.0", "")
+	f.Add("x", "10.0.1.10", "fd00:1::10", "10.244.2.0/24", "fe80::/10", "02:aa:00:00:00:04", "01:00:00:00:00:00", "10.244.1.0", "fd00::1")
+	f.Add("b", "10.0.1.11", "::1", "128.0.0.0/1", "10.0.1.0/24", "zz", "02:bb:00:00:00:06", "1.2.3.4", "::ffff:1.2.3.4")
+	f.Fuzz(func(t *testing.T, name, h4, h6, b1, b2, m4, m6, t4, t6 string) {
+		x := Record{Name: name, HostIPv4: h4, HostIPv6: h6, Blocks: []string{b1, b2}, VTEPMAC: m4, VTEPMACv6: m6, TunnelIPv4: t4, TunnelIPv6: t6}
+		res := Resolve(Input{Self: self, Host: host, Records: []Record{b, x}, Seen: establishedSeen(), Now: t0.Add(time.Hour)})
+		want := Resolve(Input{Self: self, Host: host, Records: []Record{b}, Now: t0}).Peers[0]
+		if got, ok := find(res.Peers, "b"); !ok || !nodeEqual(got, want) {
+			t.Fatalf("established b = %+v, want %+v (newcomer %+v)", got, want, x)
+		}
+		var accepted []netip.Prefix
+		for _, n := range res.Peers {
+			for _, a := range n.HostIPs() {
+				if a == self.IPv4.HostIP || a == self.IPv6.HostIP || netguard.SpecialRange(netip.PrefixFrom(a, a.BitLen())) != "" {
+					t.Fatalf("peer %s has host IP %s", n.Name, a)
+				}
+				accepted = append(accepted, netip.PrefixFrom(a, a.BitLen()))
+			}
+			for _, m := range []net.HardwareAddr{n.IPv4.VTEPMAC, n.IPv6.VTEPMAC} {
+				if m != nil && (bytes.Equal(m, self.IPv4.VTEPMAC) || bytes.Equal(m, self.IPv6.VTEPMAC)) {
+					t.Fatalf("peer %s has our VTEP MAC", n.Name)
+				}
+			}
+		}
+		for _, n := range res.Peers {
+			for _, p := range n.Blocks {
+				if err := host.CheckBlock(p); err != nil {
+					t.Fatalf("peer %s has block %s: %v", n.Name, p, err)
+				}
+				for _, o := range append(slices.Clone(self.Blocks), accepted...) {
+					if o.Overlaps(p) {
+						t.Fatalf("peer %s's block %s overlaps %s", n.Name, p, o)
+					}
+				}
+				accepted = append(accepted, p)
+			}
+		}
+	})
+}
+
+// nodeEqual compares two NodeInfo values.
+func nodeEqual(x, y NodeInfo) bool {
+	ep := func(a, b Endpoint) bool {
+		return a.HostIP == b.HostIP && a.TunnelAddr == b.TunnelAddr && bytes.Equal(a.VTEPMAC, b.VTEPMAC)
+	}
+	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks)
+}
+
+// BenchmarkResolve1000: 1,000 established dual-stack peers re-validated,
+// as every node-record change does.
+func BenchmarkResolve1000(b *testing.B) {
+	var recs []Record
+	for i := range 1000 {
+		recs = append(recs, Record{Name: fmt.Sprintf("n%04d", i), HostIPv4: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1),
+			HostIPv6: fmt.Sprintf("fd00:2::%x", i+1), Blocks: []string{fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256), fmt.Sprintf("fd10:%x::/120", i+1)},
+			VTEPMAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256), TunnelIPv4: fmt.Sprintf("10.%d.%d.0", 100+i/256, i%256)})
+	}
+	seen := Resolve(Input{Self: self, Host: host, Records: recs, Now: t0}).Seen
+	b.ResetTimer()
+	for b.Loop() {
+		if res := Resolve(Input{Self: self, Host: host, Records: recs, Seen: seen, Now: t0}); len(res.Peers) != 1000 || len(res.Refused) != 0 {
+			b.Fatalf("%d peers, refused %v", len(res.Peers), res.Refused[:min(3, len(res.Refused))])
+		}
+	}
+}

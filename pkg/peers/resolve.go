@@ -1,0 +1,435 @@
+package peers
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/routelet/routelet/pkg/netguard"
+)
+
+// Self is this node as the checks need it: what a peer record must never
+// carry, and the blocks no peer may claim.
+type Self struct {
+	Name       string
+	IPv4, IPv6 Endpoint
+	Blocks     []netip.Prefix
+}
+
+// Claim identifies one value one record claims.
+type Claim struct {
+	Node, Field, Value string
+}
+
+// Sighting is when this daemon first saw a value and, once the value left
+// the records, when it went (zero while present).
+type Sighting struct {
+	First, Gone time.Time
+}
+
+// Input is what Resolve decides on.
+type Input struct {
+	Self Self
+	// Host is the node's own address space (addresses, connected subnets);
+	// no peer block may overlap it and no peer may carry its addresses.
+	Host    netguard.Host
+	Records []Record
+	// Seen says when this daemon first saw each value (and when a value
+	// that went missing was last there); values absent from it are new.
+	// Resolve does not modify it.
+	Seen map[Claim]Sighting
+	// Retain keeps the first-seen time of a value that left the records
+	// for this long, so a record that is briefly unreadable (rewritten in
+	// place by cp) comes back established; 0 forgets at once. A newcomer
+	// is never held back by a value that is gone: it takes the space while
+	// the established value is missing, and gives it back if that value
+	// returns within Retain.
+	Retain time.Duration
+	// Now stamps new values (at least 1 ns after every time in Seen, so a
+	// clock that went back cannot make a newcomer established).
+	Now time.Time
+}
+
+// Result is Resolve's decision.
+type Result struct {
+	Peers   []NodeInfo // sorted by name; refused values left out
+	Refused []Refusal  // sorted by node, field, value
+	// Seen holds the first-seen time of every value the current records
+	// carry (refused ones included, so a newcomer stays one) and of the
+	// values gone for less than Retain: the Seen of the next call.
+	Seen map[Claim]Sighting
+}
+
+// fieldOrder ranks the fields of one record among values first seen
+// together: identity before blocks, so a record's own block cannot push
+// out its own host IP.
+var fieldOrder = map[string]int{
+	FieldHostIPv4: 0, FieldHostIPv6: 1, FieldVTEPMAC: 2, FieldVTEPMACv6: 3,
+	FieldTunnelIPv4: 4, FieldTunnelIPv6: 5, FieldBlock: 6,
+}
+
+// item is one claimed value on its way through Resolve.
+type item struct {
+	Claim
+	seen    time.Time
+	updated time.Time
+	node    *NodeInfo // the record's output, filled as values are accepted
+	addr    netip.Addr
+	block   netip.Prefix
+	mac     net.HardwareAddr
+}
+
+// owner is an accepted address-space claim.
+type owner struct {
+	p    netip.Prefix
+	node string // "" for this node
+}
+
+// space answers "which accepted claim overlaps this prefix" for a set of
+// candidate prefixes known up front (this node's blocks and host IPs, every
+// record's blocks and host IPs). Two prefixes overlap exactly when one
+// contains the other, so one sweep over the candidates sorted by address,
+// with a stack of the prefixes that contain the current one, lists every
+// overlapping pair; a query then only looks at its own prefix's partners.
+// A sane cluster has no overlapping pairs, so a pass over a thousand peers
+// costs a sort.
+type space struct {
+	index map[netip.Prefix]int // prefix → slot
+	slots []slot
+}
+
+// slot is one distinct candidate prefix.
+type slot struct {
+	p        netip.Prefix
+	accepted *owner // the first accepted claim of exactly p, nil while none
+	partners []int  // slots of the other candidates overlapping p
+}
+
+// newSpace indexes the candidate prefixes (masked).
+func newSpace(candidates []netip.Prefix) *space {
+	ps := slices.Clone(candidates)
+	sortPrefixes(ps)
+	ps = slices.Compact(ps)
+	sp := &space{index: make(map[netip.Prefix]int, len(ps)), slots: make([]slot, len(ps))}
+	var stack []int
+	for i, p := range ps {
+		sp.index[p] = i
+		sp.slots[i].p = p
+		for len(stack) > 0 && !ps[stack[len(stack)-1]].Contains(p.Addr()) {
+			stack = stack[:len(stack)-1]
+		}
+		for _, j := range stack {
+			sp.slots[i].partners = append(sp.slots[i].partners, j)
+			sp.slots[j].partners = append(sp.slots[j].partners, i)
+		}
+		stack = append(stack, i)
+	}
+	return sp
+}
+
+// add records o as accepted; o.p must be a candidate. A prefix already
+// accepted keeps its first owner.
+func (s *space) add(o owner) {
+	if i, ok := s.index[o.p]; ok && s.slots[i].accepted == nil {
+		s.slots[i].accepted = &o
+	}
+}
+
+// overlap returns an accepted claim overlapping p (a candidate): p itself,
+// else the first accepted partner (shorter prefixes first).
+func (s *space) overlap(p netip.Prefix) (owner, bool) {
+	i, ok := s.index[p]
+	if !ok {
+		return owner{}, false
+	}
+	if o := s.slots[i].accepted; o != nil {
+		return *o, true
+	}
+	for _, j := range s.slots[i].partners {
+		if o := s.slots[j].accepted; o != nil {
+			return *o, true
+		}
+	}
+	return owner{}, false
+}
+
+// Resolve decides which values of the records are used, as the package
+// doc describes. It is pure: it reads nothing but in.
+func Resolve(in Input) Result {
+	res := Result{Seen: map[Claim]Sighting{}}
+	recs := slices.Clone(in.Records)
+	slices.SortStableFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
+
+	var infos []*NodeInfo
+	var items []*item
+	byName := map[string]bool{}
+	for _, r := range recs {
+		n, refused := Parse(r)
+		res.Refused = append(res.Refused, refused...)
+		if n.Name == "" {
+			continue
+		}
+		its := claims(n, r.Updated)
+		for _, it := range its {
+			if s, ok := in.Seen[it.Claim]; ok {
+				it.seen = s.First
+			}
+		}
+		if why := wholeRecord(in, n, byName); why != "" {
+			res.Refused = append(res.Refused, Refusal{Node: n.Name, Field: FieldRecord, Value: n.Name, Reason: why})
+			items = append(items, its...) // still stamped: a newcomer stays one
+			continue
+		}
+		byName[n.Name] = true
+		out := &NodeInfo{Name: n.Name}
+		infos = append(infos, out)
+		for _, it := range its {
+			it.node = out
+		}
+		items = append(items, its...)
+	}
+	stamp(items, in)
+	for _, it := range items {
+		res.Seen[it.Claim] = Sighting{First: it.seen}
+	}
+	for c, s := range in.Seen {
+		if _, present := res.Seen[c]; present {
+			continue
+		}
+		switch {
+		case s.Gone.IsZero():
+			res.Seen[c] = Sighting{First: s.First, Gone: in.Now}
+		case in.Now.Sub(s.Gone) < in.Retain:
+			res.Seen[c] = s
+		}
+	}
+
+	// Established first; ties (values first seen together) by record time,
+	// name, field, value.
+	live := slices.DeleteFunc(slices.Clone(items), func(it *item) bool { return it.node == nil })
+	slices.SortStableFunc(live, compareItems)
+	// Accepted blocks and host IPs, ours first.
+	var ours, candidates []netip.Prefix
+	for _, b := range in.Self.Blocks {
+		if b.IsValid() {
+			ours = append(ours, b.Masked())
+		}
+	}
+	for _, a := range []netip.Addr{in.Self.IPv4.HostIP, in.Self.IPv6.HostIP} {
+		if a.IsValid() {
+			ours = append(ours, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	candidates = append(candidates, ours...)
+	for _, it := range live {
+		if p, ok := it.space(); ok {
+			candidates = append(candidates, p)
+		}
+	}
+	sp := newSpace(candidates)
+	for _, p := range ours {
+		sp.add(owner{p: p})
+	}
+	taken := map[string]map[string]string{} // field → value → node, for MACs and tunnel addresses
+	for _, it := range live {
+		if why := conflict(in.Host, sp, taken, it); why != "" {
+			res.Refused = append(res.Refused, Refusal{Node: it.Node, Field: it.Field, Value: it.Value, Reason: why})
+			continue
+		}
+		accept(it, sp, taken)
+	}
+	for _, n := range infos {
+		sortPrefixes(n.Blocks)
+		res.Peers = append(res.Peers, *n)
+	}
+	slices.SortFunc(res.Refused, func(a, b Refusal) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Field, b.Field), strings.Compare(a.Value, b.Value))
+	})
+	return res
+}
+
+// space returns the address space it claims: its block, or its host IP as
+// a single-address prefix; ok is false for MACs and tunnel addresses.
+func (it *item) space() (netip.Prefix, bool) {
+	switch it.Field {
+	case FieldBlock:
+		return it.block, true
+	case FieldHostIPv4, FieldHostIPv6:
+		return netip.PrefixFrom(it.addr, it.addr.BitLen()), true
+	}
+	return netip.Prefix{}, false
+}
+
+// claims lists the values a parsed record claims.
+func claims(n NodeInfo, updated time.Time) []*item {
+	var out []*item
+	add := func(field, value string, it item) {
+		it.Claim = Claim{Node: n.Name, Field: field, Value: value}
+		it.updated = updated
+		out = append(out, &it)
+	}
+	for _, f := range []struct {
+		host, tunnel string
+		mac          string
+		ep           Endpoint
+	}{{FieldHostIPv4, FieldTunnelIPv4, FieldVTEPMAC, n.IPv4}, {FieldHostIPv6, FieldTunnelIPv6, FieldVTEPMACv6, n.IPv6}} {
+		if f.ep.HostIP.IsValid() {
+			add(f.host, f.ep.HostIP.String(), item{addr: f.ep.HostIP})
+		}
+		if f.ep.VTEPMAC != nil {
+			add(f.mac, f.ep.VTEPMAC.String(), item{mac: f.ep.VTEPMAC})
+		}
+		if f.ep.TunnelAddr.IsValid() {
+			add(f.tunnel, f.ep.TunnelAddr.String(), item{addr: f.ep.TunnelAddr})
+		}
+	}
+	for _, b := range n.Blocks {
+		add(FieldBlock, b.String(), item{block: b})
+	}
+	return out
+}
+
+// wholeRecord returns why a parsed record is refused whole, or "": it
+// carries this node's name, one of its addresses as a host IP, its VTEP
+// MAC or its tunnel address, or another record already has its name.
+func wholeRecord(in Input, n NodeInfo, seenNames map[string]bool) string {
+	if n.Name == in.Self.Name {
+		return "it carries this node's own name"
+	}
+	if seenNames[n.Name] {
+		return "a second record with the same name"
+	}
+	for _, a := range n.HostIPs() {
+		if a == in.Self.IPv4.HostIP || a == in.Self.IPv6.HostIP {
+			return fmt.Sprintf("its host IP %s is this node's host IP", a)
+		}
+		for _, h := range in.Host.Addrs {
+			if h.Addr() == a {
+				return fmt.Sprintf("its host IP %s is an address of this node", a)
+			}
+		}
+	}
+	for _, m := range []net.HardwareAddr{n.IPv4.VTEPMAC, n.IPv6.VTEPMAC} {
+		for _, own := range []net.HardwareAddr{in.Self.IPv4.VTEPMAC, in.Self.IPv6.VTEPMAC} {
+			if m != nil && bytes.Equal(m, own) {
+				return fmt.Sprintf("its VTEP MAC %s is this node's VTEP MAC", m)
+			}
+		}
+	}
+	for _, a := range []netip.Addr{n.IPv4.TunnelAddr, n.IPv6.TunnelAddr} {
+		if a.IsValid() && (a == in.Self.IPv4.TunnelAddr || a == in.Self.IPv6.TunnelAddr) {
+			return fmt.Sprintf("its tunnel address %s is this node's tunnel address", a)
+		}
+	}
+	return ""
+}
+
+// stamp gives every value not seen before a first-seen time: after every
+// time already recorded, in the tie order (record time, name, field,
+// value), 1 ns apart, so the order decided now is the order kept.
+func stamp(items []*item, in Input) {
+	var fresh []*item
+	base := in.Now
+	for _, it := range items {
+		if it.seen.IsZero() {
+			fresh = append(fresh, it)
+		} else if !it.seen.Before(base) {
+			base = it.seen.Add(time.Nanosecond)
+		}
+	}
+	for _, s := range in.Seen {
+		if !s.First.Before(base) {
+			base = s.First.Add(time.Nanosecond)
+		}
+	}
+	slices.SortStableFunc(fresh, compareItems)
+	for i, it := range fresh {
+		it.seen = base.Add(time.Duration(i))
+	}
+}
+
+// compareItems orders by first-seen time, then record time, node name,
+// field and value.
+func compareItems(a, b *item) int {
+	return cmp.Or(a.seen.Compare(b.seen), a.updated.Compare(b.updated), strings.Compare(a.Node, b.Node),
+		cmp.Compare(fieldOrder[a.Field], fieldOrder[b.Field]), strings.Compare(a.Value, b.Value))
+}
+
+// conflict returns why it cannot be accepted given what was accepted
+// before it, or "".
+func conflict(host netguard.Host, sp *space, taken map[string]map[string]string, it *item) string {
+	whose := func(o owner) string {
+		switch o.node {
+		case "":
+			return "this node's"
+		case it.Node:
+			return "this record's own"
+		}
+		return fmt.Sprintf("node %s's established", o.node)
+	}
+	switch it.Field {
+	case FieldBlock:
+		if what := host.Overlap(it.block); what != "" {
+			return "overlaps " + what
+		}
+		if o, ok := sp.overlap(it.block); ok {
+			if o.p.IsSingleIP() {
+				return fmt.Sprintf("contains %s host IP %s", whose(o), o.p.Addr())
+			}
+			return fmt.Sprintf("overlaps %s block %s", whose(o), o.p)
+		}
+	case FieldHostIPv4, FieldHostIPv6:
+		if o, ok := sp.overlap(netip.PrefixFrom(it.addr, it.addr.BitLen())); ok {
+			if o.p.IsSingleIP() {
+				return fmt.Sprintf("is %s host IP", whose(o))
+			}
+			return fmt.Sprintf("lies in %s block %s", whose(o), o.p)
+		}
+	case FieldTunnelIPv4, FieldTunnelIPv6:
+		if node, ok := taken[it.Field][it.Value]; ok {
+			return fmt.Sprintf("is node %s's established tunnel address", node)
+		}
+	case FieldVTEPMAC, FieldVTEPMACv6:
+		if node, ok := taken[it.Field][it.Value]; ok {
+			return fmt.Sprintf("is node %s's established VTEP MAC", node)
+		}
+	}
+	return ""
+}
+
+// accept records an accepted value in the record's output and in what
+// later values are checked against.
+func accept(it *item, sp *space, taken map[string]map[string]string) {
+	n := it.node
+	switch it.Field {
+	case FieldBlock:
+		n.Blocks = append(n.Blocks, it.block)
+		sp.add(owner{p: it.block, node: it.Node})
+		return
+	case FieldHostIPv4:
+		n.IPv4.HostIP = it.addr
+	case FieldHostIPv6:
+		n.IPv6.HostIP = it.addr
+	case FieldVTEPMAC:
+		n.IPv4.VTEPMAC = it.mac
+	case FieldVTEPMACv6:
+		n.IPv6.VTEPMAC = it.mac
+	case FieldTunnelIPv4:
+		n.IPv4.TunnelAddr = it.addr
+	case FieldTunnelIPv6:
+		n.IPv6.TunnelAddr = it.addr
+	}
+	if it.Field == FieldHostIPv4 || it.Field == FieldHostIPv6 {
+		sp.add(owner{p: netip.PrefixFrom(it.addr, it.addr.BitLen()), node: it.Node})
+		return
+	}
+	if taken[it.Field] == nil {
+		taken[it.Field] = map[string]string{}
+	}
+	taken[it.Field][it.Value] = it.Node
+}
