@@ -15,7 +15,7 @@ deps:
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/routelet ./plugin
-	@if [ -f daemon/main.go ]; then $(GO) build -o $(BIN)/routeletd ./daemon; fi
+	$(GO) build -o $(BIN)/routeletd ./daemon
 
 # Everything CI runs: vet, formatting, unit tests and the privileged tests
 # (network namespaces; they skip with a reason when not root).

@@ -21,8 +21,12 @@ import (
 // rename and unlink is what protects), only resilience to power loss does.
 const durable = true
 
-// newAllocator implements New.
-func newAllocator(dir string, blocks []netip.Prefix, opts Options) (*Allocator, error) {
+// New returns an Allocator for blocks (at most one IPv4 and/or IPv6 block is
+// used per family at a time, but several blocks per family may be given; they
+// are tried in order). It creates dir (0700) when missing. Blocks must be
+// valid, masked prefixes: the error names the bad one. An IPv4 block must have
+// room for at least one usable address after the reserved ones.
+func New(dir string, blocks []netip.Prefix, opts Options) (*Allocator, error) {
 	if dir == "" {
 		return nil, errors.New("ipam: empty directory")
 	}
@@ -191,8 +195,16 @@ type pick struct {
 	req bool      // requested by the caller: the cursor is not moved for it
 }
 
-// allocate implements Allocate; the steps and why they are safe are in doc.go.
-func (a *Allocator) allocate(ctx context.Context, att Attachment, requested []netip.Addr) ([]Allocation, error) {
+// Allocate gives att one address per family that has a block (v4 and/or v6).
+// requested, when non-empty, are specific addresses to use (the CNI "ips"
+// capability); each must be inside a block and not reserved, else an error
+// naming it; one held by another attachment yields ErrInUse (wrapped, naming
+// it). Allocate is idempotent: if att already holds addresses they are returned
+// unchanged. The block's first address (the node's tunnel address) and, for
+// IPv4, its last (broadcast) are never handed out. Cost does not grow with the
+// number of allocations already made (no directory scan per call). The steps
+// and why they are safe are in doc.go.
+func (a *Allocator) Allocate(ctx context.Context, att Attachment, requested []netip.Addr) ([]Allocation, error) {
 	if err := validateAttachment(att); err != nil {
 		return nil, fmt.Errorf("ipam: allocate: %w", err)
 	}
@@ -442,8 +454,9 @@ func (a *Allocator) searchBlock(m *blockMap) (uint64, bool, error) {
 	return free[0], true, nil
 }
 
-// release implements Release (see doc.go for the order of steps).
-func (a *Allocator) release(ctx context.Context, att Attachment) error {
+// Release frees every address held by att. Releasing an attachment that holds
+// nothing is success. The order of steps is in doc.go.
+func (a *Allocator) Release(ctx context.Context, att Attachment) error {
 	if err := validateAttachment(att); err != nil {
 		return fmt.Errorf("ipam: release: %w", err)
 	}
@@ -518,8 +531,9 @@ func (a *Allocator) clearHint(al Allocation) {
 	}
 }
 
-// get implements Get: the record's addresses that att's claims confirm.
-func (a *Allocator) get(ctx context.Context, att Attachment) ([]Allocation, error) {
+// Get returns att's current addresses (empty, nil error when none): the
+// addresses of its record that its claims confirm.
+func (a *Allocator) Get(ctx context.Context, att Attachment) ([]Allocation, error) {
 	if err := validateAttachment(att); err != nil {
 		return nil, fmt.Errorf("ipam: get: %w", err)
 	}
@@ -537,10 +551,10 @@ func (a *Allocator) get(ctx context.Context, att Attachment) ([]Allocation, erro
 	return held, nil
 }
 
-// list implements List by reading every record (the GC path may scan). On
-// the way it removes what dead writers left: temp files, and records that own
-// no address.
-func (a *Allocator) list(ctx context.Context) (map[Attachment][]Allocation, error) {
+// List returns every attachment holding addresses (used by GC and leak
+// collection) by reading every record (the GC path may scan). On the way it
+// removes what dead writers left: temp files, and records that own no address.
+func (a *Allocator) List(ctx context.Context) (map[Attachment][]Allocation, error) {
 	l, err := a.lock(ctx, "list", nil)
 	if err != nil {
 		return nil, err

@@ -1,10 +1,6 @@
 package ipam
 
-// API CONTRACT (written by the lead; the implementer replaces the bodies and
-// may split this file, but must keep every exported name and signature).
-
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -98,46 +94,4 @@ type Allocator struct {
 	// lookups counts claim lookups (lstat or read of addrs/<addr>), so
 	// tests can check that allocation cost does not grow with the fill.
 	lookups atomic.Int64
-}
-
-// New returns an Allocator for blocks (at most one IPv4 and/or IPv6 block is
-// used per family at a time, but several blocks per family may be given; they
-// are tried in order). It creates dir (0700) when missing. Blocks must be
-// valid, masked prefixes: the error names the bad one. An IPv4 block must have
-// room for at least one usable address after the reserved ones.
-func New(dir string, blocks []netip.Prefix, opts Options) (*Allocator, error) {
-	return newAllocator(dir, blocks, opts)
-}
-
-// Allocate gives att one address per family that has a block (v4 and/or v6).
-// requested, when non-empty, are specific addresses to use (the CNI "ips"
-// capability); each must be inside a block and not reserved, else an error
-// naming it; one held by another attachment yields ErrInUse (wrapped, naming
-// it). Allocate is idempotent: if att already holds addresses they are returned
-// unchanged. The block's first address (the node's tunnel address) and, for
-// IPv4, its last (broadcast) are never handed out. Cost does not grow with the
-// number of allocations already made (no directory scan per call).
-func (a *Allocator) Allocate(ctx context.Context, att Attachment, requested []netip.Addr) ([]Allocation, error) {
-	return a.allocate(ctx, att, requested)
-}
-
-// Release frees every address held by att. Releasing an attachment that holds
-// nothing is success.
-func (a *Allocator) Release(ctx context.Context, att Attachment) error { return a.release(ctx, att) }
-
-// Get returns att's current addresses (empty, nil error when none).
-func (a *Allocator) Get(ctx context.Context, att Attachment) ([]Allocation, error) {
-	return a.get(ctx, att)
-}
-
-// List returns every attachment holding addresses (used by GC and leak collection).
-func (a *Allocator) List(ctx context.Context) (map[Attachment][]Allocation, error) {
-	return a.list(ctx)
-}
-
-// RecordTime returns when att's allocation record was last written (by the
-// Allocate that gave it addresses); found is false when att has none. GC uses
-// it to tell an allocation orphaned by a killed ADD from one in progress.
-func (a *Allocator) RecordTime(att Attachment) (t time.Time, found bool, err error) {
-	return a.recordTime(att)
 }

@@ -98,9 +98,11 @@ func (a *Allocator) writeAttachment(att Attachment, allocs []Allocation) error {
 	return writeFile(a.sub(attachmentsSubdir), attachmentFile(att), append(data, '\n'))
 }
 
-// recordTime implements RecordTime: the mtime of att's record file (lstat,
-// never following a symlink).
-func (a *Allocator) recordTime(att Attachment) (time.Time, bool, error) {
+// RecordTime returns when att's allocation record was last written (by the
+// Allocate that gave it addresses); found is false when att has none. GC uses
+// it to tell an allocation orphaned by a killed ADD from one in progress. The
+// time is the mtime of att's record file (lstat, never following a symlink).
+func (a *Allocator) RecordTime(att Attachment) (t time.Time, found bool, err error) {
 	if err := validateAttachment(att); err != nil {
 		return time.Time{}, false, fmt.Errorf("ipam: record time: %w", err)
 	}

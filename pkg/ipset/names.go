@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Names of routelet's sets (DESIGN.md). The IPv6 twin of a set carries
+// Names of routelet's sets (docs/design.md). The IPv6 twin of a set carries
 // [V6Suffix]; IPIP is IPv4 only, so IPIPPeers has no twin.
 const (
 	// Prefix starts the name of every set routelet owns; no other set is

@@ -1,9 +1,5 @@
 package routes
 
-// API CONTRACT (written by the lead; the implementer replaces the bodies and
-// may split this file, add options and fields, but must keep every exported
-// name and signature below — the daemon is written against them).
-
 import (
 	"log/slog"
 	"net"

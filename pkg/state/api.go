@@ -1,8 +1,5 @@
 package state
 
-// API CONTRACT (written by the lead; the implementer replaces the bodies and
-// may split this file, but must keep every exported name and signature).
-
 import (
 	"errors"
 	"time"
@@ -23,11 +20,6 @@ type Store struct {
 	root string
 }
 
-// Open returns a Store rooted at dir, creating dir, workloads/ and nodes/
-// (0700) when missing. It refuses a root or subdirectory that is a symlink or
-// not a directory, naming the path in the error.
-func Open(dir string) (*Store, error) { return open(dir) }
-
 // Root returns the state directory path.
 func (s *Store) Root() string { return s.root }
 
@@ -46,27 +38,6 @@ type Workload struct {
 	Created      time.Time `json:"created"`
 }
 
-// PutWorkload validates w (container ID, ifname, IPs as CIDRs, host iface
-// name) and writes it atomically, setting Version. It replaces an existing
-// record for the same (containerID, ifName).
-func (s *Store) PutWorkload(w *Workload) error { return s.putWorkload(w) }
-
-// GetWorkload reads one record; ErrNotFound (wrapped) when absent.
-func (s *Store) GetWorkload(containerID, ifName string) (*Workload, error) {
-	return s.getWorkload(containerID, ifName)
-}
-
-// DeleteWorkload removes the record; a missing record is success.
-func (s *Store) DeleteWorkload(containerID, ifName string) error {
-	return s.deleteWorkload(containerID, ifName)
-}
-
-// ListWorkloads returns every readable record, sorted by file name. Records
-// that cannot be read, parsed, validated or whose version is unknown are
-// skipped and reported in bad (one error per file, naming the file); bad
-// never stops the listing.
-func (s *Store) ListWorkloads() (good []*Workload, bad []error) { return s.listWorkloads() }
-
 // WorkloadsDir returns the directory holding workload records (for watchers).
 func (s *Store) WorkloadsDir() string { return s.dir(workloadsSubdir) }
 
@@ -83,18 +54,6 @@ type Node struct {
 	TunnelIPv6 string    `json:"tunnelIPv6,omitempty"` // vxlan-v6 device address
 	Updated    time.Time `json:"updated"`
 }
-
-// PutNode validates and atomically writes a node record.
-func (s *Store) PutNode(n *Node) error { return s.putNode(n) }
-
-// GetNode reads one node record; ErrNotFound (wrapped) when absent.
-func (s *Store) GetNode(name string) (*Node, error) { return s.getNode(name) }
-
-// DeleteNode removes a node record; missing is success.
-func (s *Store) DeleteNode(name string) error { return s.deleteNode(name) }
-
-// ListNodes is ListWorkloads for node records.
-func (s *Store) ListNodes() (good []*Node, bad []error) { return s.listNodes() }
 
 // NodesDir returns the directory holding node records (for watchers).
 func (s *Store) NodesDir() string { return s.dir(nodesSubdir) }
@@ -115,31 +74,3 @@ type DaemonStatus struct {
 	LastSyncError string    `json:"lastSyncError,omitempty"`
 	Updated       time.Time `json:"updated"`
 }
-
-// WriteDaemonStatus atomically writes daemon.json.
-func (s *Store) WriteDaemonStatus(st *DaemonStatus) error { return s.writeDaemonStatus(st) }
-
-// ReadDaemonStatus reads daemon.json; ErrNotFound (wrapped) when absent, a
-// descriptive error when unreadable or of an unknown version.
-func (s *Store) ReadDaemonStatus() (*DaemonStatus, error) { return s.readDaemonStatus() }
-
-// ValidateContainerID checks id against the CNI spec's charset:
-// ^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$ and a sane length (≤ 256). The error names id.
-func ValidateContainerID(id string) error { return validateContainerID(id) }
-
-// ValidateIfName checks a Linux interface name: 1..15 bytes, not "." or "..",
-// no '/', ':', whitespace or NUL. The error names the value.
-func ValidateIfName(name string) error { return validateIfName(name) }
-
-// ValidateNodeName checks a node name usable as a file name (DNS-1123-ish,
-// ≤ 253 bytes, no '/', "..", NUL).
-func ValidateNodeName(name string) error { return validateNodeName(name) }
-
-// WriteFileAtomic writes data to dir/name through a temp file in dir, fsync,
-// rename and directory fsync, with mode 0600. name must be a plain file name
-// (no '/', not "." or ".."); an existing symlink at dir/name is replaced, never
-// followed.
-func WriteFileAtomic(dir, name string, data []byte) error { return writeFileAtomic(dir, name, data) }
-
-// ReadFileNoFollow reads dir/name refusing symlinks (O_NOFOLLOW).
-func ReadFileNoFollow(dir, name string) ([]byte, error) { return readFileNoFollow(dir, name) }

@@ -81,10 +81,12 @@ func validateFileName(name string) error {
 	return nil
 }
 
-// writeFileAtomic implements WriteFileAtomic. Rename replaces whatever is at
-// dir/name (including a symlink) without following it, so a planted link can
-// never redirect the write.
-func writeFileAtomic(dir, name string, data []byte) (err error) {
+// WriteFileAtomic writes data to dir/name through a temp file in dir, fsync,
+// rename and directory fsync, with mode 0600. name must be a plain file name
+// (no '/', not "." or ".."). The rename replaces whatever is at dir/name,
+// a symlink included, without following it, so a planted link can never
+// redirect the write.
+func WriteFileAtomic(dir, name string, data []byte) (err error) {
 	if err := validateFileName(name); err != nil {
 		return err
 	}
@@ -233,11 +235,11 @@ func SyncDir(dir string) error {
 	return nil
 }
 
-// readFileNoFollow implements ReadFileNoFollow. It opens with O_NOFOLLOW and
-// O_NONBLOCK (a planted FIFO must not hang the reader), then insists on a
+// ReadFileNoFollow reads dir/name refusing symlinks. It opens with O_NOFOLLOW
+// and O_NONBLOCK (a planted FIFO must not hang the reader), then insists on a
 // regular file no larger than maxFileSize. A missing file yields an error
 // that matches fs.ErrNotExist.
-func readFileNoFollow(dir, name string) ([]byte, error) {
+func ReadFileNoFollow(dir, name string) ([]byte, error) {
 	if err := validateFileName(name); err != nil {
 		return nil, err
 	}

@@ -18,8 +18,10 @@ const (
 	recordExt       = ".json"
 )
 
-// open implements Open.
-func open(dir string) (*Store, error) {
+// Open returns a Store rooted at dir, creating dir, workloads/ and nodes/
+// (0700) when missing. It refuses a root or subdirectory that is a symlink or
+// not a directory, naming the path in the error.
+func Open(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("open state directory: empty path")
 	}
@@ -56,7 +58,7 @@ func marshal(v any) ([]byte, error) {
 // readRecord reads and decodes dir/name into v, checking the version field.
 // A missing file yields an error wrapping ErrNotFound.
 func readRecord(dir, name string, v any, version func() int) error {
-	data, err := readFileNoFollow(dir, name)
+	data, err := ReadFileNoFollow(dir, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s: %w", filepath.Join(dir, name), ErrNotFound)
 	}
@@ -106,8 +108,10 @@ func workloadFile(containerID, ifName string) string {
 	return AttachmentName(containerID, ifName) + recordExt
 }
 
-// putWorkload implements PutWorkload.
-func (s *Store) putWorkload(w *Workload) error {
+// PutWorkload validates w (container ID, ifname, IPs as CIDRs, host iface
+// name) and writes it atomically, setting Version. It replaces an existing
+// record for the same (containerID, ifName).
+func (s *Store) PutWorkload(w *Workload) error {
 	if w == nil {
 		return errors.New("put workload: nil record")
 	}
@@ -123,7 +127,7 @@ func (s *Store) putWorkload(w *Workload) error {
 	if err != nil {
 		return fmt.Errorf("put workload %s/%s: %w", w.ContainerID, w.IfName, err)
 	}
-	return writeFileAtomic(s.dir(workloadsSubdir), workloadFile(w.ContainerID, w.IfName), data)
+	return WriteFileAtomic(s.dir(workloadsSubdir), workloadFile(w.ContainerID, w.IfName), data)
 }
 
 // otherOwner returns the record in the file of (containerID, ifName) when
@@ -155,12 +159,13 @@ func (s *Store) loadWorkload(name string) (*Workload, error) {
 	return w, nil
 }
 
-// getWorkload implements GetWorkload; names are validated before any path is built.
-func (s *Store) getWorkload(containerID, ifName string) (*Workload, error) {
-	if err := validateContainerID(containerID); err != nil {
+// GetWorkload reads one record; ErrNotFound (wrapped) when absent. The names
+// are validated before any path is built.
+func (s *Store) GetWorkload(containerID, ifName string) (*Workload, error) {
+	if err := ValidateContainerID(containerID); err != nil {
 		return nil, fmt.Errorf("get workload: %w", err)
 	}
-	if err := validateIfName(ifName); err != nil {
+	if err := ValidateIfName(ifName); err != nil {
 		return nil, fmt.Errorf("get workload: %w", err)
 	}
 	w, err := s.loadWorkload(workloadFile(containerID, ifName))
@@ -173,12 +178,12 @@ func (s *Store) getWorkload(containerID, ifName string) (*Workload, error) {
 	return w, nil
 }
 
-// deleteWorkload implements DeleteWorkload.
-func (s *Store) deleteWorkload(containerID, ifName string) error {
-	if err := validateContainerID(containerID); err != nil {
+// DeleteWorkload removes the record; a missing record is success.
+func (s *Store) DeleteWorkload(containerID, ifName string) error {
+	if err := ValidateContainerID(containerID); err != nil {
 		return fmt.Errorf("delete workload: %w", err)
 	}
-	if err := validateIfName(ifName); err != nil {
+	if err := ValidateIfName(ifName); err != nil {
 		return fmt.Errorf("delete workload: %w", err)
 	}
 	if s.otherOwner(containerID, ifName) != nil {
@@ -187,13 +192,16 @@ func (s *Store) deleteWorkload(containerID, ifName string) error {
 	return removeFile(s.dir(workloadsSubdir), workloadFile(containerID, ifName))
 }
 
-// listWorkloads implements ListWorkloads.
-func (s *Store) listWorkloads() ([]*Workload, []error) {
+// ListWorkloads returns every readable record, sorted by file name. Records
+// that cannot be read, parsed, validated or whose version is unknown are
+// skipped and reported in bad (one error per file, naming the file); bad
+// never stops the listing.
+func (s *Store) ListWorkloads() (good []*Workload, bad []error) {
 	return listRecords(s.dir(workloadsSubdir), s.loadWorkload)
 }
 
-// putNode implements PutNode.
-func (s *Store) putNode(n *Node) error {
+// PutNode validates and atomically writes a node record.
+func (s *Store) PutNode(n *Node) error {
 	if n == nil {
 		return errors.New("put node: nil record")
 	}
@@ -205,7 +213,7 @@ func (s *Store) putNode(n *Node) error {
 	if err != nil {
 		return fmt.Errorf("put node %s: %w", n.Name, err)
 	}
-	return writeFileAtomic(s.dir(nodesSubdir), n.Name+recordExt, data)
+	return WriteFileAtomic(s.dir(nodesSubdir), n.Name+recordExt, data)
 }
 
 // loadNode reads the node record in file name and checks it belongs there.
@@ -224,29 +232,29 @@ func (s *Store) loadNode(name string) (*Node, error) {
 	return n, nil
 }
 
-// getNode implements GetNode.
-func (s *Store) getNode(name string) (*Node, error) {
-	if err := validateNodeName(name); err != nil {
+// GetNode reads one node record; ErrNotFound (wrapped) when absent.
+func (s *Store) GetNode(name string) (*Node, error) {
+	if err := ValidateNodeName(name); err != nil {
 		return nil, fmt.Errorf("get node: %w", err)
 	}
 	return s.loadNode(name + recordExt)
 }
 
-// deleteNode implements DeleteNode.
-func (s *Store) deleteNode(name string) error {
-	if err := validateNodeName(name); err != nil {
+// DeleteNode removes a node record; missing is success.
+func (s *Store) DeleteNode(name string) error {
+	if err := ValidateNodeName(name); err != nil {
 		return fmt.Errorf("delete node: %w", err)
 	}
 	return removeFile(s.dir(nodesSubdir), name+recordExt)
 }
 
-// listNodes implements ListNodes.
-func (s *Store) listNodes() ([]*Node, []error) {
+// ListNodes is ListWorkloads for node records.
+func (s *Store) ListNodes() (good []*Node, bad []error) {
 	return listRecords(s.dir(nodesSubdir), s.loadNode)
 }
 
-// writeDaemonStatus implements WriteDaemonStatus.
-func (s *Store) writeDaemonStatus(st *DaemonStatus) error {
+// WriteDaemonStatus atomically writes daemon.json.
+func (s *Store) WriteDaemonStatus(st *DaemonStatus) error {
 	if st == nil {
 		return errors.New("write daemon status: nil record")
 	}
@@ -258,11 +266,12 @@ func (s *Store) writeDaemonStatus(st *DaemonStatus) error {
 	if err != nil {
 		return fmt.Errorf("write daemon status: %w", err)
 	}
-	return writeFileAtomic(s.root, daemonFile, data)
+	return WriteFileAtomic(s.root, daemonFile, data)
 }
 
-// readDaemonStatus implements ReadDaemonStatus.
-func (s *Store) readDaemonStatus() (*DaemonStatus, error) {
+// ReadDaemonStatus reads daemon.json; ErrNotFound (wrapped) when absent, a
+// descriptive error when unreadable or of an unknown version.
+func (s *Store) ReadDaemonStatus() (*DaemonStatus, error) {
 	st := &DaemonStatus{}
 	if err := readRecord(s.root, daemonFile, st, func() int { return st.Version }); err != nil {
 		return nil, err

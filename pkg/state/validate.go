@@ -15,8 +15,9 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// validateContainerID implements ValidateContainerID.
-func validateContainerID(id string) error {
+// ValidateContainerID checks id against the CNI spec's charset:
+// ^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$ and a sane length (≤ 256). The error names id.
+func ValidateContainerID(id string) error {
 	if id == "" {
 		return fmt.Errorf("invalid container ID %q: empty", id)
 	}
@@ -35,8 +36,10 @@ func validateContainerID(id string) error {
 	return nil
 }
 
-// validateIfName implements ValidateIfName, mirroring the kernel's dev_valid_name.
-func validateIfName(name string) error {
+// ValidateIfName checks a Linux interface name: 1..15 bytes, not "." or "..",
+// no '/', ':', whitespace or NUL, mirroring the kernel's dev_valid_name. The
+// error names the value.
+func ValidateIfName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("invalid interface name %q: empty", name)
@@ -54,8 +57,9 @@ func validateIfName(name string) error {
 	return nil
 }
 
-// validateNodeName implements ValidateNodeName.
-func validateNodeName(name string) error {
+// ValidateNodeName checks a node name usable as a file name (DNS-1123-ish,
+// ≤ 253 bytes, no '/', "..", NUL).
+func ValidateNodeName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("invalid node name %q: empty", name)
@@ -113,13 +117,13 @@ func validateIP(what, s string, family int) error {
 
 // validate checks every field a reader or the daemon relies on.
 func (w *Workload) validate() error {
-	if err := validateContainerID(w.ContainerID); err != nil {
+	if err := ValidateContainerID(w.ContainerID); err != nil {
 		return err
 	}
-	if err := validateIfName(w.IfName); err != nil {
+	if err := ValidateIfName(w.IfName); err != nil {
 		return err
 	}
-	if err := validateIfName(w.HostIface); err != nil {
+	if err := ValidateIfName(w.HostIface); err != nil {
 		return fmt.Errorf("host interface: %w", err)
 	}
 	if err := validateCIDRs("workload IP", w.IPs); err != nil {
@@ -133,7 +137,7 @@ func (w *Workload) validate() error {
 
 // validate checks the node name and every address, block and MAC.
 func (n *Node) validate() error {
-	if err := validateNodeName(n.Name); err != nil {
+	if err := ValidateNodeName(n.Name); err != nil {
 		return err
 	}
 	if err := validateIP("host IPv4", n.HostIPv4, 4); err != nil {

@@ -34,7 +34,7 @@ const e2ePrefix = "routelet-e2e-"
 
 var nsPrefix = netnstest.OwnedPrefix(e2ePrefix)
 
-// routeProto is the protocol routelet stamps on its host routes (DESIGN.md).
+// routeProto is the protocol routelet stamps on its host routes (docs/design.md).
 const routeProto = 80
 
 // podGatewayV4 is the link-local next hop every pod's default route uses.
@@ -186,7 +186,7 @@ func newPod(t *testing.T, name string) *pod {
 	}}
 }
 
-// wantHostIface is the host veth name DESIGN.md fixes: "cali" + the first 11
+// wantHostIface is the host veth name docs/design.md fixes: "cali" + the first 11
 // hex digits of sha1("<namespace>.<pod>").
 func wantHostIface(podName string) string {
 	sum := sha1.Sum([]byte("e2e." + podName))
@@ -503,7 +503,7 @@ func keys[V any](m map[string]V) []string {
 	return ks
 }
 
-// recordPath is where DESIGN.md puts the workload record of an attachment.
+// recordPath is where docs/design.md puts the workload record of an attachment.
 func (e *env) recordPath(rt *libcni.RuntimeConf) string {
 	return filepath.Join(e.stateDir, "workloads", rt.ContainerID+"_"+rt.IfName+".json")
 }

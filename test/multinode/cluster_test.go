@@ -27,7 +27,7 @@ const mnPrefix = "routelet-mn-"
 
 var nsPrefix = netnstest.OwnedPrefix(mnPrefix)
 
-// routeProto is the protocol routelet stamps on its routes (DESIGN.md).
+// routeProto is the protocol routelet stamps on its routes (docs/design.md).
 const routeProto = 80
 
 // binDir holds routeletd and the plugin, built by TestMain; buildErr says
