@@ -41,6 +41,7 @@ import (
 
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/overlay"
 )
 
 const (
@@ -209,16 +210,16 @@ func binaries(ctx context.Context, w io.Writer, binDir string) (pluginDir, daemo
 func describe(w io.Writer, n *cluster.Node) error {
 	var dev string
 	err := n.CNI.NS.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("vxlan.calico")
+		l, err := netlink.LinkByName(overlay.DeviceVXLAN)
 		if err != nil {
-			return fmt.Errorf("node %s: vxlan.calico: %w", n.Spec.Name, err)
+			return fmt.Errorf("node %s: %s: %w", n.Spec.Name, overlay.DeviceVXLAN, err)
 		}
 		addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
 		var as []string
 		for _, a := range addrs {
 			as = append(as, a.IPNet.String())
 		}
-		dev = fmt.Sprintf("vxlan.calico %s mtu %d mac %s", strings.Join(as, " "), l.Attrs().MTU, l.Attrs().HardwareAddr)
+		dev = fmt.Sprintf("%s %s mtu %d mac %s", overlay.DeviceVXLAN, strings.Join(as, " "), l.Attrs().MTU, l.Attrs().HardwareAddr)
 		return nil
 	})
 	if err != nil {

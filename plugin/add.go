@@ -18,6 +18,7 @@ import (
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -272,7 +273,7 @@ type nodeSettings struct {
 // readNodeSettings fills in the MTU (conflist, else daemon.json PodMTU, else
 // DefaultMTU), for the built-in IPAM the blocks (conflist ipam.blocks, else
 // daemon.json Blocks), and the host route protocol (daemon.json, else
-// podnet.RouteProtocol). An unreadable daemon.json is an error only when the
+// routes.DefaultProtocol). An unreadable daemon.json is an error only when the
 // blocks must come from it; otherwise the defaults apply, with a warning.
 func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Error) {
 	out := &nodeSettings{mtu: c.MTU, blocks: c.Blocks}
@@ -284,7 +285,7 @@ func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Erro
 	case err != nil && needBlocks:
 		return nil, cniErr(types.ErrTryAgainLater, "no blocks: no ipam.blocks in the network config and daemon status unreadable: %v", err)
 	case err != nil:
-		slog.Warn("daemon status unreadable; using the default route protocol, and the default MTU unless the network config sets one", "err", err, "proto", int(podnet.RouteProtocol), "mtu", DefaultMTU)
+		slog.Warn("daemon status unreadable; using the default route protocol, and the default MTU unless the network config sets one", "err", err, "proto", routes.DefaultProtocol, "mtu", DefaultMTU)
 		st = nil
 	}
 	out.proto = hostRouteProtocol(st)
@@ -326,12 +327,12 @@ func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Erro
 
 // hostRouteProtocol is the protocol the host routes carry: the one routeletd
 // publishes in daemon.json, else (no daemon.json, or one from a daemon that
-// predates the field) podnet.RouteProtocol, routeletd's default. The daemon's
+// predates the field) routes.DefaultProtocol, routeletd's default. The daemon's
 // route table owns every route on the pod veths and rewrites one carrying
 // another protocol, so ADD and CHECK must both use the daemon's.
 func hostRouteProtocol(st *state.DaemonStatus) netlink.RouteProtocol {
 	if st == nil || st.RouteProtocol == 0 {
-		return podnet.RouteProtocol
+		return routes.DefaultProtocol
 	}
 	return netlink.RouteProtocol(st.RouteProtocol)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -171,12 +172,12 @@ func checkPod(args *skel.CmdArgs, want *expected) []string {
 }
 
 // expectedRouteProtocol is the protocol ADD gave the host routes and the
-// daemon keeps them at: daemon.json's, else podnet.RouteProtocol (see
+// daemon keeps them at: daemon.json's, else routes.DefaultProtocol (see
 // hostRouteProtocol). An unreadable daemon.json means the default, as in ADD.
 func expectedRouteProtocol(store *state.Store) netlink.RouteProtocol {
 	st, err := store.ReadDaemonStatus()
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
-		slog.Warn("daemon status unreadable; expecting the default route protocol", "err", err, "proto", int(podnet.RouteProtocol))
+		slog.Warn("daemon status unreadable; expecting the default route protocol", "err", err, "proto", routes.DefaultProtocol)
 	}
 	return hostRouteProtocol(st)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routelet/routelet/pkg/ipam"
-	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -43,7 +43,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
 	}
-	host, err := dp.Host(int(podnet.RouteProtocol), c.Prefix)
+	host, err := dp.Host(routes.DefaultProtocol, c.Prefix)
 	if err != nil {
 		return cniErr(types.ErrInternal, "read the node's links: %v", err)
 	}

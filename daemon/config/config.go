@@ -18,6 +18,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // Encapsulation modes.
@@ -144,7 +148,7 @@ func keys() []key {
 			c.NodeName = n
 			return nil
 		}},
-		{name: "state-dir", help: "state directory shared with the CNI plugin", def: []string{"/run/routelet"}, set: func(c *Config, v []string) error {
+		{name: "state-dir", help: "state directory shared with the CNI plugin", def: []string{state.DefaultDir}, set: func(c *Config, v []string) error {
 			if !strings.HasPrefix(v[0], "/") {
 				return errors.New("must be an absolute path")
 			}
@@ -192,13 +196,13 @@ func keys() []key {
 		{name: "cross-subnet", help: "route directly (no encapsulation) to peers on the same subnet", isBool: true, def: []string{"false"}, set: func(c *Config, v []string) error {
 			return parseBool(&c.CrossSubnet, v[0])
 		}},
-		{name: "vxlan-vni", help: "VXLAN network identifier", def: []string{"4096"}, set: func(c *Config, v []string) error {
+		{name: "vxlan-vni", help: "VXLAN network identifier", def: []string{strconv.Itoa(overlay.DefaultVNI)}, set: func(c *Config, v []string) error {
 			return parseInt(&c.VXLANVNI, v[0], 1, 1<<24-1)
 		}},
-		{name: "vxlan-port", help: "VXLAN UDP port", def: []string{"4789"}, set: func(c *Config, v []string) error {
+		{name: "vxlan-port", help: "VXLAN UDP port", def: []string{strconv.Itoa(overlay.DefaultPort)}, set: func(c *Config, v []string) error {
 			return parseInt(&c.VXLANPort, v[0], 1, 65535)
 		}},
-		{name: "vxlan-device", help: "VXLAN device name", def: []string{"vxlan.calico"}, set: func(c *Config, v []string) error {
+		{name: "vxlan-device", help: "VXLAN device name", def: []string{overlay.DeviceVXLAN}, set: func(c *Config, v []string) error {
 			if err := validateIfName(v[0]); err != nil {
 				return err
 			}
@@ -265,12 +269,12 @@ func keys() []key {
 		{name: "allowlist-check-period", help: "how often routelet's ipsets and iptables chains are checked and repaired", def: []string{"1s"}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.AllowlistCheckPeriod, v[0], 100*time.Millisecond)
 		}},
-		{name: "route-protocol", help: "route protocol number stamped on every route routelet programs (5-255)", def: []string{"80"}, set: func(c *Config, v []string) error {
+		{name: "route-protocol", help: "route protocol number stamped on every route routelet programs (5-255)", def: []string{strconv.Itoa(routes.DefaultProtocol)}, set: func(c *Config, v []string) error {
 			// 0-4 are the kernel's own (unspec, redirect, kernel, boot,
 			// static): claiming them would make routelet own admin routes.
 			return parseInt(&c.RouteProtocol, v[0], 5, 255)
 		}},
-		{name: "interface-prefix", help: "name prefix of host-side workload veths", def: []string{"cali"}, set: func(c *Config, v []string) error {
+		{name: "interface-prefix", help: "name prefix of host-side workload veths", def: []string{podnet.DefaultPrefix}, set: func(c *Config, v []string) error {
 			p := v[0]
 			if err := netguard.CheckPrefixSyntax(p); err != nil {
 				return err
@@ -284,7 +288,7 @@ func keys() []key {
 		{name: "device-check-period", help: "leak checks and liveness tick", def: []string{"10s"}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.DeviceCheckPeriod, v[0], time.Millisecond)
 		}},
-		{name: "grace-period", help: "leave unexpected routes on a newly seen interface alone this long (0 = remove at once)", def: []string{"10s"}, set: func(c *Config, v []string) error {
+		{name: "grace-period", help: "leave unexpected routes on a newly seen interface alone this long (0 = remove at once)", def: []string{routes.DefaultGracePeriod.String()}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.GracePeriod, v[0], 0)
 		}},
 		{name: "leak-grace-period", help: "release a record whose netns and host veth have been gone this long", def: []string{"15m"}, set: func(c *Config, v []string) error {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/pkg/overlay"
 )
 
 // Netlink is the part of netlink nodeid reads; *netlink.Handle implements it.
@@ -263,24 +264,10 @@ func firstGlobal(nl Netlink, l netlink.Link, fam int) (netip.Addr, error) {
 	return netip.Addr{}, nil
 }
 
-// Overhead is the encapsulation header size for encap over an underlay of
-// the given family (VXLAN 50 over IPv4, 70 over IPv6; IPIP 20; none 0).
-func Overhead(encap string, underlayV6 bool) int {
-	switch encap {
-	case config.EncapVXLAN:
-		if underlayV6 {
-			return 70
-		}
-		return 50
-	case config.EncapIPIP:
-		return 20
-	}
-	return 0
-}
-
-// PodMTU returns configured when non-zero, else the identity's interface MTU
-// minus the encapsulation overhead (1500 assumed when the interface is
-// unknown).
+// PodMTU returns configured when non-zero, else overlay.PodMTU of the
+// identity's interface MTU (1500 assumed when the interface is unknown) for
+// encap over the identity's underlay family. It returns 0 when that would be
+// below the minimum MTU: the overlay refuses such an underlay and says why.
 func PodMTU(configured int, id Identity, encap string) int {
 	if configured != 0 {
 		return configured
@@ -289,5 +276,13 @@ func PodMTU(configured int, id Identity, encap string) int {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	return mtu - Overhead(encap, !id.IPv4.IsValid() && id.IPv6.IsValid())
+	mode, err := overlay.ParseMode(encap, false)
+	if err != nil {
+		mode = overlay.ModeNone
+	}
+	pod, err := overlay.PodMTU(0, mtu, mode, !id.IPv4.IsValid() && id.IPv6.IsValid())
+	if err != nil {
+		return 0
+	}
+	return pod
 }

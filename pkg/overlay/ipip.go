@@ -158,7 +158,9 @@ func (m *IPIP) apply() error {
 		}
 		m.dev.Parent = parent
 		if mtu == 0 {
-			mtu = parent.MTU - OverheadIPIP
+			if mtu, err = PodMTU(0, parent.MTU, ModeIPIP, false); err != nil {
+				return err
+			}
 		}
 	}
 

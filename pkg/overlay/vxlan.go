@@ -239,12 +239,9 @@ func (m *VXLAN) applyDevice() error {
 		return fmt.Errorf("vxlan %s: %w", c.Device, err)
 	}
 	m.dev.Parent = parent
-	mtu := c.MTU
-	if mtu == 0 {
-		mtu = parent.MTU - OverheadVXLANv4
-		if c.IPVersion == 6 {
-			mtu = parent.MTU - OverheadVXLANv6
-		}
+	mtu, err := PodMTU(c.MTU, parent.MTU, ModeVXLAN, c.IPVersion == 6)
+	if err != nil {
+		return fmt.Errorf("vxlan %s: %w", c.Device, err)
 	}
 	want := &netlink.Vxlan{
 		LinkAttrs:    netlink.LinkAttrs{Name: c.Device, MTU: mtu, HardwareAddr: c.MAC},

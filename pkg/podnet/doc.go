@@ -22,6 +22,6 @@
 //
 // Ownership: podnet only deletes links it can prove it made: a veth whose name
 // the caller derived from the attachment (see VethName). Host routes carry
-// the route protocol the caller passes (the node daemon's, RouteProtocol by
-// default) so other tools can tell them apart.
+// the route protocol the caller passes (the node daemon's,
+// routes.DefaultProtocol by default) so other tools can tell them apart.
 package podnet

@@ -13,12 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// RouteProtocol is the default rtnetlink protocol number of the host routes
-// (routeletd's default --route-protocol), so the daemon and operators can
-// tell routelet's routes apart. Callers pass the protocol the node's daemon
-// uses to AddHostRoutes; this is what they pass when no daemon says otherwise.
-const RouteProtocol netlink.RouteProtocol = 80
-
 // HostMAC is the MAC address of every host-side veth. Pods reach their gateway
 // through a permanent neighbour entry pointing at it.
 var HostMAC = net.HardwareAddr{0xee, 0xee, 0xee, 0xee, 0xee, 0xee}
@@ -243,7 +237,7 @@ func podRoutes(cont *netlink.Handle, idx int, spec Spec) error {
 }
 
 // AddHostRoutes points a /32 (or /128) route per address at the host veth,
-// scope link, protocol proto (RouteProtocol unless the node's daemon uses
+// scope link, protocol proto (routes.DefaultProtocol unless the node's daemon uses
 // another: its route table owns these routes and rewrites any whose protocol
 // differs from its own). It replaces a route to the same destination that
 // points elsewhere: the address now belongs to this pod.

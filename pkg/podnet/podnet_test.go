@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/routes"
 )
 
 // needRoot skips privileged tests for ordinary users.
@@ -63,7 +64,7 @@ func attach(t *testing.T, node, pod ns.NetNS, host string, addrs ...string) *Att
 		if err := EnableForwarding(att.HasIPv6); err != nil {
 			return err
 		}
-		return AddHostRoutes(host, spec.Addrs, RouteProtocol)
+		return AddHostRoutes(host, spec.Addrs, routes.DefaultProtocol)
 	})
 	return att
 }
@@ -87,7 +88,7 @@ func TestSetupConfiguresBothSides(t *testing.T) {
 		for _, want := range []string{"10.77.0.5/32", "fd77::5/128"} {
 			found := false
 			for _, r := range hv.Routes {
-				if r.Dst.String() == want && r.Protocol == int(RouteProtocol) {
+				if r.Dst.String() == want && r.Protocol == routes.DefaultProtocol {
 					found = true
 				}
 			}

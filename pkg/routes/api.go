@@ -11,8 +11,14 @@ import (
 // output device are kept: blackhole, unreachable, prohibit and throw.
 const InterfaceNone = "*none*"
 
-// DefaultProtocol is the route protocol routelet stamps on every route.
+// DefaultProtocol is the route protocol routelet stamps on every route
+// (routeletd's default --route-protocol), so that the daemon and operators
+// can tell routelet's routes apart.
 const DefaultProtocol = 80
+
+// DefaultGracePeriod is how long unexpected routes on a newly seen workload
+// interface are left alone when Config.GracePeriod is 0.
+const DefaultGracePeriod = 10 * time.Second
 
 // TargetType says what kind of kernel route a Target becomes.
 type TargetType int
@@ -60,7 +66,7 @@ type Config struct {
 	// desired (default true in the daemon).
 	RemoveExternalRoutes bool
 	// GracePeriod: unexpected routes on an interface first seen less than
-	// this long ago are left alone (0 = 10s default; negative disables).
+	// this long ago are left alone (0 = DefaultGracePeriod; negative disables).
 	GracePeriod time.Duration
 	// NetlinkTimeout bounds each netlink call (0 = 10s).
 	NetlinkTimeout time.Duration

@@ -16,7 +16,6 @@ import (
 )
 
 const (
-	defaultGracePeriod    = 10 * time.Second
 	defaultNetlinkTimeout = 10 * time.Second
 	// livenessEvery is how many kernel operations pass between two calls of
 	// Config.Liveness inside a long loop.
@@ -242,7 +241,7 @@ func NewWithDeps(cfg Config, nl Netlink, ct Conntrack, clock Clock) (*RouteTable
 	}
 	rt.grace = cfg.GracePeriod
 	if rt.grace == 0 {
-		rt.grace = defaultGracePeriod
+		rt.grace = DefaultGracePeriod
 	}
 	if rt.log == nil {
 		rt.log = slog.Default()

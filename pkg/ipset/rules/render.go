@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/podnet"
 )
 
 // Chain and table names (docs/design.md).
@@ -20,16 +22,9 @@ const (
 	TableNAT    = "nat"
 )
 
-// Defaults for Config fields left zero.
-const (
-	DefaultVXLANPort       = 4789
-	DefaultVXLANDevice     = "vxlan.calico"
-	DefaultIPIPDevice      = "tunl0"
-	DefaultInterfacePrefix = "cali"
-)
-
 // Config is the desired rule set. Zero values of ports, device names and the
-// prefix mean the defaults above.
+// prefix mean the defaults of their owners: overlay.DefaultPort,
+// overlay.DeviceVXLAN, overlay.DeviceIPIP and podnet.DefaultPrefix.
 type Config struct {
 	// VXLAN enables the VXLAN allow/drop rules and forwarding for
 	// VXLANDevice.
@@ -52,16 +47,16 @@ type Config struct {
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.VXLANPort == 0 {
-		c.VXLANPort = DefaultVXLANPort
+		c.VXLANPort = overlay.DefaultPort
 	}
 	if c.VXLANDevice == "" {
-		c.VXLANDevice = DefaultVXLANDevice
+		c.VXLANDevice = overlay.DeviceVXLAN
 	}
 	if c.IPIPDevice == "" {
-		c.IPIPDevice = DefaultIPIPDevice
+		c.IPIPDevice = overlay.DeviceIPIP
 	}
 	if c.InterfacePrefix == "" {
-		c.InterfacePrefix = DefaultInterfacePrefix
+		c.InterfacePrefix = podnet.DefaultPrefix
 	}
 	return c
 }
