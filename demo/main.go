@@ -41,7 +41,9 @@ import (
 
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/routes"
 )
 
 const (
@@ -389,18 +391,13 @@ func podRoutes(n *cluster.Node) ([]string, error) {
 func listRoutes(n *cluster.Node, keep func(netlink.Route) bool) ([]string, error) {
 	var out []string
 	err := n.CNI.NS.Do(func(ns.NetNS) error {
-		var routes []netlink.Route
-		var err error
-		for range 5 {
-			routes, err = netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: 80}, netlink.RT_FILTER_PROTOCOL)
-			if !errors.Is(err, netlink.ErrDumpInterrupted) {
-				break
-			}
-		}
+		rs, err := nlutil.Retry(func() ([]netlink.Route, error) {
+			return netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routes.DefaultProtocol}, netlink.RT_FILTER_PROTOCOL)
+		})
 		if err != nil {
 			return fmt.Errorf("listing routes of node %s: %w", n.Spec.Name, err)
 		}
-		for _, r := range routes {
+		for _, r := range rs {
 			if r.Dst == nil || !keep(r) {
 				continue
 			}

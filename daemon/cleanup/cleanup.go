@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -57,8 +58,7 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 					continue
 				}
 				l, err := netlink.LinkByName(w.HostIface)
-				var nf netlink.LinkNotFoundError
-				if errors.As(err, &nf) {
+				if nlutil.LinkNotFound(err) {
 					continue // already gone
 				}
 				if err == nil {
@@ -68,7 +68,7 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 					}
 					err = netlink.LinkDel(l)
 				}
-				if err != nil && !errors.Is(err, unix.ENODEV) {
+				if err != nil && !nlutil.LinkNotFound(err) {
 					errs = append(errs, fmt.Errorf("cleanup: delete link %s: %w", w.HostIface, err))
 					continue
 				}
@@ -80,8 +80,7 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 
 	for _, name := range opts.VXLANDevices {
 		l, err := netlink.LinkByName(name)
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
+		if nlutil.LinkNotFound(err) {
 			continue
 		}
 		if err == nil {
@@ -91,7 +90,7 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 			}
 			err = netlink.LinkDel(l)
 		}
-		if err != nil && !errors.Is(err, unix.ENODEV) {
+		if err != nil && !nlutil.LinkNotFound(err) {
 			errs = append(errs, fmt.Errorf("cleanup: delete vxlan device %s: %w", name, err))
 			continue
 		}
@@ -99,7 +98,7 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 		rep.Links = append(rep.Links, name)
 	}
 
-	// Routes carrying our protocol are ours (DESIGN: every route routelet
+	// Routes carrying our protocol are ours (docs/design.md: every route routelet
 	// programs carries it); nothing else is touched.
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		filter := &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: netlink.RouteProtocol(opts.RouteProtocol)}
@@ -110,7 +109,7 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 		}
 		for i := range rs {
 			r := &rs[i]
-			if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+			if err := netlink.RouteDel(r); err != nil && !nlutil.NotFound(err) {
 				errs = append(errs, fmt.Errorf("cleanup: delete route %s: %w", r, err))
 				continue
 			}

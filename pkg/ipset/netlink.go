@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // hashNetRevision is the hash:net revision sets are created with: 6 (with
@@ -79,24 +81,15 @@ func (n *Netlink) request(cmd, flags int) *nl.NetlinkRequest {
 	return req
 }
 
-// dumpAttempts bounds the retries of a dump the kernel marked interrupted
-// (the set changed while it was being read).
-const dumpAttempts = 3
-
 // execute sends req and returns the payloads of the kernel's answers, with
 // the error translated by kernelErr. An interrupted dump is sent again (a
 // request is safe to resend: Execute gives it a new sequence number).
 func execute(req *nl.NetlinkRequest) ([][]byte, error) {
-	for attempt := 1; ; attempt++ {
-		msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
-		if errors.Is(err, nl.ErrDumpInterrupted) && attempt < dumpAttempts {
-			continue
-		}
-		if err != nil {
-			return nil, kernelErr(err)
-		}
-		return msgs, nil
+	msgs, err := nlutil.Retry(func() ([][]byte, error) { return req.Execute(unix.NETLINK_NETFILTER, 0) })
+	if err != nil {
+		return nil, kernelErr(err)
 	}
+	return msgs, nil
 }
 
 // kernelErr maps the errno an ipset request failed with to this package's

@@ -1,17 +1,14 @@
 package netguard
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-)
 
-// dumpTries bounds how often ReadHost starts over when the kernel reports
-// that a dump was interrupted by a concurrent change.
-const dumpTries = 10
+	"github.com/routelet/routelet/internal/nlutil"
+)
 
 // ReadHost snapshots the current network namespace through h (nil: a new
 // handle in the calling thread's namespace). Links for which owned returns
@@ -27,15 +24,7 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 		}
 		defer h.Close()
 	}
-	var err error
-	for range dumpTries {
-		var out Host
-		out, err = readHost(h, ownProto, owned)
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return out, err
-		}
-	}
-	return Host{}, err
+	return nlutil.Retry(func() (Host, error) { return readHost(h, ownProto, owned) })
 }
 
 // readHost is one attempt of ReadHost.

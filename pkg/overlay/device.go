@@ -9,6 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // DeviceInfo is the state of an overlay device as the last Apply left it.
@@ -111,7 +113,7 @@ func ensureOnlyAddress(nl Netlink, log *slog.Logger, link netlink.Link, ipVersio
 // deleteLink deletes link; a link that is already gone is success.
 func deleteLink(nl Netlink, link netlink.Link) error {
 	err := nl.LinkDel(link)
-	if err == nil || errors.Is(err, unix.ENODEV) || errors.Is(err, ErrLinkNotFound) {
+	if err == nil || nlutil.LinkNotFound(err) || errors.Is(err, ErrLinkNotFound) {
 		return nil
 	}
 	return fmt.Errorf("delete %s: %w", link.Attrs().Name, err)

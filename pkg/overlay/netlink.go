@@ -7,6 +7,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // ErrLinkNotFound is returned (wrapped) by Netlink.LinkByName and LinkByIndex
@@ -53,9 +55,6 @@ type Netlink interface {
 
 var _ Netlink = (*Kernel)(nil)
 
-// dumpRetries bounds how often an interrupted netlink dump is repeated.
-const dumpRetries = 5
-
 // Kernel is the real Netlink, bound at creation to the network namespace of
 // the calling thread (its netlink and ioctl sockets stay in that namespace
 // whichever thread later uses them). It is safe for concurrent use.
@@ -88,8 +87,7 @@ func (k *Kernel) Close() error {
 
 // notFound turns netlink's "no such link" errors into ErrLinkNotFound.
 func notFound(what string, err error) error {
-	var lnf netlink.LinkNotFoundError
-	if errors.As(err, &lnf) || errors.Is(err, unix.ENODEV) {
+	if nlutil.LinkNotFound(err) {
 		return fmt.Errorf("link %s: %w", what, ErrLinkNotFound)
 	}
 	return fmt.Errorf("link %s: %w", what, err)
@@ -115,7 +113,7 @@ func (k *Kernel) LinkByIndex(index int) (netlink.Link, error) {
 
 // LinkList implements Netlink; interrupted dumps are repeated.
 func (k *Kernel) LinkList() ([]netlink.Link, error) {
-	return retryDump(k.h.LinkList)
+	return nlutil.Retry(k.h.LinkList)
 }
 
 // LinkAdd implements Netlink.
@@ -140,7 +138,7 @@ func (k *Kernel) LinkSetNoMaster(link netlink.Link) error { return k.h.LinkSetNo
 
 // AddrList implements Netlink; interrupted dumps are repeated.
 func (k *Kernel) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
-	return retryDump(func() ([]netlink.Addr, error) { return k.h.AddrList(link, family) })
+	return nlutil.Retry(func() ([]netlink.Addr, error) { return k.h.AddrList(link, family) })
 }
 
 // AddrReplace implements Netlink.
@@ -155,7 +153,7 @@ func (k *Kernel) AddrDel(link netlink.Link, addr *netlink.Addr) error {
 
 // NeighList implements Netlink; interrupted dumps are repeated.
 func (k *Kernel) NeighList(linkIndex, family int) ([]netlink.Neigh, error) {
-	return retryDump(func() ([]netlink.Neigh, error) { return k.h.NeighList(linkIndex, family) })
+	return nlutil.Retry(func() ([]netlink.Neigh, error) { return k.h.NeighList(linkIndex, family) })
 }
 
 // NeighSet implements Netlink.
@@ -183,18 +181,4 @@ func (k *Kernel) SetTXChecksum(name string, on bool) error {
 		return fmt.Errorf("ethtool set tx checksum of %s to %v: %w", name, on, err)
 	}
 	return nil
-}
-
-// retryDump repeats a dump interrupted by a concurrent change (NLM_F_DUMP_INTR)
-// so callers never diff against a half-read table.
-func retryDump[T any](dump func() ([]T, error)) ([]T, error) {
-	var err error
-	for range dumpRetries {
-		var out []T
-		out, err = dump()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return out, err
-		}
-	}
-	return nil, fmt.Errorf("dump interrupted %d times: %w", dumpRetries, err)
 }

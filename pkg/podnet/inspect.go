@@ -1,13 +1,14 @@
 package podnet
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // Route is a route read back from the kernel.
@@ -54,7 +55,7 @@ func InspectPod(netnsPath, ifName string) (*PodView, error) {
 	v := &PodView{}
 	l, err := h.LinkByName(ifName)
 	if err != nil {
-		if isNotFound(err) {
+		if nlutil.NotFound(err) {
 			return v, nil
 		}
 		return nil, fmt.Errorf("look up %s in netns %s: %w", ifName, netnsPath, err)
@@ -62,7 +63,7 @@ func InspectPod(netnsPath, ifName string) (*PodView, error) {
 	v.Exists = true
 	v.Up = l.Attrs().Flags&net.FlagUp != 0
 	v.MAC = l.Attrs().HardwareAddr.String()
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_ALL) })
+	addrs, err := nlutil.Retry(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("list addresses of %s in netns %s: %w", ifName, netnsPath, err)
 	}
@@ -89,7 +90,7 @@ func InspectHost(hostIface string) (*HostView, error) {
 	v := &HostView{}
 	l, err := h.LinkByName(hostIface)
 	if err != nil {
-		if isNotFound(err) {
+		if nlutil.NotFound(err) {
 			return v, nil
 		}
 		return nil, fmt.Errorf("look up host veth %s: %w", hostIface, err)
@@ -107,7 +108,7 @@ func InspectHost(hostIface string) (*HostView, error) {
 
 // linkRoutes lists the main-table routes of both families through l.
 func linkRoutes(h *netlink.Handle, l netlink.Link) ([]Route, error) {
-	rs, err := retryDump(func() ([]netlink.Route, error) { return h.RouteList(l, netlink.FAMILY_ALL) })
+	rs, err := nlutil.Retry(func() ([]netlink.Route, error) { return h.RouteList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, err
 	}
@@ -143,21 +144,6 @@ func HasRoute(routes []Route, dst netip.Prefix, gw netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// retryDump repeats a netlink dump that the kernel interrupted because the
-// table changed underneath it (another pod being added), so the answer is
-// complete.
-func retryDump[T any](f func() ([]T, error)) ([]T, error) {
-	var err error
-	for range 5 {
-		var out []T
-		out, err = f()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return out, err
-		}
-	}
-	return nil, err
 }
 
 func toPrefix(n *net.IPNet) (netip.Prefix, bool) {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // HostVeth is what routelet keeps right on one pod's host veth.
@@ -221,8 +223,7 @@ func (k *Keeper) ensureSysctls(settings []Sysctl) (int, error) {
 func (k *Keeper) ensureUp(v HostVeth) (bool, error) {
 	l, err := k.h.LinkByName(v.Name)
 	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+		if nlutil.LinkNotFound(err) {
 			delete(k.veth, v.Name)
 			return false, nil
 		}

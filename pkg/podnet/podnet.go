@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // HostMAC is the MAC address of every host-side veth. Pods reach their gateway
@@ -310,7 +312,7 @@ func Teardown(hostIface string) error {
 func deleteLink(h *netlink.Handle, name string) error {
 	l, err := h.LinkByName(name)
 	if err != nil {
-		if isNotFound(err) {
+		if nlutil.NotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("look up host veth %s: %w", name, err)
@@ -318,7 +320,7 @@ func deleteLink(h *netlink.Handle, name string) error {
 	if t := l.Type(); t != "veth" {
 		return fmt.Errorf("host interface %s is a %s, not a veth: not deleting it", name, t)
 	}
-	if err := h.LinkDel(l); err != nil && !isNotFound(err) {
+	if err := h.LinkDel(l); err != nil && !nlutil.NotFound(err) {
 		return fmt.Errorf("delete host veth %s: %w", name, err)
 	}
 	slog.Debug("deleted veth", "iface", name)
@@ -330,7 +332,7 @@ func deleteLink(h *netlink.Handle, name string) error {
 func removeStaleHostVeth(h *netlink.Handle, name string) (bool, error) {
 	l, err := h.LinkByName(name)
 	if err != nil {
-		if isNotFound(err) {
+		if nlutil.NotFound(err) {
 			return false, nil
 		}
 		return false, fmt.Errorf("look up host veth %s: %w", name, err)
@@ -339,7 +341,7 @@ func removeStaleHostVeth(h *netlink.Handle, name string) (bool, error) {
 		return false, fmt.Errorf("host interface name %s is taken by a %s that routelet did not create", name, t)
 	}
 	slog.Warn("replacing stale host veth", "iface", name)
-	if err := h.LinkDel(l); err != nil && !isNotFound(err) {
+	if err := h.LinkDel(l); err != nil && !nlutil.NotFound(err) {
 		return false, fmt.Errorf("delete stale host veth %s: %w", name, err)
 	}
 	return true, nil
@@ -407,10 +409,4 @@ func families(addrs []netip.Addr) (has4, has6 bool) {
 		}
 	}
 	return has4, has6
-}
-
-// isNotFound reports whether err means the link or route is already gone.
-func isNotFound(err error) bool {
-	var lnf netlink.LinkNotFoundError
-	return errors.As(err, &lnf) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // ifaceWork is one interface's share of an Apply: what the kernel holds,
@@ -816,12 +818,11 @@ func (rt *RouteTable) applyDeletes(w *ifaceWork) {
 	}
 }
 
-// isGoneErr reports errors meaning the route, or its device, is not there:
-// ESRCH/ENOENT (no such route), ENODEV (no such device), ENETDOWN (device
-// down: the kernel already flushed its routes).
+// isGoneErr reports errors meaning the route, or its device, is not there
+// (nlutil.NotFound, ErrLinkNotFound), or ENETDOWN: the device is down and the
+// kernel already flushed its routes.
 func isGoneErr(err error) bool {
-	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) ||
-		errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENETDOWN) || errors.Is(err, ErrLinkNotFound)
+	return nlutil.NotFound(err) || errors.Is(err, unix.ENETDOWN) || errors.Is(err, ErrLinkNotFound)
 }
 
 // cleanupOrphans starts conntrack cleanup for host CIDRs nobody claims any

@@ -14,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // Link is the little the RouteTable needs to know about an interface.
@@ -69,10 +71,6 @@ var _ Netlink = (*realNetlink)(nil)
 
 // errClosed is returned by a realNetlink used after Close.
 var errClosed = errors.New("netlink: closed")
-
-// dumpAttempts bounds the retries of a dump the kernel reported as
-// interrupted (NLM_F_DUMP_INTR: the table changed while it was being read).
-const dumpAttempts = 5
 
 // realNetlink implements Netlink in the network namespace that was current
 // when it was created, with two sockets opened there: a vishvananda/netlink
@@ -147,12 +145,10 @@ func (r *realNetlink) done(err error) error {
 // isBenignErr reports errors that say something about the request (no such
 // route, device down, bad gateway), not about the socket.
 func isBenignErr(err error) bool {
-	var notFound netlink.LinkNotFoundError
-	if errors.As(err, &notFound) || errors.Is(err, ErrLinkNotFound) {
+	if nlutil.NotFound(err) || errors.Is(err, ErrLinkNotFound) {
 		return true
 	}
-	for _, e := range []unix.Errno{unix.ESRCH, unix.ENOENT, unix.EEXIST, unix.ENODEV,
-		unix.ENETDOWN, unix.ENETUNREACH, unix.EINVAL, unix.EHOSTUNREACH} {
+	for _, e := range []unix.Errno{unix.EEXIST, unix.ENETDOWN, unix.ENETUNREACH, unix.EINVAL, unix.EHOSTUNREACH} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -168,14 +164,7 @@ func isBenignErr(err error) bool {
 func (r *realNetlink) LinkList() ([]Link, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var links []Link
-	var err error
-	for range dumpAttempts {
-		links, err = r.linkDump()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
+	links, err := nlutil.Retry(r.linkDump)
 	if err != nil {
 		r.closeRawSocket()
 		return nil, fmt.Errorf("netlink: list links: %w", err)
@@ -242,8 +231,7 @@ func (r *realNetlink) LinkByName(name string) (Link, error) {
 	}
 	l, err := h.LinkByName(name)
 	if err != nil {
-		var notFound netlink.LinkNotFoundError
-		if errors.As(err, &notFound) || errors.Is(err, unix.ENODEV) {
+		if nlutil.LinkNotFound(err) {
 			return Link{}, fmt.Errorf("netlink: link %q: %w", name, ErrLinkNotFound)
 		}
 		return Link{}, r.done(fmt.Errorf("netlink: link %q: %w", name, err))
@@ -260,14 +248,7 @@ func (r *realNetlink) LinkByName(name string) (Link, error) {
 func (r *realNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var routes []netlink.Route
-	var err error
-	for range dumpAttempts {
-		routes, err = r.routeDump(family, table, linkIndex)
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
+	routes, err := nlutil.Retry(func() ([]netlink.Route, error) { return r.routeDump(family, table, linkIndex) })
 	if err != nil {
 		if !isBenignErr(err) {
 			r.closeRawSocket()
@@ -460,18 +441,11 @@ func (r *realNetlink) RouteDel(rt *netlink.Route) error {
 func (r *realNetlink) NeighList(family int) ([]netlink.Neigh, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var neighs []netlink.Neigh
-	var err error
-	for range dumpAttempts {
-		var h *netlink.Handle
-		if h, err = r.handle(); err != nil {
-			return nil, err
-		}
-		neighs, err = h.NeighList(0, family)
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
+	h, err := r.handle()
+	if err != nil {
+		return nil, err
 	}
+	neighs, err := nlutil.Retry(func() ([]netlink.Neigh, error) { return h.NeighList(0, family) })
 	if err != nil {
 		return nil, r.done(fmt.Errorf("netlink: list neighbours: %w", err))
 	}

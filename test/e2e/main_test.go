@@ -24,6 +24,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -390,24 +391,14 @@ func isDefault(r netlink.Route) bool {
 // routeList dumps routes of a family in the calling thread's namespace,
 // retrying a dump interrupted by concurrent changes.
 func routeList(family int) ([]netlink.Route, error) {
-	for range 5 {
-		rs, err := netlink.RouteListFiltered(family, &netlink.Route{Table: 0}, 0)
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return rs, err
-		}
-	}
-	return nil, errors.New("route dump interrupted 5 times")
+	return nlutil.Retry(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(family, &netlink.Route{Table: 0}, 0)
+	})
 }
 
 // linkList is routeList for links.
 func linkList() ([]netlink.Link, error) {
-	for range 5 {
-		ls, err := netlink.LinkList()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return ls, err
-		}
-	}
-	return nil, errors.New("link dump interrupted 5 times")
+	return nlutil.Retry(netlink.LinkList)
 }
 
 // hostView is the node namespace as an operator sees it with `ip link` and

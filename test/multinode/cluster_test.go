@@ -19,6 +19,7 @@ import (
 
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // mnPrefix starts the name of every namespace these tests create; nsPrefix
@@ -266,8 +267,7 @@ func (n *node) overlayRoutes(family int) ([]string, error) {
 func (n *node) l2(dev string, family int) (neigh, fdb []string, err error) {
 	l, err := n.nl.LinkByName(dev)
 	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
+		if nlutil.LinkNotFound(err) {
 			return nil, nil, nil
 		}
 		return nil, nil, err
