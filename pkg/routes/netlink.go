@@ -196,29 +196,37 @@ func (r *realNetlink) linkDump() ([]Link, error) {
 	req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))
 	var links []Link
 	err = req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWLINK, func(m []byte) bool {
-		if len(m) < unix.SizeofIfInfomsg {
-			return true
-		}
-		info := nl.DeserializeIfInfomsg(m)
-		l := Link{Index: int(info.Index), Up: info.Flags&unix.IFF_UP != 0}
-		for b := m[unix.SizeofIfInfomsg:]; len(b) >= unix.SizeofRtAttr; {
-			alen := int(nl.NativeEndian().Uint16(b[0:2]))
-			atype := nl.NativeEndian().Uint16(b[2:4]) & nl.NLA_TYPE_MASK
-			if alen < unix.SizeofRtAttr || alen > len(b) {
-				break
-			}
-			if atype == unix.IFLA_IFNAME {
-				l.Name = strings.TrimRight(string(b[unix.SizeofRtAttr:alen]), "\x00")
-				break
-			}
-			b = b[min(rtaAlign(alen), len(b)):]
-		}
-		if l.Name != "" {
+		if l, ok := decodeLink(m); ok {
 			links = append(links, l)
 		}
 		return true
 	})
 	return links, err
+}
+
+// decodeLink decodes the index, the IFF_UP flag and the name of an
+// RTM_NEWLINK message; ok is false for a message too short to be one or
+// without a name.
+func decodeLink(m []byte) (l Link, ok bool) {
+	if len(m) < unix.SizeofIfInfomsg {
+		return Link{}, false
+	}
+	info := nl.DeserializeIfInfomsg(m)
+	l = Link{Index: int(info.Index), Up: info.Flags&unix.IFF_UP != 0}
+	ne := nl.NativeEndian()
+	for b := m[unix.SizeofIfInfomsg:]; len(b) >= unix.SizeofRtAttr; {
+		alen := int(ne.Uint16(b[0:2]))
+		atype := ne.Uint16(b[2:4]) & nl.NLA_TYPE_MASK
+		if alen < unix.SizeofRtAttr || alen > len(b) {
+			break
+		}
+		if atype == unix.IFLA_IFNAME {
+			l.Name = strings.TrimRight(string(b[unix.SizeofRtAttr:alen]), "\x00")
+			break
+		}
+		b = b[min(rtaAlign(alen), len(b)):]
+	}
+	return l, l.Name != ""
 }
 
 // LinkByName implements Netlink.
@@ -597,7 +605,7 @@ func appendRouteRequest(b []byte, seq uint32, flags uint16, rt *netlink.Route) (
 		b = ne.AppendUint16(b, uint16(unix.SizeofRtAttr+len(v)))
 		b = ne.AppendUint16(b, typ)
 		b = append(b, v...)
-		for len(b)%unix.RTA_ALIGNTO != 0 {
+		for (len(b)-start)%unix.RTA_ALIGNTO != 0 {
 			b = append(b, 0)
 		}
 	}
