@@ -3,7 +3,6 @@ package allowlist
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,18 +31,7 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 		set, proto, send = "routelet-ipip-peers", "4", sendIPIP
 	}
 	c.writeNode("node-b", peerIP, peerBlock)
-	start := c.startDaemon
-	if encap == "ipip" {
-		// On a kernel without ipip the daemon is not ready (it cannot make
-		// tunl0) but its allowlist works all the same: the IPIP drop rule
-		// guards the node whatever the device.
-		start = func(extra ...string) *daemon {
-			return c.startDaemonUntil("routeletd ready, or not ready for want of ipip", func(st *state.DaemonStatus) bool {
-				return st.Ready || strings.Contains(st.Reason, "kernel cannot create ipip links")
-			}, extra...)
-		}
-	}
-	d := start("--encapsulation=" + encap)
+	d := c.startDaemonEncap(encap)
 	hasMember := func(ip string) func() bool {
 		return func() bool {
 			m, _ := c.setMembers(set)
@@ -120,7 +108,7 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 		}
 	}()
 	d.kill9()
-	start("--encapsulation="+encap, "--external-node-cidr=192.0.2.64/28")
+	c.startDaemonEncap(encap, "--external-node-cidr=192.0.2.64/28")
 	time.Sleep(1500 * time.Millisecond) // let the first checks run while still watching
 	close(stopWatch)
 	if missing := <-watched; len(missing) > 0 {

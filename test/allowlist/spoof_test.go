@@ -311,7 +311,7 @@ func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
 		VTEPMAC: peerMAC, TunnelIPv4: peerTunnel, Updated: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	c.startDaemon("--encapsulation=" + encap)
+	c.startDaemonEncap(encap)
 	var self *state.Node
 	if encap == "vxlan" {
 		eventually(t, 10*time.Second, "node-a's record with its VTEP", func() bool {
