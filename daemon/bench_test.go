@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -99,7 +100,7 @@ func BenchmarkRecordToRoute(b *testing.B) {
 		for i := range n {
 			tn.store.DeleteWorkload("b"+strconv.Itoa(i), "eth0")
 		}
-		eventually(b, 10*time.Second, "routes removed", func() bool {
+		netnstest.Eventually(b, 10*time.Second, "routes removed", func() bool {
 			return !tn.hasRoute(netlink.FAMILY_V4, benchIP(n-1)+"/32 calib"+strconv.Itoa(n-1)+" proto 80")
 		})
 		for i, l := range lat {
@@ -136,7 +137,7 @@ func BenchmarkIdle250(b *testing.B) {
 	}
 	d := tn.startDaemon("--log-level=info", "--pod-cidr=10.244.8.0/24", "--resync-period=90s", "--device-check-period=10s")
 	tn.waitReady()
-	eventually(b, 10*time.Second, "all routes", func() bool { return tn.metric("routelet_routes_programmed{table=\"ipv4\"}") == strconv.Itoa(n+2) })
+	netnstest.Eventually(b, 10*time.Second, "all routes", func() bool { return tn.metric("routelet_routes_programmed{table=\"ipv4\"}") == strconv.Itoa(n+2) })
 	time.Sleep(2 * time.Second) // let start-up work settle
 	for it := 0; it < b.N; it++ {
 		pid := d.proc.Cmd.Process.Pid

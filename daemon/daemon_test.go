@@ -67,8 +67,8 @@ func TestDaemon(t *testing.T) {
 	d := tn.startDaemon("--leak-grace-period=2s")
 
 	// No default route yet: the node IP cannot be detected, so not ready.
-	eventually(t, 10*time.Second, "health server", func() bool { _, _, err := tn.get("/healthz"); return err == nil })
-	eventually(t, 5*time.Second, "daemon.json saying why not ready", func() bool {
+	netnstest.Eventually(t, 10*time.Second, "health server", func() bool { _, _, err := tn.get("/healthz"); return err == nil })
+	netnstest.Eventually(t, 5*time.Second, "daemon.json saying why not ready", func() bool {
 		st, err := tn.store.ReadDaemonStatus()
 		return err == nil && !st.Ready && strings.Contains(st.Reason, "node IP")
 	})
@@ -107,18 +107,18 @@ func TestDaemon(t *testing.T) {
 	t.Run("plugin ADD route is managed and repaired", func(t *testing.T) {
 		p := tn.addPod("pod1")
 		route := p.ip + " " + p.iface + " proto 80"
-		eventually(t, 2*time.Second, "pod route", func() bool { return tn.hasRoute(v4, route) })
-		eventually(t, 2*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "2" })
+		netnstest.Eventually(t, 2*time.Second, "pod route", func() bool { return tn.hasRoute(v4, route) })
+		netnstest.Eventually(t, 2*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "2" })
 		// Delete it as an operator would; the daemon must put it back.
 		if out, err := netnstest.Exec(context.Background(), tn.node.NS, "ip", "route", "del", p.ip, "dev", p.iface); err != nil {
 			t.Fatalf("ip route del: %v %s", err, out)
 		}
-		eventually(t, time.Second, "route repaired within 1s", func() bool { return tn.hasRoute(v4, route) })
+		netnstest.Eventually(t, time.Second, "route repaired within 1s", func() bool { return tn.hasRoute(v4, route) })
 		// Same for the blackhole.
 		if out, err := netnstest.Exec(context.Background(), tn.node.NS, "ip", "route", "del", "blackhole", "10.244.7.0/24"); err != nil {
 			t.Fatalf("ip route del blackhole: %v %s", err, out)
 		}
-		eventually(t, time.Second, "blackhole repaired within 1s", func() bool { return tn.hasRoute(v4, "10.244.7.0/24 blackhole proto 80") })
+		netnstest.Eventually(t, time.Second, "blackhole repaired within 1s", func() bool { return tn.hasRoute(v4, "10.244.7.0/24 blackhole proto 80") })
 		// And for the static ARP entry of a workload route.
 		permanent := func() bool {
 			l, err := tn.nl.LinkByName("caliearly0")
@@ -133,11 +133,11 @@ func TestDaemon(t *testing.T) {
 			}
 			return false
 		}
-		eventually(t, time.Second, "static ARP entry", permanent)
+		netnstest.Eventually(t, time.Second, "static ARP entry", permanent)
 		if out, err := netnstest.Exec(context.Background(), tn.node.NS, "ip", "neigh", "del", "10.244.7.200", "dev", "caliearly0"); err != nil {
 			t.Fatalf("ip neigh del: %v %s", err, out)
 		}
-		eventually(t, time.Second, "static ARP entry repaired within 1s", permanent)
+		netnstest.Eventually(t, time.Second, "static ARP entry repaired within 1s", permanent)
 	})
 
 	t.Run("unexpected route on a cali veth removed after the grace period", func(t *testing.T) {
@@ -152,7 +152,7 @@ func TestDaemon(t *testing.T) {
 			t.Error("unexpected route removed inside the grace period")
 		}
 		// ...then it goes.
-		eventually(t, 5*time.Second, "stray route removed", func() bool { return !tn.hasRoute(v4, "10.99.0.1/32 calistray0 proto 3") })
+		netnstest.Eventually(t, 5*time.Second, "stray route removed", func() bool { return !tn.hasRoute(v4, "10.99.0.1/32 calistray0 proto 3") })
 		if time.Since(added) < time.Second {
 			t.Errorf("stray route removed after %s, before the 1s grace period", time.Since(added))
 		}
@@ -164,8 +164,8 @@ func TestDaemon(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "future_eth0.json"), []byte(`{"version":7,"containerID":"future","ifName":"eth0","hostIface":"califuture0","ips":["10.244.7.201/32"]}`), 0o600)
 		tn.addVeth("caligood0", "pgood0")
 		tn.addRecord("good", "caligood0", "/var/run/netns/x", "10.244.7.202/32")
-		eventually(t, 2*time.Second, "good record served", func() bool { return tn.hasRoute(v4, "10.244.7.202/32 caligood0 proto 80") })
-		eventually(t, 2*time.Second, "bad records logged", func() bool {
+		netnstest.Eventually(t, 2*time.Second, "good record served", func() bool { return tn.hasRoute(v4, "10.244.7.202/32 caligood0 proto 80") })
+		netnstest.Eventually(t, 2*time.Second, "bad records logged", func() bool {
 			l := d.log.String()
 			return strings.Contains(l, "corrupt_eth0.json") && strings.Contains(l, "future_eth0.json") && strings.Contains(l, "version 7")
 		})
@@ -180,11 +180,11 @@ func TestDaemon(t *testing.T) {
 		before := tn.metric("routelet_workloads")
 		p := tn.addPod("pod2")
 		route := p.ip + " " + p.iface + " proto 80"
-		eventually(t, 2*time.Second, "pod2 served", func() bool {
+		netnstest.Eventually(t, 2*time.Second, "pod2 served", func() bool {
 			return tn.hasRoute(v4, route) && tn.metric("routelet_workloads") != before
 		})
 		tn.delPod(p)
-		eventually(t, 2*time.Second, "daemon saw the DEL", func() bool { return tn.metric("routelet_workloads") == before })
+		netnstest.Eventually(t, 2*time.Second, "daemon saw the DEL", func() bool { return tn.metric("routelet_workloads") == before })
 		if tn.hasRoute(v4, route) {
 			t.Errorf("route %s still there after DEL", route)
 		}
@@ -192,7 +192,7 @@ func TestDaemon(t *testing.T) {
 
 	t.Run("leak collection after the grace period only", func(t *testing.T) {
 		p := tn.addPod("leaky")
-		eventually(t, 2*time.Second, "leaky served", func() bool { return tn.hasRoute(v4, p.ip+" "+p.iface+" proto 80") })
+		netnstest.Eventually(t, 2*time.Second, "leaky served", func() bool { return tn.hasRoute(v4, p.ip+" "+p.iface+" proto 80") })
 		alloc, err := ipam.New(filepath.Join(tn.stateDir, "ipam"), []netip.Prefix{netip.MustParsePrefix(tn.podCIDR)}, ipam.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -206,12 +206,12 @@ func TestDaemon(t *testing.T) {
 			t.Fatal(err)
 		}
 		gone := time.Now()
-		eventually(t, 2*time.Second, "veth gone", func() bool { _, err := tn.nl.LinkByName(p.iface); return err != nil })
+		netnstest.Eventually(t, 2*time.Second, "veth gone", func() bool { _, err := tn.nl.LinkByName(p.iface); return err != nil })
 		time.Sleep(500 * time.Millisecond)
 		if _, err := tn.store.GetWorkload("leaky", "eth0"); err != nil && time.Since(gone) < 2*time.Second {
 			t.Fatalf("record released %s after the netns vanished, before the 2s grace: %v", time.Since(gone), err)
 		}
-		eventually(t, 8*time.Second, "leak collected", func() bool {
+		netnstest.Eventually(t, 8*time.Second, "leak collected", func() bool {
 			_, err := tn.store.GetWorkload("leaky", "eth0")
 			return errors.Is(err, state.ErrNotFound)
 		})
@@ -222,7 +222,7 @@ func TestDaemon(t *testing.T) {
 			t.Errorf("address not released: %v %v", got, err)
 		}
 		// The record goes first, then the log line and the metric.
-		eventually(t, 2*time.Second, "leak metric and log line", func() bool {
+		netnstest.Eventually(t, 2*time.Second, "leak metric and log line", func() bool {
 			return tn.metric("routelet_leak_collections_total") == "1" && strings.Contains(d.log.String(), "released leaked workload")
 		})
 		// Live pods were not touched.
@@ -325,7 +325,7 @@ func TestCleanupCommand(t *testing.T) {
 	p := tn.addPod("c1")
 	d := tn.startDaemon()
 	tn.waitReady()
-	eventually(t, 2*time.Second, "routes", func() bool {
+	netnstest.Eventually(t, 2*time.Second, "routes", func() bool {
 		return tn.hasRoute(v4, p.ip+" "+p.iface+" proto 80") && tn.hasRoute(v4, "10.244.7.0/24 blackhole proto 80")
 	})
 	// While the daemon runs, a second daemon and cleanup both refuse.
@@ -394,10 +394,10 @@ func TestRouteProtocolAgreesWithPlugin(t *testing.T) {
 	}
 
 	// Let the daemon serve the pod and run two full resyncs after the ADD.
-	eventually(t, 5*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "1" })
+	netnstest.Eventually(t, 5*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "1" })
 	resyncs := func() int { n, _ := strconv.Atoi(tn.metric("routelet_resync_duration_seconds_count")); return n }
 	base := resyncs()
-	eventually(t, 5*time.Second, "two resyncs", func() bool { return resyncs() >= base+2 })
+	netnstest.Eventually(t, 5*time.Second, "two resyncs", func() bool { return resyncs() >= base+2 })
 	rs := tn.routes(v4)
 	if !rs[route] {
 		t.Errorf("after the daemon's sync: no %s; routes %v", route, rs)

@@ -59,9 +59,7 @@ func testMain(m *testing.M) int {
 
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and runs routeletd in them")
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces and runs routeletd in them")
 }
 
 // testNode is a fresh "node" network namespace with an uplink, a state dir,
@@ -226,7 +224,7 @@ func (tn *testNode) metric(name string) string {
 // waitReady polls /readyz until 200.
 func (tn *testNode) waitReady() {
 	tn.t.Helper()
-	eventually(tn.t, 10*time.Second, "daemon ready", func() bool {
+	netnstest.Eventually(tn.t, 10*time.Second, "daemon ready", func() bool {
 		code, _, err := tn.get("/readyz")
 		return err == nil && code == 200
 	})
@@ -329,18 +327,6 @@ func (tn *testNode) delPod(p *pod) {
 	tn.t.Helper()
 	if err := tn.node.Del(context.Background(), tn.conf, p.rt); err != nil {
 		tn.t.Fatalf("CNI DEL %s: %v", p.rt.ContainerID, err)
-	}
-}
-
-// eventually polls cond every 10ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -38,10 +38,10 @@ func (tn *testNode) ipIn(args ...string) {
 func (tn *testNode) waitRepair(t *testing.T, object, what string, before float64, fixed func() bool) {
 	t.Helper()
 	start := time.Now()
-	eventually(t, 10*time.Second, what+" repaired", fixed)
+	netnstest.Eventually(t, 10*time.Second, what+" repaired", fixed)
 	took := time.Since(start)
 	name := `routelet_repairs_total{object="` + object + `"}`
-	eventually(t, 10*time.Second, name+" counting the repair", func() bool { return tn.metricValue(name) > before })
+	netnstest.Eventually(t, 10*time.Second, name+" counting the repair", func() bool { return tn.metricValue(name) > before })
 	t.Logf("%s repaired after %s", what, took.Round(time.Millisecond))
 }
 
@@ -63,7 +63,7 @@ func TestDaemonKeepsPodSettings(t *testing.T) {
 	tn.startDaemon("--pod-cidr=fd00:7::/120", "--encapsulation=vxlan")
 	tn.waitReady()
 	p := tn.addPod("keep1")
-	eventually(t, 5*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "1" })
+	netnstest.Eventually(t, 5*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "1" })
 	w, err := tn.store.GetWorkload("keep1", "eth0")
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestDaemonKeepsPodSettings(t *testing.T) {
 			l, err := tn.nl.LinkByName(p.iface)
 			return err == nil && l.Attrs().Flags&net.FlagUp != 0
 		})
-		eventually(t, 10*time.Second, "pod route back", func() bool { return tn.hasRoute(v4, p.ip+" "+p.iface+" proto 80") })
+		netnstest.Eventually(t, 10*time.Second, "pod route back", func() bool { return tn.hasRoute(v4, p.ip+" "+p.iface+" proto 80") })
 	})
 
 	t.Run("IPv6 neighbour", func(t *testing.T) {
@@ -134,7 +134,7 @@ func TestDaemonKeepsPodSettings(t *testing.T) {
 			}
 			return false
 		}
-		eventually(t, 10*time.Second, "permanent neighbour "+v6.String(), permanent)
+		netnstest.Eventually(t, 10*time.Second, "permanent neighbour "+v6.String(), permanent)
 		before := tn.metricValue(`routelet_repairs_total{object="neigh"}`)
 		tn.ipIn("-6", "neigh", "del", v6.String(), "dev", p.iface)
 		tn.waitRepair(t, "neigh", "permanent neighbour "+v6.String(), before, permanent)
@@ -142,7 +142,7 @@ func TestDaemonKeepsPodSettings(t *testing.T) {
 
 	t.Run("vxlan device out of a bridge", func(t *testing.T) {
 		tn.ipIn("link", "add", "br0", "type", "bridge")
-		eventually(t, 10*time.Second, "vxlan.calico", func() bool { _, err := tn.nl.LinkByName("vxlan.calico"); return err == nil })
+		netnstest.Eventually(t, 10*time.Second, "vxlan.calico", func() bool { _, err := tn.nl.LinkByName("vxlan.calico"); return err == nil })
 		before := tn.metricValue(`routelet_repairs_total{object="master"}`)
 		tn.ipIn("link", "set", "vxlan.calico", "master", "br0")
 		tn.waitRepair(t, "master", "vxlan.calico nomaster", before, func() bool {
@@ -159,14 +159,14 @@ func TestDaemonKeepsPodSettings(t *testing.T) {
 			t.Fatal(err)
 		}
 		tn.ipIn("link", "set", "other0", "down")
-		eventually(t, 5*time.Second, "daemon reading the record", func() bool { return tn.metric("routelet_workloads") == "2" })
+		netnstest.Eventually(t, 5*time.Second, "daemon reading the record", func() bool { return tn.metric("routelet_workloads") == "2" })
 		// Wait for several keep periods (200ms) through something the
 		// loop does on each of them: a repair of the pod's veth.
 		before := tn.metricValue(`routelet_repairs_total{object="sysctl"}`)
 		if _, err := netnstest.Sysctl(tn.node.NS, "net/ipv4/conf/"+p.iface+"/proxy_arp", "0"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "a later keep pass", func() bool {
+		netnstest.Eventually(t, 10*time.Second, "a later keep pass", func() bool {
 			return tn.metricValue(`routelet_repairs_total{object="sysctl"}`) > before
 		})
 		if v, _ := netnstest.Sysctl(tn.node.NS, "net/ipv4/conf/other0/proxy_arp", ""); v != "0" {
@@ -191,7 +191,7 @@ func TestDaemonLeavesForeignRoutes(t *testing.T) {
 	tn.addRecord("st", "calistatic0", "/var/run/netns/does-not-matter", "10.244.7.50/32")
 	tn.startDaemon()
 	tn.waitReady()
-	eventually(t, 5*time.Second, "daemon serving the record", func() bool { return tn.metric("routelet_workloads") == "1" })
+	netnstest.Eventually(t, 5*time.Second, "daemon serving the record", func() bool { return tn.metric("routelet_workloads") == "1" })
 
 	admin := []string{"10.244.7.0/24 up0 proto 4", "10.244.7.50/32 up0 proto 4", "192.0.2.0/24 up0 proto 2"}
 	check := func(when string) {
@@ -212,7 +212,7 @@ func TestDaemonLeavesForeignRoutes(t *testing.T) {
 	}
 	check("after the first sync")
 	name := `routelet_route_conflicts_total{table="ipv4"}`
-	eventually(t, 10*time.Second, name+" = 2", func() bool { return tn.metricValue(name) == 2 })
+	netnstest.Eventually(t, 10*time.Second, name+" = 2", func() bool { return tn.metricValue(name) == 2 })
 	// Retries and the tamper path (a route event on the block) change nothing.
 	tn.ipIn("route", "add", "blackhole", "10.244.7.0/25", "proto", "static")
 	tn.ipIn("route", "del", "blackhole", "10.244.7.0/25")
@@ -222,11 +222,11 @@ func TestDaemonLeavesForeignRoutes(t *testing.T) {
 	}
 
 	tn.ipIn("route", "del", "10.244.7.50/32")
-	eventually(t, 30*time.Second, "pod route once the static /32 is gone", func() bool {
+	netnstest.Eventually(t, 30*time.Second, "pod route once the static /32 is gone", func() bool {
 		return tn.hasRoute(v4, "10.244.7.50/32 calistatic0 proto 80")
 	})
 	tn.ipIn("route", "del", "10.244.7.0/24")
-	eventually(t, 30*time.Second, "blackhole once the static block route is gone", func() bool {
+	netnstest.Eventually(t, 30*time.Second, "blackhole once the static block route is gone", func() bool {
 		return tn.hasRoute(v4, "10.244.7.0/24 blackhole proto 80")
 	})
 	if !tn.hasRoute(v4, "192.0.2.0/24 up0 proto 2") || !strings.Contains(tn.metric(name), "2") {

@@ -243,7 +243,7 @@ func TestNodeIPNeverLoopbackOrOwnDevice(t *testing.T) {
 				}
 				return
 			}
-			eventually(t, 10*time.Second, "daemon.json saying why it is not ready", func() bool {
+			netnstest.Eventually(t, 10*time.Second, "daemon.json saying why it is not ready", func() bool {
 				st, err := tn.store.ReadDaemonStatus()
 				if err != nil || st.Ready {
 					return false
@@ -299,9 +299,9 @@ func TestWorkloadRecordLimits(t *testing.T) {
 		}
 		tn.addRecord(b.cid, b.iface, "/var/run/netns/x", b.ip)
 	}
-	eventually(t, 5*time.Second, "good record served", func() bool { return tn.hasRoute(v4, "10.244.7.10/32 caligood0 proto 80") })
+	netnstest.Eventually(t, 5*time.Second, "good record served", func() bool { return tn.hasRoute(v4, "10.244.7.10/32 caligood0 proto 80") })
 	want := fmt.Sprint(len(bad))
-	eventually(t, 5*time.Second, "routelet_bad_records = "+want+" through file events", func() bool { return tn.metric("routelet_bad_records") == want })
+	netnstest.Eventually(t, 5*time.Second, "routelet_bad_records = "+want+" through file events", func() bool { return tn.metric("routelet_bad_records") == want })
 	checkRefused := func() {
 		t.Helper()
 		for _, b := range bad {
@@ -340,9 +340,9 @@ func TestWorkloadRecordLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	plus := fmt.Sprint(len(bad) + 1)
-	eventually(t, 5*time.Second, "routelet_bad_records = "+plus, func() bool { return tn.metric("routelet_bad_records") == plus })
+	netnstest.Eventually(t, 5*time.Second, "routelet_bad_records = "+plus, func() bool { return tn.metric("routelet_bad_records") == plus })
 	os.Remove(corrupt)
-	eventually(t, 5*time.Second, "routelet_bad_records back to "+want, func() bool { return tn.metric("routelet_bad_records") == want })
+	netnstest.Eventually(t, 5*time.Second, "routelet_bad_records back to "+want, func() bool { return tn.metric("routelet_bad_records") == want })
 
 	// After a restart (a full read) the same records are refused. A link
 	// with the prefix that is not a veth makes the daemon refuse to start,
@@ -358,12 +358,12 @@ func TestWorkloadRecordLimits(t *testing.T) {
 	want = fmt.Sprint(len(bad))
 	d = tn.startDaemon()
 	tn.waitReady()
-	eventually(t, 5*time.Second, "routelet_bad_records = "+want+" after restart", func() bool { return tn.metric("routelet_bad_records") == want })
+	netnstest.Eventually(t, 5*time.Second, "routelet_bad_records = "+want+" after restart", func() bool { return tn.metric("routelet_bad_records") == want })
 	checkRefused()
 	for _, b := range bad {
 		tn.store.DeleteWorkload(b.cid, "eth0")
 	}
-	eventually(t, 5*time.Second, "routelet_bad_records = 0", func() bool { return tn.metric("routelet_bad_records") == "0" })
+	netnstest.Eventually(t, 5*time.Second, "routelet_bad_records = 0", func() bool { return tn.metric("routelet_bad_records") == "0" })
 	if !tn.hasRoute(v4, "10.244.7.10/32 caligood0 proto 80") {
 		t.Error("good record no longer served")
 	}
@@ -382,7 +382,7 @@ func TestLeakCollectionNeedsOwnVeth(t *testing.T) {
 	tn.addLink("calibr0", "bridge")
 	tn.addRecord("onbridge", "calibr0", "/var/run/netns/gone-"+fmt.Sprint(os.Getpid()), "10.244.7.30/32")
 	for _, cid := range []string{"onbridge", "onuplinkpeer"} {
-		eventually(t, 10*time.Second, cid+" collected", func() bool {
+		netnstest.Eventually(t, 10*time.Second, cid+" collected", func() bool {
 			_, err := tn.store.GetWorkload(cid, "eth0")
 			return err != nil
 		})
@@ -458,7 +458,7 @@ func TestStaleRecordNeverStealsLiveRoute(t *testing.T) {
 	for i := range 6 {
 		d := tn.startDaemon()
 		tn.waitReady()
-		eventually(t, 5*time.Second, fmt.Sprintf("start %d: every address on its winner", i+1), func() bool {
+		netnstest.Eventually(t, 5*time.Second, fmt.Sprintf("start %d: every address on its winner", i+1), func() bool {
 			rs := tn.routes(v4)
 			for _, w := range want {
 				if !rs[w] {
@@ -492,7 +492,7 @@ func TestOneDaemonPerNetns(t *testing.T) {
 	tn.addRecord("one", "calione0", "/var/run/netns/x", "10.244.7.70/32")
 	tn.startDaemon()
 	tn.waitReady()
-	eventually(t, 2*time.Second, "first daemon's route", func() bool { return tn.hasRoute(v4, "10.244.7.70/32 calione0 proto 80") })
+	netnstest.Eventually(t, 2*time.Second, "first daemon's route", func() bool { return tn.hasRoute(v4, "10.244.7.70/32 calione0 proto 80") })
 	other := filepath.Join(t.TempDir(), "other-state")
 	code, out, exited := tn.runDaemonArgs(10*time.Second, nil, "--node-name=node-b", "--state-dir="+other,
 		"--pod-cidr=10.244.8.0/24", "--encapsulation=none", "--health-addr=127.0.0.1:9098")

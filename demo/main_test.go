@@ -19,9 +19,7 @@ import (
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the demo creates network namespaces")
-	}
+	netnstest.SkipUnlessRoot(t, "the demo creates network namespaces")
 }
 
 // requireClean fails t if anything the demo makes is still there.
@@ -143,11 +141,7 @@ func TestDemoRemovesLeftovers(t *testing.T) {
 		err2 := syscall.Stat(stale.Path(), &st)
 		return err1 == nil && err2 == nil && a == "net:["+strconv.FormatUint(st.Ino, 10)+"]"
 	}
-	for deadline := time.Now().Add(5 * time.Second); !inNS(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the stand-in daemon never entered the stale namespace")
-		}
-	}
+	netnstest.Eventually(t, 5*time.Second, "the stand-in daemon to enter the stale namespace", inNS)
 	staleDir := filepath.Join(workRoot, pid)
 	if err := os.MkdirAll(filepath.Join(staleDir, "state"), 0o700); err != nil {
 		t.Fatal(err)

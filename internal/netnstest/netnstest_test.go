@@ -22,9 +22,7 @@ const testPrefix = "routelet-nstest-"
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
-	}
+	SkipUnlessRoot(t, "creates network namespaces")
 }
 
 func inode(t *testing.T, path string) uint64 {

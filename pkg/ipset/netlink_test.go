@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -19,9 +18,7 @@ import (
 // skipping the test when not root.
 func newTestNS(t *testing.T) ns.NetNS {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and ipsets")
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces and ipsets")
 	n, err := netnstest.New("rlipset-")
 	if err != nil {
 		t.Fatalf("new netns: %v", err)

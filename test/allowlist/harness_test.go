@@ -71,9 +71,7 @@ var backends = []string{rules.BackendNFT, rules.BackendLegacy}
 // kernel with, and fails it when the binaries did not build.
 func requireRoot(t *testing.T, backend string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, iptables rules and ipsets, and runs routeletd")
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, iptables rules and ipsets, and runs routeletd")
 	for _, tool := range []string{"ipset", "iptables-" + backend, "ip6tables-" + backend} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed (Debian packages ipset, iptables): %v", tool, err)
@@ -288,20 +286,6 @@ func (c *cluster) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, 
 	return accept, drop, err
 }
 
-// eventually polls cond every 20 ms until it holds, failing t after wait.
-// It returns how long it took.
-func eventually(t *testing.T, wait time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > wait {
-			t.Fatalf("%s: not within %s", what, wait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // writeNode writes a node record into the node's nodes/ directory, as
 // copying another node's record there would.
 func (c *cluster) writeNode(name, hostIP, block string) {
@@ -363,7 +347,7 @@ func (c *cluster) startDaemonUntil(what string, settled func(*state.DaemonStatus
 			t.Logf("routeletd log:\n%s", d.log.String())
 		}
 	})
-	eventually(t, 15*time.Second, what, func() bool {
+	netnstest.Eventually(t, 15*time.Second, what, func() bool {
 		select {
 		case <-d.proc.Done():
 			t.Fatalf("routeletd exited: %v\n%s", d.proc.Err(), d.log.String())

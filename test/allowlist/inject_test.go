@@ -7,6 +7,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -48,7 +49,7 @@ func testVXLANPodInjection(t *testing.T, backend string) {
 	}
 	c.startDaemon("--encapsulation=vxlan")
 	var self *state.Node
-	eventually(t, 10*time.Second, "node-a's record with its VTEP", func() bool {
+	netnstest.Eventually(t, 10*time.Second, "node-a's record with its VTEP", func() bool {
 		n, err := c.store.GetNode("node-a")
 		self = n
 		return err == nil && n.VTEPMAC != "" && n.TunnelIPv4 != ""
@@ -68,7 +69,7 @@ func testVXLANPodInjection(t *testing.T, backend string) {
 	for range 3 {
 		sendUDP(t, c.attacker, podIP+":9002", "from-attacker")
 	}
-	eventually(t, 5*time.Second, "DROP counter counts the attacker's 3 VXLAN packets", func() bool {
+	netnstest.Eventually(t, 5*time.Second, "DROP counter counts the attacker's 3 VXLAN packets", func() bool {
 		_, d, err := c.dropAcceptCounts()
 		return err == nil && d >= d0+3
 	})

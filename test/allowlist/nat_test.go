@@ -113,7 +113,7 @@ func testNATOutgoingOff(t *testing.T, backend string) {
 		t.Fatalf("routeletd exit: %v", err)
 	}
 	d = c.startDaemon("--encapsulation=vxlan")
-	eventually(t, 5*time.Second, "ROUTELET-POSTROUTING with NAT on", func() bool {
+	netnstest.Eventually(t, 5*time.Second, "ROUTELET-POSTROUTING with NAT on", func() bool {
 		return strings.Contains(c.chain("nat", "POSTROUTING"), "-j "+rules.PostroutingChain)
 	})
 	if err := d.stop(); err != nil {
@@ -121,7 +121,7 @@ func testNATOutgoingOff(t *testing.T, backend string) {
 	}
 	c.startDaemon("--encapsulation=vxlan", "--nat-outgoing=false")
 	if backend == rules.BackendNFT {
-		eventually(t, 5*time.Second, "nat tables routelet made gone after NAT was switched off", func() bool {
+		netnstest.Eventually(t, 5*time.Second, "nat tables routelet made gone after NAT was switched off", func() bool {
 			return len(c.natTables(t)) == 0
 		})
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -38,7 +39,7 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 			return slices.Contains(m, ip+"/32")
 		}
 	}
-	eventually(t, 5*time.Second, "peer "+peerIP+" in "+set, hasMember(peerIP))
+	netnstest.Eventually(t, 5*time.Second, "peer "+peerIP+" in "+set, hasMember(peerIP))
 	raw := listenRaw(t, c.node.NS, proto)
 
 	n := 0
@@ -63,7 +64,7 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 			}
 			return
 		}
-		eventually(t, 5*time.Second, fmt.Sprintf("DROP counter moves for %s from %s", encap, src), func() bool {
+		netnstest.Eventually(t, 5*time.Second, fmt.Sprintf("DROP counter moves for %s from %s", encap, src), func() bool {
 			_, d, err := c.dropAcceptCounts()
 			return err == nil && d > d0
 		})
@@ -76,13 +77,13 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 	expect(c.peer, peerIP, true)
 
 	c.writeNode("intruder", attackerIP, "10.244.66.0/24")
-	eventually(t, 5*time.Second, "attacker "+attackerIP+" in "+set+" after its record was written", hasMember(attackerIP))
+	netnstest.Eventually(t, 5*time.Second, "attacker "+attackerIP+" in "+set+" after its record was written", hasMember(attackerIP))
 	expect(c.attacker, attackerIP, true)
 
 	if err := c.store.DeleteNode("intruder"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "attacker "+attackerIP+" out of "+set+" after its record was deleted",
+	netnstest.Eventually(t, 5*time.Second, "attacker "+attackerIP+" out of "+set+" after its record was deleted",
 		func() bool { return !hasMember(attackerIP)() })
 	expect(c.attacker, attackerIP, false)
 	expect(c.peer, peerIP, true)
@@ -114,7 +115,7 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 	if missing := <-watched; len(missing) > 0 {
 		t.Fatalf("peer %s left %s during a restart: %v", peerIP, set, missing)
 	}
-	eventually(t, 5*time.Second, "192.0.2.64/28 in "+set, func() bool {
+	netnstest.Eventually(t, 5*time.Second, "192.0.2.64/28 in "+set, func() bool {
 		m, _ := c.setMembers(set)
 		return slices.Contains(m, "192.0.2.64/28")
 	})
@@ -149,7 +150,7 @@ func testOverlayAllowlistIPv6(t *testing.T, backend string) {
 			return slices.Contains(m, ip+"/128")
 		}
 	}
-	eventually(t, 5*time.Second, "peer "+peerIP6+" in "+set, hasMember(peerIP6))
+	netnstest.Eventually(t, 5*time.Second, "peer "+peerIP6+" in "+set, hasMember(peerIP6))
 	raw := listenRawNet(t, c.node.NS, "ip6:17")
 	n := 0
 	expect := func(host ns.NetNS, src string, accepted bool) {
@@ -170,7 +171,7 @@ func testOverlayAllowlistIPv6(t *testing.T, backend string) {
 			}
 			return
 		}
-		eventually(t, 5*time.Second, "ip6tables DROP counter moves for VXLAN from "+src, func() bool {
+		netnstest.Eventually(t, 5*time.Second, "ip6tables DROP counter moves for VXLAN from "+src, func() bool {
 			_, d, err := c.dropAcceptCountsOf(c.ipt6)
 			return err == nil && d > d0
 		})
@@ -181,6 +182,6 @@ func testOverlayAllowlistIPv6(t *testing.T, backend string) {
 	expect(c.attacker, attackerIP6, false)
 	expect(c.peer, peerIP6, true)
 	put("intruder", attackerIP, attackerIP6, "10.244.66.0/24")
-	eventually(t, 5*time.Second, "attacker "+attackerIP6+" in "+set, hasMember(attackerIP6))
+	netnstest.Eventually(t, 5*time.Second, "attacker "+attackerIP6+" in "+set, hasMember(attackerIP6))
 	expect(c.attacker, attackerIP6, true)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -35,7 +36,7 @@ func testHostilePeerRecordFirewall(t *testing.T, backend string) {
 		Blocks: []string{"128.0.0.0/1", "10.244.77.0/24"}, Updated: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the hostile record's good block in routelet-pools", member("routelet-pools", "10.244.77.0/24"))
+	netnstest.Eventually(t, 5*time.Second, "the hostile record's good block in routelet-pools", member("routelet-pools", "10.244.77.0/24"))
 	if member("routelet-pools", "128.0.0.0/1")() {
 		t.Error("routelet-pools holds the refused 128.0.0.0/1")
 	}
@@ -57,7 +58,7 @@ func testHostilePeerRecordFirewall(t *testing.T, backend string) {
 		Blocks: []string{"10.244.88.0/24"}, Updated: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "impostor refused in /metrics", func() bool {
+	netnstest.Eventually(t, 5*time.Second, "impostor refused in /metrics", func() bool {
 		v, ok := c.metricValue(`routelet_peer_values_refused{field="record",node="impostor",value="impostor"}`)
 		return ok && v == 1
 	})

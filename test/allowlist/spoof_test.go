@@ -63,7 +63,7 @@ func (c *cluster) preroutingCount(v6 bool, idx int) (uint64, error) {
 // before.
 func (c *cluster) waitDropped(t *testing.T, v6 bool, idx int, before uint64, what string) {
 	t.Helper()
-	eventually(t, 5*time.Second, what+": counted by rule "+fmt.Sprint(idx+1)+" of "+rules.PreroutingChain, func() bool {
+	netnstest.Eventually(t, 5*time.Second, what+": counted by rule "+fmt.Sprint(idx+1)+" of "+rules.PreroutingChain, func() bool {
 		n, err := c.preroutingCount(v6, idx)
 		return err == nil && n > before
 	})
@@ -314,7 +314,7 @@ func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
 	c.startDaemonEncap(encap)
 	var self *state.Node
 	if encap == "vxlan" {
-		eventually(t, 10*time.Second, "node-a's record with its VTEP", func() bool {
+		netnstest.Eventually(t, 10*time.Second, "node-a's record with its VTEP", func() bool {
 			n, err := c.store.GetNode("node-a")
 			self = n
 			return err == nil && n.VTEPMAC != ""

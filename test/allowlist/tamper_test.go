@@ -49,7 +49,7 @@ func testTamperRepair(t *testing.T, backend string) {
 	c := newCluster(t, backend)
 	c.writeNode("node-b", peerIP, peerBlock)
 	c.startDaemon("--encapsulation=vxlan")
-	eventually(t, 5*time.Second, "peer in routelet-vxlan-peers", func() bool {
+	netnstest.Eventually(t, 5*time.Second, "peer in routelet-vxlan-peers", func() bool {
 		m, _ := c.setMembers("routelet-vxlan-peers")
 		return slices.Contains(m, peerIP+"/32")
 	})
@@ -67,7 +67,7 @@ func testTamperRepair(t *testing.T, backend string) {
 	// while the nf_tables ruleset stays unchanged.
 	writes, execs := c.metric("routelet_allowlist_netlink_writes_total"), c.metric("routelet_allowlist_iptables_execs_total")
 	checks := c.metric("routelet_allowlist_check_duration_seconds_count")
-	eventually(t, 5*time.Second, "two allowlist checks", func() bool {
+	netnstest.Eventually(t, 5*time.Second, "two allowlist checks", func() bool {
 		return c.metric("routelet_allowlist_check_duration_seconds_count") >= checks+2
 	})
 	if w := c.metric("routelet_allowlist_netlink_writes_total"); w != writes || c.snapshot() != want {
@@ -118,7 +118,7 @@ func testTamperRepair(t *testing.T, backend string) {
 		if c.snapshot() == want {
 			t.Fatalf("%s: the firewall looks unchanged: the tamper did nothing", tc.name)
 		}
-		took := eventually(t, 2*time.Second, tc.name+": repaired", func() bool { return c.snapshot() == want })
+		took := netnstest.Eventually(t, 2*time.Second, tc.name+": repaired", func() bool { return c.snapshot() == want })
 		t.Logf("%s: repaired after %s", tc.name, took.Round(10*time.Millisecond))
 	}
 	if r := c.metric("routelet_allowlist_repairs_total"); r < 7 {

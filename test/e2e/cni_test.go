@@ -353,17 +353,7 @@ func TestStatusFollowsDaemon(t *testing.T) {
 			t.Logf("routeletd log:\n%s", log.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := e.node.Status(ctx, e.list)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("STATUS not ready 30 s after routeletd started: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	netnstest.WaitFor(t, 30*time.Second, "STATUS ready after routeletd started", func() error { return e.node.Status(ctx, e.list) })
 	p.Kill()
 	st, err := state.Open(e.stateDir)
 	if err != nil {

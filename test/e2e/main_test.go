@@ -97,9 +97,7 @@ func routeletdBin(t *testing.T) string {
 // requireRoot skips t without root and fails it when the plugins did not build.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and veths")
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces and veths")
 	if buildErr != nil {
 		t.Fatalf("building plugins: %v", buildErr)
 	}

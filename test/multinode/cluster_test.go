@@ -67,9 +67,7 @@ func TestMain(m *testing.M) {
 // requireRoot skips t without root and fails it when the binaries did not build.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veths and runs routeletd in them")
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths and runs routeletd in them")
 	if buildErr != nil {
 		t.Fatalf("building routeletd and the plugin: %v", buildErr)
 	}
@@ -338,30 +336,14 @@ func equalDP(a, b dataplane) bool {
 // showing both.
 func (c *testCluster) waitDataplane(n *node, timeout time.Duration, what string, want dataplane) {
 	c.t.Helper()
-	var got dataplane
-	var err error
-	deadline := time.Now().Add(timeout)
-	for {
-		got, err = n.read()
-		if err == nil && equalDP(got, want) {
-			return
+	netnstest.WaitFor(c.t, timeout, "node "+n.Spec.Name+": "+what, func() error {
+		got, err := n.read()
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("node %s: %s: dataplane not as expected after %s (err %v)\ngot:\n%swant:\n%s",
-				n.Spec.Name, what, timeout, err, got, want)
+		if !equalDP(got, want) {
+			return fmt.Errorf("dataplane not as expected\ngot:\n%swant:\n%s", got, want)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// eventually polls cond every 10ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

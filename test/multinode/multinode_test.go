@@ -189,7 +189,7 @@ func TestVXLAN(t *testing.T) {
 		if err := a.nl.LinkSetMTU(l, 1300); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Second, "vxlan.calico MTU back to 1450", func() bool {
+		netnstest.Eventually(t, time.Second, "vxlan.calico MTU back to 1450", func() bool {
 			l, err := a.nl.LinkByName("vxlan.calico")
 			return err == nil && l.Attrs().MTU == mtuV4
 		})
@@ -351,7 +351,7 @@ func TestIPIP(t *testing.T) {
 			want = append(want, fmt.Sprintf("%s via %s dev tunl0 onlink mtu 1480", p.Spec.Block4, hostAddr(p.Spec.Host4)))
 		}
 		slices.Sort(want)
-		eventually(t, 10*time.Second, "ipip routes on "+n.Spec.Name, func() bool {
+		netnstest.Eventually(t, 10*time.Second, "ipip routes on "+n.Spec.Name, func() bool {
 			got, err := n.overlayRoutes(netlink.FAMILY_V4)
 			return err == nil && slices.Equal(got, want)
 		})

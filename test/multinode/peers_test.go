@@ -209,7 +209,7 @@ func TestHostilePeerBlocks(t *testing.T) {
 				t.Errorf("routelet-pools = %v, holds the refused %s", pools, tc.block)
 			}
 			line := refusedMetric("hostile", "block", tc.block)
-			eventually(t, 5*time.Second, line+" in node a's /metrics", func() bool { return a.metricLine(line) })
+			netnstest.Eventually(t, 5*time.Second, line+" in node a's /metrics", func() bool { return a.metricLine(line) })
 			if log := a.LogTail(1 << 20); !strings.Contains(log, "node=hostile field=block value="+tc.block) {
 				t.Errorf("no log line names node hostile and block %s:\n%s", tc.block, log)
 			}
@@ -251,7 +251,7 @@ func TestPeerRecordWithOurIdentity(t *testing.T) {
 			tc.change(&rec)
 			putRecord(t, a, rec)
 			line := refusedMetric("impostor", "record", "impostor")
-			eventually(t, 10*time.Second, line+" in node a's /metrics", func() bool { return a.metricLine(line) })
+			netnstest.Eventually(t, 10*time.Second, line+" in node a's /metrics", func() bool { return a.metricLine(line) })
 			c.waitDataplane(a, 5*time.Second, "record with "+tc.name, good)
 			if got := a.setMembers("routelet-vxlan-peers"); !slices.Equal(got, []string{"10.0.1.11", "10.0.2.10"}) {
 				t.Errorf("routelet-vxlan-peers = %v, want b's and c's host IPs only", got)
@@ -265,7 +265,7 @@ func TestPeerRecordWithOurIdentity(t *testing.T) {
 			if err := a.Store.DeleteNode("impostor"); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, "refusal gone after the record was removed", func() bool { return !a.metricLine(line) })
+			netnstest.Eventually(t, 10*time.Second, "refusal gone after the record was removed", func() bool { return !a.metricLine(line) })
 		})
 	}
 	if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
@@ -298,7 +298,7 @@ func TestEstablishedPeerClaim(t *testing.T) {
 		c.waitDataplane(a, 10*time.Second, when, want)
 		for _, v := range []string{"10.244.2.0/24", "fd00:244:2::/121"} {
 			line := refusedMetric("a0-newcomer", "block", v)
-			eventually(t, 5*time.Second, when+": "+line, func() bool { return a.metricLine(line) })
+			netnstest.Eventually(t, 5*time.Second, when+": "+line, func() bool { return a.metricLine(line) })
 		}
 		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
 			t.Errorf("%s: pod a → pod b:\n%s", when, out)
@@ -378,7 +378,7 @@ func runDaemon(t *testing.T, n *node, args ...string) *netnstest.Buffer {
 func waitNotReady(t *testing.T, n *node, want string) string {
 	t.Helper()
 	var reason string
-	eventually(t, 30*time.Second, "daemon.json not ready with a reason naming "+want, func() bool {
+	netnstest.Eventually(t, 30*time.Second, "daemon.json not ready with a reason naming "+want, func() bool {
 		st, err := n.Store.ReadDaemonStatus()
 		if err != nil {
 			return false
@@ -386,7 +386,7 @@ func waitNotReady(t *testing.T, n *node, want string) string {
 		reason = st.Reason
 		return !st.Ready && strings.Contains(st.Reason, want)
 	})
-	eventually(t, 10*time.Second, "/readyz 503 naming "+want, func() bool {
+	netnstest.Eventually(t, 10*time.Second, "/readyz 503 naming "+want, func() bool {
 		code, body, err := httpGet(n.CNI.NS, "http://127.0.0.1:9099/readyz")
 		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, want)
 	})
@@ -401,7 +401,7 @@ func TestIPIPWithoutKernelSupport(t *testing.T) {
 	_, n := startLone(t)
 	runDaemon(t, n, append([]string{"--encapsulation=ipip"}, healthArgs...)...)
 	if err := ipipSupported(); err == nil {
-		eventually(t, 30*time.Second, "routeletd ready in ipip mode on a kernel with ipip", func() bool {
+		netnstest.Eventually(t, 30*time.Second, "routeletd ready in ipip mode on a kernel with ipip", func() bool {
 			code, _, err := httpGet(n.CNI.NS, "http://127.0.0.1:9099/readyz")
 			return err == nil && code == http.StatusOK
 		})
@@ -447,7 +447,7 @@ func TestForeignVXLANDevice(t *testing.T) {
 	if err := n.nl.LinkDel(l); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "routeletd ready once flannel.1 was removed", func() bool {
+	netnstest.Eventually(t, 30*time.Second, "routeletd ready once flannel.1 was removed", func() bool {
 		code, _, err := httpGet(n.CNI.NS, "http://127.0.0.1:9099/readyz")
 		st, serr := n.Store.ReadDaemonStatus()
 		return err == nil && code == http.StatusOK && serr == nil && st.Ready
@@ -478,7 +478,7 @@ func TestVXLANPortInUse(t *testing.T) {
 		t.Errorf("reason %q does not name our device", reason)
 	}
 	conn.Close()
-	eventually(t, 30*time.Second, "routeletd ready once the port is free", func() bool {
+	netnstest.Eventually(t, 30*time.Second, "routeletd ready once the port is free", func() bool {
 		code, _, err := httpGet(n.CNI.NS, "http://127.0.0.1:9099/readyz")
 		l, lerr := n.nl.LinkByName("vxlan.calico")
 		return err == nil && code == http.StatusOK && lerr == nil && l.Attrs().Flags&net.FlagUp != 0

@@ -2,7 +2,6 @@ package allowlist
 
 import (
 	"net/netip"
-	"os"
 	"os/exec"
 	"testing"
 
@@ -39,9 +38,7 @@ type benchNode struct {
 
 func newBenchNode(b *testing.B, backend string) *benchNode {
 	b.Helper()
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: network namespaces, ipsets, iptables")
-	}
+	netnstest.SkipUnlessRoot(b, "network namespaces, ipsets, iptables")
 	bin, err := rules.Binary(ipset.IPv4, backend)
 	if err != nil {
 		b.Fatal(err)

@@ -2,7 +2,6 @@ package allowlist
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,9 +15,7 @@ import (
 // namespace: a set a live rule uses is destroyed only after the rule is
 // gone, and Cleanup leaves nothing of routelet behind.
 func TestManagerKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, ipsets, iptables")
-	}
+	netnstest.SkipUnlessRoot(t, "network namespaces, ipsets, iptables")
 	for _, bin := range []string{"iptables", "ipset"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s not installed (Debian package %s)", bin, bin)

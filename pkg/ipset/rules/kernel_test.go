@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -50,9 +49,7 @@ type fixture struct {
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, ipsets and iptables rules")
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, ipsets and iptables rules")
 }
 
 // newFixture creates the namespace (removed at cleanup) and the sets cfg's

@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -125,20 +126,16 @@ func recv(t *testing.T, c net.PacketConn, wait time.Duration) (payload, src stri
 // a packet, so once a drop is counted the packet is gone for good.
 func waitPackets(t *testing.T, tab nsTable, table, chain string, idx int, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	netnstest.WaitFor(t, 5*time.Second, fmt.Sprintf("%s/%s rule %d to count %d packets", table, chain, idx, want), func() error {
 		p, err := tab.packets(table, chain)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if idx < len(p) && p[idx] >= want {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s/%s rule %d counted %v packets, want %d", table, chain, idx, p, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("counted %v", p)
+	})
 }
 
 // TestAllowlistTraffic: an attacker that is not a peer sends VXLAN (UDP
