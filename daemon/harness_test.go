@@ -36,24 +36,17 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "routeletd-test-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	ctx := context.Background()
-	if err := netnstest.BuildRouteletd(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "build routeletd: %v\n", err)
-		return 1
-	}
+	defer netnstest.RemoveBins()
+	names := []string{netnstest.Routeletd}
 	if os.Geteuid() == 0 {
-		if err := netnstest.BuildRoutelet(ctx, dir); err != nil {
-			fmt.Fprintf(os.Stderr, "build plugin: %v\n", err)
-			return 1
-		}
+		names = append(names, netnstest.Routelet)
 	}
+	dir, err := netnstest.BuildBins(names...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n", err)
+		return 1
+	}
+	binDir = dir
 	return m.Run()
 }
 

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,19 +22,9 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// binDir holds the routelet binary (and host-local for delegation tests),
-// built once per test run.
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	netnstest.RemoveBins()
 	os.Exit(code)
 }
 
@@ -44,26 +32,7 @@ func TestMain(m *testing.M) {
 // (used as CNI_PATH).
 func pluginDir(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "routelet-plugin-test-")
-		if buildErr != nil {
-			return
-		}
-		for pkg, name := range map[string]string{
-			".": "routelet",
-			"github.com/containernetworking/plugins/plugins/ipam/host-local": "host-local",
-		} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, name), pkg).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
+	return netnstest.Bins(t, netnstest.Routelet, netnstest.HostLocalPackage)
 }
 
 // needRoot skips privileged tests for ordinary users.

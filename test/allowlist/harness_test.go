@@ -47,19 +47,8 @@ func TestMain(m *testing.M) {
 		if _, err := netnstest.RemoveStale(nsBase); err != nil {
 			fmt.Fprintln(os.Stderr, "allowlist e2e:", err)
 		}
-		dir, err := os.MkdirTemp("", "routelet-allowlist-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "allowlist e2e:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		binDir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		buildErr = netnstest.BuildRoutelet(ctx, dir)
-		if buildErr == nil {
-			buildErr = netnstest.BuildRouteletd(ctx, dir)
-		}
+		defer netnstest.RemoveBins()
+		binDir, buildErr = netnstest.BuildBins(netnstest.Routelet, netnstest.Routeletd)
 		return m.Run()
 	}())
 }

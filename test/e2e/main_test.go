@@ -13,9 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -56,42 +54,18 @@ func TestMain(m *testing.M) {
 		if _, err := netnstest.RemoveStale(e2ePrefix); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 		}
-		dir, err := os.MkdirTemp("", "routelet-e2e-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		pluginDir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		buildErr = errors.Join(
-			netnstest.BuildRoutelet(ctx, dir),
-			netnstest.BuildReference(ctx, dir, netnstest.PortmapPackage))
+		defer netnstest.RemoveBins()
+		pluginDir, buildErr = netnstest.BuildBins(netnstest.Routelet, netnstest.PortmapPackage)
 		return m.Run()
 	}()
 	os.Exit(code)
 }
 
-// routeletdOnce builds routeletd for the tests that run the daemon.
-var (
-	routeletdOnce sync.Once
-	routeletdErr  error
-)
-
-// routeletdBin builds routeletd into pluginDir on first use and returns its
-// path.
+// routeletdBin builds routeletd beside the plugins on first use and returns
+// its path.
 func routeletdBin(t *testing.T) string {
 	t.Helper()
-	routeletdOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		routeletdErr = netnstest.BuildRouteletd(ctx, pluginDir)
-	})
-	if routeletdErr != nil {
-		t.Fatalf("build routeletd: %v", routeletdErr)
-	}
-	return filepath.Join(pluginDir, "routeletd")
+	return filepath.Join(netnstest.Bins(t, netnstest.Routeletd), "routeletd")
 }
 
 // requireRoot skips t without root and fails it when the plugins did not build.

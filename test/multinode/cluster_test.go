@@ -46,19 +46,8 @@ func TestMain(m *testing.M) {
 		if _, err := cluster.RemoveStale(mnPrefix); err != nil {
 			fmt.Fprintln(os.Stderr, "multinode:", err)
 		}
-		dir, err := os.MkdirTemp("", "routelet-mn-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "multinode:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		binDir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		buildErr = netnstest.BuildRoutelet(ctx, dir)
-		if buildErr == nil {
-			buildErr = netnstest.BuildRouteletd(ctx, dir)
-		}
+		defer netnstest.RemoveBins()
+		binDir, buildErr = netnstest.BuildBins(netnstest.Routelet, netnstest.Routeletd)
 		return m.Run()
 	}()
 	os.Exit(code)

@@ -1,0 +1,83 @@
+package netnstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Names of routelet's own binaries for BuildBins and Bins; any other name
+// is a reference plugin's package (PTPPackage, HostLocalPackage,
+// PortmapPackage).
+const (
+	Routelet  = "routelet"
+	Routeletd = "routeletd"
+)
+
+// bins is the one directory a test process builds its binaries into, and
+// what has been built there.
+var bins struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]error // name → outcome of its build
+}
+
+// BuildBins builds each named binary (Routelet, Routeletd or a reference
+// plugin package) once per test process into one directory and returns the
+// directory; a name built before is not built again, and its earlier outcome
+// counts. TestMain calls it for what every test needs, tests call Bins for
+// what only some need; RemoveBins, after m.Run, deletes the directory.
+func BuildBins(names ...string) (string, error) {
+	bins.mu.Lock()
+	defer bins.mu.Unlock()
+	if bins.dir == "" {
+		dir, err := os.MkdirTemp("", "routelet-test-bin-")
+		if err != nil {
+			return "", fmt.Errorf("binaries directory: %w", err)
+		}
+		bins.dir, bins.built = dir, map[string]error{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var errs []error
+	for _, name := range names {
+		err, done := bins.built[name]
+		if !done {
+			switch name {
+			case Routelet:
+				err = BuildRoutelet(ctx, bins.dir)
+			case Routeletd:
+				err = BuildRouteletd(ctx, bins.dir)
+			default:
+				err = BuildReference(ctx, bins.dir, name)
+			}
+			bins.built[name] = err
+		}
+		errs = append(errs, err)
+	}
+	return bins.dir, errors.Join(errs...)
+}
+
+// Bins is BuildBins for a test: it fails t when a build failed.
+func Bins(t testing.TB, names ...string) string {
+	t.Helper()
+	dir, err := BuildBins(names...)
+	if err != nil {
+		t.Fatalf("build %v: %v", names, err)
+	}
+	return dir
+}
+
+// RemoveBins deletes the directory BuildBins built into, if any.
+func RemoveBins() {
+	bins.mu.Lock()
+	defer bins.mu.Unlock()
+	if bins.dir != "" {
+		_ = os.RemoveAll(bins.dir)
+		bins.dir, bins.built = "", nil
+	}
+}
