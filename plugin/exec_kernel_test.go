@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -464,26 +463,6 @@ func TestFailedAddRollsBack(t *testing.T) {
 	n.assertEmpty("after failed ADD")
 	if pv, err := podnet.InspectPod(pod.Path(), "eth0"); err != nil || pv.Exists {
 		t.Errorf("pod netns has eth0 after failed ADD (err %v)", err)
-	}
-}
-
-// TestVersion: VERSION lists the supported spec versions.
-func TestVersion(t *testing.T) {
-	cmd := exec.Command(filepath.Join(pluginDir(t), "routelet"))
-	cmd.Env = []string{"CNI_COMMAND=VERSION"}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("VERSION: %v", err)
-	}
-	var v struct {
-		CNIVersion        string   `json:"cniVersion"`
-		SupportedVersions []string `json:"supportedVersions"`
-	}
-	if err := json.Unmarshal(out, &v); err != nil {
-		t.Fatalf("VERSION output %s: %v", out, err)
-	}
-	if strings.Join(v.SupportedVersions, ",") != "0.3.1,0.4.0,1.0.0,1.1.0" {
-		t.Errorf("supportedVersions = %v", v.SupportedVersions)
 	}
 }
 

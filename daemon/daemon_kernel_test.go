@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,36 +21,6 @@ import (
 )
 
 const v4 = netlink.FAMILY_V4
-
-// TestInvalidConfigExits runs the real binary with bad settings: it must exit
-// 2 and name the key and the value.
-func TestInvalidConfigExits(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		env  string
-		want []string
-	}{
-		{args: []string{"--mtu=12abc"}, want: []string{`"mtu"`, "12abc"}},
-		{args: []string{"--node-name=n"}, env: "ROUTELET_ENCAPSULATION=gre", want: []string{`"encapsulation"`, "gre", "ROUTELET_ENCAPSULATION"}},
-		{args: []string{"--node-name=n", "--datastore=kubernetes"}, want: []string{`"datastore"`, "kubernetes"}},
-		{args: []string{"--config=/nonexistent/routeletd.yaml"}, want: []string{"/nonexistent/routeletd.yaml"}},
-	} {
-		cmd := exec.Command(filepath.Join(binDir, "routeletd"), tc.args...)
-		cmd.Env = os.Environ()
-		if tc.env != "" {
-			cmd.Env = append(cmd.Env, tc.env)
-		}
-		out, err := cmd.CombinedOutput()
-		if code := exitCode(err); code != 2 {
-			t.Errorf("routeletd %v: exit %d, want 2 (%s)", tc.args, code, out)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(string(out), w) {
-				t.Errorf("routeletd %v %s: message %q lacks %q", tc.args, tc.env, out, w)
-			}
-		}
-	}
-}
 
 // TestDaemon walks one node through a daemon's life: waiting for its
 // identity, readiness, plugin ADD, tampering, unexpected routes, bad records,
