@@ -161,12 +161,9 @@ func keys() []key {
 		{name: "pod-cidr", help: "local pod block (CIDR); repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
 			c.PodCIDRs = nil
 			for _, s := range v {
-				p, err := netip.ParsePrefix(strings.TrimSpace(s))
+				p, err := parseMaskedPrefix(s, false)
 				if err != nil {
-					return fmt.Errorf("%q is not a CIDR", s)
-				}
-				if p != p.Masked() {
-					return fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+					return err
 				}
 				if err := netguard.CheckBlock(p); err != nil {
 					return err
@@ -224,12 +221,9 @@ func keys() []key {
 		{name: "nat-outgoing-pool", help: "pod CIDR whose traffic NAT outgoing masquerades (Calico: natOutgoing on the pool); default every pool; repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
 			c.NATOutgoingPools = nil
 			for _, s := range v {
-				p, err := netip.ParsePrefix(strings.TrimSpace(s))
+				p, err := parseMaskedPrefix(s, false)
 				if err != nil {
-					return fmt.Errorf("%q is not a CIDR", s)
-				}
-				if p != p.Masked() {
-					return fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+					return err
 				}
 				if p.Bits() == 0 || p.Addr().Is4In6() {
 					return fmt.Errorf("%q is not a pod pool", s)
@@ -243,16 +237,9 @@ func keys() []key {
 		{name: "external-node-cidr", help: "non-node hosts (CIDR) allowed to send VXLAN/IPIP, like peers; repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
 			c.ExternalNodeCIDRs = nil
 			for _, s := range v {
-				p, err := netip.ParsePrefix(strings.TrimSpace(s))
+				p, err := parseMaskedPrefix(s, true)
 				if err != nil {
-					a, aerr := netip.ParseAddr(strings.TrimSpace(s))
-					if aerr != nil || a.Zone() != "" {
-						return fmt.Errorf("%q is not a CIDR or an IP address", s)
-					}
-					p = netip.PrefixFrom(a, a.BitLen())
-				}
-				if p != p.Masked() {
-					return fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+					return err
 				}
 				if p.Bits() == 0 {
 					return fmt.Errorf("%q would let every host inject overlay traffic", s)
@@ -633,6 +620,29 @@ func NodeIPMode(v string) (mode, arg string) {
 	}
 }
 
+// parseMaskedPrefix parses one list element as a CIDR without host bits
+// (with orAddr also a plain address, taken as a host prefix). The error
+// names the value and, for host bits, the CIDR meant.
+func parseMaskedPrefix(s string, orAddr bool) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		a, aerr := netip.ParseAddr(strings.TrimSpace(s))
+		switch {
+		case !orAddr:
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR", s)
+		case aerr != nil || a.Zone() != "":
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR or an IP address", s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if p != p.Masked() {
+		return netip.Prefix{}, fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+	}
+	return p, nil
+}
+
+// validateNodeIP checks a --node-ip value: empty, an address, "cidr:CIDR"
+// or "interface:REGEX".
 func validateNodeIP(v string) error {
 	mode, arg := NodeIPMode(v)
 	switch mode {

@@ -414,20 +414,30 @@ func (f *FakeNetlink) AddrList(link netlink.Link, family int) ([]netlink.Addr, e
 	return out, nil
 }
 
+// addrTarget is the start of AddrReplace and AddrDel: the call counted as
+// op, the link it names and the address as a prefix. f.mu is held.
+func (f *FakeNetlink) addrTarget(op string, link netlink.Link, addr *netlink.Addr) (*fakeLink, netip.Prefix, error) {
+	if err := f.enter(op); err != nil {
+		return nil, netip.Prefix{}, err
+	}
+	l, err := f.target(link)
+	if err != nil {
+		return nil, netip.Prefix{}, err
+	}
+	pfx, ok := addrPrefix(*addr)
+	if !ok {
+		return nil, netip.Prefix{}, unix.EINVAL
+	}
+	return l, pfx, nil
+}
+
 // AddrReplace implements Netlink.
 func (f *FakeNetlink) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.enter("AddrReplace"); err != nil {
-		return err
-	}
-	l, err := f.target(link)
+	l, pfx, err := f.addrTarget("AddrReplace", link, addr)
 	if err != nil {
 		return err
-	}
-	pfx, ok := addrPrefix(*addr)
-	if !ok {
-		return unix.EINVAL
 	}
 	l.addrs = slices.DeleteFunc(l.addrs, func(p netip.Prefix) bool { return p.Addr() == pfx.Addr() })
 	l.addrs = append(l.addrs, pfx)
@@ -439,16 +449,9 @@ func (f *FakeNetlink) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
 func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.enter("AddrDel"); err != nil {
-		return err
-	}
-	l, err := f.target(link)
+	l, pfx, err := f.addrTarget("AddrDel", link, addr)
 	if err != nil {
 		return err
-	}
-	pfx, ok := addrPrefix(*addr)
-	if !ok {
-		return unix.EINVAL
 	}
 	n := len(l.addrs)
 	l.addrs = slices.DeleteFunc(l.addrs, func(p netip.Prefix) bool { return p == pfx })

@@ -172,6 +172,20 @@ func (r *realNetlink) LinkList() ([]Link, error) {
 	return links, nil
 }
 
+// dumpRequest is an empty dump request of type typ bound to sock. Sockets
+// must be set: without it the library would open a socket in the calling
+// thread's namespace, which may not be ours.
+func dumpRequest(sock *nl.SocketHandle, typ uint16) *nl.NetlinkRequest {
+	return &nl.NetlinkRequest{
+		NlMsghdr: unix.NlMsghdr{
+			Len:   unix.SizeofNlMsghdr,
+			Type:  typ,
+			Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP,
+		},
+		Sockets: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sock},
+	}
+}
+
 // rtextFilterSkipStats is RTEXT_FILTER_SKIP_STATS from linux/rtnetlink.h.
 const rtextFilterSkipStats = 1 << 3
 
@@ -182,16 +196,7 @@ func (r *realNetlink) linkDump() ([]Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Sockets must be set: without it the library would open a socket in
-	// the calling thread's namespace, which may not be ours.
-	req := &nl.NetlinkRequest{
-		NlMsghdr: unix.NlMsghdr{
-			Len:   unix.SizeofNlMsghdr,
-			Type:  unix.RTM_GETLINK,
-			Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP,
-		},
-		Sockets: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sock},
-	}
+	req := dumpRequest(sock, unix.RTM_GETLINK)
 	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 	req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))
 	var links []Link
@@ -272,14 +277,7 @@ func (r *realNetlink) routeDump(family, table, linkIndex int) ([]netlink.Route, 
 	if err != nil {
 		return nil, err
 	}
-	req := &nl.NetlinkRequest{
-		NlMsghdr: unix.NlMsghdr{
-			Len:   unix.SizeofNlMsghdr,
-			Type:  unix.RTM_GETROUTE,
-			Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP,
-		},
-		Sockets: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sock},
-	}
+	req := dumpRequest(sock, unix.RTM_GETROUTE)
 	hdr := &nl.RtMsg{RtMsg: unix.RtMsg{Family: uint8(family)}}
 	if table < 256 {
 		hdr.Table = uint8(table)
