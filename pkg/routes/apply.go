@@ -182,7 +182,7 @@ func (rt *RouteTable) readAll() ([]*ifaceWork, error) {
 	for i := range routes {
 		r := &routes[i]
 		var w *ifaceWork
-		if isNoIfaceType(r.Type) {
+		if IsNoInterfaceType(r.Type) {
 			w = byName[InterfaceNone]
 		} else if r.Type == unix.RTN_UNICAST && len(r.MultiPath) == 0 {
 			w = byIndex[r.LinkIndex]
@@ -244,7 +244,7 @@ func (rt *RouteTable) readOne(iface string) (*ifaceWork, error) {
 			return nil, fmt.Errorf("routes: read %s: %w", iface, err)
 		}
 		for _, r := range routes {
-			if isNoIfaceType(r.Type) {
+			if IsNoInterfaceType(r.Type) {
 				w.kernel = append(w.kernel, r)
 			}
 		}
@@ -791,7 +791,7 @@ func (rt *RouteTable) applyDeletes(w *ifaceWork) {
 			Scope:    k.Scope,
 			Gw:       k.Gw,
 		}
-		if !isNoIfaceType(k.Type) {
+		if !IsNoInterfaceType(k.Type) {
 			del.LinkIndex = k.LinkIndex
 		}
 		if del.Dst == nil {

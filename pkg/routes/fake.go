@@ -215,7 +215,7 @@ func (f *FakeNetlink) byName(name string) *Link {
 // does when it goes down or away. Caller holds mu.
 func (f *FakeNetlink) flushLink(index int) {
 	for k, r := range f.routes {
-		if r.LinkIndex == index && !isNoIfaceType(r.Type) {
+		if r.LinkIndex == index && !IsNoInterfaceType(r.Type) {
 			delete(f.routes, k)
 		}
 	}
@@ -256,7 +256,7 @@ func (f *FakeNetlink) validate(r netlink.Route) (fakeRouteKey, netlink.Route, er
 	}
 	onlink := r.Flags&int(netlink.FLAG_ONLINK) != 0
 	switch {
-	case isNoIfaceType(r.Type):
+	case IsNoInterfaceType(r.Type):
 		r.LinkIndex, r.Gw, r.Flags = 0, nil, 0
 		if family == netlink.FAMILY_V6 {
 			r.LinkIndex = 1 // the kernel reports IPv6 no-device routes on lo

@@ -44,7 +44,7 @@ func (rt *RouteTable) ownsKernelRoute(kind ifaceKind, r *netlink.Route) bool {
 // kindOfRoute returns the ownership kind of the interface kernel route r
 // goes through; names maps the indexes of the managed links.
 func (rt *RouteTable) kindOfRoute(r *netlink.Route, names map[int]string) ifaceKind {
-	if isNoIfaceType(r.Type) {
+	if IsNoInterfaceType(r.Type) {
 		return rt.kindOf(InterfaceNone)
 	}
 	if r.Type != unix.RTN_UNICAST {
@@ -94,7 +94,7 @@ func (rt *RouteTable) conflictFound(w *ifaceWork, t Target, holder *netlink.Rout
 // list the links (once per new conflict) to name the route's device.
 func (rt *RouteTable) describe(r *netlink.Route) string {
 	var b strings.Builder
-	if isNoIfaceType(r.Type) {
+	if IsNoInterfaceType(r.Type) {
 		b.WriteString(typeOfKernel(r.Type).String() + " ")
 	}
 	if dst, ok := rt.routeDst(r); ok {
@@ -105,7 +105,7 @@ func (rt *RouteTable) describe(r *netlink.Route) string {
 	}
 	if len(r.MultiPath) > 0 {
 		b.WriteString(" multipath")
-	} else if !isNoIfaceType(r.Type) {
+	} else if !IsNoInterfaceType(r.Type) {
 		name := rt.linkNames()[r.LinkIndex]
 		if name == "" {
 			if links, err := rt.nl.LinkList(); err == nil {

@@ -315,7 +315,7 @@ func (rt *RouteTable) SetRoutes(iface string, targets []Target) {
 		if !ok {
 			rt.claim(iface, cidr)
 			changed = true
-		} else if !targetsEqual(old, t) {
+		} else if !old.Equal(t) {
 			changed = true
 		}
 	}
@@ -345,7 +345,7 @@ func (rt *RouteTable) RouteUpdate(iface string, t Target) {
 		rt.desired[iface] = m
 	}
 	old, ok := m[t.CIDR]
-	if ok && targetsEqual(old, t) {
+	if ok && old.Equal(t) {
 		return
 	}
 	m[t.CIDR] = t
@@ -613,9 +613,10 @@ func (rt *RouteTable) tick() {
 // isHost reports a /32 or /128.
 func isHost(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
 
-// targetsEqual reports whether two targets are identical, static ARP included.
-func targetsEqual(a, b Target) bool {
-	return sameRoute(a, b) && bytes.Equal(a.DestMAC, b.DestMAC)
+// Equal reports whether t and o are identical, static ARP included (a
+// function value for slices.EqualFunc: routes.Target.Equal).
+func (t Target) Equal(o Target) bool {
+	return sameRoute(t, o) && bytes.Equal(t.DestMAC, o.DestMAC)
 }
 
 // sameRoute reports whether a and b make the same kernel route (DestMAC is a
@@ -659,8 +660,10 @@ func (t TargetType) kernelType() int {
 	return unix.RTN_UNICAST
 }
 
-// isNoIfaceType reports rtm_types that route nowhere and have no device.
-func isNoIfaceType(t int) bool {
+// IsNoInterfaceType reports the rtm_types that route nowhere and have no
+// device (blackhole, unreachable, prohibit, throw): the routes kept under
+// InterfaceNone.
+func IsNoInterfaceType(t int) bool {
 	switch t {
 	case unix.RTN_BLACKHOLE, unix.RTN_UNREACHABLE, unix.RTN_PROHIBIT, unix.RTN_THROW:
 		return true
