@@ -13,7 +13,7 @@
 # them); otherwise the script says which one and exits 1 without touching
 # anything.
 #
-# Usage: install-cni.sh [--bin-dir DIR] [--conf-dir DIR] [--plugin FILE]...
+# Usage (--name=value works too): install-cni.sh [--bin-dir DIR] [--conf-dir DIR] [--plugin FILE]...
 #                       [--conflist FILE | --no-conflist] [--force] [--mkdir]
 #   --bin-dir     where CNI plugins live      (default /opt/cni/bin)
 #   --conf-dir    where conflists live        (default /etc/cni/net.d)
@@ -40,6 +40,14 @@ die() {
 }
 
 while [ $# -gt 0 ]; do
+	case "$1" in
+	--*=*)
+		# --name=value is --name value.
+		n=${1%%=*} v=${1#*=}
+		shift
+		set -- "$n" "$v" "$@"
+		continue ;;
+	esac
 	case "$1" in
 	--bin-dir | --conf-dir | --plugin | --conflist)
 		[ $# -ge 2 ] || { echo "install-cni: $1 needs a value" >&2; exit 2; }
