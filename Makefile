@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 GOFLAGS ?=
 
-.PHONY: all deps build test test-unit test-bins bench demo vet fmt clean
+.PHONY: all deps build test test-unit test-bins image bench demo vet fmt clean
 
 all: build
 
@@ -30,6 +30,12 @@ test: deps build
 # overrides) and reused when present; cold, kube-apiserver takes 10+ minutes.
 test-bins:
 	$(GO) run ./hack/testbins
+
+# The container image without a Docker daemon: static binaries on a
+# userland from Debian packages, as a tarball for `ctr images import` or
+# `docker load` (the Dockerfile builds the same image with a daemon).
+image:
+	$(GO) run ./hack/image -o $(BIN)/routelet-image.tar
 
 # Unit tests only (no root needed).
 test-unit:
