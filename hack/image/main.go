@@ -136,6 +136,7 @@ func debianRootfs(dir, debs string) error {
 		}
 	}
 	have := map[string]bool{}
+	checked := map[string]bool{} // ELF files ldd has seen, across rounds
 	todo := slices.Clone(basePackages)
 	for len(todo) > 0 {
 		for _, p := range todo {
@@ -145,7 +146,7 @@ func debianRootfs(dir, debs string) error {
 			have[p] = true
 		}
 		todo = nil
-		libs, err := neededLibs(dir)
+		libs, err := neededLibs(dir, checked)
 		if err != nil {
 			return err
 		}
@@ -244,16 +245,18 @@ func aptDownload(pkg, dir string) error {
 var lddRe = regexp.MustCompile(`(?:=>\s*)?(/\S+)\s+\(0x`)
 
 // neededLibs lists the library paths (as the build machine's loader
-// resolves them) that the ELF files under dir load.
-func neededLibs(dir string) ([]string, error) {
+// resolves them) that the ELF files under dir not yet in checked load, and
+// adds those files to checked.
+func neededLibs(dir string, checked map[string]bool) ([]string, error) {
 	var libs []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
-		if !isELF(p) {
+		if checked[p] || !isELF(p) {
 			return nil
 		}
+		checked[p] = true
 		out, err := exec.Command("ldd", p).Output()
 		if err != nil {
 			return nil // static, or not for this machine: nothing to add
@@ -264,7 +267,9 @@ func neededLibs(dir string) ([]string, error) {
 			if strings.Contains(line, "not found") {
 				return fmt.Errorf("%s needs a library the build machine lacks: %s", p, strings.TrimSpace(line))
 			}
-			if m := lddRe.FindStringSubmatch(line); m != nil && !slices.Contains(libs, m[1]) {
+			// A library found inside dir (through a $ORIGIN run path) is
+			// already there.
+			if m := lddRe.FindStringSubmatch(line); m != nil && !strings.HasPrefix(m[1], dir+"/") && !slices.Contains(libs, m[1]) {
 				libs = append(libs, m[1])
 			}
 		}
