@@ -32,8 +32,8 @@ import (
 	"github.com/routelet/routelet/internal/testbins"
 )
 
-// AdminUser is the user of Cluster.Config's token; it is in the
-// system:masters group, which RBAC lets do everything.
+// AdminUser is the user of Cluster.Config's client certificate; it is in
+// the system:masters group, which RBAC lets do everything.
 const AdminUser = "routelet-test-admin"
 
 // Options says where the cluster runs.
@@ -141,7 +141,6 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"--tls-cert-file", filepath.Join(dir, "serving.crt"),
 		"--tls-private-key-file", filepath.Join(dir, "serving.key"),
 		"--client-ca-file", filepath.Join(dir, "ca.crt"),
-		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode", "RBAC",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
@@ -157,7 +156,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := waitReady(ctx, c, opts.NetNS, apiserver, etcd); err != nil {
+	if err := waitReady(ctx, c, apiserver, etcd); err != nil {
 		t.Fatalf("kube-apiserver at %s not ready: %v", c.URL, err)
 	}
 	return c
@@ -219,13 +218,11 @@ func stop(t testing.TB, p *proc) {
 }
 
 // waitReady polls /readyz until it answers 200 or a process exits.
-func waitReady(ctx context.Context, c *Cluster, n ns.NetNS, procs ...*proc) error {
+func waitReady(ctx context.Context, c *Cluster, procs ...*proc) error {
+	// c.Config dials from inside the namespace when there is one.
 	tr, err := rest.TransportFor(c.Config)
 	if err != nil {
 		return fmt.Errorf("client transport: %w", err)
-	}
-	if n != nil {
-		tr = inNS(n, tr)
 	}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	last := errors.New("no answer yet")
@@ -254,18 +251,6 @@ func waitReady(ctx context.Context, c *Cluster, n ns.NetNS, procs ...*proc) erro
 	}
 }
 
-// inNS wraps an http.RoundTripper so that its connections are dialled
-// from inside n.
-func inNS(n ns.NetNS, rt http.RoundTripper) http.RoundTripper {
-	t, ok := rt.(*http.Transport)
-	if !ok {
-		return rt
-	}
-	t = t.Clone()
-	t.DialContext = DialerIn(n)
-	return t
-}
-
 // DialerIn returns a DialContext that opens its TCP connections from inside
 // the network namespace n (for clients in the test process talking to an
 // API server that listens only there).
@@ -282,9 +267,9 @@ func DialerIn(n ns.NetNS) func(ctx context.Context, network, addr string) (net.C
 	}
 }
 
-// prepare writes the CA, serving certificate, service-account key pair and
-// token file into dir, and the admin kubeconfig, and returns the cluster
-// description.
+// prepare writes the CA, the serving and admin certificates, the
+// service-account key pair and the admin kubeconfig into dir, and returns
+// the cluster description.
 func prepare(dir string, opts Options) (*Cluster, error) {
 	port := opts.Port
 	if port == 0 && opts.NetNS != nil {
@@ -335,26 +320,40 @@ func prepare(dir string, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create serving certificate: %w", err)
 	}
+	adminKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate admin key: %w", err)
+	}
+	adminTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: AdminUser, Organization: []string{"system:masters"}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	adminDER, err := x509.CreateCertificate(rand.Reader, adminTmpl, caCert, &adminKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("create admin certificate: %w", err)
+	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate service-account key: %w", err)
 	}
-	token, err := randomToken()
-	if err != nil {
-		return nil, err
-	}
-	caPEM := pemBlock("CERTIFICATE", caDER)
+	caPEM, adminPEM := pemBlock("CERTIFICATE", caDER), pemBlock("CERTIFICATE", adminDER)
 	files := map[string][]byte{
 		"ca.crt":      caPEM,
 		"serving.crt": pemBlock("CERTIFICATE", srvDER),
-		"tokens.csv":  []byte(token + "," + AdminUser + ",1001,\"system:masters\"\n"),
+		"admin.crt":   adminPEM,
 	}
-	for name, key := range map[string]*ecdsa.PrivateKey{"serving.key": srvKey, "sa.key": saKey} {
+	keys := map[string][]byte{}
+	for name, key := range map[string]*ecdsa.PrivateKey{"serving.key": srvKey, "sa.key": saKey, "admin.key": adminKey} {
 		der, err := x509.MarshalPKCS8PrivateKey(key)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", name, err)
 		}
 		files[name] = pemBlock("PRIVATE KEY", der)
+		keys[name] = files[name]
 	}
 	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
@@ -370,8 +369,7 @@ func prepare(dir string, opts Options) (*Cluster, error) {
 	url := "https://" + net.JoinHostPort(opts.Addr.String(), strconv.Itoa(port))
 	cfg := &rest.Config{
 		Host:            url,
-		BearerToken:     token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM, CertData: adminPEM, KeyData: keys["admin.key"]},
 		QPS:             100,
 		Burst:           200,
 	}
@@ -380,7 +378,7 @@ func prepare(dir string, opts Options) (*Cluster, error) {
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: caPEM}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: adminPEM, ClientKeyData: keys["admin.key"]}
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
 	kc.CurrentContext = "test"
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -391,24 +389,17 @@ func prepare(dir string, opts Options) (*Cluster, error) {
 }
 
 // TokenConfig returns a copy of c.Config that authenticates with token
-// instead, e.g. a service account's from the TokenRequest API.
+// instead of the admin certificate, e.g. a service account's from the
+// TokenRequest API.
 func (c *Cluster) TokenConfig(token string) *rest.Config {
 	cfg := rest.CopyConfig(c.Config)
+	cfg.CertData, cfg.KeyData = nil, nil
 	cfg.BearerToken = token
 	return cfg
 }
 
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-// randomToken returns a 32-hex-digit bearer token.
-func randomToken() (string, error) {
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("generate token: %w", err)
-	}
-	return fmt.Sprintf("%x", b), nil
 }
 
 // freePort returns a TCP port free on the host's loopback just now.
