@@ -62,7 +62,7 @@ type Cluster struct {
 	// URL is kube-apiserver's https URL; CA verifies its certificate.
 	URL string
 	CA  []byte
-	// Dir holds the certificates, keys, token file and etcd's data.
+	// Dir holds the certificates, keys, kubeconfig and etcd's data.
 	Dir string
 }
 
@@ -154,7 +154,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	t.Cleanup(func() { stop(t, apiserver) })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := waitReady(ctx, c, apiserver, etcd); err != nil {
 		t.Fatalf("kube-apiserver at %s not ready: %v", c.URL, err)
