@@ -137,6 +137,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"--etcd-servers", clientURL,
 		"--bind-address", opts.Addr.String(),
 		"--advertise-address", opts.Addr.String(),
+		// The kubernetes Service's endpoint would be the (loopback)
+		// address, which the reconciler refuses; no test needs it.
+		"--endpoint-reconciler-type", "none",
 		"--secure-port", strconv.Itoa(portOf(c.URL)),
 		"--tls-cert-file", filepath.Join(dir, "serving.crt"),
 		"--tls-private-key-file", filepath.Join(dir, "serving.key"),
