@@ -145,6 +145,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"--tls-private-key-file", filepath.Join(dir, "serving.key"),
 		"--client-ca-file", filepath.Join(dir, "ca.crt"),
 		"--authorization-mode", "RBAC",
+		// As kubeadm and most distributions set it: node agents run
+		// privileged.
+		"--allow-privileged=true",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
 		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
