@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -118,6 +119,11 @@ func build(t target, verbose bool) error {
 		os.Remove(tmp)
 		return fmt.Errorf("build %s: %w", t.pkg, err)
 	}
+	// It must run before it goes into the cache.
+	if out, err := exec.Command(tmp, "--version").CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("built %s does not run: %w\n%s", t.name, err, out)
+	}
 	if err := os.Rename(tmp, t.out); err != nil {
 		return fmt.Errorf("move %s into the cache: %w", t.name, err)
 	}
@@ -149,6 +155,19 @@ func moduleFile(t target, src string, verbose bool) ([]byte, error) {
 
 var stagingRe = regexp.MustCompile(`^\s*(k8s\.io/\S+)\s+=>\s+\./staging/`)
 
+// parseStaging lists the modules a go.mod replaces with a ./staging/
+// directory.
+func parseStaging(r io.Reader) ([]string, error) {
+	var mods []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if m := stagingRe.FindStringSubmatch(sc.Text()); m != nil {
+			mods = append(mods, m[1])
+		}
+	}
+	return mods, sc.Err()
+}
+
 // stagingModules downloads mod's go.mod and lists the modules it replaces
 // with a staging directory.
 func stagingModules(dir, mod string, verbose bool) ([]string, error) {
@@ -176,14 +195,8 @@ func stagingModules(dir, mod string, verbose bool) ([]string, error) {
 		return nil, fmt.Errorf("read %s go.mod: %w", mod, err)
 	}
 	defer f.Close()
-	var mods []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if m := stagingRe.FindStringSubmatch(sc.Text()); m != nil {
-			mods = append(mods, m[1])
-		}
-	}
-	if err := sc.Err(); err != nil {
+	mods, err := parseStaging(f)
+	if err != nil {
 		return nil, fmt.Errorf("read %s go.mod: %w", mod, err)
 	}
 	if len(mods) == 0 {
