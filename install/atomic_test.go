@@ -176,7 +176,7 @@ func inPrivateMount(t *testing.T, script string, env ...string) string {
 	return string(out)
 }
 
-// afterInstall splits the output of a privateMount script into the
+// afterInstall splits the output of an installScript run into the
 // installer's output, its exit code and the target dir's listing and
 // routelet's content printed after it.
 func afterInstall(t *testing.T, out string) (installer, exit, listing, content string) {
