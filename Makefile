@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 GOFLAGS ?=
 
-.PHONY: all deps build test test-unit bench demo vet fmt clean
+.PHONY: all deps build test test-unit test-bins image bench demo vet fmt clean
 
 all: build
 
@@ -24,6 +24,18 @@ test: deps build
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# kube-apiserver and etcd for the tests against a real API server, built
+# from the Go module proxy into /var/cache/routelet-bins (ROUTELET_TEST_BINS
+# overrides) and reused when present; cold, kube-apiserver takes 10+ minutes.
+test-bins:
+	$(GO) run ./hack/testbins
+
+# The container image without a Docker daemon: static binaries on a
+# userland from Debian packages, as a tarball for `ctr images import` or
+# `docker load` (the Dockerfile builds the same image with a daemon).
+image:
+	$(GO) run ./hack/image -o $(BIN)/routelet-image.tar
 
 # Unit tests only (no root needed).
 test-unit:
