@@ -30,6 +30,7 @@ import (
 	"github.com/routelet/routelet/daemon/cleanup"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/pkg/ipam"
@@ -270,9 +271,6 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
 		StaticARP: true, NodeSpace: host,
 	}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
-	if err := om.Watch(ctx, cfg.DeviceCheckPeriod, cfg.RouteProtocol, a.NotifyApply); err != nil {
-		return err
-	}
 	keeper, err := podnet.NewKeeper(cfg.IfacePrefix, log.With("component", "keeper"))
 	if err != nil {
 		return err
@@ -284,7 +282,11 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := agent.WatchFiles(ctx, a, store.WorkloadsDir(), store.NodesDir(), log); err != nil {
 		return err
 	}
-	if err := agent.WatchNetlink(ctx, a, log); err != nil {
+	// The one netlink event source: each owner gets only its events.
+	w := netwatch.New(log)
+	w.Register("workloads", a.Interest(), a)
+	w.Register("overlay", om.Interest(), om.Events(a.NotifyApply))
+	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	return a.Run(ctx)
@@ -305,7 +307,8 @@ func newOverlay(cfg *config.Config, id nodeid.Identity, status *health.Status, m
 	return overlaymgr.New(kern, overlaymgr.Config{
 		NodeName: cfg.NodeName, Mode: mode, HostIPv4: id.IPv4, HostIPv6: id.IPv6, LocalBlocks: cfg.PodCIDRs,
 		VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU, Logger: log,
-		OnRepair: func(object string) { metrics.Repairs.WithLabelValues(object).Inc() },
+		OnRepair:      func(object string) { metrics.Repairs.WithLabelValues(object).Inc() },
+		RouteProtocol: cfg.RouteProtocol, CheckPeriod: cfg.DeviceCheckPeriod,
 	}, func(v int, owned []string) (overlaymgr.RouteTable, error) {
 		return routes.New(routes.Config{
 			IPVersion: v, Protocol: cfg.RouteProtocol, InterfaceNames: owned,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -274,14 +275,7 @@ func (a *Agent) NotifyApply() {
 
 // RouteEvent is a kernel route notification, reduced to what ownership and
 // tamper checks need.
-type RouteEvent struct {
-	IPv6     bool
-	Iface    string // routes.InterfaceNone for routes without a device
-	Dst      netip.Prefix
-	Protocol int
-	Table    int
-	Deleted  bool
-}
+type RouteEvent = netwatch.RouteEvent
 
 // NotifyRoute queues a route notification; the loop decides whether it shows
 // tampering with something routelet owns.
@@ -299,11 +293,7 @@ func (a *Agent) NotifyRoute(ev RouteEvent) {
 }
 
 // NeighEvent is a kernel neighbour notification on some interface.
-type NeighEvent struct {
-	Iface   string
-	IP      netip.Addr
-	Deleted bool
-}
+type NeighEvent = netwatch.NeighEvent
 
 // NotifyNeigh queues a neighbour notification (only deletions on workload
 // interfaces can matter: those may remove a static ARP entry routelet set).
@@ -328,16 +318,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.publishReadiness(a.managersBlocked())
 	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerCount(), "error", a.lastErr)
 
-	resync := time.NewTicker(a.opts.ResyncPeriod)
-	defer resync.Stop()
-	tick := time.NewTicker(a.opts.TickPeriod)
-	defer tick.Stop()
-	var keepC <-chan time.Time
-	if a.keeper != nil {
-		keep := time.NewTicker(a.keepPeriod)
-		defer keep.Stop()
-		keepC = keep.C
-	}
+	sched := a.newSchedule(ctx)
+	timer := time.NewTimer(sched.wait(a.now()))
+	defer timer.Stop()
 	var retry, grace *time.Timer
 	var retryC, graceC <-chan time.Time
 	for {
@@ -375,19 +358,18 @@ func (a *Agent) Run(ctx context.Context) error {
 					continue
 				}
 			}
-		case <-resync.C:
-			a.needResync = true
-		case <-tick.C:
-			a.collectLeaks(ctx)
+		case <-timer.C:
+			pass := sched.runDue(a.now())
+			timer.Reset(sched.wait(a.now()))
+			if !pass {
+				continue
+			}
 		case <-retryC:
 			retryC = nil
 			a.needApply = true
 		case <-graceC:
 			graceC = nil
 			a.needApply = true // the tables kept the held interfaces dirty
-		case <-keepC:
-			a.keep(true)
-			continue
 		}
 		if a.needResync {
 			a.fullSync()
@@ -399,6 +381,30 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.keep(false)
 	}
+}
+
+// newSchedule returns the loop's periodic work: the full resync, the leak
+// check, each Checker manager's check and the keeper's sysctl check.
+func (a *Agent) newSchedule(ctx context.Context) *schedule {
+	s := &schedule{}
+	now := a.now()
+	s.add("resync", a.opts.ResyncPeriod, now, func() bool { a.needResync = true; return true })
+	s.add("leaks", a.opts.TickPeriod, now, func() bool { a.collectLeaks(ctx); return true })
+	for _, m := range a.managers {
+		if c, ok := m.(Checker); ok && c.CheckPeriod() > 0 {
+			s.add(fmt.Sprintf("check %T", m), c.CheckPeriod(), now, func() bool {
+				c.QueueCheck()
+				a.needApply = true
+				return true
+			})
+		}
+	}
+	if a.keeper != nil {
+		// Sysctls have no change events: read them on their own tick,
+		// without a pass of their own.
+		s.add("keeper", a.keepPeriod, now, func() bool { a.keep(true); return false })
+	}
+	return s
 }
 
 // fullSync re-reads every record, re-derives all desired routes, queues a

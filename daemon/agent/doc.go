@@ -3,12 +3,15 @@
 // kernel in line.
 //
 // One goroutine (Run) owns every RouteTable and all desired state. Watchers
-// (fsnotify on workloads/ and nodes/, netlink link/route/neighbour
-// subscriptions) run in their own goroutines and only queue hints through the
+// (fsnotify on workloads/ and nodes/; the one netlink event source,
+// daemon/netwatch, to which the agent is a Handler for the interfaces it
+// owns) run in their own goroutines and only queue hints through the
 // Notify* methods; the loop wakes, waits a short debounce so a burst becomes
 // one pass, re-reads what the hints name, and calls Apply, the only path to
-// the kernel. A full re-read of every record plus a full RouteTable resync
-// runs every resync period, so a lost event costs at most one period.
+// the kernel. Periodic work is ticks of one schedule in the loop: the full
+// re-read of every record plus a full RouteTable resync every resync period
+// (so a lost event costs at most one period), the leak check, each Checker
+// manager's check and the keeper's sysctl check.
 //
 // Ownership: routes on interfaces named with the interface prefix belong to
 // routelet; elsewhere only routes carrying routelet's route protocol do (the
