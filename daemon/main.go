@@ -255,11 +255,11 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	allow, stopAllow, err := startAllowlist(ctx, cfg, metrics, log)
+	allow, closeAllow, err := newAllowlist(cfg, metrics, log)
 	if err != nil {
 		return err
 	}
-	defer stopAllow()
+	defer closeAllow()
 	pv, err := newPeerValidator(cfg, self, metrics, log)
 	if err != nil {
 		return err

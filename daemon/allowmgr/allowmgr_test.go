@@ -1,7 +1,6 @@
 package allowmgr
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -261,28 +260,45 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestRunChecksBesideTheLoop: RunChecks returns when its context ends,
-// before or after the first Apply, and runs beside OnNodes/Apply without
-// a data race (run with -race); the peer set ends as the last records say.
-func TestRunChecksBesideTheLoop(t *testing.T) {
+// TestCheckInTheLoop: a queued check runs inside the next Apply (after its
+// programming: the first Apply's check already knows the members) and
+// repairs there; checks queued between Applies never leave the peer set
+// other than the last records say.
+func TestCheckInTheLoop(t *testing.T) {
 	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}, CheckPeriod: time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f.m.RunChecks(ctx); close(done) }()
-	cancel()
-	<-done // returns without an Apply ever happening
-
-	ctx, cancel = context.WithCancel(context.Background())
-	done = make(chan struct{})
-	go func() { f.m.RunChecks(ctx); close(done) }()
+	if f.m.CheckPeriod() != time.Millisecond {
+		t.Fatalf("check period %s, want 1ms", f.m.CheckPeriod())
+	}
+	f.m.QueueCheck()
+	f.m.OnNodes(valid(node("b", "192.0.2.10", "", "10.244.2.0/24")))
+	if err := f.m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.Del("routelet-vxlan-peers", netip.MustParsePrefix("192.0.2.10/32")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Apply(); err != nil { // no check queued: the tampering stays
+		t.Fatal(err)
+	}
+	if got := f.members()["routelet-vxlan-peers"]; len(got) != 0 {
+		t.Fatalf("peer set %v after an Apply without a check; want the tampering left for the check", got)
+	}
+	f.m.QueueCheck()
+	if err := f.m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.members()["routelet-vxlan-peers"]; !reflect.DeepEqual(got, []string{"192.0.2.10/32"}) {
+		t.Fatalf("peer set %v after a queued check, want the repaired 192.0.2.10/32", got)
+	}
 	for i := range 50 {
 		f.m.OnNodes(valid(node("b", fmt.Sprintf("192.0.2.%d", 10+i%3), "", "10.244.2.0/24")))
+		if i%2 == 0 {
+			f.m.QueueCheck()
+		}
 		if err := f.m.Apply(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cancel()
-	<-done
 	if got := f.members()["routelet-vxlan-peers"]; !reflect.DeepEqual(got, []string{"192.0.2.11/32"}) { // 10+49%3
 		t.Errorf("peer set %v, want the last record's 192.0.2.11/32", got)
 	}
