@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/daemon/config"
@@ -24,7 +25,7 @@ func iptablesBackend(b string) string {
 // iptables chains) for cfg and registers its metrics; its periodic tamper
 // check is a tick of the loop. IPv6 rules are managed only when ip6tables
 // works. The returned func closes the netlink socket.
-func newAllowlist(cfg *config.Config, metrics *health.Metrics, log *slog.Logger) (*allowmgr.Manager, func(), error) {
+func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, log *slog.Logger) (*allowmgr.Manager, func(), error) {
 	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
 	backend := iptablesBackend(cfg.IptablesBackend)
@@ -50,7 +51,7 @@ func newAllowlist(cfg *config.Config, metrics *health.Metrics, log *slog.Logger)
 		log.Warn("nat-outgoing is false: nat-outgoing-pool has no effect, no pool is masqueraded", "pools", cfg.NATOutgoingPools)
 	}
 	m, err := allowmgr.New(allowlist.New(k, v4, v6, base), allowmgr.Options{
-		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: cfg.PodCIDRs, NATPools: cfg.NATOutgoingPools,
+		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: blocks, NATPools: cfg.NATOutgoingPools,
 		CheckPeriod: cfg.AllowlistCheckPeriod,
 	}, log)
 	if err == nil {

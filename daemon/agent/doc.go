@@ -21,8 +21,13 @@
 // pod (Keeper: veth sysctls, node forwarding, veth up, IPv6 neighbours):
 // links and neighbours on their events, sysctls on a tick of at most 1s.
 //
-// Seams for later work: Manager takes validated peers (pkg/peers: node
-// records are checked once, in nodesChanged, before any manager sees them)
-// and applies its own dataplane (overlay devices, ipsets) in the same loop;
-// a Manager with a NotReady method can hold the daemon not ready.
+// Seams: workload records come from a Workloads source (daemon/workloads),
+// peers from a PeerSource (daemon/datastore: a Datastore with the peer
+// validator in front, so managers only see validated peers.NodeInfo);
+// this node's record (Options.Self, built once) goes out through
+// PeerSource.Publish and is never read back. The agent holds no path.
+// A Manager takes validated peers and applies its own dataplane (overlay
+// devices, ipsets) in the same loop; a Manager with a NotReady method can
+// hold the daemon not ready, one with CheckPeriod/QueueCheck (Checker)
+// gets a periodic check on the loop's schedule.
 package agent

@@ -17,7 +17,6 @@ import (
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
-	"github.com/routelet/routelet/pkg/state"
 )
 
 // RouteTable is the part of *routes.RouteTable the manager drives.
@@ -232,10 +231,10 @@ func blocksOf(ps []netip.Prefix, v int) []netip.Prefix {
 	return out
 }
 
-// Publish fills in what peers need from this node's record: the VTEP MAC
+// Publish fills in what peers need in this node's record: the VTEP MAC
 // and tunnel address of each VXLAN device, the tunnel address of the IPIP
 // device. Fields of families without a device are cleared.
-func (m *Manager) Publish(n *state.Node) {
+func (m *Manager) Publish(n *peers.Record) {
 	n.VTEPMAC, n.VTEPMACv6, n.TunnelIPv4, n.TunnelIPv6 = "", "", "", ""
 	for _, f := range m.fams {
 		tunnel, ok := overlay.TunnelAddress(f.in.LocalBlocks, f.v)
