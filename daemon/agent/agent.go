@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
+	"maps"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -160,13 +159,13 @@ type Agent struct {
 
 // pending collects watcher hints between two loop passes.
 type pending struct {
-	files    map[string]struct{} // workload keys
-	peers    bool                // the peers may have changed
-	rescan   bool
-	links    map[string]linkState // latest state per workload iface
-	routeEvs []RouteEvent
-	neighEvs []NeighEvent
-	apply    bool // a manager asked for an Apply pass (NotifyApply)
+	workloads map[string]struct{} // workload keys
+	peers     bool                // the peers may have changed
+	rescan    bool
+	links     map[string]linkState // latest state per workload iface
+	routeEvs  []RouteEvent
+	neighEvs  []NeighEvent
+	apply     bool // a manager asked for an Apply pass (NotifyApply)
 }
 
 type linkState struct {
@@ -223,10 +222,10 @@ func (a *Agent) wake() {
 // changed or removed.
 func (a *Agent) NotifyWorkload(key string) {
 	a.mu.Lock()
-	if a.pending.files == nil {
-		a.pending.files = map[string]struct{}{}
+	if a.pending.workloads == nil {
+		a.pending.workloads = map[string]struct{}{}
 	}
-	a.pending.files[key] = struct{}{}
+	a.pending.workloads[key] = struct{}{}
 	a.mu.Unlock()
 	a.wake()
 }
@@ -477,7 +476,7 @@ func (a *Agent) processPending() {
 		a.needApply = true
 	}
 	workloadsChanged := false
-	for key := range p.files {
+	for key := range p.workloads {
 		workloadsChanged = a.reloadWorkload(key) || workloadsChanged
 	}
 	if workloadsChanged || linksChanged {
@@ -546,7 +545,7 @@ func (a *Agent) refreshLinks() {
 // ownVeth reports whether name is one of routelet's veths that exists: it
 // has the interface prefix and is a veth.
 func (a *Agent) ownVeth(name string) bool {
-	return strings.HasPrefix(name, a.opts.IfacePrefix) && a.links[name] == "veth"
+	return ownVeth(a.opts.IfacePrefix, a.links, name)
 }
 
 // reloadWorkload re-reads one workload record; it reports whether the
@@ -594,71 +593,37 @@ func (a *Agent) setBadRecords() {
 }
 
 // syncDesired derives every interface's routes from the workloads and the
-// local blocks, and hands the interfaces whose routes changed to the tables.
-//
-// A record is refused (logged, counted in routelet_bad_records, no route)
-// when checkWorkload finds it names an interface or an address routelet
-// must not touch. When several records claim one address, it is routed to
-// one of them (see beats), whatever order they were read in.
+// local blocks (DesiredRoutes), and hands the interfaces whose routes
+// changed to the tables. Refused records and addresses several records
+// claim are logged when that changes.
 func (a *Agent) syncDesired() {
-	next := [2]map[string][]routes.Target{{}, {}}
-	refused := map[string]string{}
-	owner := map[netip.Addr]string{} // address → file of the record it is routed to
-	claims := map[netip.Addr]int{}
-	for _, name := range sortedKeys(a.workloads) {
-		w := a.workloads[name]
-		if err := a.checkWorkload(w); err != nil {
-			refused[name] = err.Error()
-			if a.refused[name] != err.Error() {
-				a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
-					"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", err)
-			}
-			continue
-		}
-		for _, addr := range workloadAddrs(w) {
-			claims[addr]++
-			if cur, ok := owner[addr]; !ok || a.beats(w, a.workloads[cur]) {
-				owner[addr] = name
-			}
+	d := DesiredRoutes(RouteInput{
+		Workloads: a.workloads, Links: a.links, LocalBlocks: a.opts.LocalBlocks, NodeSpace: a.opts.NodeSpace,
+		IfacePrefix: a.opts.IfacePrefix, StaticARP: a.opts.StaticARP,
+	})
+	for _, name := range slices.Sorted(maps.Keys(d.Refused)) {
+		if why := d.Refused[name]; a.refused[name] != why {
+			w := a.workloads[name]
+			a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
+				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", why)
 		}
 	}
-	a.refused = refused
+	a.refused = d.Refused
 	a.setBadRecords()
-	winners := map[netip.Addr]string{}
-	for addr, name := range owner {
-		w := a.workloads[name]
-		if claims[addr] > 1 {
-			winners[addr] = name
-			if a.winners[addr] != name {
-				a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
-					"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
-			}
+	for addr, name := range d.Contested {
+		if a.winners[addr] != name {
+			w := a.workloads[name]
+			a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
+				"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
 		}
-		t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
-		fam := 0
-		if addr.Is6() {
-			fam = 1
-		} else if a.opts.StaticARP {
-			if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
-				t.DestMAC = mac
-			}
-		}
-		next[fam][w.HostIface] = append(next[fam][w.HostIface], t)
 	}
-	a.winners = winners
-	for _, b := range a.opts.LocalBlocks {
-		fam := 0
-		if b.Addr().Is6() {
-			fam = 1
-		}
-		next[fam][routes.InterfaceNone] = append(next[fam][routes.InterfaceNone], routes.Target{CIDR: b, Type: routes.TypeBlackhole})
-	}
+	a.winners = d.Contested
+	next := d.Routes
 	for fam, rt := range []RouteTable{a.rt4, a.rt6} {
 		if rt == nil {
 			continue
 		}
 		for iface, ts := range next[fam] {
-			sortTargets(ts)
 			if !targetsEqual(a.desired[fam][iface], ts) {
 				rt.SetRoutes(iface, ts)
 				a.needApply = true
@@ -673,100 +638,7 @@ func (a *Agent) syncDesired() {
 	}
 	a.desired = next
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
-	a.keeperVeths(owner)
-}
-
-// workloadAddrs returns the addresses of a record's IPs (the Store
-// validated them as CIDRs).
-func workloadAddrs(w *state.Workload) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range w.IPs {
-		if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Addr()) {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
-}
-
-// checkWorkload refuses a record that would make routelet touch an
-// interface that is not one of its veths, or route an address that is not a
-// pod address of this node: the host interface must have the interface
-// prefix and, when it exists, be a veth; every address must be ordinary
-// unicast, inside one of the node's blocks of its family (not a block's
-// first address, which is the tunnel address, nor an IPv4 block's last) or,
-// for a family without local blocks, outside the node's own addresses and
-// connected subnets.
-func (a *Agent) checkWorkload(w *state.Workload) error {
-	if !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
-		return fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, a.opts.IfacePrefix)
-	}
-	if kind, ok := a.links[w.HostIface]; ok && kind != "veth" {
-		return fmt.Errorf("host interface %s is a %s link, not a veth", w.HostIface, kind)
-	}
-	for _, s := range w.IPs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fmt.Errorf("address %q: %w", s, err)
-		}
-		addr := p.Addr()
-		host := netip.PrefixFrom(addr, addr.BitLen())
-		if why := netguard.SpecialRange(host); why != "" {
-			return fmt.Errorf("address %s is in %s", addr, why)
-		}
-		var blocks []netip.Prefix
-		for _, b := range a.opts.LocalBlocks {
-			if b.Addr().Is4() == addr.Is4() {
-				blocks = append(blocks, b)
-			}
-		}
-		if len(blocks) == 0 {
-			if what := a.opts.NodeSpace.Overlap(host); what != "" {
-				return fmt.Errorf("address %s overlaps %s", addr, what)
-			}
-			continue
-		}
-		i := slices.IndexFunc(blocks, func(b netip.Prefix) bool { return b.Contains(addr) })
-		if i < 0 {
-			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocks)
-		}
-		if b := blocks[i]; addr == b.Addr() || (addr.Is4() && addr == lastAddr(b)) {
-			return fmt.Errorf("address %s is reserved in block %s", addr, b)
-		}
-	}
-	return nil
-}
-
-// lastAddr returns the last address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	bits := p.Bits()
-	for i := range b {
-		for j := 0; j < 8; j++ {
-			if i*8+j >= bits {
-				b[i] |= 0x80 >> j
-			}
-		}
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
-}
-
-// beats reports whether record x, rather than y, gets an address both
-// claim: a record whose host veth exists beats one whose veth is absent (a
-// stale record never takes a live pod's route); then the newer record
-// (created later: the address was handed out again); then the lower
-// container ID and interface name, so the outcome never depends on order.
-func (a *Agent) beats(x, y *state.Workload) bool {
-	if xl, yl := a.ownVeth(x.HostIface), a.ownVeth(y.HostIface); xl != yl {
-		return xl
-	}
-	if !x.Created.Equal(y.Created) {
-		return x.Created.After(y.Created)
-	}
-	if x.ContainerID != y.ContainerID {
-		return x.ContainerID < y.ContainerID
-	}
-	return x.IfName < y.IfName
+	a.keeperVeths(d.Owner)
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its
@@ -972,7 +844,7 @@ func (a *Agent) collectLeaks(ctx context.Context) {
 	now := a.now()
 	changed := false
 	seen := map[string]bool{}
-	for _, name := range sortedKeys(a.workloads) {
+	for _, name := range slices.Sorted(maps.Keys(a.workloads)) {
 		w := a.workloads[name]
 		seen[w.HostIface] = true
 		// Only routelet's own veth keeps a record alive: a bridge or a
@@ -1030,24 +902,6 @@ func (a *Agent) collectLeaks(ctx context.Context) {
 	if changed {
 		a.syncDesired()
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func sortTargets(ts []routes.Target) {
-	sort.Slice(ts, func(i, j int) bool {
-		if c := ts[i].CIDR.Addr().Compare(ts[j].CIDR.Addr()); c != 0 {
-			return c < 0
-		}
-		return ts[i].CIDR.Bits() < ts[j].CIDR.Bits()
-	})
 }
 
 func targetsEqual(x, y []routes.Target) bool {

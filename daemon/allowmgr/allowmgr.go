@@ -127,16 +127,7 @@ func (m *Manager) Register(reg prometheus.Registerer) error {
 // ours are the pools. The peers were checked where their records entered
 // the daemon (pkg/peers), so nothing is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
-	var hosts []netip.Prefix
-	pools := slices.Clone(m.opts.LocalBlocks)
-	for _, n := range nodes {
-		for _, a := range n.HostIPs() {
-			hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
-		}
-		pools = append(pools, n.Blocks...)
-	}
-	hosts = append(hosts, m.opts.ExternalNodeCIDRs...)
-	hosts, pools = normalize(hosts), normalize(pools)
+	hosts, pools := Members(nodes, m.opts.LocalBlocks, m.opts.ExternalNodeCIDRs)
 	if m.handed && slices.Equal(hosts, m.peers) && slices.Equal(pools, m.pools) {
 		return
 	}
@@ -148,6 +139,22 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	}
 	m.peers, m.pools, m.handed = hosts, pools, true
 	m.log.Debug("allowlist members", "peers", len(hosts), "pools", len(pools))
+}
+
+// Members derives the desired set members from validated peers: every
+// peer's host IPs (as host prefixes) plus external may send overlay traffic
+// (hosts); every peer's blocks plus local are the pod pools. Both are
+// sorted, without duplicates or prefixes no set can hold.
+func Members(nodes []peers.NodeInfo, local, external []netip.Prefix) (hosts, pools []netip.Prefix) {
+	pools = slices.Clone(local)
+	for _, n := range nodes {
+		for _, a := range n.HostIPs() {
+			hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
+		}
+		pools = append(pools, n.Blocks...)
+	}
+	hosts = append(hosts, external...)
+	return normalize(hosts), normalize(pools)
 }
 
 // normalize sorts ps, drops duplicates and prefixes no set can hold (/0,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -287,7 +288,7 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 		for _, err := range errs {
 			problems = append(problems, err.Error())
 		}
-		for _, name := range sortedKeys(want) {
+		for _, name := range slices.Sorted(maps.Keys(want)) {
 			f.rt.SetRoutes(name, want[name])
 		}
 		if s := strings.Join(problems, "; "); s != f.problems {
@@ -497,13 +498,4 @@ func (e events) OnNeigh(ev netwatch.NeighEvent) {
 func (e events) Rescan() {
 	e.m.QueueCheck()
 	e.wake()
-}
-
-func sortedKeys[V any](mp map[string]V) []string {
-	keys := make([]string, 0, len(mp))
-	for k := range mp {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
