@@ -217,7 +217,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// The datastore: the file datastore (nodes/ and --pod-cidr) is the one
 	// this version has. The daemon is not ready until it knows its blocks.
 	ds := file.New(store, cfg.PodCIDRs, log.With("component", "datastore"))
-	blocks, err := ds.LocalBlocks(ctx, func(reason string) { notReady(cfg, store, status, reason, log) })
+	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -368,6 +368,27 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// waitBlocks asks the datastore for this node's blocks, which may arrive
+// after start-up; until they do, waiting reports why (the daemon is not
+// ready). It logs each distinct reason once.
+func waitBlocks(ctx context.Context, ds datastore.Datastore, waiting func(reason string), log *slog.Logger) ([]netip.Prefix, error) {
+	last := ""
+	blocks, err := ds.LocalBlocks(ctx, func(reason string) {
+		if reason != last {
+			last = reason
+			log.Warn("not ready: waiting for this node's blocks", "reason", reason)
+		}
+		waiting(reason)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("datastore: local blocks: %w", err)
+	}
+	if last != "" {
+		log.Info("this node's blocks arrived", "blocks", blocks)
+	}
+	return blocks, nil
 }
 
 // notReady reports, before the loop runs, why the daemon is not ready yet:
