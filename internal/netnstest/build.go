@@ -127,8 +127,12 @@ func copyPrebuilt(dir, out string, pkgs []string) error {
 	return nil
 }
 
-// copyExecutable copies the file src to dst with mode 0755.
+// copyExecutable copies the file src to dst with mode 0755, creating dst's
+// directory as go build -o does.
 func copyExecutable(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err
