@@ -19,7 +19,9 @@
 # Environment: VMTEST_CACHE (default /var/cache/routelet-vmtest),
 # VMTEST_KERNEL_PKG (default: what linux-image-amd64 depends on),
 # VMTEST_ACCEL (kvm or tcg; default kvm when it works), VMTEST_MEM (MiB),
-# VMTEST_CPUS, VMTEST_TIMEOUT (seconds for the whole VM run).
+# VMTEST_CPUS, VMTEST_TIMEOUT (seconds for the whole VM run), VMTEST_PLAN (a
+# file of "package pattern" lines to run instead of the mode's plan, e.g.
+# "./plugin ^TestAdd").
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,7 +38,7 @@ if [ "$mode" = all ]; then
 	timeout_s=${VMTEST_TIMEOUT:-5400}
 	mem=${VMTEST_MEM:-3072}
 else
-	timeout_s=${VMTEST_TIMEOUT:-900}
+	timeout_s=${VMTEST_TIMEOUT:-540}
 	mem=${VMTEST_MEM:-2048}
 fi
 cpus=${VMTEST_CPUS:-$(nproc)}
@@ -130,7 +132,7 @@ t0=$SECONDS
 run=$cache/run-$mode
 rm -rf "$run"
 mkdir -p "$run/bin" "$run/initramfs"
-plan=$here/$mode
+plan=${VMTEST_PLAN:-$here/$mode}
 cd "$root"
 go build -o "$run/bin/routelet" ./plugin
 go build -o "$run/bin/routeletd" ./daemon
