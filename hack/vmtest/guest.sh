@@ -23,13 +23,18 @@ export PATH=/vmtest/sbin:$PATH
 
 echo "routelet-vmtest: kernel $kver, $(nproc) CPUs, $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) MiB, mode $mode, up $(cut -d' ' -f1 /proc/uptime)s"
 # The list holds the modules this kernel has as modules (vmtest.sh sorted
-# out the built-in and missing ones); one modprobe loads them all.
-# shellcheck disable=SC2046 # one module name per word
-if ! modprobe -a $(cat /vmtest/modules); then
+# out the built-in and missing ones); one modprobe loads them all. The lane
+# leaves ipip to its first test's routeletd; the whole suite runs with it
+# loaded from the start, so every namespace of every test has the fallback
+# tunl0.
+mods=$(cat /vmtest/modules)
+[ "$mode" = all ] && mods="$mods ipip"
+# shellcheck disable=SC2086 # one module name per word
+if ! modprobe -a $mods; then
 	echo "routelet-vmtest: modprobe failed"
 	exit 1
 fi
-echo "routelet-vmtest: loaded $(wc -l </vmtest/modules) modules with their dependencies, up $(cut -d' ' -f1 /proc/uptime)s"
+echo "routelet-vmtest: loaded $(echo $mods | wc -w) modules with their dependencies, up $(cut -d' ' -f1 /proc/uptime)s"
 
 export ROUTELET_PREBUILT_BIN=/vmtest/bin
 export ROUTELET_REQUIRE_IPIP=1
