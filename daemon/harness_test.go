@@ -226,7 +226,7 @@ func (tn *testNode) metric(name string) string {
 // waitReady polls /readyz until 200.
 func (tn *testNode) waitReady() {
 	tn.t.Helper()
-	eventually(tn.t, 10*time.Second, "daemon ready", func() bool {
+	eventually(tn.t, netnstest.ReadyTimeout, "daemon ready", func() bool {
 		code, _, err := tn.get("/readyz")
 		return err == nil && code == 200
 	})
@@ -332,9 +332,11 @@ func (tn *testNode) delPod(p *pod) {
 	}
 }
 
-// eventually polls cond every 10ms until it holds or timeout passes.
+// eventually polls cond every 10ms until it holds or netnstest.Generous(timeout)
+// passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = netnstest.Generous(timeout)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -49,16 +49,9 @@ func pluginDir(t testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		for pkg, name := range map[string]string{
-			".": "routelet",
-			"github.com/containernetworking/plugins/plugins/ipam/host-local": "host-local",
-		} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, name), pkg).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
+		ctx := context.Background()
+		buildErr = errors.Join(netnstest.BuildRoutelet(ctx, binDir),
+			netnstest.BuildReference(ctx, binDir, netnstest.HostLocalPackage))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -227,22 +220,11 @@ func withPrev(t testing.TB, conf, prev []byte) []byte {
 	return b
 }
 
-// hostLinks lists the node's links other than lo.
+// hostLinks lists the node's links other than lo and the kernel's own
+// fallback devices (tunl0 and the like, there whenever their module is).
 func (n *node) hostLinks() []string {
 	n.t.Helper()
-	var names []string
-	err := n.ns.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
-		if err != nil {
-			return err
-		}
-		for _, l := range links {
-			if l.Attrs().Name != "lo" {
-				names = append(names, l.Attrs().Name)
-			}
-		}
-		return nil
-	})
+	names, err := netnstest.MadeLinks(n.ns)
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -288,10 +288,12 @@ func (c *cluster) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, 
 	return accept, drop, err
 }
 
-// eventually polls cond every 20 ms until it holds, failing t after wait.
+// eventually polls cond every 20 ms until it holds, failing t after
+// netnstest.Generous(wait).
 // It returns how long it took.
 func eventually(t *testing.T, wait time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
+	wait = netnstest.Generous(wait)
 	start := time.Now()
 	for !cond() {
 		if time.Since(start) > wait {
@@ -363,7 +365,7 @@ func (c *cluster) startDaemonUntil(what string, settled func(*state.DaemonStatus
 			t.Logf("routeletd log:\n%s", d.log.String())
 		}
 	})
-	eventually(t, 15*time.Second, what, func() bool {
+	eventually(t, netnstest.ReadyTimeout, what, func() bool {
 		select {
 		case <-d.proc.Done():
 			t.Fatalf("routeletd exited: %v\n%s", d.proc.Err(), d.log.String())

@@ -334,10 +334,12 @@ func equalDP(a, b dataplane) bool {
 		slices.Equal(a.Neigh6, b.Neigh6) && slices.Equal(a.FDB6, b.FDB6)
 }
 
-// waitDataplane polls until n holds exactly want, or fails after timeout
+// waitDataplane polls until n holds exactly want, or fails after
+// netnstest.Generous(timeout)
 // showing both.
 func (c *testCluster) waitDataplane(n *node, timeout time.Duration, what string, want dataplane) {
 	c.t.Helper()
+	timeout = netnstest.Generous(timeout)
 	var got dataplane
 	var err error
 	deadline := time.Now().Add(timeout)
@@ -354,9 +356,11 @@ func (c *testCluster) waitDataplane(n *node, timeout time.Duration, what string,
 	}
 }
 
-// eventually polls cond every 10ms until it holds or timeout passes.
+// eventually polls cond every 10ms until it holds or netnstest.Generous(timeout)
+// passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = netnstest.Generous(timeout)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
