@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 GOFLAGS ?=
 
-.PHONY: all deps build test test-unit bench demo vet fmt clean
+.PHONY: all deps build test test-unit test-bins image vmtest vmtest-all bench demo vet fmt clean
 
 all: build
 
@@ -24,6 +24,31 @@ test: deps build
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# kube-apiserver and etcd for the tests against a real API server, built
+# from the Go module proxy into /var/cache/routelet-bins (ROUTELET_TEST_BINS
+# overrides) and reused when present; cold, kube-apiserver takes 10+ minutes.
+test-bins:
+	$(GO) run ./hack/testbins
+
+# The container image without a Docker daemon: static binaries on a
+# userland from Debian packages, as a tarball for `ctr images import` or
+# `docker load` (the Dockerfile builds the same image with a daemon).
+image:
+	$(GO) run ./hack/image -o $(BIN)/routelet-image.tar
+
+# Debian's stock kernel (linux-image-amd64) under qemu, as root: the IPIP
+# tests, the multinode VXLAN e2e and the allowlist's overlay drop; fails
+# when any of them skips. Installs qemu-system-x86, busybox-static, cpio
+# and kmod when missing; the kernel is cached in /var/cache/routelet-vmtest.
+# See hack/vmtest/vmtest.sh.
+vmtest:
+	@bash hack/vmtest/vmtest.sh
+
+# Every package's tests in that VM: how to check a change against a
+# distribution kernel (about half an hour under emulation; not in CI).
+vmtest-all:
+	@bash hack/vmtest/vmtest.sh --all
 
 # Unit tests only (no root needed).
 test-unit:

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/daemon/config"
@@ -21,13 +21,11 @@ func iptablesBackend(b string) string {
 	return b
 }
 
-// startAllowlist builds the allowlist manager (routelet's ipsets and
-// iptables chains) for cfg, registers its metrics and starts its periodic
-// tamper check, which runs until ctx is done or the returned func is
-// called. IPv6 rules are managed only when
-// ip6tables works. The returned func stops the check and closes the netlink
-// socket.
-func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Metrics, log *slog.Logger) (*allowmgr.Manager, func(), error) {
+// newAllowlist builds the allowlist manager (routelet's ipsets and
+// iptables chains) for cfg and registers its metrics; its periodic tamper
+// check is a tick of the loop. IPv6 rules are managed only when ip6tables
+// works. The returned func closes the netlink socket.
+func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, log *slog.Logger) (*allowmgr.Manager, func(), error) {
 	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
 	backend := iptablesBackend(cfg.IptablesBackend)
@@ -53,7 +51,7 @@ func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Met
 		log.Warn("nat-outgoing is false: nat-outgoing-pool has no effect, no pool is masqueraded", "pools", cfg.NATOutgoingPools)
 	}
 	m, err := allowmgr.New(allowlist.New(k, v4, v6, base), allowmgr.Options{
-		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: cfg.PodCIDRs, NATPools: cfg.NATOutgoingPools,
+		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: blocks, NATPools: cfg.NATOutgoingPools,
 		CheckPeriod: cfg.AllowlistCheckPeriod,
 	}, log)
 	if err == nil {
@@ -65,11 +63,5 @@ func startAllowlist(ctx context.Context, cfg *config.Config, metrics *health.Met
 	}
 	log.Info("allowlist enabled", "vxlan", rc.VXLAN, "ipip", rc.IPIP, "natOutgoing", rc.NATOutgoing, "natOutgoingPools", cfg.NATOutgoingPools,
 		"iptablesBackend", cfg.IptablesBackend, "ipv6", v6 != nil, "checkPeriod", cfg.AllowlistCheckPeriod)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.RunChecks(ctx)
-	}()
-	return m, func() { cancel(); <-done; k.Close() }, nil
+	return m, func() { k.Close() }, nil
 }

@@ -110,11 +110,13 @@ func TestDaemon(t *testing.T) {
 	})
 
 	t.Run("unexpected route on a cali veth removed after the grace period", func(t *testing.T) {
+		// The grace period runs from when the daemon first saw the
+		// interface, so it is measured from before the veth was made.
+		added := time.Now()
 		tn.addVeth("calistray0", "pstray0")
 		if out, err := netnstest.Exec(context.Background(), tn.node.NS, "ip", "route", "add", "10.99.0.1/32", "dev", "calistray0", "proto", "boot"); err != nil {
 			t.Fatalf("ip route add: %v %s", err, out)
 		}
-		added := time.Now()
 		// The grace period (1s) protects it first...
 		time.Sleep(200 * time.Millisecond)
 		if time.Since(added) < 900*time.Millisecond && !tn.hasRoute(v4, "10.99.0.1/32 calistray0 proto 3") {

@@ -217,7 +217,7 @@ func (tn *testNode) metric(name string) string {
 // waitReady polls /readyz until 200.
 func (tn *testNode) waitReady() {
 	tn.t.Helper()
-	netnstest.Eventually(tn.t, 10*time.Second, "daemon ready", func() bool {
+	netnstest.Eventually(tn.t, netnstest.ReadyTimeout, "daemon ready", func() bool {
 		code, _, err := tn.get("/readyz")
 		return err == nil && code == 200
 	})

@@ -29,12 +29,17 @@ import (
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/cleanup"
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/daemon/datastore/file"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
+	"github.com/routelet/routelet/daemon/workloads"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -209,8 +214,18 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The datastore: the file datastore (nodes/ and --pod-cidr) is the one
+	// this version has. The daemon is not ready until it knows its blocks.
+	ds := file.New(store, cfg.PodCIDRs, log.With("component", "datastore"))
+	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
-	om, err := newOverlay(cfg, id, status, metrics, log)
+	om, err := newOverlay(cfg, id, blocks, status, metrics, log)
 	if err != nil {
 		return err
 	}
@@ -220,8 +235,10 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	log.Info("node identity", "hostIPv4", addrString(id.IPv4), "hostIPv6", addrString(id.IPv6), "iface", id.Iface, "podMTU", podMTU)
 
-	self := state.Node{Name: cfg.NodeName, HostIPv4: addrString(id.IPv4), HostIPv6: addrString(id.IPv6)}
-	for _, b := range cfg.PodCIDRs {
+	// This node's record, built once: identity, blocks, the overlay's VTEP
+	// facts. It goes to the datastore and never comes back.
+	self := peers.Record{Name: cfg.NodeName, HostIPv4: addrString(id.IPv4), HostIPv6: addrString(id.IPv6)}
+	for _, b := range blocks {
 		self.Blocks = append(self.Blocks, b.String())
 	}
 	om.Publish(&self)
@@ -250,29 +267,25 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		defer t6.Close()
 		rt6 = t6
 	}
-	alloc, err := ipam.New(filepath.Join(cfg.StateDir, "ipam"), cfg.PodCIDRs, ipam.Options{})
+	alloc, err := ipam.New(filepath.Join(cfg.StateDir, "ipam"), blocks, ipam.Options{})
 	if err != nil {
 		return err
 	}
-	allow, stopAllow, err := startAllowlist(ctx, cfg, metrics, log)
+	allow, closeAllow, err := newAllowlist(cfg, blocks, metrics, log)
 	if err != nil {
 		return err
 	}
-	defer stopAllow()
-	pv, err := newPeerValidator(cfg, self, metrics, log)
+	defer closeAllow()
+	pv, err := newPeerValidator(cfg, self, blocks, metrics, log)
 	if err != nil {
 		return err
 	}
 	a := agent.New(agent.Options{
-		Peers:    pv,
-		NodeName: cfg.NodeName, Self: self, LocalBlocks: cfg.PodCIDRs, PodMTU: podMTU, Version: fullVersion(),
+		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
 		StaticARP: true, NodeSpace: host,
-	}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
-	if err := om.Watch(ctx, cfg.DeviceCheckPeriod, cfg.RouteProtocol, a.NotifyApply); err != nil {
-		return err
-	}
+	}, workloads.New(store, log), datastore.Peers{DS: ds, V: pv}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
 	keeper, err := podnet.NewKeeper(cfg.IfacePrefix, log.With("component", "keeper"))
 	if err != nil {
 		return err
@@ -280,11 +293,13 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer keeper.Close()
 	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
 
-	// Watchers first, so nothing that happens during the first sync is lost.
-	if err := agent.WatchFiles(ctx, a, store.WorkloadsDir(), store.NodesDir(), log); err != nil {
-		return err
-	}
-	if err := agent.WatchNetlink(ctx, a, log); err != nil {
+	// Watchers first, so nothing that happens during the first sync is
+	// lost (Run starts the record and datastore watches before it reads).
+	// The one netlink event source: each owner gets only its events.
+	w := netwatch.New(log)
+	w.Register("workloads", a.Interest(), a)
+	w.Register("overlay", om.Interest(), om.Events(a.NotifyApply))
+	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	return a.Run(ctx)
@@ -293,7 +308,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // newOverlay builds the overlay manager for the configured mode on a real
 // overlay.Kernel in the daemon's network namespace; its route tables own
 // only routelet-protocol routes on the overlay devices and the parent.
-func newOverlay(cfg *config.Config, id nodeid.Identity, status *health.Status, metrics *health.Metrics, log *slog.Logger) (*overlaymgr.Manager, error) {
+func newOverlay(cfg *config.Config, id nodeid.Identity, blocks []netip.Prefix, status *health.Status, metrics *health.Metrics, log *slog.Logger) (*overlaymgr.Manager, error) {
 	mode, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet)
 	if err != nil {
 		return nil, err
@@ -303,9 +318,10 @@ func newOverlay(cfg *config.Config, id nodeid.Identity, status *health.Status, m
 		return nil, err
 	}
 	return overlaymgr.New(kern, overlaymgr.Config{
-		NodeName: cfg.NodeName, Mode: mode, HostIPv4: id.IPv4, HostIPv6: id.IPv6, LocalBlocks: cfg.PodCIDRs,
+		NodeName: cfg.NodeName, Mode: mode, HostIPv4: id.IPv4, HostIPv6: id.IPv6, LocalBlocks: blocks,
 		VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU, Logger: log,
-		OnRepair: func(object string) { metrics.Repairs.WithLabelValues(object).Inc() },
+		OnRepair:      func(object string) { metrics.Repairs.WithLabelValues(object).Inc() },
+		RouteProtocol: cfg.RouteProtocol, CheckPeriod: cfg.DeviceCheckPeriod,
 	}, func(v int, owned []string) (overlaymgr.RouteTable, error) {
 		return routes.New(routes.Config{
 			IPVersion: v, Protocol: cfg.RouteProtocol, InterfaceNames: owned,
@@ -342,12 +358,8 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 		status.Progress()
 		if err.Error() != lastErr {
 			lastErr = err.Error()
-			reason := "waiting for the node IP: " + lastErr
 			log.Warn("cannot determine node IP yet, retrying", "nodeIP", cfg.NodeIP, "err", err)
-			status.SetReady(false, reason)
-			if werr := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); werr != nil {
-				log.Error("cannot write daemon status", "err", werr)
-			}
+			notReady(cfg, store, status, "waiting for the node IP: "+lastErr, log)
 		}
 		select {
 		case <-ctx.Done():
@@ -355,6 +367,36 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// waitBlocks asks the datastore for this node's blocks, which may arrive
+// after start-up; until they do, waiting reports why (the daemon is not
+// ready). It logs each distinct reason once.
+func waitBlocks(ctx context.Context, ds datastore.Datastore, waiting func(reason string), log *slog.Logger) ([]netip.Prefix, error) {
+	last := ""
+	blocks, err := ds.LocalBlocks(ctx, func(reason string) {
+		if reason != last {
+			last = reason
+			log.Warn("not ready: waiting for this node's blocks", "reason", reason)
+		}
+		waiting(reason)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("datastore: local blocks: %w", err)
+	}
+	if last != "" {
+		log.Info("this node's blocks arrived", "blocks", blocks)
+	}
+	return blocks, nil
+}
+
+// notReady reports, before the loop runs, why the daemon is not ready yet:
+// in /readyz and daemon.json.
+func notReady(cfg *config.Config, store *state.Store, status *health.Status, reason string, log *slog.Logger) {
+	status.SetReady(false, reason)
+	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); err != nil {
+		log.Error("cannot write daemon status", "err", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"net/netip"
 	"slices"
 
 	"github.com/routelet/routelet/daemon/config"
@@ -9,7 +10,6 @@ import (
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
-	"github.com/routelet/routelet/pkg/state"
 )
 
 // newPeerValidator builds the check every peer record passes before the
@@ -18,14 +18,14 @@ import (
 // own address space, read from the kernel at every check. routelet's own
 // links (pod veths, overlay devices) and routes of its protocol are not
 // the node's space. First-seen times persist in the state directory.
-func newPeerValidator(cfg *config.Config, self state.Node, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
-	own, _ := peers.Parse(peers.FromState(&self))
+func newPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Prefix, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
+	own, _ := peers.Parse(self)
 	devices := []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP}
 	owned := func(l netguard.Link) bool {
 		return netguard.Owned(l, cfg.IfacePrefix) || slices.Contains(devices, l.Name)
 	}
 	v := peers.New(peers.Options{
-		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: cfg.PodCIDRs},
+		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: blocks},
 		ReadHost: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) },
 		StateDir: cfg.StateDir,
 		Logger:   log,

@@ -19,6 +19,13 @@ func runInstaller(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// fakePlugin returns a shell script that answers CNI_COMMAND=VERSION like a
+// CNI plugin and carries marker, to tell versions apart.
+func fakePlugin(marker string) string {
+	return "#!/bin/sh\n# " + marker + "\n" +
+		`[ "$CNI_COMMAND" = VERSION ] && echo '{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}'` + "\n"
+}
+
 func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
@@ -32,10 +39,10 @@ func TestInstallPlacesBinaryAndConflist(t *testing.T) {
 	confDir := filepath.Join(t.TempDir(), "etc", "cni", "net.d")
 	plugin := filepath.Join(src, "routelet")
 	conflist := filepath.Join(src, "10-routelet.conflist")
-	writeFile(t, plugin, "#!/bin/sh\necho v1\n")
+	writeFile(t, plugin, fakePlugin("v1"))
 	writeFile(t, conflist, `{"name":"k8s-pod-network"}`)
 
-	args := []string{"--bin-dir", binDir, "--conf-dir", confDir, "--plugin", plugin, "--conflist", conflist}
+	args := []string{"--bin-dir", binDir, "--conf-dir", confDir, "--plugin", plugin, "--conflist", conflist, "--mkdir"}
 	if out, err := runInstaller(t, args...); err != nil {
 		t.Fatalf("install failed: %v\n%s", err, out)
 	}
@@ -54,7 +61,7 @@ func TestInstallPlacesBinaryAndConflist(t *testing.T) {
 	// An operator's edited conflist is kept unless --force; the binary is
 	// always refreshed.
 	writeFile(t, filepath.Join(confDir, "10-routelet.conflist"), `{"name":"edited"}`)
-	writeFile(t, plugin, "#!/bin/sh\necho v2\n")
+	writeFile(t, plugin, fakePlugin("v2"))
 	out, err := runInstaller(t, args...)
 	if err != nil {
 		t.Fatalf("second install failed: %v\n%s", err, out)

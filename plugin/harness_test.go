@@ -196,22 +196,11 @@ func withPrev(t testing.TB, conf, prev []byte) []byte {
 	return b
 }
 
-// hostLinks lists the node's links other than lo.
+// hostLinks lists the node's links other than lo and the kernel's own
+// fallback devices (tunl0 and the like, there whenever their module is).
 func (n *node) hostLinks() []string {
 	n.t.Helper()
-	var names []string
-	err := n.ns.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
-		if err != nil {
-			return err
-		}
-		for _, l := range links {
-			if l.Attrs().Name != "lo" {
-				names = append(names, l.Attrs().Name)
-			}
-		}
-		return nil
-	})
+	names, err := netnstest.MadeLinks(n.ns)
 	if err != nil {
 		n.t.Fatal(err)
 	}

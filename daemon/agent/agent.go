@@ -2,22 +2,20 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
+	"maps"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -39,20 +37,34 @@ type RouteTable interface {
 
 var _ RouteTable = (*routes.RouteTable)(nil)
 
-// Store is the part of *state.Store the loop reads and writes.
-type Store interface {
-	ListWorkloads() ([]*state.Workload, []error)
-	GetWorkload(containerID, ifName string) (*state.Workload, error)
-	DeleteWorkload(containerID, ifName string) error
-	ListNodes() ([]*state.Node, []error)
-	GetNode(name string) (*state.Node, error)
-	PutNode(n *state.Node) error
-	WriteDaemonStatus(st *state.DaemonStatus) error
-	WorkloadsDir() string
-	NodesDir() string
+// Workloads is the typed source of workload records (daemon/workloads:
+// the state directory's workloads/, the plugin's contract). Keys are
+// opaque; a record that is gone is state.ErrNotFound.
+type Workloads interface {
+	All() (map[string]*state.Workload, map[string]string, error)
+	Get(key string) (*state.Workload, error)
+	Delete(w *state.Workload) error
+	Watch(ctx context.Context, changed func(key string), rescan func()) error
 }
 
-var _ Store = (*state.Store)(nil)
+// PeerSource is the datastore as the loop sees it (datastore.Peers): this
+// node's record published through it, peers validated where they enter.
+type PeerSource interface {
+	Publish(self peers.Record) error
+	Watch(ctx context.Context, changed func()) error
+	// Peers returns the validated peers, how many records there were, the
+	// unreadable ones, and an error when none can be listed.
+	Peers() ([]peers.NodeInfo, int, []error, error)
+	// Rescan makes the next Peers re-read everything.
+	Rescan()
+}
+
+var _ PeerSource = datastore.Peers{}
+
+// StatusWriter writes daemon.json (*state.Store).
+type StatusWriter interface {
+	WriteDaemonStatus(st *state.DaemonStatus) error
+}
 
 // Releaser frees a leaked attachment's addresses (in routeletd: the
 // built-in IPAM's Allocator on <stateDir>/ipam). Releasing an attachment
@@ -79,21 +91,10 @@ type Manager interface {
 	Apply() error
 }
 
-// PeerValidator is where node records become peers: the one check of
-// every peer record (*peers.Validator).
-type PeerValidator interface {
-	Validate(records []peers.Record) []peers.NodeInfo
-}
-
-var _ PeerValidator = (*peers.Validator)(nil)
-
 // Options configure an Agent. Zero durations take the defaults noted.
 type Options struct {
-	// Peers validates the peer records; nil: a validator that knows only
-	// this node's name.
-	Peers           PeerValidator
 	NodeName        string
-	Self            state.Node     // this node's record (name, host IPs, blocks); written by the agent
+	Self            peers.Record   // this node's record, built once; published through the PeerSource
 	LocalBlocks     []netip.Prefix // blackholed; also published in daemon.json
 	PodMTU          int
 	Version         string
@@ -116,7 +117,9 @@ type Options struct {
 // goroutine; everything else belongs to the goroutine running Run.
 type Agent struct {
 	opts     Options
-	store    Store
+	wls      Workloads
+	ds       PeerSource
+	statusW  StatusWriter
 	rt4, rt6 RouteTable
 	releaser Releaser // nil: leaked records are deleted without IPAM release
 	host     Host
@@ -132,16 +135,17 @@ type Agent struct {
 	kick    chan struct{}
 
 	// Loop-owned state.
-	workloads    map[string]*state.Workload // by file name in workloads/
-	nodes        map[string]*state.Node     // by file name in nodes/
+	workloads    map[string]*state.Workload // by source key
+	peerRecords  int                        // peer records at the last read
+	published    bool                       // Self went through Publish
 	desired      [2]map[string][]routes.Target
 	absentSince  map[string]time.Time  // host iface → first seen missing (leak collection)
 	links        map[string]string     // prefix links that exist → kind, from link events and dumps
 	badSeen      map[string]bool       // bad-record messages already logged
-	badFiles     map[string]string     // workload files that cannot be served → why
-	badNodes     int                   // bad node records at the last full read
-	refused      map[string]string     // workload files refused by checkWorkload → why (logged)
-	winners      map[netip.Addr]string // addresses several records claim → the file served
+	badFiles     map[string]string     // workload keys that cannot be served → why
+	badNodes     int                   // unreadable peer records at the last full read
+	refused      map[string]string     // workload keys refused by checkWorkload → why (logged)
+	winners      map[netip.Addr]string // addresses several records claim → the key served
 	ready        bool
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
@@ -155,12 +159,13 @@ type Agent struct {
 
 // pending collects watcher hints between two loop passes.
 type pending struct {
-	files    map[fileKey]struct{}
-	rescan   bool
-	links    map[string]linkState // latest state per workload iface
-	routeEvs []RouteEvent
-	neighEvs []NeighEvent
-	apply    bool // a manager asked for an Apply pass (NotifyApply)
+	workloads map[string]struct{} // workload keys
+	peers     bool                // the peers may have changed
+	rescan    bool
+	links     map[string]linkState // latest state per workload iface
+	routeEvs  []RouteEvent
+	neighEvs  []NeighEvent
+	apply     bool // a manager asked for an Apply pass (NotifyApply)
 }
 
 type linkState struct {
@@ -168,14 +173,9 @@ type linkState struct {
 	kind       string // netlink kind, e.g. "veth"
 }
 
-type fileKey struct {
-	node bool // nodes/ rather than workloads/
-	name string
-}
-
 // New returns an Agent. rt6 may be nil on IPv4-only nodes; releaser may be
 // nil when there are no local blocks.
-func New(opts Options, store Store, rt4, rt6 RouteTable, releaser Releaser, host Host, managers []Manager,
+func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, rt6 RouteTable, releaser Releaser, host Host, managers []Manager,
 	status *health.Status, metrics *health.Metrics, log *slog.Logger) *Agent {
 	if opts.IfacePrefix == "" {
 		opts.IfacePrefix = "cali"
@@ -195,15 +195,11 @@ func New(opts Options, store Store, rt4, rt6 RouteTable, releaser Releaser, host
 	if opts.Debounce == 0 {
 		opts.Debounce = time.Millisecond
 	}
-	if opts.Peers == nil {
-		opts.Peers = peers.New(peers.Options{Self: peers.Self{Name: opts.Self.Name}, Logger: log})
-	}
 	return &Agent{
-		opts: opts, store: store, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
+		opts: opts, wls: wls, ds: ds, statusW: statusW, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
 		status: status, metrics: metrics, log: log, now: time.Now,
 		kick:        make(chan struct{}, 1),
 		workloads:   map[string]*state.Workload{},
-		nodes:       map[string]*state.Node{},
 		desired:     [2]map[string][]routes.Target{{}, {}},
 		absentSince: map[string]time.Time{},
 		links:       map[string]string{},
@@ -222,23 +218,28 @@ func (a *Agent) wake() {
 	}
 }
 
-// NotifyFile records that name in workloads/ (node false) or nodes/ (node
-// true) was created, changed or removed.
-func (a *Agent) NotifyFile(node bool, name string) {
-	if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
-		return // writers' temp files and strangers are not records
-	}
+// NotifyWorkload records that the workload record under key was created,
+// changed or removed.
+func (a *Agent) NotifyWorkload(key string) {
 	a.mu.Lock()
-	if a.pending.files == nil {
-		a.pending.files = map[fileKey]struct{}{}
+	if a.pending.workloads == nil {
+		a.pending.workloads = map[string]struct{}{}
 	}
-	a.pending.files[fileKey{node, name}] = struct{}{}
+	a.pending.workloads[key] = struct{}{}
 	a.mu.Unlock()
 	a.wake()
 }
 
-// NotifyRescan asks for a full re-read of both record directories (e.g.
-// after the file watcher lost events).
+// NotifyPeers records that the datastore's peers may have changed.
+func (a *Agent) NotifyPeers() {
+	a.mu.Lock()
+	a.pending.peers = true
+	a.mu.Unlock()
+	a.wake()
+}
+
+// NotifyRescan asks for a full re-read of every record and peer (e.g.
+// after a watcher lost events).
 func (a *Agent) NotifyRescan() {
 	a.mu.Lock()
 	a.pending.rescan = true
@@ -274,14 +275,7 @@ func (a *Agent) NotifyApply() {
 
 // RouteEvent is a kernel route notification, reduced to what ownership and
 // tamper checks need.
-type RouteEvent struct {
-	IPv6     bool
-	Iface    string // routes.InterfaceNone for routes without a device
-	Dst      netip.Prefix
-	Protocol int
-	Table    int
-	Deleted  bool
-}
+type RouteEvent = netwatch.RouteEvent
 
 // NotifyRoute queues a route notification; the loop decides whether it shows
 // tampering with something routelet owns.
@@ -299,11 +293,7 @@ func (a *Agent) NotifyRoute(ev RouteEvent) {
 }
 
 // NeighEvent is a kernel neighbour notification on some interface.
-type NeighEvent struct {
-	Iface   string
-	IP      netip.Addr
-	Deleted bool
-}
+type NeighEvent = netwatch.NeighEvent
 
 // NotifyNeigh queues a neighbour notification (only deletions on workload
 // interfaces can matter: those may remove a static ARP entry routelet set).
@@ -317,27 +307,28 @@ func (a *Agent) NotifyNeigh(ev NeighEvent) {
 	a.wake()
 }
 
-// Run is the loop. It reads every record, programs the kernel, reports ready,
-// then reacts to hints and timers until ctx is done. On return the dataplane
-// is left in place and daemon.json says the daemon stopped.
+// Run is the loop. It starts watching the workload records and the
+// datastore, reads every record, programs the kernel, reports ready, then
+// reacts to hints and timers until ctx is done. On return the dataplane is
+// left in place and daemon.json says the daemon stopped.
 func (a *Agent) Run(ctx context.Context) error {
+	// Watchers first, so nothing that happens during the first sync is lost.
+	if err := a.wls.Watch(ctx, a.NotifyWorkload, a.NotifyRescan); err != nil {
+		return err
+	}
+	if err := a.ds.Watch(ctx, a.NotifyPeers); err != nil {
+		return err
+	}
 	a.status.SetReady(false, "initial sync in progress")
 	a.writeStatus("initial sync in progress")
 	a.fullSync()
 	a.ready = true
 	a.publishReadiness(a.managersBlocked())
-	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerCount(), "error", a.lastErr)
+	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerRecords, "error", a.lastErr)
 
-	resync := time.NewTicker(a.opts.ResyncPeriod)
-	defer resync.Stop()
-	tick := time.NewTicker(a.opts.TickPeriod)
-	defer tick.Stop()
-	var keepC <-chan time.Time
-	if a.keeper != nil {
-		keep := time.NewTicker(a.keepPeriod)
-		defer keep.Stop()
-		keepC = keep.C
-	}
+	sched := a.newSchedule(ctx)
+	timer := time.NewTimer(sched.wait(a.now()))
+	defer timer.Stop()
 	var retry, grace *time.Timer
 	var retryC, graceC <-chan time.Time
 	for {
@@ -375,19 +366,18 @@ func (a *Agent) Run(ctx context.Context) error {
 					continue
 				}
 			}
-		case <-resync.C:
-			a.needResync = true
-		case <-tick.C:
-			a.collectLeaks(ctx)
+		case <-timer.C:
+			pass := sched.runDue(a.now())
+			timer.Reset(sched.wait(a.now()))
+			if !pass {
+				continue
+			}
 		case <-retryC:
 			retryC = nil
 			a.needApply = true
 		case <-graceC:
 			graceC = nil
 			a.needApply = true // the tables kept the held interfaces dirty
-		case <-keepC:
-			a.keep(true)
-			continue
 		}
 		if a.needResync {
 			a.fullSync()
@@ -401,6 +391,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+// newSchedule returns the loop's periodic work: the full resync, the leak
+// check, each Checker manager's check and the keeper's sysctl check.
+func (a *Agent) newSchedule(ctx context.Context) *schedule {
+	s := &schedule{}
+	now := a.now()
+	s.add("resync", a.opts.ResyncPeriod, now, func() bool { a.needResync = true; return true })
+	s.add("leaks", a.opts.TickPeriod, now, func() bool { a.collectLeaks(ctx); return true })
+	for _, m := range a.managers {
+		if c, ok := m.(Checker); ok && c.CheckPeriod() > 0 {
+			s.add(fmt.Sprintf("check %T", m), c.CheckPeriod(), now, func() bool {
+				c.QueueCheck()
+				a.needApply = true
+				return true
+			})
+		}
+	}
+	if a.keeper != nil {
+		// Sysctls have no change events: read them on their own tick,
+		// without a pass of their own.
+		s.add("keeper", a.keepPeriod, now, func() bool { a.keep(true); return false })
+	}
+	return s
+}
+
 // fullSync re-reads every record, re-derives all desired routes, queues a
 // full RouteTable resync and applies. It also drains pending hints, which the
 // re-read supersedes except for link states.
@@ -410,84 +424,32 @@ func (a *Agent) fullSync() {
 	p := a.takePending()
 	a.applyLinks(p.links)
 
-	ws, bad, wdirErr := a.readWorkloads()
-	ns, nbad := a.store.ListNodes()
-	// A directory that cannot be listed says nothing about the records in
-	// it: keep serving what we had rather than withdraw every pod's route.
-	ndirErr := dirError(nbad, a.store.NodesDir())
-	if ndirErr == nil {
-		a.badNodes = len(nbad)
-	}
+	ws, bad, wdirErr := a.wls.All()
 	var errs []error
 	for _, msg := range bad {
 		errs = append(errs, errors.New(msg))
 	}
-	a.reportBad(append(errs, nbad...))
+	// A source that cannot be listed says nothing about the records in
+	// it: keep serving what we had rather than withdraw every pod's route.
+	a.publishSelf()
+	a.ds.Rescan()
+	a.reportBad(append(errs, a.nodesChanged(true)...))
 	if wdirErr == nil {
 		a.workloads = ws
 		a.badFiles = bad
 	} else {
 		a.log.Error("cannot list workload records, keeping the last known set", "err", wdirErr)
 	}
-	if ndirErr == nil {
-		a.nodes = map[string]*state.Node{}
-		for _, n := range ns {
-			a.nodes[n.Name+".json"] = n
-		}
-	} else {
-		a.log.Error("cannot list node records, keeping the last known set", "err", ndirErr)
-	}
-	a.ensureSelf()
 	a.syncDesired()
 	if a.keeper != nil {
 		a.keeper.CheckAll()
 	}
-	a.nodesChanged()
 	a.rt4.QueueResync()
 	if a.rt6 != nil {
 		a.rt6.QueueResync()
 	}
 	a.apply()
 	a.metrics.ResyncDuration.Observe(a.now().Sub(start).Seconds())
-}
-
-// readWorkloads reads every record in workloads/ by file name: the records
-// served, why each other record file cannot be, and an error when the
-// directory itself cannot be listed. Dotfiles (writers' temp files) and
-// names without the record extension are not records.
-func (a *Agent) readWorkloads() (map[string]*state.Workload, map[string]string, error) {
-	entries, err := os.ReadDir(a.store.WorkloadsDir())
-	if err != nil {
-		return nil, nil, fmt.Errorf("list %s: %w", a.store.WorkloadsDir(), err)
-	}
-	good, bad := map[string]*state.Workload{}, map[string]string{}
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		w, err := a.readWorkload(name)
-		switch {
-		case errors.Is(err, state.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			bad[name] = err.Error()
-		default:
-			good[name] = w
-		}
-	}
-	return good, bad, nil
-}
-
-// dirError returns the error in bad that is about listing dir itself (not
-// one of its files), or nil.
-func dirError(bad []error, dir string) error {
-	for _, err := range bad {
-		var pe *fs.PathError
-		if errors.As(err, &pe) && filepath.Clean(pe.Path) == filepath.Clean(dir) {
-			return err
-		}
-	}
-	return nil
 }
 
 func (a *Agent) takePending() pending {
@@ -513,20 +475,15 @@ func (a *Agent) processPending() {
 	if p.apply {
 		a.needApply = true
 	}
-	workloadsChanged, nodesChanged := false, false
-	for k := range p.files {
-		if k.node {
-			nodesChanged = a.reloadNode(k.name) || nodesChanged
-		} else {
-			workloadsChanged = a.reloadWorkload(k.name) || workloadsChanged
-		}
+	workloadsChanged := false
+	for key := range p.workloads {
+		workloadsChanged = a.reloadWorkload(key) || workloadsChanged
 	}
 	if workloadsChanged || linksChanged {
 		a.syncDesired()
 	}
-	if nodesChanged {
-		a.ensureSelf()
-		a.nodesChanged()
+	if p.peers {
+		_ = a.nodesChanged(false)
 	}
 	for _, ev := range p.routeEvs {
 		a.checkRouteEvent(ev)
@@ -588,14 +545,14 @@ func (a *Agent) refreshLinks() {
 // ownVeth reports whether name is one of routelet's veths that exists: it
 // has the interface prefix and is a veth.
 func (a *Agent) ownVeth(name string) bool {
-	return strings.HasPrefix(name, a.opts.IfacePrefix) && a.links[name] == "veth"
+	return ownVeth(a.opts.IfacePrefix, a.links, name)
 }
 
-// reloadWorkload re-reads one workload file; it reports whether the served
-// set changed. An unreadable record is logged and no longer served.
+// reloadWorkload re-reads one workload record; it reports whether the
+// served set changed. An unreadable record is logged and no longer served.
 func (a *Agent) reloadWorkload(name string) bool {
 	old := a.workloads[name]
-	w, err := a.readWorkload(name)
+	w, err := a.wls.Get(name)
 	switch {
 	case errors.Is(err, state.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
 		delete(a.workloads, name)
@@ -613,43 +570,6 @@ func (a *Agent) reloadWorkload(name string) bool {
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
 	a.setBadRecords()
 	return old != nil || a.workloads[name] != nil
-}
-
-// readWorkload reads workloads/name through the Store, which validates it;
-// the record must be the one that belongs under that file name.
-func (a *Agent) readWorkload(name string) (*state.Workload, error) {
-	data, err := state.ReadFileNoFollow(a.store.WorkloadsDir(), name)
-	if err != nil {
-		return nil, err
-	}
-	var id struct {
-		ContainerID string `json:"containerID"`
-		IfName      string `json:"ifName"`
-	}
-	if err := json.Unmarshal(data, &id); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", name, err)
-	}
-	if state.ValidateContainerID(id.ContainerID) != nil || state.ValidateIfName(id.IfName) != nil ||
-		state.AttachmentName(id.ContainerID, id.IfName)+".json" != name {
-		return nil, fmt.Errorf("parse %s: containerID %q / ifName %q do not match the file name", name, id.ContainerID, id.IfName)
-	}
-	return a.store.GetWorkload(id.ContainerID, id.IfName)
-}
-
-// reloadNode re-reads one node file; it reports whether anything changed.
-func (a *Agent) reloadNode(name string) bool {
-	old := a.nodes[name]
-	n, err := a.store.GetNode(strings.TrimSuffix(name, ".json"))
-	switch {
-	case errors.Is(err, state.ErrNotFound):
-		delete(a.nodes, name)
-	case err != nil:
-		a.log.Warn("skipping bad node record", "file", name, "err", err)
-		delete(a.nodes, name)
-	default:
-		a.nodes[name] = n
-	}
-	return old != nil || a.nodes[name] != nil
 }
 
 // reportBad logs each bad record once (until it is fixed or changes).
@@ -673,71 +593,37 @@ func (a *Agent) setBadRecords() {
 }
 
 // syncDesired derives every interface's routes from the workloads and the
-// local blocks, and hands the interfaces whose routes changed to the tables.
-//
-// A record is refused (logged, counted in routelet_bad_records, no route)
-// when checkWorkload finds it names an interface or an address routelet
-// must not touch. When several records claim one address, it is routed to
-// one of them (see beats), whatever order they were read in.
+// local blocks (DesiredRoutes), and hands the interfaces whose routes
+// changed to the tables. Refused records and addresses several records
+// claim are logged when that changes.
 func (a *Agent) syncDesired() {
-	next := [2]map[string][]routes.Target{{}, {}}
-	refused := map[string]string{}
-	owner := map[netip.Addr]string{} // address → file of the record it is routed to
-	claims := map[netip.Addr]int{}
-	for _, name := range sortedKeys(a.workloads) {
-		w := a.workloads[name]
-		if err := a.checkWorkload(w); err != nil {
-			refused[name] = err.Error()
-			if a.refused[name] != err.Error() {
-				a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
-					"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", err)
-			}
-			continue
-		}
-		for _, addr := range workloadAddrs(w) {
-			claims[addr]++
-			if cur, ok := owner[addr]; !ok || a.beats(w, a.workloads[cur]) {
-				owner[addr] = name
-			}
+	d := DesiredRoutes(RouteInput{
+		Workloads: a.workloads, Links: a.links, LocalBlocks: a.opts.LocalBlocks, NodeSpace: a.opts.NodeSpace,
+		IfacePrefix: a.opts.IfacePrefix, StaticARP: a.opts.StaticARP,
+	})
+	for _, name := range slices.Sorted(maps.Keys(d.Refused)) {
+		if why := d.Refused[name]; a.refused[name] != why {
+			w := a.workloads[name]
+			a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
+				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", why)
 		}
 	}
-	a.refused = refused
+	a.refused = d.Refused
 	a.setBadRecords()
-	winners := map[netip.Addr]string{}
-	for addr, name := range owner {
-		w := a.workloads[name]
-		if claims[addr] > 1 {
-			winners[addr] = name
-			if a.winners[addr] != name {
-				a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
-					"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
-			}
+	for addr, name := range d.Contested {
+		if a.winners[addr] != name {
+			w := a.workloads[name]
+			a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
+				"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
 		}
-		t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
-		fam := 0
-		if addr.Is6() {
-			fam = 1
-		} else if a.opts.StaticARP {
-			if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
-				t.DestMAC = mac
-			}
-		}
-		next[fam][w.HostIface] = append(next[fam][w.HostIface], t)
 	}
-	a.winners = winners
-	for _, b := range a.opts.LocalBlocks {
-		fam := 0
-		if b.Addr().Is6() {
-			fam = 1
-		}
-		next[fam][routes.InterfaceNone] = append(next[fam][routes.InterfaceNone], routes.Target{CIDR: b, Type: routes.TypeBlackhole})
-	}
+	a.winners = d.Contested
+	next := d.Routes
 	for fam, rt := range []RouteTable{a.rt4, a.rt6} {
 		if rt == nil {
 			continue
 		}
 		for iface, ts := range next[fam] {
-			sortTargets(ts)
 			if !targetsEqual(a.desired[fam][iface], ts) {
 				rt.SetRoutes(iface, ts)
 				a.needApply = true
@@ -752,100 +638,7 @@ func (a *Agent) syncDesired() {
 	}
 	a.desired = next
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
-	a.keeperVeths(owner)
-}
-
-// workloadAddrs returns the addresses of a record's IPs (the Store
-// validated them as CIDRs).
-func workloadAddrs(w *state.Workload) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range w.IPs {
-		if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Addr()) {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
-}
-
-// checkWorkload refuses a record that would make routelet touch an
-// interface that is not one of its veths, or route an address that is not a
-// pod address of this node: the host interface must have the interface
-// prefix and, when it exists, be a veth; every address must be ordinary
-// unicast, inside one of the node's blocks of its family (not a block's
-// first address, which is the tunnel address, nor an IPv4 block's last) or,
-// for a family without local blocks, outside the node's own addresses and
-// connected subnets.
-func (a *Agent) checkWorkload(w *state.Workload) error {
-	if !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
-		return fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, a.opts.IfacePrefix)
-	}
-	if kind, ok := a.links[w.HostIface]; ok && kind != "veth" {
-		return fmt.Errorf("host interface %s is a %s link, not a veth", w.HostIface, kind)
-	}
-	for _, s := range w.IPs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fmt.Errorf("address %q: %w", s, err)
-		}
-		addr := p.Addr()
-		host := netip.PrefixFrom(addr, addr.BitLen())
-		if why := netguard.SpecialRange(host); why != "" {
-			return fmt.Errorf("address %s is in %s", addr, why)
-		}
-		var blocks []netip.Prefix
-		for _, b := range a.opts.LocalBlocks {
-			if b.Addr().Is4() == addr.Is4() {
-				blocks = append(blocks, b)
-			}
-		}
-		if len(blocks) == 0 {
-			if what := a.opts.NodeSpace.Overlap(host); what != "" {
-				return fmt.Errorf("address %s overlaps %s", addr, what)
-			}
-			continue
-		}
-		i := slices.IndexFunc(blocks, func(b netip.Prefix) bool { return b.Contains(addr) })
-		if i < 0 {
-			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocks)
-		}
-		if b := blocks[i]; addr == b.Addr() || (addr.Is4() && addr == lastAddr(b)) {
-			return fmt.Errorf("address %s is reserved in block %s", addr, b)
-		}
-	}
-	return nil
-}
-
-// lastAddr returns the last address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	bits := p.Bits()
-	for i := range b {
-		for j := 0; j < 8; j++ {
-			if i*8+j >= bits {
-				b[i] |= 0x80 >> j
-			}
-		}
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
-}
-
-// beats reports whether record x, rather than y, gets an address both
-// claim: a record whose host veth exists beats one whose veth is absent (a
-// stale record never takes a live pod's route); then the newer record
-// (created later: the address was handed out again); then the lower
-// container ID and interface name, so the outcome never depends on order.
-func (a *Agent) beats(x, y *state.Workload) bool {
-	if xl, yl := a.ownVeth(x.HostIface), a.ownVeth(y.HostIface); xl != yl {
-		return xl
-	}
-	if !x.Created.Equal(y.Created) {
-		return x.Created.After(y.Created)
-	}
-	if x.ContainerID != y.ContainerID {
-		return x.ContainerID < y.ContainerID
-	}
-	return x.IfName < y.IfName
+	a.keeperVeths(d.Owner)
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its
@@ -996,153 +789,44 @@ func (a *Agent) writeStatus(reason string) {
 		LastSyncError: a.lastErr,
 		Updated:       a.now().UTC(),
 	}
-	if err := a.store.WriteDaemonStatus(st); err != nil {
+	if err := a.statusW.WriteDaemonStatus(st); err != nil {
 		a.log.Error("cannot write daemon status", "err", err)
 	}
 }
 
-// ensureSelf (re)writes this node's record when it is missing or differs
-// from what the agent publishes.
-func (a *Agent) ensureSelf() {
-	name := a.opts.Self.Name + ".json"
-	cur := a.nodes[name]
-	if cur != nil && sameNode(cur, &a.opts.Self) {
+// publishSelf hands this node's record to the datastore once (retried at
+// every full sync until it succeeds); the datastore keeps it published.
+func (a *Agent) publishSelf() {
+	if a.published {
 		return
 	}
-	n := a.opts.Self
-	n.Updated = a.now().UTC()
-	if err := a.store.PutNode(&n); err != nil {
-		a.log.Error("cannot write own node record", "node", n.Name, "err", err)
+	if err := a.ds.Publish(a.opts.Self); err != nil {
+		a.log.Error("cannot publish own node record, will retry", "node", a.opts.Self.Name, "err", err)
 		return
 	}
-	a.log.Info("wrote own node record", "node", n.Name, "hostIPv4", n.HostIPv4, "hostIPv6", n.HostIPv6, "blocks", n.Blocks)
-	a.nodes[name] = &n
+	a.published = true
 }
 
-func sameNode(x, y *state.Node) bool {
-	return x.Name == y.Name && x.HostIPv4 == y.HostIPv4 && x.HostIPv6 == y.HostIPv6 &&
-		slices.Equal(x.Blocks, y.Blocks) && x.VTEPMAC == y.VTEPMAC && x.VTEPMACv6 == y.VTEPMACv6 &&
-		x.TunnelIPv4 == y.TunnelIPv4 && x.TunnelIPv6 == y.TunnelIPv6
-}
-
-// nodesChanged validates the peer records, updates the peer metric and
-// hands the validated peers to the managers.
-func (a *Agent) nodesChanged() {
-	var recs []peers.Record
-	for _, name := range sortedKeys(a.nodes) {
-		if n := a.nodes[name]; n.Name != a.opts.Self.Name {
-			recs = append(recs, peers.FromState(n))
-		}
+// nodesChanged reads the validated peers from the datastore, updates the
+// peer metric and hands the peers to the managers. A datastore that cannot
+// list its peers says nothing about them: the managers keep the last ones.
+// full: a full read, whose unreadable records are counted and returned.
+func (a *Agent) nodesChanged(full bool) []error {
+	valid, n, bad, err := a.ds.Peers()
+	if err != nil {
+		a.log.Error("cannot list node records, keeping the last known set", "err", err)
+		return nil
 	}
-	valid := a.opts.Peers.Validate(recs)
+	if full {
+		a.badNodes = len(bad)
+	}
+	a.peerRecords = n
 	a.metrics.Peers.Set(float64(len(valid)))
 	for _, m := range a.managers {
 		m.OnNodes(valid)
 		a.needApply = true
 	}
-}
-
-func (a *Agent) peerCount() int {
-	n := 0
-	for _, r := range a.nodes {
-		if r.Name != a.opts.Self.Name {
-			n++
-		}
-	}
-	return n
-}
-
-// collectLeaks releases workloads whose host veth has been missing for the
-// leak grace period and whose netns is gone. A record with a live veth or a
-// live netns is never touched.
-func (a *Agent) collectLeaks(ctx context.Context) {
-	if len(a.workloads) == 0 {
-		clear(a.absentSince)
-		return
-	}
-	// Link events keep linkPresent current, so an idle node makes no
-	// syscall here; an interface that looks absent is confirmed with one
-	// link dump before its clock starts (events can be lost).
-	var links map[string]string
-	now := a.now()
-	changed := false
-	seen := map[string]bool{}
-	for _, name := range sortedKeys(a.workloads) {
-		w := a.workloads[name]
-		seen[w.HostIface] = true
-		// Only routelet's own veth keeps a record alive: a bridge or a
-		// link without the prefix under that name is not the pod's.
-		if a.ownVeth(w.HostIface) {
-			delete(a.absentSince, w.HostIface)
-			continue
-		}
-		if links == nil {
-			var err error
-			if links, err = a.host.Links(); err != nil {
-				a.log.Warn("leak check: cannot list links", "err", err)
-				return
-			}
-		}
-		if kind, ok := links[w.HostIface]; ok && strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
-			a.links[w.HostIface] = kind
-			if kind == "veth" {
-				delete(a.absentSince, w.HostIface)
-				changed = true // it can now win addresses from absent records
-				continue
-			}
-		}
-		since, ok := a.absentSince[w.HostIface]
-		if !ok {
-			a.absentSince[w.HostIface] = now
-			continue
-		}
-		if now.Sub(since) < a.opts.LeakGracePeriod || !a.host.NetnsGone(w.Netns) {
-			continue
-		}
-		if a.releaser != nil {
-			if err := a.releaser.Release(ctx, w.ContainerID, w.IfName); err != nil {
-				a.log.Warn("leak collection: cannot release addresses, will retry", "container", w.ContainerID, "ifname", w.IfName, "err", err)
-				continue
-			}
-		}
-		if err := a.store.DeleteWorkload(w.ContainerID, w.IfName); err != nil {
-			a.log.Warn("leak collection: cannot delete record, will retry", "container", w.ContainerID, "ifname", w.IfName, "err", err)
-			continue
-		}
-		a.log.Info("released leaked workload: netns and host veth gone past the grace period",
-			"container", w.ContainerID, "ifname", w.IfName, "iface", w.HostIface, "netns", w.Netns,
-			"ips", w.IPs, "absent_for", now.Sub(since).Round(time.Millisecond))
-		a.metrics.LeakCollections.Inc()
-		delete(a.workloads, name)
-		delete(a.absentSince, w.HostIface)
-		changed = true
-	}
-	for iface := range a.absentSince {
-		if !seen[iface] {
-			delete(a.absentSince, iface)
-		}
-	}
-	if changed {
-		a.syncDesired()
-	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func sortTargets(ts []routes.Target) {
-	sort.Slice(ts, func(i, j int) bool {
-		if c := ts[i].CIDR.Addr().Compare(ts[j].CIDR.Addr()); c != 0 {
-			return c < 0
-		}
-		return ts[i].CIDR.Bits() < ts[j].CIDR.Bits()
-	})
+	return bad
 }
 
 func targetsEqual(x, y []routes.Target) bool {

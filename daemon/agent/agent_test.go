@@ -18,7 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/daemon/datastore/file"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/workloads"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -144,11 +147,13 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{store: s, rt4: newFakeRT(), rt6: newFakeRT(), host: &fakeHost{links: map[string]bool{}, netns: map[string]bool{}},
 		rel: &fakeReleaser{}, st: health.NewStatus(time.Minute), m: health.NewMetrics()}
 	opts := Options{
-		Self:        state.Node{Name: "node-a", HostIPv4: "192.0.2.10", Blocks: []string{"10.244.1.0/24", "fd00:1::/120"}},
+		Self:        peers.Record{Name: "node-a", HostIPv4: "192.0.2.10", Blocks: []string{"10.244.1.0/24", "fd00:1::/120"}},
 		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1::/120")},
 		PodMTU:      1450, Version: "test", StaticARP: true, LeakGracePeriod: time.Minute,
 	}
-	f.a = New(opts, s, f.rt4, f.rt6, f.rel, f.host, nil, f.st, f.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ds := datastore.Peers{DS: file.New(s, opts.LocalBlocks, log), V: peers.New(peers.Options{Self: peers.Self{Name: "node-a"}, Logger: log})}
+	f.a = New(opts, workloads.New(s, log), ds, s, f.rt4, f.rt6, f.rel, f.host, nil, f.st, f.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return f
 }
 
@@ -214,9 +219,7 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := WatchFiles(ctx, f.a, f.store.WorkloadsDir(), f.store.NodesDir(), slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
+	// Run watches the records before its first sync.
 	done := make(chan error, 1)
 	go func() { done <- f.a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
@@ -473,10 +476,6 @@ func TestWatchSurvivesDirectoryRemoval(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	defer func() { cancel(); <-done }()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := WatchFiles(ctx, f.a, f.store.WorkloadsDir(), f.store.NodesDir(), log); err != nil {
-		t.Fatal(err)
-	}
 	go func() { done <- f.a.Run(ctx) }()
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	if err := os.RemoveAll(f.store.WorkloadsDir()); err != nil {
@@ -557,13 +556,13 @@ func TestWorkloadRecordChecks(t *testing.T) {
 	// Through a file event: one more corrupt record, then it goes away.
 	path := filepath.Join(f.store.WorkloadsDir(), "junk_eth0.json")
 	os.WriteFile(path, []byte("{"), 0o600)
-	f.a.NotifyFile(false, "junk_eth0.json")
+	f.a.NotifyWorkload("junk_eth0.json")
 	f.a.processPending()
 	if got := gauge(f.m.BadRecords); got != float64(len(bad)+1) {
 		t.Errorf("bad records after a corrupt file event = %v, want %d", got, len(bad)+1)
 	}
 	os.Remove(path)
-	f.a.NotifyFile(false, "junk_eth0.json")
+	f.a.NotifyWorkload("junk_eth0.json")
 	f.a.processPending()
 	if got := gauge(f.m.BadRecords); got != float64(len(bad)) {
 		t.Errorf("bad records after the file went = %v, want %d", got, len(bad))

@@ -3,12 +3,15 @@
 // kernel in line.
 //
 // One goroutine (Run) owns every RouteTable and all desired state. Watchers
-// (fsnotify on workloads/ and nodes/, netlink link/route/neighbour
-// subscriptions) run in their own goroutines and only queue hints through the
+// (fsnotify on workloads/ and nodes/; the one netlink event source,
+// daemon/netwatch, to which the agent is a Handler for the interfaces it
+// owns) run in their own goroutines and only queue hints through the
 // Notify* methods; the loop wakes, waits a short debounce so a burst becomes
 // one pass, re-reads what the hints name, and calls Apply, the only path to
-// the kernel. A full re-read of every record plus a full RouteTable resync
-// runs every resync period, so a lost event costs at most one period.
+// the kernel. Periodic work is ticks of one schedule in the loop: the full
+// re-read of every record plus a full RouteTable resync every resync period
+// (so a lost event costs at most one period), the leak check, each Checker
+// manager's check and the keeper's sysctl check.
 //
 // Ownership: routes on interfaces named with the interface prefix belong to
 // routelet; elsewhere only routes carrying routelet's route protocol do (the
@@ -18,8 +21,13 @@
 // pod (Keeper: veth sysctls, node forwarding, veth up, IPv6 neighbours):
 // links and neighbours on their events, sysctls on a tick of at most 1s.
 //
-// Seams for later work: Manager takes validated peers (pkg/peers: node
-// records are checked once, in nodesChanged, before any manager sees them)
-// and applies its own dataplane (overlay devices, ipsets) in the same loop;
-// a Manager with a NotReady method can hold the daemon not ready.
+// Seams: workload records come from a Workloads source (daemon/workloads),
+// peers from a PeerSource (daemon/datastore: a Datastore with the peer
+// validator in front, so managers only see validated peers.NodeInfo);
+// this node's record (Options.Self, built once) goes out through
+// PeerSource.Publish and is never read back. The agent holds no path.
+// A Manager takes validated peers and applies its own dataplane (overlay
+// devices, ipsets) in the same loop; a Manager with a NotReady method can
+// hold the daemon not ready, one with CheckPeriod/QueueCheck (Checker)
+// gets a periodic check on the loop's schedule.
 package agent

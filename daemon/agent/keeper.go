@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,7 +44,7 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 		return
 	}
 	var vs []podnet.HostVeth
-	for _, name := range sortedKeys(a.workloads) {
+	for _, name := range slices.Sorted(maps.Keys(a.workloads)) {
 		w := a.workloads[name]
 		if _, bad := a.refused[name]; bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
 			continue

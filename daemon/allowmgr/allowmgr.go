@@ -1,11 +1,9 @@
 package allowmgr
 
 import (
-	"context"
 	"log/slog"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +13,8 @@ import (
 	"github.com/routelet/routelet/pkg/peers"
 )
 
-// Allowlist is the part of *allowlist.Manager that Manager drives. Its
-// methods must be safe for concurrent use: the check runs beside the loop.
+// Allowlist is the part of *allowlist.Manager that Manager drives, all on
+// the loop goroutine.
 type Allowlist interface {
 	SetConfig(cfg rules.Config) error
 	SetVXLANPeers(peers []netip.Prefix) error
@@ -44,26 +42,24 @@ type Options struct {
 	// NATPools are the pod CIDRs NAT outgoing masquerades
 	// (nat-outgoing-pool); empty: every pool.
 	NATPools []netip.Prefix
-	// CheckPeriod is how often RunChecks re-reads and repairs; default 1s.
+	// CheckPeriod is how often the loop queues the check (re-read and
+	// repair); default 1s.
 	CheckPeriod time.Duration
 }
 
-// Manager feeds an Allowlist from node records. OnNodes and Apply belong to
-// the loop goroutine; RunChecks to its own; the check bookkeeping below is
-// guarded by mu.
+// Manager feeds an Allowlist from node records. Every method belongs to
+// the loop goroutine (agent.Manager and agent.Checker).
 type Manager struct {
 	al   Allowlist
 	opts Options
 	log  *slog.Logger
 
-	// Loop-owned: what was last handed to al, to skip unchanged lists.
+	// What was last handed to al, to skip unchanged lists.
 	peers, pools []netip.Prefix
 	handed       bool
 
-	firstApply     chan struct{} // closed by the first Apply
-	firstApplyOnce sync.Once
-
-	mu        sync.Mutex
+	applied   bool   // the first Apply ran: the desired members are known
+	checkDue  bool   // QueueCheck was called: the next Apply checks
 	lastError string // last check error logged, to log each distinct one once
 
 	repairs     prometheus.Counter
@@ -87,7 +83,6 @@ func New(al Allowlist, opts Options, log *slog.Logger) (*Manager, error) {
 	}
 	return &Manager{
 		al: al, opts: opts, log: log,
-		firstApply: make(chan struct{}),
 		repairs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "routelet_allowlist_repairs_total",
 			Help: "Sets, chains and jumps the periodic allowlist check found tampered with and repaired.",
@@ -132,16 +127,7 @@ func (m *Manager) Register(reg prometheus.Registerer) error {
 // ours are the pools. The peers were checked where their records entered
 // the daemon (pkg/peers), so nothing is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
-	var hosts []netip.Prefix
-	pools := slices.Clone(m.opts.LocalBlocks)
-	for _, n := range nodes {
-		for _, a := range n.HostIPs() {
-			hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
-		}
-		pools = append(pools, n.Blocks...)
-	}
-	hosts = append(hosts, m.opts.ExternalNodeCIDRs...)
-	hosts, pools = normalize(hosts), normalize(pools)
+	hosts, pools := Members(nodes, m.opts.LocalBlocks, m.opts.ExternalNodeCIDRs)
 	if m.handed && slices.Equal(hosts, m.peers) && slices.Equal(pools, m.pools) {
 		return
 	}
@@ -153,6 +139,22 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	}
 	m.peers, m.pools, m.handed = hosts, pools, true
 	m.log.Debug("allowlist members", "peers", len(hosts), "pools", len(pools))
+}
+
+// Members derives the desired set members from validated peers: every
+// peer's host IPs (as host prefixes) plus external may send overlay traffic
+// (hosts); every peer's blocks plus local are the pod pools. Both are
+// sorted, without duplicates or prefixes no set can hold.
+func Members(nodes []peers.NodeInfo, local, external []netip.Prefix) (hosts, pools []netip.Prefix) {
+	pools = slices.Clone(local)
+	for _, n := range nodes {
+		for _, a := range n.HostIPs() {
+			hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
+		}
+		pools = append(pools, n.Blocks...)
+	}
+	hosts = append(hosts, external...)
+	return normalize(hosts), normalize(pools)
 }
 
 // normalize sorts ps, drops duplicates and prefixes no set can hold (/0,
@@ -171,39 +173,31 @@ func normalize(ps []netip.Prefix) []netip.Prefix {
 }
 
 // Apply programs the sets and chains; what fails is retried by the loop's
-// next Apply (and by the next check).
+// next Apply. When a check is queued it runs after that, in the same pass:
+// its repairs are the loop's too, and its errors are logged and counted,
+// not the pass's (the next check retries).
 func (m *Manager) Apply() error {
-	defer m.firstApplyOnce.Do(func() { close(m.firstApply) })
-	return m.al.Apply()
+	err := m.al.Apply()
+	m.applied = true
+	if m.checkDue {
+		m.checkDue = false
+		m.Check()
+	}
+	return err
 }
 
-// RunChecks calls Check every check period until ctx is done, starting once
-// the loop's first Apply has run.
-func (m *Manager) RunChecks(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-m.firstApply:
-	}
-	t := time.NewTicker(m.opts.CheckPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.Check()
-		}
-	}
-}
+// CheckPeriod implements agent.Checker: how often the loop queues a check.
+func (m *Manager) CheckPeriod() time.Duration { return m.opts.CheckPeriod }
+
+// QueueCheck implements agent.Checker: the next Apply re-reads every
+// routelet set and chain and repairs what drifted.
+func (m *Manager) QueueCheck() { m.checkDue = true }
 
 // Check re-reads every routelet set and chain and repairs what drifted. It
 // returns how many sets, chains or jumps were repaired; before the loop's
 // first Apply it does nothing (the desired members are not known yet).
 func (m *Manager) Check() (int, error) {
-	select {
-	case <-m.firstApply:
-	default:
+	if !m.applied {
 		return 0, nil
 	}
 	start := time.Now()
@@ -213,8 +207,6 @@ func (m *Manager) Check() (int, error) {
 		m.repairs.Add(float64(n))
 		m.log.Info("allowlist tampered with, repaired", "repairs", n)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err != nil {
 		m.checkErrors.Inc()
 		if msg := err.Error(); msg != m.lastError {

@@ -1,12 +1,12 @@
 package allowmgr
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,29 +261,82 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestRunChecksBesideTheLoop: RunChecks returns when its context ends,
-// before or after the first Apply, and runs beside OnNodes/Apply without
-// a data race (run with -race); the peer set ends as the last records say.
-func TestRunChecksBesideTheLoop(t *testing.T) {
+// TestCheckInTheLoop: a queued check runs inside the next Apply (after its
+// programming: the first Apply's check already knows the members) and
+// repairs there; checks queued between Applies never leave the peer set
+// other than the last records say.
+func TestCheckInTheLoop(t *testing.T) {
 	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}, CheckPeriod: time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f.m.RunChecks(ctx); close(done) }()
-	cancel()
-	<-done // returns without an Apply ever happening
-
-	ctx, cancel = context.WithCancel(context.Background())
-	done = make(chan struct{})
-	go func() { f.m.RunChecks(ctx); close(done) }()
+	if f.m.CheckPeriod() != time.Millisecond {
+		t.Fatalf("check period %s, want 1ms", f.m.CheckPeriod())
+	}
+	f.m.QueueCheck()
+	f.m.OnNodes(valid(node("b", "192.0.2.10", "", "10.244.2.0/24")))
+	if err := f.m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.Del("routelet-vxlan-peers", netip.MustParsePrefix("192.0.2.10/32")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Apply(); err != nil { // no check queued: the tampering stays
+		t.Fatal(err)
+	}
+	if got := f.members()["routelet-vxlan-peers"]; len(got) != 0 {
+		t.Fatalf("peer set %v after an Apply without a check; want the tampering left for the check", got)
+	}
+	f.m.QueueCheck()
+	if err := f.m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.members()["routelet-vxlan-peers"]; !reflect.DeepEqual(got, []string{"192.0.2.10/32"}) {
+		t.Fatalf("peer set %v after a queued check, want the repaired 192.0.2.10/32", got)
+	}
 	for i := range 50 {
 		f.m.OnNodes(valid(node("b", fmt.Sprintf("192.0.2.%d", 10+i%3), "", "10.244.2.0/24")))
+		if i%2 == 0 {
+			f.m.QueueCheck()
+		}
 		if err := f.m.Apply(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cancel()
-	<-done
 	if got := f.members()["routelet-vxlan-peers"]; !reflect.DeepEqual(got, []string{"192.0.2.11/32"}) { // 10+49%3
 		t.Errorf("peer set %v, want the last record's 192.0.2.11/32", got)
+	}
+}
+
+// TestMembers: the pure derivation of the allowlist members from peers.
+func TestMembers(t *testing.T) {
+	pp := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name             string
+		nodes            []peers.NodeInfo
+		local, external  []netip.Prefix
+		wantHosts, wantP []netip.Prefix
+	}{
+		{name: "no peers", local: pp("10.244.1.0/24"), wantP: pp("10.244.1.0/24")},
+		{name: "peers, sorted and deduplicated",
+			nodes: []peers.NodeInfo{
+				{Name: "c", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.12")}, IPv6: peers.Endpoint{HostIP: netip.MustParseAddr("2001:db8::12")},
+					Blocks: pp("10.244.3.0/24", "fd00:3::/64")},
+				{Name: "b", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.11")}, Blocks: pp("10.244.2.0/24")},
+				{Name: "d", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.11")}, Blocks: pp("10.244.2.0/24")},
+			},
+			local: pp("10.244.1.0/24"), external: pp("198.51.100.0/24", "192.0.2.12/32"),
+			wantHosts: pp("192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/24", "2001:db8::12/128"),
+			wantP:     pp("10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "fd00:3::/64")},
+		{name: "prefixes no set can hold are dropped", local: pp("0.0.0.0/0", "10.244.1.0/24"), external: pp("::ffff:192.0.2.1/128"),
+			wantP: pp("10.244.1.0/24")},
+	} {
+		hosts, pools := Members(tc.nodes, tc.local, tc.external)
+		if !slices.Equal(hosts, tc.wantHosts) || !slices.Equal(pools, tc.wantP) {
+			t.Errorf("%s: hosts %v, pools %v; want %v, %v", tc.name, hosts, pools, tc.wantHosts, tc.wantP)
+		}
 	}
 }

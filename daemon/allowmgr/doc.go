@@ -8,10 +8,11 @@
 // allowlist, which changes the kernel only by difference. Both run on the
 // loop goroutine.
 //
-// RunChecks runs beside the loop, not in it: every check period it asks the
-// allowlist to re-read its sets and chains and repair whatever was tampered
-// with (a flushed chain, a deleted jump or member, a destroyed set). A
-// clean check changes nothing and wakes nobody. Checks start only after
-// the loop's first Apply, so a restarting daemon never "repairs" the peer
-// sets to empty before it has read the node records.
+// The periodic check is a tick of the loop (agent.Checker): every check
+// period the loop calls QueueCheck, and the next Apply asks the allowlist to
+// re-read its sets and chains and repair whatever was tampered with (a
+// flushed chain, a deleted jump or member, a destroyed set). A clean check
+// changes nothing. Checks do nothing before the first Apply, so a
+// restarting daemon never "repairs" the peer sets to empty before it has
+// read the node records.
 package allowmgr

@@ -15,9 +15,11 @@
 // OnNodes (memory only) turns every validated peer (pkg/peers) into
 // overlay.Peer values, hands them to the VXLAN manager and feeds every key
 // of overlay.Routes to SetRoutes, empty lists included, so routes of a previous mode or of a
-// vanished peer are removed. Watch subscribes to link, route and neighbour
-// notifications and runs the periodic device check; both only record hints
-// and ask the loop for a pass (agent.NotifyApply). Apply then repairs: a
+// vanished peer are removed. Interest says which netlink events are the
+// overlay's (its devices, parents and owned interfaces); Events is the
+// daemon/netwatch handler for them, and QueueCheck the periodic device
+// check the loop runs every CheckPeriod. Both only record hints and ask the
+// loop for a pass (agent.NotifyApply). Apply then repairs: a
 // recreated device (DeviceInfo.Created grew) gets its routes re-read and
 // re-programmed at once.
 //

@@ -5,15 +5,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
-	"github.com/routelet/routelet/pkg/state"
 )
 
 // RouteTable is the part of *routes.RouteTable the manager drives.
@@ -50,6 +54,11 @@ type Config struct {
 	Logger *slog.Logger
 	// OnRepair is handed to the VXLAN devices (overlay.VXLANConfig).
 	OnRepair func(object string)
+	// RouteProtocol marks routelet's routes; default routes.DefaultProtocol.
+	RouteProtocol int
+	// CheckPeriod is how often the loop runs the device check (QueueCheck);
+	// default 10s.
+	CheckPeriod time.Duration
 }
 
 // device is what the manager needs of overlay.VXLAN and overlay.IPIP.
@@ -61,7 +70,8 @@ type device interface {
 }
 
 // family is the overlay of one IP family. Loop-owned except the device
-// managers, which are safe for concurrent use (Watch calls their hints).
+// managers, which are safe for concurrent use (event handlers call their
+// hints).
 type family struct {
 	v       int
 	hostIP  netip.Addr
@@ -78,7 +88,8 @@ type family struct {
 }
 
 // Manager is the overlay's agent.Manager. OnNodes and Apply run on the
-// loop goroutine; Watch's goroutine only records hints.
+// loop goroutine; the netwatch handler (Events) only records hints
+// (QueueCheck and the device hints are safe for concurrent use).
 type Manager struct {
 	cfg  Config
 	nl   overlay.Netlink
@@ -91,7 +102,7 @@ type Manager struct {
 	// the VNI or port); "" when nothing blocks.
 	blocked string
 
-	// mu guards the hints below, recorded by Watch's goroutine.
+	// mu guards the hints below, recorded by the event handler.
 	mu          sync.Mutex
 	dirtyIfaces map[string]bool // owned interfaces whose routes need a re-read
 	checkRoutes bool            // device check: re-read every owned interface
@@ -107,6 +118,12 @@ func New(nl overlay.Netlink, cfg Config, newTable NewTable) (*Manager, error) {
 	}
 	if cfg.VXLANDevice == "" {
 		cfg.VXLANDevice = overlay.DeviceVXLAN
+	}
+	if cfg.RouteProtocol == 0 {
+		cfg.RouteProtocol = routes.DefaultProtocol
+	}
+	if cfg.CheckPeriod <= 0 {
+		cfg.CheckPeriod = 10 * time.Second
 	}
 	m := &Manager{cfg: cfg, nl: nl, log: cfg.Logger.With("component", "overlay"), dirtyIfaces: map[string]bool{}}
 	for _, v := range []int{4, 6} {
@@ -215,10 +232,10 @@ func blocksOf(ps []netip.Prefix, v int) []netip.Prefix {
 	return out
 }
 
-// Publish fills in what peers need from this node's record: the VTEP MAC
+// Publish fills in what peers need in this node's record: the VTEP MAC
 // and tunnel address of each VXLAN device, the tunnel address of the IPIP
 // device. Fields of families without a device are cleared.
-func (m *Manager) Publish(n *state.Node) {
+func (m *Manager) Publish(n *peers.Record) {
 	n.VTEPMAC, n.VTEPMACv6, n.TunnelIPv4, n.TunnelIPv6 = "", "", "", ""
 	for _, f := range m.fams {
 		tunnel, ok := overlay.TunnelAddress(f.in.LocalBlocks, f.v)
@@ -271,7 +288,7 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 		for _, err := range errs {
 			problems = append(problems, err.Error())
 		}
-		for _, name := range sortedKeys(want) {
+		for _, name := range slices.Sorted(maps.Keys(want)) {
 			f.rt.SetRoutes(name, want[name])
 		}
 		if s := strings.Join(problems, "; "); s != f.problems {
@@ -402,10 +419,14 @@ func (m *Manager) markIface(ifname string) {
 	m.mu.Unlock()
 }
 
-// queueCheck is the periodic device check: every device re-reads itself,
-// its addresses and its neighbour and FDB entries, and every owned
-// interface its routes.
-func (m *Manager) queueCheck() {
+// CheckPeriod implements agent.Checker: how often the loop calls
+// QueueCheck.
+func (m *Manager) CheckPeriod() time.Duration { return m.cfg.CheckPeriod }
+
+// QueueCheck implements agent.Checker: the periodic device check. Every
+// device re-reads itself, its addresses and its neighbour and FDB entries,
+// and every owned interface its routes, in the next Apply.
+func (m *Manager) QueueCheck() {
 	for _, f := range m.fams {
 		for _, d := range f.devices {
 			d.QueueCheck()
@@ -416,11 +437,65 @@ func (m *Manager) queueCheck() {
 	m.mu.Unlock()
 }
 
-func sortedKeys[V any](mp map[string]V) []string {
-	keys := make([]string, 0, len(mp))
-	for k := range mp {
-		keys = append(keys, k)
+// Interest is what the overlay owns in the netlink event stream: its
+// devices, their parents and the owned interfaces of every family; of
+// their routes only deletions of routelet-protocol routes in the main
+// table.
+func (m *Manager) Interest() netwatch.Interest {
+	var names []string
+	for _, f := range m.fams {
+		names = append(names, f.owned...)
+		names = append(names, f.parent.Name)
+		for _, d := range f.devices {
+			names = append(names, d.Device().Name)
+		}
 	}
-	slices.Sort(keys)
-	return keys
+	slices.Sort(names)
+	return netwatch.Interest{
+		Names:     slices.Compact(names),
+		Protocols: []int{m.cfg.RouteProtocol}, Tables: []int{0, unix.RT_TABLE_MAIN}, RouteDeletesOnly: true,
+	}
+}
+
+// Events returns the overlay's netwatch.Handler: each event that matters
+// records a hint and calls wake (the loop's NotifyApply); the repair
+// happens in Apply on the loop goroutine. Relevant: a link event for an
+// overlay device, its parent or another owned interface (deleted, down,
+// MTU or MAC changed); a routelet-protocol route deleted from an owned
+// interface; any neighbour or FDB change on a VXLAN device (our own writes
+// echo back once and cost one re-read that finds nothing to do). Lost
+// events (Rescan) queue the full device check.
+func (m *Manager) Events(wake func()) netwatch.Handler { return events{m, wake} }
+
+type events struct {
+	m    *Manager
+	wake func()
+}
+
+// OnLink implements netwatch.Handler.
+func (e events) OnLink(ev netwatch.LinkEvent) {
+	if e.m.onLink(ev.Name) {
+		e.wake()
+	}
+}
+
+// OnRoute implements netwatch.Handler.
+func (e events) OnRoute(ev netwatch.RouteEvent) {
+	if e.m.owns(ev.Iface) {
+		e.m.markIface(ev.Iface)
+		e.wake()
+	}
+}
+
+// OnNeigh implements netwatch.Handler.
+func (e events) OnNeigh(ev netwatch.NeighEvent) {
+	if e.m.onNeigh(ev.Iface) {
+		e.wake()
+	}
+}
+
+// Rescan implements netwatch.Handler.
+func (e events) Rescan() {
+	e.m.QueueCheck()
+	e.wake()
 }

@@ -138,7 +138,7 @@ func neighbours(t *testing.T, nl *overlay.FakeNetlink, dev string, family int) [
 
 func TestVXLANCrossSubnetDualStack(t *testing.T) {
 	nl, m, tables := setup(t, overlay.ModeVXLANCrossSubnet, "10.244.1.0/24", "fd00:244:1::/120")
-	self := &state.Node{Name: "a"}
+	self := &peers.Record{Name: "a"}
 	m.Publish(self)
 	if self.VTEPMAC != overlay.VTEPMAC("a", 4).String() || self.TunnelIPv4 != "10.244.1.0" ||
 		self.VTEPMACv6 != overlay.VTEPMAC("a", 6).String() || self.TunnelIPv6 != "fd00:244:1::" {
@@ -233,7 +233,7 @@ func TestModeNoneRemovesVXLAN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	self := &state.Node{Name: "a", VTEPMAC: "02:00:00:00:00:01", TunnelIPv4: "10.244.1.0"}
+	self := &peers.Record{Name: "a", VTEPMAC: "02:00:00:00:00:01", TunnelIPv4: "10.244.1.0"}
 	m.Publish(self)
 	if self.VTEPMAC != "" || self.TunnelIPv4 != "" {
 		t.Errorf("mode none publishes %+v, want no VTEP", self)

@@ -265,7 +265,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		}
 	}
 	for _, n := range c.Nodes {
-		if err := n.waitReady(ctx, 15*time.Second); err != nil {
+		if err := n.waitReady(ctx, netnstest.ReadyTimeout); err != nil {
 			return err
 		}
 	}
@@ -292,7 +292,7 @@ func (c *Cluster) Restart(ctx context.Context, n *Node, daemonArgs ...string) er
 		return err
 	}
 	// daemon.json still says "stopped" until the new daemon's first sync.
-	return n.waitReady(ctx, 15*time.Second)
+	return n.waitReady(ctx, netnstest.ReadyTimeout)
 }
 
 func (c *Cluster) startDaemon(n *Node, daemonArgs []string) error {

@@ -13,10 +13,16 @@ const pollEvery = 10 * time.Millisecond
 var errNotYet = errors.New("condition not met")
 
 // WaitFor calls check every 10 ms until it returns nil and returns how long
-// that took. When timeout passes first it fails t, naming what and the last
-// error check returned (which should say what was seen instead). Tests wait
-// for conditions with it instead of sleeping.
+// that took. When Generous(timeout) passes first it fails t, naming what and
+// the last error check returned (which should say what was seen instead).
+// Tests wait for conditions with it instead of sleeping.
 func WaitFor(t testing.TB, timeout time.Duration, what string, check func() error) time.Duration {
+	t.Helper()
+	return waitFor(t, Generous(timeout), what, check)
+}
+
+// waitFor is WaitFor with the timeout taken as it is.
+func waitFor(t testing.TB, timeout time.Duration, what string, check func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {

@@ -27,7 +27,7 @@ func TestProc(t *testing.T) {
 	if p.Cmd.SysProcAttr == nil || p.Cmd.SysProcAttr.Pdeathsig != syscall.SIGKILL {
 		t.Error("process does not die with its parent")
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(log.String(), "net:[") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -49,16 +49,25 @@ func TestProc(t *testing.T) {
 		t.Error("Done not closed after Stop")
 	}
 
+	// stubborn starts a shell ignoring SIGTERM and returns once it says
+	// so: "up" comes after the trap is set.
 	stubborn := func() *Proc {
 		t.Helper()
-		p, err := StartIn(n.NetNS, &Buffer{}, "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done")
+		out := &Buffer{}
+		p, err := StartIn(n.NetNS, out, "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done")
 		if err != nil {
 			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for !strings.Contains(out.String(), "up") {
+			if time.Now().After(deadline) {
+				t.Fatalf("shell did not set its trap within a minute: %q", out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		return p
 	}
 	p = stubborn()
-	time.Sleep(200 * time.Millisecond) // let the trap be set
 	if err := p.Stop(300 * time.Millisecond); !errors.Is(err, ErrStillRunning) {
 		t.Errorf("Stop of a process ignoring SIGTERM: %v, want ErrStillRunning", err)
 	}

@@ -610,13 +610,10 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 // TestKernelIPIP runs the IPIP manager on a real tunl0 between two nodes
 // across the router; it skips on kernels without IPIP.
 func TestKernelIPIP(t *testing.T) {
+	netnstest.SkipUnlessRoot(t, "creates network namespaces and ipip devices")
+	netnstest.SkipUnlessIPIP(t)
 	c := newCluster(t)
 	a, b := c.nodes[0], c.nodes[2]
-	probe := &netlink.Iptun{LinkAttrs: netlink.LinkAttrs{Name: "ipipprobe"}}
-	if err := a.h.LinkAdd(probe); err != nil {
-		t.Skipf("kernel cannot create an ipip link (no CONFIG_NET_IPIP?): %v", err)
-	}
-	a.h.LinkDel(a.link("ipipprobe"))
 	for _, n := range []*testNode{a, b} {
 		m, err := NewIPIP(n.k, IPIPConfig{HostIP: n.host, TunnelAddr: n.block.Addr(), Logger: quiet})
 		if err != nil {

@@ -336,7 +336,7 @@ func (c *cluster) startDaemonUntil(what string, settled func(*state.DaemonStatus
 			t.Logf("routeletd log:\n%s", d.log.String())
 		}
 	})
-	netnstest.Eventually(t, 15*time.Second, what, func() bool {
+	netnstest.Eventually(t, netnstest.ReadyTimeout, what, func() bool {
 		select {
 		case <-d.proc.Done():
 			t.Fatalf("routeletd exited: %v\n%s", d.proc.Err(), d.log.String())

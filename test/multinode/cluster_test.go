@@ -321,7 +321,8 @@ func equalDP(a, b dataplane) bool {
 		slices.Equal(a.Neigh6, b.Neigh6) && slices.Equal(a.FDB6, b.FDB6)
 }
 
-// waitDataplane polls until n holds exactly want, or fails after timeout
+// waitDataplane polls until n holds exactly want, or fails after
+// netnstest.Generous(timeout)
 // showing both.
 func (c *testCluster) waitDataplane(n *node, timeout time.Duration, what string, want dataplane) {
 	c.t.Helper()

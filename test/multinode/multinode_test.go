@@ -338,13 +338,22 @@ func TestNoEncapsulation(t *testing.T) {
 }
 
 // TestIPIP runs the IPIP mode where the kernel can: a and b and c reach
-// each other's pods over tunl0 (IPv4 only).
+// each other's pods over tunl0 (IPv4 only), and each node's tunl0 counts
+// at least one packet out and one in per echo request or reply its pods
+// exchanged with other nodes'. Where the ipip module was not loaded yet,
+// routeletd asking for tunl0 is what loads it; once loaded, every node
+// namespace has the kernel's fallback tunl0, which routeletd adopts.
 func TestIPIP(t *testing.T) {
 	requireRoot(t)
-	if err := ipipSupported(); err != nil {
-		t.Skipf("kernel cannot do IPIP (no CONFIG_NET_IPIP / ipip module): %v", err)
+	netnstest.SkipUnlessIPIP(t)
+	loaded, err := netnstest.IPIPLoaded()
+	if err != nil {
+		t.Fatal(err)
 	}
 	c := newCluster(t, "--encapsulation=ipip")
+	if !loaded {
+		t.Log("ipip was not loaded before the daemons started: routeletd's tunl0 loaded it")
+	}
 	for _, n := range c.nodes {
 		var want []string
 		for _, p := range c.peersOf(n) {
@@ -356,26 +365,48 @@ func TestIPIP(t *testing.T) {
 			return err == nil && slices.Equal(got, want)
 		})
 	}
+	before := make(map[*node]netlink.LinkStatistics)
+	for _, n := range c.nodes {
+		before[n] = n.tunnelStats(t)
+	}
+	// crossing[n] counts the pings between a pod of n and a pod of another
+	// node: each is one packet out and one in on n's tunl0.
+	crossing := make(map[*node]uint64)
 	pods := c.allPods()
 	for _, from := range pods {
 		for _, to := range pods {
-			if from.p != to.p {
-				if out, ok := ping(from.p, to.p.IPv4); !ok {
-					t.Errorf("%s → %s over IPIP:\n%s", from.p.Name, to.p.IPv4, out)
-				}
+			if from.p == to.p {
+				continue
 			}
+			if out, ok := ping(from.p, to.p.IPv4); !ok {
+				t.Errorf("%s → %s over IPIP:\n%s", from.p.Name, to.p.IPv4, out)
+			}
+			if from.n != to.n {
+				crossing[from.n]++
+				crossing[to.n]++
+			}
+		}
+	}
+	for _, n := range c.nodes {
+		after := n.tunnelStats(t)
+		tx, rx := after.TxPackets-before[n].TxPackets, after.RxPackets-before[n].RxPackets
+		t.Logf("node %s tunl0: %d packets out, %d in during %d cross-node pings", n.Spec.Name, tx, rx, crossing[n])
+		if tx < crossing[n] || rx < crossing[n] {
+			t.Errorf("node %s: tunl0 counted %d packets out and %d in; want at least %d each: pod traffic did not cross tunl0",
+				n.Spec.Name, tx, rx, crossing[n])
 		}
 	}
 }
 
-// ipipSupported tries to create an ipip link in a scratch namespace.
-func ipipSupported() error {
-	n, err := netnstest.New(nsPrefix + "ipip-probe-")
+// tunnelStats returns the packet counters of n's tunl0.
+func (n *node) tunnelStats(t *testing.T) netlink.LinkStatistics {
+	t.Helper()
+	l, err := n.nl.LinkByName("tunl0")
 	if err != nil {
-		return err
+		t.Fatalf("node %s: tunl0: %v", n.Spec.Name, err)
 	}
-	defer netnstest.Remove(n)
-	return n.Do(func(ns.NetNS) error {
-		return netlink.LinkAdd(&netlink.Iptun{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}})
-	})
+	if l.Attrs().Statistics == nil {
+		t.Fatalf("node %s: tunl0 without statistics", n.Spec.Name)
+	}
+	return *l.Attrs().Statistics
 }

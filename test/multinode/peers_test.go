@@ -400,7 +400,7 @@ func waitNotReady(t *testing.T, n *node, want string) string {
 func TestIPIPWithoutKernelSupport(t *testing.T) {
 	_, n := startLone(t)
 	runDaemon(t, n, append([]string{"--encapsulation=ipip"}, healthArgs...)...)
-	if err := ipipSupported(); err == nil {
+	if err := netnstest.IPIPSupported(); err == nil {
 		netnstest.Eventually(t, 30*time.Second, "routeletd ready in ipip mode on a kernel with ipip", func() bool {
 			code, _, err := httpGet(n.CNI.NS, "http://127.0.0.1:9099/readyz")
 			return err == nil && code == http.StatusOK

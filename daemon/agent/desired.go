@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// RouteInput is everything the workload routes depend on.
+type RouteInput struct {
+	Workloads map[string]*state.Workload // by source key
+	// Links are the links with the interface prefix that exist → their
+	// netlink kind ("veth", "bridge", …).
+	Links       map[string]string
+	LocalBlocks []netip.Prefix // blackholed; workload addresses must lie inside
+	// NodeSpace is the node's own address space: a workload address of a
+	// family without local blocks must not overlap it.
+	NodeSpace   netguard.Host
+	IfacePrefix string
+	StaticARP   bool // IPv4 routes carry the container MAC (permanent neighbour)
+}
+
+// Desired is the outcome of DesiredRoutes.
+type Desired struct {
+	// Routes are the targets per family (0: IPv4, 1: IPv6) and interface
+	// (routes.InterfaceNone for the blackholes), each list sorted.
+	Routes [2]map[string][]routes.Target
+	// Refused are the records refused (checkWorkload) by key → why.
+	Refused map[string]string
+	// Owner is the key of the record each routed address goes to.
+	Owner map[netip.Addr]string
+	// Contested are the addresses several records claim → the key chosen.
+	Contested map[netip.Addr]string
+}
+
+// DesiredRoutes derives every interface's routes from the workloads and the
+// local blocks: a /32 or /128 link route on each record's host veth for
+// each of its addresses, and a blackhole per local block.
+//
+// A record is refused (no route) when checkWorkload finds it names an
+// interface or an address routelet must not touch. When several records
+// claim one address, it is routed to one of them (see beats), whatever
+// order they come in.
+func DesiredRoutes(in RouteInput) Desired {
+	d := Desired{
+		Routes:  [2]map[string][]routes.Target{{}, {}},
+		Refused: map[string]string{}, Owner: map[netip.Addr]string{}, Contested: map[netip.Addr]string{},
+	}
+	claims := map[netip.Addr]int{}
+	for _, name := range slices.Sorted(maps.Keys(in.Workloads)) {
+		w := in.Workloads[name]
+		if err := checkWorkload(in, w); err != nil {
+			d.Refused[name] = err.Error()
+			continue
+		}
+		for _, addr := range workloadAddrs(w) {
+			claims[addr]++
+			if cur, ok := d.Owner[addr]; !ok || beats(in, w, in.Workloads[cur]) {
+				d.Owner[addr] = name
+			}
+		}
+	}
+	for addr, name := range d.Owner {
+		w := in.Workloads[name]
+		if claims[addr] > 1 {
+			d.Contested[addr] = name
+		}
+		t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
+		fam := 0
+		if addr.Is6() {
+			fam = 1
+		} else if in.StaticARP {
+			if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
+				t.DestMAC = mac
+			}
+		}
+		d.Routes[fam][w.HostIface] = append(d.Routes[fam][w.HostIface], t)
+	}
+	for _, b := range in.LocalBlocks {
+		fam := 0
+		if b.Addr().Is6() {
+			fam = 1
+		}
+		d.Routes[fam][routes.InterfaceNone] = append(d.Routes[fam][routes.InterfaceNone], routes.Target{CIDR: b, Type: routes.TypeBlackhole})
+	}
+	for _, m := range d.Routes {
+		for _, ts := range m {
+			sortTargets(ts)
+		}
+	}
+	return d
+}
+
+// ownVeth reports whether name is one of routelet's veths that exists: it
+// has the interface prefix and links says it is a veth.
+func ownVeth(prefix string, links map[string]string, name string) bool {
+	return strings.HasPrefix(name, prefix) && links[name] == "veth"
+}
+
+// workloadAddrs returns the addresses of a record's IPs (the Store
+// validated them as CIDRs).
+func workloadAddrs(w *state.Workload) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range w.IPs {
+		if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Addr()) {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
+
+// checkWorkload refuses a record that would make routelet touch an
+// interface that is not one of its veths, or route an address that is not a
+// pod address of this node: the host interface must have the interface
+// prefix and, when it exists, be a veth; every address must be ordinary
+// unicast, inside one of the node's blocks of its family (not a block's
+// first address, which is the tunnel address, nor an IPv4 block's last) or,
+// for a family without local blocks, outside the node's own addresses and
+// connected subnets.
+func checkWorkload(in RouteInput, w *state.Workload) error {
+	if !strings.HasPrefix(w.HostIface, in.IfacePrefix) {
+		return fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, in.IfacePrefix)
+	}
+	if kind, ok := in.Links[w.HostIface]; ok && kind != "veth" {
+		return fmt.Errorf("host interface %s is a %s link, not a veth", w.HostIface, kind)
+	}
+	for _, s := range w.IPs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("address %q: %w", s, err)
+		}
+		addr := p.Addr()
+		host := netip.PrefixFrom(addr, addr.BitLen())
+		if why := netguard.SpecialRange(host); why != "" {
+			return fmt.Errorf("address %s is in %s", addr, why)
+		}
+		var blocks []netip.Prefix
+		for _, b := range in.LocalBlocks {
+			if b.Addr().Is4() == addr.Is4() {
+				blocks = append(blocks, b)
+			}
+		}
+		if len(blocks) == 0 {
+			if what := in.NodeSpace.Overlap(host); what != "" {
+				return fmt.Errorf("address %s overlaps %s", addr, what)
+			}
+			continue
+		}
+		i := slices.IndexFunc(blocks, func(b netip.Prefix) bool { return b.Contains(addr) })
+		if i < 0 {
+			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocks)
+		}
+		if b := blocks[i]; addr == b.Addr() || (addr.Is4() && addr == lastAddr(b)) {
+			return fmt.Errorf("address %s is reserved in block %s", addr, b)
+		}
+	}
+	return nil
+}
+
+// lastAddr returns the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		for j := 0; j < 8; j++ {
+			if i*8+j >= bits {
+				b[i] |= 0x80 >> j
+			}
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// beats reports whether record x, rather than y, gets an address both
+// claim: a record whose host veth exists beats one whose veth is absent (a
+// stale record never takes a live pod's route); then the newer record
+// (created later: the address was handed out again); then the lower
+// container ID and interface name, so the outcome never depends on order.
+func beats(in RouteInput, x, y *state.Workload) bool {
+	if xl, yl := ownVeth(in.IfacePrefix, in.Links, x.HostIface), ownVeth(in.IfacePrefix, in.Links, y.HostIface); xl != yl {
+		return xl
+	}
+	if !x.Created.Equal(y.Created) {
+		return x.Created.After(y.Created)
+	}
+	if x.ContainerID != y.ContainerID {
+		return x.ContainerID < y.ContainerID
+	}
+	return x.IfName < y.IfName
+}
+
+// sortTargets orders targets by address, then prefix length.
+func sortTargets(ts []routes.Target) {
+	sort.Slice(ts, func(i, j int) bool {
+		if c := ts[i].CIDR.Addr().Compare(ts[j].CIDR.Addr()); c != 0 {
+			return c < 0
+		}
+		return ts[i].CIDR.Bits() < ts[j].CIDR.Bits()
+	})
+}

@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/routelet/routelet/pkg/peers"
+)
+
+// TestSchedule: ticks run when due, in the order added, once however far
+// behind the loop fell; wait names the earliest.
+func TestSchedule(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var ran []string
+	s := &schedule{}
+	s.add("fast", time.Second, t0, func() bool { ran = append(ran, "fast"); return false })
+	s.add("slow", 10*time.Second, t0, func() bool { ran = append(ran, "slow"); return true })
+	if d := s.wait(t0); d != time.Second {
+		t.Errorf("wait at start %s, want 1s", d)
+	}
+	if s.runDue(t0.Add(500*time.Millisecond)) || len(ran) != 0 {
+		t.Errorf("ran %v before anything was due", ran)
+	}
+	if pass := s.runDue(t0.Add(time.Second)); pass || !reflect.DeepEqual(ran, []string{"fast"}) {
+		t.Errorf("at 1s: ran %v, pass %v; want [fast], no pass", ran, pass)
+	}
+	ran = nil
+	// 25 s late: each runs once, and the next is a period after now.
+	now := t0.Add(35 * time.Second)
+	if pass := s.runDue(now); !pass || !reflect.DeepEqual(ran, []string{"fast", "slow"}) {
+		t.Errorf("late: ran %v, pass %v; want [fast slow], a pass", ran, pass)
+	}
+	if d := s.wait(now); d != time.Second {
+		t.Errorf("wait after a late run %s, want 1s", d)
+	}
+	if got := s.due(now.Add(10 * time.Second)); !reflect.DeepEqual(got, []string{"fast", "slow"}) {
+		t.Errorf("due 10s later: %v", got)
+	}
+}
+
+// checkingManager is a Manager and Checker that counts checks and the
+// Applies that follow them.
+type checkingManager struct {
+	mu            sync.Mutex
+	queued        bool
+	checksApplied int
+}
+
+func (m *checkingManager) OnNodes([]peers.NodeInfo)   {}
+func (m *checkingManager) CheckPeriod() time.Duration { return 5 * time.Millisecond }
+func (m *checkingManager) QueueCheck()                { m.mu.Lock(); m.queued = true; m.mu.Unlock() }
+func (m *checkingManager) Apply() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.queued {
+		m.queued = false
+		m.checksApplied++
+	}
+	return nil
+}
+func (m *checkingManager) count() int { m.mu.Lock(); defer m.mu.Unlock(); return m.checksApplied }
+
+// TestCheckerTicksInTheLoop: a Checker manager's check is queued on the
+// loop's schedule and carried out by the Apply of the same pass.
+func TestCheckerTicksInTheLoop(t *testing.T) {
+	f := newFixture(t)
+	m := &checkingManager{}
+	f.a.managers = []Manager{m}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "three checks applied", func() bool { return m.count() >= 3 })
+}

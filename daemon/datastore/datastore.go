@@ -1,0 +1,77 @@
+// Package datastore is routeletd's seam to the cluster's datastore: the
+// one interface through which the daemon learns its own pod blocks,
+// publishes its own node information and hears of its peers. The file
+// datastore (daemon/datastore/file: the state directory's nodes/ plus
+// --pod-cidr) is the first implementation; another datastore (Kubernetes
+// Nodes, etcd) is one more package implementing Datastore, with no change
+// to the agent or the managers. See docs/daemon.md.
+package datastore
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/routelet/routelet/pkg/peers"
+)
+
+// Datastore is what routeletd needs of a cluster datastore.
+type Datastore interface {
+	// LocalBlocks returns this node's pod blocks (none is an answer: the
+	// plugin's conflist then names them) once the datastore knows them.
+	// Until then it blocks, calling waiting with why (the daemon is not
+	// ready meanwhile and says so); it returns ctx's error when ctx ends.
+	LocalBlocks(ctx context.Context, waiting func(reason string)) ([]netip.Prefix, error)
+	// Publish makes this node's own information known to the peers. The
+	// daemon builds it once (identity, blocks, the overlay's VTEP facts)
+	// and calls Publish before Watch; the datastore keeps it published
+	// (re-writes it when it is lost) and never hands it back as a peer.
+	Publish(self peers.Record) error
+	// Watch calls changed whenever the peers may have changed (a hint,
+	// from any goroutine; lost events count as a change) until ctx is done.
+	Watch(ctx context.Context, changed func()) error
+	// Peers returns every peer's record as delivered (this node's left
+	// out), and the records that could not be read, each an error naming
+	// it. An error means the peers cannot be listed at all: the daemon
+	// keeps the last known peers.
+	Peers() ([]peers.Record, []error, error)
+}
+
+// Validator is the one check every peer record passes (*peers.Validator).
+type Validator interface {
+	Validate(records []peers.Record) []peers.NodeInfo
+}
+
+var _ Validator = (*peers.Validator)(nil)
+
+// Peers is the daemon's side of the seam: a Datastore's peers, validated
+// where they enter the daemon, before any manager sees them.
+type Peers struct {
+	DS Datastore
+	V  Validator
+}
+
+// Publish passes through to the datastore.
+func (p Peers) Publish(self peers.Record) error { return p.DS.Publish(self) }
+
+// Rescan asks the datastore to re-read every peer at the next Peers, when
+// it can (the file datastore: all of nodes/); a datastore kept current by a
+// watch has nothing to do.
+func (p Peers) Rescan() {
+	if r, ok := p.DS.(interface{ Rescan() }); ok {
+		r.Rescan()
+	}
+}
+
+// Watch passes through to the datastore.
+func (p Peers) Watch(ctx context.Context, changed func()) error { return p.DS.Watch(ctx, changed) }
+
+// Peers returns the validated peers, how many records were seen (before
+// validation), the unreadable records, and an error when the datastore
+// cannot list its peers (then nothing else is meaningful).
+func (p Peers) Peers() ([]peers.NodeInfo, int, []error, error) {
+	recs, bad, err := p.DS.Peers()
+	if err != nil {
+		return nil, 0, bad, err
+	}
+	return p.V.Validate(recs), len(recs), bad, nil
+}

@@ -1,0 +1,96 @@
+// Package workloads is the typed source of the workload records the CNI
+// plugin writes into the state directory's workloads/ (the plugin's
+// contract): every record read and validated by pkg/state, keyed by an
+// opaque key (the record's file name), with change hints from fsnotify.
+// The agent sees records and keys, never a path.
+package workloads
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+
+	"github.com/routelet/routelet/daemon/internal/dirwatch"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// Dir is the workload source of one state directory.
+type Dir struct {
+	store *state.Store
+	log   *slog.Logger
+}
+
+// New returns the workload source of store's workloads/.
+func New(store *state.Store, log *slog.Logger) *Dir {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Dir{store: store, log: log}
+}
+
+// All reads every record: the records served by key, why each other record
+// cannot be (by key), and an error when the records cannot be listed at
+// all (then nothing is known: keep what was known).
+func (d *Dir) All() (map[string]*state.Workload, map[string]string, error) {
+	dir := d.store.WorkloadsDir()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	good, bad := map[string]*state.Workload{}, map[string]string{}
+	for _, e := range entries {
+		key := e.Name()
+		if !dirwatch.IsRecord(key) {
+			continue
+		}
+		w, err := d.Get(key)
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+		case err != nil:
+			bad[key] = err.Error()
+		default:
+			good[key] = w
+		}
+	}
+	return good, bad, nil
+}
+
+// Get reads the record under key through the Store, which validates it;
+// the record must be the one that belongs under that key. A record that is
+// gone is state.ErrNotFound (wrapped).
+func (d *Dir) Get(key string) (*state.Workload, error) {
+	data, err := state.ReadFileNoFollow(d.store.WorkloadsDir(), key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", key, state.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var id struct {
+		ContainerID string `json:"containerID"`
+		IfName      string `json:"ifName"`
+	}
+	if err := json.Unmarshal(data, &id); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", key, err)
+	}
+	if state.ValidateContainerID(id.ContainerID) != nil || state.ValidateIfName(id.IfName) != nil ||
+		state.AttachmentName(id.ContainerID, id.IfName)+".json" != key {
+		return nil, fmt.Errorf("parse %s: containerID %q / ifName %q do not match the file name", key, id.ContainerID, id.IfName)
+	}
+	return d.store.GetWorkload(id.ContainerID, id.IfName)
+}
+
+// Delete removes w's record (leak collection); missing is success.
+func (d *Dir) Delete(w *state.Workload) error {
+	return d.store.DeleteWorkload(w.ContainerID, w.IfName)
+}
+
+// Watch calls changed with the key of every record created, changed or
+// removed, and rescan when events may have been lost, until ctx is done.
+func (d *Dir) Watch(ctx context.Context, changed func(key string), rescan func()) error {
+	return dirwatch.Watch(ctx, d.store.WorkloadsDir(), changed, rescan, d.log)
+}

@@ -1,0 +1,254 @@
+package install
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// noTempFiles fails t when dir holds one of the installer's temp files.
+func noTempFiles(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("temp file left in %s: %s", dir, e.Name())
+		}
+	}
+}
+
+// TestInstallReplacesRunningBinary installs a plugin over a binary that is
+// being executed: writing into that file fails with ETXTBSY, the installer
+// succeeds, the running process keeps its old file and the new plugin is in
+// place.
+func TestInstallReplacesRunningBinary(t *testing.T) {
+	binDir := t.TempDir()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary: ", err)
+	}
+	old, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := filepath.Join(binDir, "routelet")
+	if err := os.WriteFile(installed, old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	running := exec.Command(installed, "300")
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = running.Process.Kill()
+		_ = running.Wait()
+	})
+	// A copy in place (what cp onto the target does) is refused while the
+	// binary runs; wait until the exec has happened.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f, err := os.OpenFile(installed, os.O_WRONLY, 0)
+		if errors.Is(err, syscall.ETXTBSY) {
+			break
+		}
+		if err == nil {
+			f.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("opening the running binary for writing: %v, want ETXTBSY", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	src := filepath.Join(t.TempDir(), "routelet")
+	writeFile(t, src, fakePlugin("new"))
+	out, err := runInstaller(t, "--bin-dir", binDir, "--plugin", src, "--no-conflist")
+	if err != nil {
+		t.Fatalf("install over a running binary failed: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(installed); string(got) != fakePlugin("new") {
+		t.Errorf("installed plugin is not the new one (%d bytes)", len(got))
+	}
+	if running.ProcessState != nil {
+		t.Errorf("running binary exited: %v", running.ProcessState)
+	}
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(running.Process.Pid) + "/exe")
+	if err != nil || !strings.HasSuffix(exe, " (deleted)") {
+		t.Errorf("running process's executable = %q, %v; want the replaced (deleted) old file", exe, err)
+	}
+	noTempFiles(t, binDir)
+}
+
+// TestInstallRefusesMissingDir: a missing bin or conf dir is an error
+// naming it (nothing created), unless --mkdir.
+func TestInstallRefusesMissingDir(t *testing.T) {
+	base := t.TempDir()
+	src := filepath.Join(base, "routelet")
+	writeFile(t, src, fakePlugin("v1"))
+	conflist := filepath.Join(base, "10-routelet.conflist")
+	writeFile(t, conflist, `{"name":"k8s-pod-network"}`)
+	binDir := filepath.Join(base, "missing", "bin")
+	confDir := filepath.Join(base, "conf")
+	if err := os.Mkdir(confDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--bin-dir", binDir, "--conf-dir", confDir, "--plugin", src, "--conflist", conflist}
+	out, err := runInstaller(t, args...)
+	if err == nil {
+		t.Fatalf("install into a missing dir succeeded:\n%s", out)
+	}
+	if want := `CNI bin dir "` + binDir + `" does not exist`; !strings.Contains(out, want) {
+		t.Errorf("output %q does not say %q", out, want)
+	}
+	if _, err := os.Stat(binDir); !os.IsNotExist(err) {
+		t.Errorf("missing bin dir was created: %v", err)
+	}
+	if entries, _ := os.ReadDir(confDir); len(entries) != 0 {
+		t.Errorf("conf dir touched although the bin dir was missing: %v", entries)
+	}
+	// A missing conf dir is named too.
+	out, err = runInstaller(t, "--bin-dir", confDir, "--conf-dir", filepath.Join(base, "nope"), "--plugin", src, "--conflist", conflist)
+	if err == nil || !strings.Contains(out, `CNI conf dir "`+filepath.Join(base, "nope")+`" does not exist`) {
+		t.Errorf("missing conf dir: err %v, output %q", err, out)
+	}
+	if out, err := runInstaller(t, append(args, "--mkdir")...); err != nil {
+		t.Fatalf("install with --mkdir failed: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(binDir, "routelet")); string(got) != fakePlugin("v1") {
+		t.Errorf("plugin not installed with --mkdir")
+	}
+}
+
+// TestInstallRefusesNonPlugin: a binary that does not answer
+// CNI_COMMAND=VERSION (truncated, wrong file) never replaces the installed
+// one.
+func TestInstallRefusesNonPlugin(t *testing.T) {
+	binDir := t.TempDir()
+	installed := filepath.Join(binDir, "routelet")
+	writeFile(t, installed, fakePlugin("old"))
+	for name, body := range map[string]string{
+		"fails":         "#!/bin/sh\nexit 3\n",
+		"wrong output":  "#!/bin/sh\necho hello\n",
+		"not a program": "\x7fELF\x02\x01\x01\x00truncated",
+	} {
+		src := filepath.Join(t.TempDir(), "routelet")
+		writeFile(t, src, body)
+		out, err := runInstaller(t, "--bin-dir", binDir, "--plugin", src, "--no-conflist")
+		if err == nil {
+			t.Errorf("%s: install succeeded:\n%s", name, out)
+		}
+		if !strings.Contains(out, src) || !strings.Contains(out, "left as it was") {
+			t.Errorf("%s: output %q does not name the plugin and say the old one was kept", name, out)
+		}
+		if got, _ := os.ReadFile(installed); string(got) != fakePlugin("old") {
+			t.Errorf("%s: installed plugin changed", name)
+		}
+		noTempFiles(t, binDir)
+	}
+}
+
+// inPrivateMount runs script with sh in a new, private mount namespace
+// (mounts made there vanish with it and never reach the host) and returns
+// its combined output.
+func inPrivateMount(t *testing.T, script string, env ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts a tmpfs in a private mount namespace")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux): ", err)
+	}
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("private mount namespace script failed: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// afterInstall splits the output of an installScript run into the
+// installer's output, its exit code and the target dir's listing and
+// routelet's content printed after it.
+func afterInstall(t *testing.T, out string) (installer, exit, listing, content string) {
+	t.Helper()
+	parts := strings.SplitN(out, "::", 4)
+	if len(parts) != 4 {
+		t.Fatalf("unexpected script output:\n%s", out)
+	}
+	return parts[0], strings.TrimSpace(parts[1]), parts[2], parts[3]
+}
+
+// installScript mounts a tmpfs of the given options at $D, puts the old
+// plugin there, runs $PRE, installs $SRC and prints the result.
+const installScript = `set -e
+mount -t tmpfs -o size=$SIZE tmpfs "$D"
+cp "$OLD" "$D/routelet"
+$PRE
+set +e
+sh ./install-cni.sh --bin-dir "$D" --plugin "$SRC" --no-conflist
+echo "::$?"
+echo "::$(ls -A "$D")"
+printf '::'
+cat "$D/routelet"
+`
+
+// TestPrivilegedInstallReadOnlyDir: a read-only bin dir (a tmpfs remounted
+// read-only in a private mount namespace) is a clear error and leaves the
+// installed plugin as it was.
+func TestPrivilegedInstallReadOnlyDir(t *testing.T) {
+	base := t.TempDir()
+	d := filepath.Join(base, "bin")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, src := filepath.Join(base, "old"), filepath.Join(base, "routelet")
+	writeFile(t, old, fakePlugin("old"))
+	writeFile(t, src, fakePlugin("new"))
+	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=1m",
+		`PRE=mount -o remount,ro `+d)
+	installer, exit, listing, content := afterInstall(t, out)
+	if exit == "0" {
+		t.Fatalf("install into a read-only dir succeeded:\n%s", out)
+	}
+	if want := `CNI bin dir "` + d + `" is not writable`; !strings.Contains(installer, want) {
+		t.Errorf("installer output %q does not say %q", installer, want)
+	}
+	if strings.TrimSpace(listing) != "routelet" || content != fakePlugin("old") {
+		t.Errorf("read-only dir changed: listing %q, routelet %q", listing, content)
+	}
+}
+
+// TestPrivilegedInstallDiskFull: a bin dir too full for the new plugin (a
+// small tmpfs in a private mount namespace) is a clear error; the old plugin
+// stays whole and no partial file is left.
+func TestPrivilegedInstallDiskFull(t *testing.T) {
+	base := t.TempDir()
+	d := filepath.Join(base, "bin")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, src := filepath.Join(base, "old"), filepath.Join(base, "routelet")
+	writeFile(t, old, fakePlugin("old"))
+	writeFile(t, src, fakePlugin("new")+"# "+strings.Repeat("x", 256<<10)+"\n")
+	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=64k", "PRE=:")
+	installer, exit, listing, content := afterInstall(t, out)
+	if exit == "0" {
+		t.Fatalf("install of 256 KiB into a 64 KiB tmpfs succeeded:\n%s", out)
+	}
+	if !strings.Contains(installer, "disk full") || !strings.Contains(installer, "left as it was") {
+		t.Errorf("installer output %q does not say the disk is full and the old plugin kept", installer)
+	}
+	if strings.TrimSpace(listing) != "routelet" || content != fakePlugin("old") {
+		t.Errorf("full dir changed: listing %q, routelet %q", listing, content)
+	}
+}
