@@ -156,26 +156,6 @@ func TestInstallRefusesNonPlugin(t *testing.T) {
 	}
 }
 
-// inPrivateMount runs script with sh in a new, private mount namespace
-// (mounts made there vanish with it and never reach the host) and returns
-// its combined output.
-func inPrivateMount(t *testing.T, script string, env ...string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts a tmpfs in a private mount namespace")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("needs unshare (util-linux): ", err)
-	}
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("private mount namespace script failed: %v\n%s", err, out)
-	}
-	return string(out)
-}
-
 // afterInstall splits the output of an installScript run into the
 // installer's output, its exit code and the target dir's listing and
 // routelet's content printed after it.
@@ -201,54 +181,3 @@ echo "::$(ls -A "$D")"
 printf '::'
 cat "$D/routelet"
 `
-
-// TestPrivilegedInstallReadOnlyDir: a read-only bin dir (a tmpfs remounted
-// read-only in a private mount namespace) is a clear error and leaves the
-// installed plugin as it was.
-func TestPrivilegedInstallReadOnlyDir(t *testing.T) {
-	base := t.TempDir()
-	d := filepath.Join(base, "bin")
-	if err := os.Mkdir(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	old, src := filepath.Join(base, "old"), filepath.Join(base, "routelet")
-	writeFile(t, old, fakePlugin("old"))
-	writeFile(t, src, fakePlugin("new"))
-	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=1m",
-		`PRE=mount -o remount,ro `+d)
-	installer, exit, listing, content := afterInstall(t, out)
-	if exit == "0" {
-		t.Fatalf("install into a read-only dir succeeded:\n%s", out)
-	}
-	if want := `CNI bin dir "` + d + `" is not writable`; !strings.Contains(installer, want) {
-		t.Errorf("installer output %q does not say %q", installer, want)
-	}
-	if strings.TrimSpace(listing) != "routelet" || content != fakePlugin("old") {
-		t.Errorf("read-only dir changed: listing %q, routelet %q", listing, content)
-	}
-}
-
-// TestPrivilegedInstallDiskFull: a bin dir too full for the new plugin (a
-// small tmpfs in a private mount namespace) is a clear error; the old plugin
-// stays whole and no partial file is left.
-func TestPrivilegedInstallDiskFull(t *testing.T) {
-	base := t.TempDir()
-	d := filepath.Join(base, "bin")
-	if err := os.Mkdir(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	old, src := filepath.Join(base, "old"), filepath.Join(base, "routelet")
-	writeFile(t, old, fakePlugin("old"))
-	writeFile(t, src, fakePlugin("new")+"# "+strings.Repeat("x", 256<<10)+"\n")
-	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=64k", "PRE=:")
-	installer, exit, listing, content := afterInstall(t, out)
-	if exit == "0" {
-		t.Fatalf("install of 256 KiB into a 64 KiB tmpfs succeeded:\n%s", out)
-	}
-	if !strings.Contains(installer, "disk full") || !strings.Contains(installer, "left as it was") {
-		t.Errorf("installer output %q does not say the disk is full and the old plugin kept", installer)
-	}
-	if strings.TrimSpace(listing) != "routelet" || content != fakePlugin("old") {
-		t.Errorf("full dir changed: listing %q, routelet %q", listing, content)
-	}
-}

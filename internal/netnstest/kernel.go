@@ -12,6 +12,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // RequireIPIPEnv names the environment variable that turns SkipUnlessIPIP's
@@ -99,11 +101,10 @@ func freshNamespaceHas(name string) (bool, error) {
 	var has bool
 	err = n.Do(func(ns.NetNS) error {
 		_, err := netlink.LinkByName(name)
-		var notFound netlink.LinkNotFoundError
 		switch {
 		case err == nil:
 			has = true
-		case errors.As(err, &notFound):
+		case nlutil.LinkNotFound(err):
 		default:
 			return fmt.Errorf("look up %s in a fresh namespace: %w", name, err)
 		}
@@ -118,13 +119,7 @@ func freshNamespaceHas(name string) (bool, error) {
 func MadeLinks(n ns.NetNS) ([]string, error) {
 	var names []string
 	err := n.Do(func(ns.NetNS) error {
-		var links []netlink.Link
-		var err error
-		for range 5 {
-			if links, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
-				break
-			}
-		}
+		links, err := nlutil.Retry(netlink.LinkList)
 		if err != nil {
 			return err
 		}
