@@ -2,9 +2,7 @@ package allowlist
 
 import (
 	"context"
-	"errors"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -83,16 +81,7 @@ func listenUDP(t *testing.T, n ns.NetNS, port string) net.PacketConn {
 // sendUDP sends one datagram from inside n to dst.
 func sendUDP(t *testing.T, n ns.NetNS, dst, payload string) {
 	t.Helper()
-	err := n.Do(func(ns.NetNS) error {
-		c, err := net.Dial("udp4", dst)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte(payload))
-		return err
-	})
-	if err != nil {
+	if err := netnstest.SendUDP(n, dst, payload); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -101,22 +90,7 @@ func sendUDP(t *testing.T, n ns.NetNS, dst, payload string) {
 // address it came from ("" when it never arrived).
 func sourceOf(t *testing.T, l net.PacketConn, payload string) string {
 	t.Helper()
-	buf := make([]byte, 1500)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_ = l.SetReadDeadline(deadline)
-		n, from, err := l.ReadFrom(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return ""
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(buf[:n]) == payload {
-			host, _, _ := net.SplitHostPort(from.String())
-			return host
-		}
-	}
+	return arrival(t, l, payload, 5*time.Second)
 }
 
 // TestForwardAndNATOutgoing: with the node's FORWARD policy DROP (as Docker

@@ -87,16 +87,7 @@ func listenUDP(t *testing.T, n ns.NetNS, addr string) *net.UDPConn {
 // sendUDP sends one datagram from inside n.
 func sendUDP(t *testing.T, n ns.NetNS, dst, payload string) {
 	t.Helper()
-	err := n.Do(func(ns.NetNS) error {
-		c, err := net.Dial("udp4", dst)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte(payload))
-		return err
-	})
-	if err != nil {
+	if err := netnstest.SendUDP(n, dst, payload); err != nil {
 		t.Fatal(err)
 	}
 }
