@@ -324,6 +324,26 @@ func TestKernelInterfaceDownUp(t *testing.T) {
 	e.wantIP([]string{"-4", "route", "show", "proto", "80"}, "10.0.0.1 dev cali1 scope link", "10.0.0.2 dev cali2 scope link")
 }
 
+// conntrack opens a conntrack connection inside e's namespace, closed when
+// the test ends.
+func (e *kernelEnv) conntrack() *conntrack.Conn {
+	e.t.Helper()
+	nsh, err := netns.GetFromPath(e.ns.Path())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c, err := conntrack.Dial(&mdnetlink.Config{NetNS: int(nsh)})
+	if err != nil {
+		nsh.Close()
+		e.t.Fatalf("conntrack dial: %v", err)
+	}
+	e.t.Cleanup(func() {
+		c.Close()
+		nsh.Close()
+	})
+	return c
+}
+
 // TestKernelConntrackCleanup injects flows with ti-mo/conntrack and checks
 // the ones of a removed, and of a moved, pod IP are really gone.
 func TestKernelConntrackCleanup(t *testing.T) {
@@ -334,16 +354,7 @@ func TestKernelConntrackCleanup(t *testing.T) {
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.3/32")}})
 	mustApply(t, rt)
 
-	nsh, err := netns.GetFromPath(e.ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	c, err := conntrack.Dial(&mdnetlink.Config{NetNS: int(nsh)})
-	if err != nil {
-		t.Fatalf("conntrack dial: %v", err)
-	}
-	defer c.Close()
+	c := e.conntrack()
 	mk := func(src, dst string, sport uint16) {
 		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr(dst), sport, 53, 120, 0)
 		if err := c.Create(f); err != nil {
@@ -461,16 +472,7 @@ func TestKernelConntrackCleanupIPv6(t *testing.T) {
 	rt := e.table(kernelConfig(6), nil)
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}, {CIDR: pfx("fd00::2/128")}})
 	mustApply(t, rt)
-	nsh, err := netns.GetFromPath(e.ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	c, err := conntrack.Dial(&mdnetlink.Config{NetNS: int(nsh)})
-	if err != nil {
-		t.Fatalf("conntrack dial: %v", err)
-	}
-	defer c.Close()
+	c := e.conntrack()
 	for i, src := range []string{"fd00::1", "fd00::2"} {
 		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr("2001:db8::53"), uint16(2000+i), 53, 120, 0)
 		if err := c.Create(f); err != nil {
