@@ -18,6 +18,7 @@ import (
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -98,7 +99,7 @@ type Options struct {
 	LocalBlocks     []netip.Prefix // blackholed; also published in daemon.json
 	PodMTU          int
 	Version         string
-	IfacePrefix     string        // default "cali"
+	IfacePrefix     string        // default podnet.DefaultPrefix
 	RouteProtocol   int           // default routes.DefaultProtocol
 	ResyncPeriod    time.Duration // default 90s
 	TickPeriod      time.Duration // liveness and leak checks; default 10s
@@ -178,7 +179,7 @@ type linkState struct {
 func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, rt6 RouteTable, releaser Releaser, host Host, managers []Manager,
 	status *health.Status, metrics *health.Metrics, log *slog.Logger) *Agent {
 	if opts.IfacePrefix == "" {
-		opts.IfacePrefix = "cali"
+		opts.IfacePrefix = podnet.DefaultPrefix
 	}
 	if opts.RouteProtocol == 0 {
 		opts.RouteProtocol = routes.DefaultProtocol
@@ -624,7 +625,7 @@ func (a *Agent) syncDesired() {
 			continue
 		}
 		for iface, ts := range next[fam] {
-			if !targetsEqual(a.desired[fam][iface], ts) {
+			if !slices.EqualFunc(a.desired[fam][iface], ts, routes.Target.Equal) {
 				rt.SetRoutes(iface, ts)
 				a.needApply = true
 			}
@@ -827,11 +828,4 @@ func (a *Agent) nodesChanged(full bool) []error {
 		a.needApply = true
 	}
 	return bad
-}
-
-func targetsEqual(x, y []routes.Target) bool {
-	return slices.EqualFunc(x, y, func(a, b routes.Target) bool {
-		return a.CIDR == b.CIDR && a.Type == b.Type && a.Gateway == b.Gateway && a.OnLink == b.OnLink &&
-			a.Src == b.Src && a.MTU == b.MTU && slices.Equal(a.DestMAC, b.DestMAC)
-	})
 }

@@ -359,7 +359,7 @@ func routeEvent(u netlink.RouteUpdate, names *ifNames) (RouteEvent, bool) {
 	}
 	// Reject routes (blackhole, unreachable, prohibit, throw) have no output
 	// device, although the kernel reports IPv6 ones on the loopback device.
-	if u.LinkIndex != 0 && !isRejectRoute(u.Route.Type) {
+	if u.LinkIndex != 0 && !routes.IsNoInterfaceType(u.Route.Type) {
 		ev.Iface = names.get(u.LinkIndex)
 		if ev.Iface == "" {
 			return RouteEvent{}, false
@@ -378,15 +378,6 @@ func routeEvent(u netlink.RouteUpdate, names *ifNames) (RouteEvent, bool) {
 	ones, _ := u.Dst.Mask.Size()
 	ev.Dst = netip.PrefixFrom(ip, ones)
 	return ev, true
-}
-
-// isRejectRoute reports the route types that routes.InterfaceNone holds.
-func isRejectRoute(t int) bool {
-	switch t {
-	case unix.RTN_BLACKHOLE, unix.RTN_UNREACHABLE, unix.RTN_PROHIBIT, unix.RTN_THROW:
-		return true
-	}
-	return false
 }
 
 // ifNames maps interface indexes to names, from link notifications; an
