@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -361,7 +362,7 @@ func checkRequested(want []netip.Addr, blocks []netip.Prefix, reserved []netip.A
 		if !in.IsValid() {
 			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is in none of the blocks %v", a, blocks)
 		}
-		if a == in.Addr() || (a.Is4() && a == lastAddr(in)) {
+		if netguard.Reserved(in, a) {
 			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is reserved in block %s", a, in)
 		}
 		if slices.Contains(reserved, a) {
@@ -369,14 +370,4 @@ func checkRequested(want []netip.Addr, blocks []netip.Prefix, reserved []netip.A
 		}
 	}
 	return nil
-}
-
-// lastAddr is the highest address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

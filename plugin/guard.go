@@ -124,7 +124,7 @@ func reservedAddrs(daemonBlocks []netip.Prefix) []netip.Addr {
 	for _, b := range daemonBlocks {
 		out = append(out, b.Masked().Addr())
 		if b.Addr().Is4() {
-			out = append(out, lastAddr(b))
+			out = append(out, netguard.LastAddr(b))
 		}
 	}
 	return out

@@ -646,7 +646,7 @@ func FuzzWorkloadRoutes(f *testing.F) {
 				for _, tg := range ts {
 					a := tg.CIDR.Addr()
 					switch {
-					case fam == 0 && (!block.Contains(a) || a == block.Addr() || a == lastAddr(block)):
+					case fam == 0 && (!block.Contains(a) || a == block.Addr() || a == netguard.LastAddr(block)):
 						t.Fatalf("IPv4 route %s outside %s or reserved", tg.CIDR, block)
 					case fam == 1 && (netguard.SpecialRange(tg.CIDR) != "" || fx.a.opts.NodeSpace.Overlap(tg.CIDR) != ""):
 						t.Fatalf("IPv6 route %s in special or node space", tg.CIDR)

@@ -158,26 +158,11 @@ func checkWorkload(in RouteInput, w *state.Workload) error {
 		if i < 0 {
 			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocks)
 		}
-		if b := blocks[i]; addr == b.Addr() || (addr.Is4() && addr == lastAddr(b)) {
+		if b := blocks[i]; netguard.Reserved(b, addr) {
 			return fmt.Errorf("address %s is reserved in block %s", addr, b)
 		}
 	}
 	return nil
-}
-
-// lastAddr returns the last address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	bits := p.Bits()
-	for i := range b {
-		for j := 0; j < 8; j++ {
-			if i*8+j >= bits {
-				b[i] |= 0x80 >> j
-			}
-		}
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // beats reports whether record x, rather than y, gets an address both

@@ -210,26 +210,3 @@ func addrAt(block netip.Prefix, off uint64) netip.Addr {
 	}
 	return a
 }
-
-// lastAddr returns the last address of block.
-func lastAddr(block netip.Prefix) netip.Addr {
-	b := block.Addr().As16()
-	bits := block.Bits()
-	if block.Addr().Is4() {
-		bits += 96
-	}
-	for i := bits; i < 128; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	a := netip.AddrFrom16(b)
-	if block.Addr().Is4() {
-		return a.Unmap()
-	}
-	return a
-}
-
-// isReserved reports whether addr is one of block's never-handed-out
-// addresses: its first, and for IPv4 its last.
-func isReserved(block netip.Prefix, addr netip.Addr) bool {
-	return addr == block.Addr() || block.Addr().Is4() && addr == lastAddr(block)
-}

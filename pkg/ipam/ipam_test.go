@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/routelet/routelet/pkg/netguard"
 )
 
 var (
@@ -63,7 +65,7 @@ func usable(block netip.Prefix) map[netip.Addr]bool {
 		m[a] = true
 	}
 	if block.Addr().Is4() {
-		delete(m, lastAddr(block))
+		delete(m, netguard.LastAddr(block))
 	}
 	return m
 }

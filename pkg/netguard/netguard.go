@@ -169,3 +169,20 @@ func Owned(l Link, prefix string) bool {
 
 // HasUplink reports whether name carries a default route.
 func (h Host) HasUplink(name string) bool { return slices.Contains(h.Uplinks, name) }
+
+// LastAddr returns the highest address of p.
+func LastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// Reserved reports whether addr is one of the addresses IPAM never hands
+// out in block: its first (the node's tunnel address, for its first IPv4
+// block) and, for IPv4, its last.
+func Reserved(block netip.Prefix, addr netip.Addr) bool {
+	return addr == block.Masked().Addr() || block.Addr().Is4() && addr == LastAddr(block)
+}

@@ -108,3 +108,25 @@ func TestOwned(t *testing.T) {
 		}
 	}
 }
+
+func TestReserved(t *testing.T) {
+	for _, tc := range []struct {
+		block, addr string
+		want        bool
+	}{
+		{"10.0.0.0/30", "10.0.0.0", true},
+		{"10.0.0.0/30", "10.0.0.3", true},
+		{"10.0.0.0/30", "10.0.0.1", false},
+		{"10.0.0.0/24", "10.0.0.255", true},
+		{"fd00::/127", "fd00::", true},
+		{"fd00::/127", "fd00::1", false}, // IPv6 has no broadcast
+		{"fd00::/120", "fd00::ff", false},
+	} {
+		if got := Reserved(netip.MustParsePrefix(tc.block), netip.MustParseAddr(tc.addr)); got != tc.want {
+			t.Errorf("Reserved(%s, %s) = %v, want %v", tc.block, tc.addr, got, tc.want)
+		}
+	}
+	if got := LastAddr(netip.MustParsePrefix("10.1.2.0/23")); got != netip.MustParseAddr("10.1.3.255") {
+		t.Errorf("LastAddr(10.1.2.0/23) = %s", got)
+	}
+}
