@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -59,52 +60,25 @@ const (
 	exitConfig = 2
 )
 
+// commands are routeletd's subcommands beside running the daemon; each
+// parses its own arguments (what follows its name).
+var commands = map[string]func(args []string) int{
+	"version": runVersion,
+	"cleanup": runCleanup,
+}
+
 func run(args []string) int {
-	cmd := "run"
-	if len(args) > 0 && (args[0] == "cleanup" || args[0] == "version") {
-		cmd, args = args[0], args[1:]
-	}
-	if cmd == "version" {
-		fmt.Println("routeletd", fullVersion())
-		return exitOK
-	}
-	cfg, err := config.Load(args, os.LookupEnv, os.ReadFile, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
-		return exitConfig
-	}
-	log := newLogger(cfg)
-	slog.SetDefault(log)
-	if cmd == "cleanup" {
-		release, err := claimNetns()
-		if err != nil {
-			log.Error("cleanup refused: stop routeletd first", "err", err)
-			return exitFail
+	if len(args) > 0 {
+		if c, ok := commands[args[0]]; ok {
+			return c(args[1:])
 		}
-		defer release()
-		if _, err := os.Lstat(cfg.StateDir); err == nil {
-			unlock, err := lockInstance(cfg.StateDir)
-			if err != nil {
-				log.Error("cleanup refused: stop routeletd first", "err", err)
-				return exitFail
-			}
-			defer unlock()
-		}
-		rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
-			VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
-		log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
-		if err != nil {
-			log.Error("cleanup incomplete", "err", err)
-			return exitFail
-		}
-		return exitOK
 	}
-	if cfg.Datastore != config.DatastoreFile {
-		fmt.Fprintf(os.Stderr, "routeletd: config key %q: value %q is not supported by this version (only %q)\n",
-			"datastore", cfg.Datastore, config.DatastoreFile)
+	cfg, log, code := loadConfig(args)
+	if cfg == nil {
+		return code
+	}
+	if _, ok := datastores[cfg.Datastore]; !ok {
+		fmt.Fprintf(os.Stderr, "routeletd: config key %q: value %q is not supported by this version\n", "datastore", cfg.Datastore)
 		return exitConfig
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -120,6 +94,60 @@ func run(args []string) int {
 		return exitFail
 	}
 	log.Info("routeletd stopped; dataplane left in place")
+	return exitOK
+}
+
+// loadConfig reads the daemon's configuration (flags, environment, file)
+// and sets up logging. A nil config means stop with the exit code given
+// (0 after --help).
+func loadConfig(args []string) (*config.Config, *slog.Logger, int) {
+	cfg, err := config.Load(args, os.LookupEnv, os.ReadFile, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, nil, exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
+		return nil, nil, exitConfig
+	}
+	log := newLogger(cfg)
+	slog.SetDefault(log)
+	return cfg, log, exitOK
+}
+
+// runVersion prints the version.
+func runVersion([]string) int {
+	fmt.Println("routeletd", fullVersion())
+	return exitOK
+}
+
+// runCleanup removes what routelet created on this node (the daemon must
+// be stopped).
+func runCleanup(args []string) int {
+	cfg, log, code := loadConfig(args)
+	if cfg == nil {
+		return code
+	}
+	release, err := claimNetns()
+	if err != nil {
+		log.Error("cleanup refused: stop routeletd first", "err", err)
+		return exitFail
+	}
+	defer release()
+	if _, err := os.Lstat(cfg.StateDir); err == nil {
+		unlock, err := lockInstance(cfg.StateDir)
+		if err != nil {
+			log.Error("cleanup refused: stop routeletd first", "err", err)
+			return exitFail
+		}
+		defer unlock()
+	}
+	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
+		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
+	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
+	if err != nil {
+		log.Error("cleanup incomplete", "err", err)
+		return exitFail
+	}
 	return exitOK
 }
 
@@ -214,9 +242,14 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// The datastore: the file datastore (nodes/ and --pod-cidr) is the one
-	// this version has. The daemon is not ready until it knows its blocks.
-	ds := file.New(store, cfg.PodCIDRs, log.With("component", "datastore"))
+	// The daemon is not ready until the datastore gives it its blocks.
+	ds, err := datastores[cfg.Datastore](ctx, cfg, store, log.With("component", "datastore"))
+	if err != nil {
+		return err
+	}
+	if c, ok := ds.(io.Closer); ok {
+		defer c.Close()
+	}
 	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
 	if ctx.Err() != nil {
 		return nil
@@ -303,6 +336,13 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// datastores open the datastore named by config key datastore.
+var datastores = map[string]func(ctx context.Context, cfg *config.Config, store *state.Store, log *slog.Logger) (datastore.Datastore, error){
+	config.DatastoreFile: func(_ context.Context, cfg *config.Config, store *state.Store, log *slog.Logger) (datastore.Datastore, error) {
+		return file.New(store, cfg.PodCIDRs, log), nil
+	},
 }
 
 // newOverlay builds the overlay manager for the configured mode on a real
