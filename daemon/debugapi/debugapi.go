@@ -1,0 +1,249 @@
+// Package debugapi is the shape of routeletd's local state endpoint: a
+// unix socket in the state directory (SocketName, mode 0600) serving, over
+// HTTP, the running daemon's desired state next to what the kernel holds
+// (State as JSON at StatePath). `routeletd status` renders it; any tool on
+// the node may read it with Get. When no daemon answers, `routeletd status`
+// builds the same State from the state directory and the kernel, with
+// Source SourceOffline.
+//
+// Compatibility: fields are only ever added; a reader must ignore fields it
+// does not know. Times are UTC (RFC 3339 in JSON); a zero time means
+// "never" or "unknown".
+package debugapi
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// SocketName is the endpoint's socket in the state directory.
+const SocketName = "routeletd.sock"
+
+// StatePath is the HTTP path of the State document.
+const StatePath = "/v1/state"
+
+// SocketPath returns the endpoint's socket path in stateDir.
+func SocketPath(stateDir string) string { return filepath.Join(stateDir, SocketName) }
+
+// Sources of a State.
+const (
+	// SourceDaemon: the running daemon's endpoint answered; desired state
+	// is the apply loop's own.
+	SourceDaemon = "daemon"
+	// SourceOffline: no daemon answered; desired state was derived from
+	// the state directory's records the way the daemon would.
+	SourceOffline = "offline"
+)
+
+// State is everything the endpoint serves.
+type State struct {
+	Source string    `json:"source"` // SourceDaemon or SourceOffline
+	Taken  time.Time `json:"taken"`  // when the state was read
+	// Loop is false while the daemon has not started its apply loop yet
+	// (waiting for its node IP or its blocks, see Readiness.Reason): only
+	// Node and Readiness are filled in then. Offline, it is always false.
+	Loop      bool            `json:"loop"`
+	Node      Node            `json:"node"`
+	Readiness Readiness       `json:"readiness"`
+	Datastore DatastoreHealth `json:"datastore"`
+	// Blocks are this node's pod blocks and how full the built-in IPAM
+	// (<stateDir>/ipam) has them.
+	Blocks []Block `json:"blocks"`
+	// Tables compares desired and programmed routes per route table:
+	// TableWorkloadsV4/V6 (pod routes and blackholes), TableOverlayV4/V6
+	// (routes to peers' blocks).
+	Tables    []RouteTable `json:"tables"`
+	Devices   []Device     `json:"devices"`
+	Peers     []Peer       `json:"peers"`
+	Workloads []Workload   `json:"workloads"`
+	// Errors is the last error per object (a record, a table, the apply
+	// pass), oldest first.
+	Errors []ObjectError `json:"errors"`
+	// LastResync is when the loop last finished a full resync (re-read
+	// every record, reconcile every route).
+	LastResync time.Time `json:"lastResync"`
+	// Repairs are the drift repairs the daemon made since it started (at
+	// most the last MaxRepairs), oldest first.
+	Repairs []Repair `json:"repairs"`
+}
+
+// MaxRepairs bounds State.Repairs.
+const MaxRepairs = 1024
+
+// Node is this node's identity and mode.
+type Node struct {
+	Name          string   `json:"name"`
+	Version       string   `json:"version,omitempty"` // the daemon's version
+	Datastore     string   `json:"datastore"`         // config key datastore, e.g. "file"
+	Mode          string   `json:"mode"`              // overlay mode, e.g. "vxlan", "vxlan-cross-subnet", "none"
+	HostIPv4      string   `json:"hostIPv4,omitempty"`
+	HostIPv6      string   `json:"hostIPv6,omitempty"`
+	PodMTU        int      `json:"podMTU,omitempty"`
+	RouteProtocol int      `json:"routeProtocol"`
+	StateDir      string   `json:"stateDir"`
+	LocalBlocks   []string `json:"localBlocks"`
+}
+
+// Readiness is what /readyz says, and why when not ready.
+type Readiness struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+	// Updated is when daemon.json was last written (offline) or when the
+	// readiness was read (daemon).
+	Updated time.Time `json:"updated"`
+}
+
+// DatastoreHealth is the last read of the peers.
+type DatastoreHealth struct {
+	OK       bool      `json:"ok"`
+	Error    string    `json:"error,omitempty"` // why the peers cannot be listed
+	LastRead time.Time `json:"lastRead"`
+	// Records is how many peer records were read, Valid how many became
+	// peers; Unreadable and Refused name the others (one line each).
+	Records    int      `json:"records"`
+	Valid      int      `json:"valid"`
+	Unreadable []string `json:"unreadable,omitempty"`
+	Refused    []string `json:"refused,omitempty"`
+}
+
+// Block is one local block and its IPAM use.
+type Block struct {
+	CIDR string `json:"cidr"`
+	Size int    `json:"size"` // usable addresses (network, broadcast and reserved excluded)
+	Used int    `json:"used"` // addresses claimed in <stateDir>/ipam
+}
+
+// Names of the route tables in State.Tables.
+const (
+	TableWorkloadsV4 = "workloads-ipv4"
+	TableWorkloadsV6 = "workloads-ipv6"
+	TableOverlayV4   = "overlay-ipv4"
+	TableOverlayV6   = "overlay-ipv6"
+)
+
+// RouteTable compares one table's desired routes with the kernel's
+// routelet-owned routes.
+type RouteTable struct {
+	Name       string `json:"name"`
+	Desired    int    `json:"desired"`    // desired routes
+	Programmed int    `json:"programmed"` // desired routes the kernel holds as wanted
+	// Routes lists every desired route and every routelet route the
+	// kernel holds that is not desired, sorted by interface and CIDR.
+	Routes []Route `json:"routes"`
+}
+
+// Route is one route as desired and as programmed.
+type Route struct {
+	Iface string `json:"iface"`          // "" for routes without an interface (blackholes)
+	CIDR  string `json:"cidr"`           // destination
+	Type  string `json:"type"`           // "unicast", "blackhole", …
+	Via   string `json:"via,omitempty"`  // gateway
+	MTU   int    `json:"mtu,omitempty"`  // route MTU
+	Peer  string `json:"peer,omitempty"` // the peer whose block it routes (overlay tables)
+	// Desired: the daemon wants it. Programmed: the kernel holds it as
+	// wanted (same interface, type, gateway; with routelet's protocol).
+	Desired    bool `json:"desired"`
+	Programmed bool `json:"programmed"`
+	// Kernel describes what the kernel holds instead when it differs
+	// (e.g. "proto static", "via 10.0.0.9"); "" when it matches or holds
+	// nothing.
+	Kernel string `json:"kernel,omitempty"`
+}
+
+// Device is one overlay device, as wanted and as found.
+type Device struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"` // "vxlan" or "ipip"
+	Family  int    `json:"family"`
+	Exists  bool   `json:"exists"`
+	Up      bool   `json:"up"`
+	MTU     int    `json:"mtu,omitempty"`     // as found
+	WantMTU int    `json:"wantMTU,omitempty"` // as wanted
+	MAC     string `json:"mac,omitempty"`     // as found (VXLAN)
+	WantMAC string `json:"wantMAC,omitempty"` // as wanted (VXLAN)
+	// Problem says what differs; "" when the device is as wanted.
+	Problem string `json:"problem,omitempty"`
+}
+
+// Paths towards a peer.
+const (
+	PathOverlay = "overlay" // encapsulated through an overlay device
+	PathDirect  = "direct"  // routed over the underlay to the peer's host IP
+	PathNone    = "none"    // no route (no usable block, no host IP of the family)
+)
+
+// Peer is one peer node and whether everything towards it is programmed.
+type Peer struct {
+	Name     string   `json:"name"`
+	HostIPv4 string   `json:"hostIPv4,omitempty"`
+	HostIPv6 string   `json:"hostIPv6,omitempty"`
+	Blocks   []string `json:"blocks"`
+	Path     string   `json:"path"`             // PathOverlay, PathDirect or PathNone (IPv4 first)
+	Device   string   `json:"device,omitempty"` // the interface its routes use
+	// Routes, ARP, FDB and Allowlist: wanted and present. ARP and FDB are
+	// wanted only towards a VXLAN peer; Allowlist whenever the peer has a
+	// host IP and the mode encapsulates.
+	Routes    Check `json:"routes"`
+	ARP       Check `json:"arp"`
+	FDB       Check `json:"fdb"`
+	Allowlist Check `json:"allowlist"`
+	// LastChange is when the peer's validated record last changed as the
+	// daemon saw it (offline: the record's own time stamp).
+	LastChange time.Time `json:"lastChange"`
+	// Problem names what is wrong with the record itself (a refused
+	// value, an overlapping block); "" when nothing is.
+	Problem string `json:"problem,omitempty"`
+}
+
+// Check is one expectation and what was found.
+type Check struct {
+	Wanted  bool   `json:"wanted"`
+	Present bool   `json:"present"`
+	Fact    string `json:"fact,omitempty"` // what was read, e.g. "10.244.2.0 lladdr 66:.. PERMANENT"
+}
+
+// OK reports whether the check passed: not wanted, or present.
+func (c Check) OK() bool { return !c.Wanted || c.Present }
+
+// Workload is one workload record and its routes.
+type Workload struct {
+	Key         string   `json:"key"` // record name in workloads/
+	ContainerID string   `json:"containerID"`
+	IfName      string   `json:"ifName"`
+	Pod         string   `json:"pod,omitempty"` // namespace/name
+	HostIface   string   `json:"hostIface"`
+	IPs         []string `json:"ips"`
+	IfaceExists bool     `json:"ifaceExists"`
+	IfaceUp     bool     `json:"ifaceUp"`
+	Routes      Check    `json:"routes"`
+	// Refused says why no route is programmed for it; "" when served.
+	Refused string `json:"refused,omitempty"`
+}
+
+// ObjectError is the last error about one object. Object is "apply",
+// "datastore", "workload/<key>", "node/<name>" or "overlay-ipv4"/"-ipv6".
+type ObjectError struct {
+	Object string    `json:"object"`
+	Error  string    `json:"error"`
+	Since  time.Time `json:"since"`
+}
+
+// Repair is one drift the daemon found and put back. Object is what was
+// repaired: "route", "neigh", "fdb", "device", "sysctl", "link",
+// "allowlist", ….
+type Repair struct {
+	Time   time.Time `json:"time"`
+	Object string    `json:"object"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// RepairsSince counts the repairs at or after t.
+func (s *State) RepairsSince(t time.Time) int {
+	n := 0
+	for _, r := range s.Repairs {
+		if !r.Time.Before(t) {
+			n++
+		}
+	}
+	return n
+}
