@@ -8,6 +8,7 @@ import (
 	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
 	"github.com/routelet/routelet/pkg/ipset/rules"
@@ -25,7 +26,7 @@ func iptablesBackend(b string) string {
 // iptables chains) for cfg and registers its metrics; its periodic tamper
 // check is a tick of the loop. IPv6 rules are managed only when ip6tables
 // works. The returned func closes the netlink socket.
-func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, log *slog.Logger) (*allowmgr.Manager, func(), error) {
+func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, repairs *inspect.RepairLog, log *slog.Logger) (*allowmgr.Manager, func(), error) {
 	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
 	backend := iptablesBackend(cfg.IptablesBackend)
@@ -52,7 +53,7 @@ func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Met
 	}
 	m, err := allowmgr.New(allowlist.New(k, v4, v6, base), allowmgr.Options{
 		Rules: rc, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, LocalBlocks: blocks, NATPools: cfg.NATOutgoingPools,
-		CheckPeriod: cfg.AllowlistCheckPeriod,
+		CheckPeriod: cfg.AllowlistCheckPeriod, OnRepair: func(n int) { repairs.Add("allowlist", "", n) },
 	}, log)
 	if err == nil {
 		err = m.Register(metrics.Registry)

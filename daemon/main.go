@@ -33,6 +33,7 @@ import (
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/datastore/file"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
@@ -229,6 +230,9 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	} else {
 		close(serveDone)
 	}
+	ep := &stateEndpoint{cfg: cfg, status: status, repairs: inspect.NewRepairLog(), log: log.With("component", "state-endpoint")}
+	stopEndpoint := startStateEndpoint(ctx, ep)
+	defer func() { cancel(); stopEndpoint() }()
 
 	id, err := waitIdentity(ctx, cfg, store, status, log)
 	if err != nil {
@@ -258,7 +262,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
-	om, err := newOverlay(cfg, id, blocks, status, metrics, log)
+	om, err := newOverlay(cfg, id, blocks, status, metrics, ep.repairs, log)
 	if err != nil {
 		return err
 	}
@@ -304,7 +308,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	allow, closeAllow, err := newAllowlist(cfg, blocks, metrics, log)
+	allow, closeAllow, err := newAllowlist(cfg, blocks, metrics, ep.repairs, log)
 	if err != nil {
 		return err
 	}
@@ -325,6 +329,9 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer keeper.Close()
 	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
+	a.SetRepairLog(ep.repairs)
+	a.AddSnapshotter(refusals{pv})
+	ep.agent.Store(a)
 
 	// Watchers first, so nothing that happens during the first sync is
 	// lost (Run starts the record and datastore watches before it reads).
@@ -348,7 +355,7 @@ var datastores = map[string]func(ctx context.Context, cfg *config.Config, store 
 // newOverlay builds the overlay manager for the configured mode on a real
 // overlay.Kernel in the daemon's network namespace; its route tables own
 // only routelet-protocol routes on the overlay devices and the parent.
-func newOverlay(cfg *config.Config, id nodeid.Identity, blocks []netip.Prefix, status *health.Status, metrics *health.Metrics, log *slog.Logger) (*overlaymgr.Manager, error) {
+func newOverlay(cfg *config.Config, id nodeid.Identity, blocks []netip.Prefix, status *health.Status, metrics *health.Metrics, repairs *inspect.RepairLog, log *slog.Logger) (*overlaymgr.Manager, error) {
 	mode, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet)
 	if err != nil {
 		return nil, err
@@ -360,7 +367,10 @@ func newOverlay(cfg *config.Config, id nodeid.Identity, blocks []netip.Prefix, s
 	return overlaymgr.New(kern, overlaymgr.Config{
 		NodeName: cfg.NodeName, Mode: mode, HostIPv4: id.IPv4, HostIPv6: id.IPv6, LocalBlocks: blocks,
 		VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU, Logger: log,
-		OnRepair:      func(object string) { metrics.Repairs.WithLabelValues(object).Inc() },
+		OnRepair: func(object string) {
+			metrics.Repairs.WithLabelValues(object).Inc()
+			repairs.Add(object, cfg.VXLANDevice, 1)
+		},
 		RouteProtocol: cfg.RouteProtocol, CheckPeriod: cfg.DeviceCheckPeriod,
 	}, func(v int, owned []string) (overlaymgr.RouteTable, error) {
 		return routes.New(routes.Config{

@@ -156,6 +156,7 @@ type Agent struct {
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
 	keepPeriod   time.Duration
+	snap         *snapState // snapshots for the state endpoint (snapshot.go)
 }
 
 // pending collects watcher hints between two loop passes.
@@ -208,6 +209,7 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 		badFiles:    map[string]string{},
 		refused:     map[string]string{},
 		winners:     map[netip.Addr]string{},
+		snap:        newSnapState(),
 	}
 }
 
@@ -326,6 +328,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.ready = true
 	a.publishReadiness(a.managersBlocked())
 	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerRecords, "error", a.lastErr)
+	a.noteErrors()
 
 	sched := a.newSchedule(ctx)
 	timer := time.NewTimer(sched.wait(a.now()))
@@ -379,6 +382,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-graceC:
 			graceC = nil
 			a.needApply = true // the tables kept the held interfaces dirty
+		case reply := <-a.snap.req:
+			a.serveSnapshot(reply)
+			continue
 		}
 		if a.needResync {
 			a.fullSync()
@@ -389,6 +395,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		a.keep(false)
+		a.noteErrors()
 	}
 }
 
@@ -451,6 +458,7 @@ func (a *Agent) fullSync() {
 	}
 	a.apply()
 	a.metrics.ResyncDuration.Observe(a.now().Sub(start).Seconds())
+	a.snap.lastResync = a.now()
 }
 
 func (a *Agent) takePending() pending {
@@ -664,6 +672,7 @@ func (a *Agent) checkRouteEvent(ev RouteEvent) {
 	desired := slices.ContainsFunc(a.desired[fam][ev.Iface], func(t routes.Target) bool { return t.CIDR == ev.Dst })
 	if ev.Deleted == desired || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
 		a.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
+		a.snap.repairs.Add("route", ev.Dst.String()+" dev "+ev.Iface, 1)
 		rt.MarkDirty(ev.Iface)
 		a.needApply = true
 	}
@@ -677,6 +686,7 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 	}
 	p := netip.PrefixFrom(ev.IP, 32)
 	if slices.ContainsFunc(a.desired[0][ev.Iface], func(t routes.Target) bool { return t.CIDR == p }) {
+		a.snap.repairs.Add("neigh", ev.IP.String()+" dev "+ev.Iface, 1)
 		a.rt4.MarkDirty(ev.Iface)
 		a.needApply = true
 	}
@@ -814,6 +824,7 @@ func (a *Agent) publishSelf() {
 // full: a full read, whose unreadable records are counted and returned.
 func (a *Agent) nodesChanged(full bool) []error {
 	valid, n, bad, err := a.ds.Peers()
+	a.notePeers(valid, n, bad, err, full)
 	if err != nil {
 		a.log.Error("cannot list node records, keeping the last known set", "err", err)
 		return nil

@@ -75,6 +75,9 @@ func (a *Agent) keep(sysctls bool) {
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
 	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))
 	a.metrics.Repairs.WithLabelValues("neigh").Add(float64(rep.Neighbours))
+	a.snap.repairs.Add("sysctl", "", rep.Sysctls)
+	a.snap.repairs.Add("link", "", rep.Links)
+	a.snap.repairs.Add("neigh", "", rep.Neighbours)
 	if err != nil {
 		a.log.Warn("keeping pod veths", "err", err)
 	}

@@ -45,6 +45,9 @@ type Options struct {
 	// CheckPeriod is how often the loop queues the check (re-read and
 	// repair); default 1s.
 	CheckPeriod time.Duration
+	// OnRepair, when set, is called with the number of sets, chains and
+	// jumps each check repaired (when it repaired any).
+	OnRepair func(n int)
 }
 
 // Manager feeds an Allowlist from node records. Every method belongs to
@@ -206,6 +209,9 @@ func (m *Manager) Check() (int, error) {
 	if n > 0 {
 		m.repairs.Add(float64(n))
 		m.log.Info("allowlist tampered with, repaired", "repairs", n)
+		if m.opts.OnRepair != nil {
+			m.opts.OnRepair(n)
+		}
 	}
 	if err != nil {
 		m.checkErrors.Inc()

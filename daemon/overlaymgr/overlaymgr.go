@@ -273,12 +273,8 @@ func (m *Manager) PodMTU() int {
 // their records entered the daemon (pkg/peers), so nothing is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
-		var ps []overlay.Peer
+		ps := f.peers(nodes)
 		var problems []string
-		for _, n := range nodes {
-			ep := n.Endpoint(f.v)
-			ps = append(ps, overlay.Peer{Name: n.Name, HostIP: ep.HostIP, VTEPMAC: ep.VTEPMAC, TunnelIP: ep.TunnelAddr, Blocks: n.BlocksOf(f.v)})
-		}
 		if f.vxlan != nil {
 			f.vxlan.SetPeers(ps)
 		}
@@ -298,6 +294,16 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 			}
 		}
 	}
+}
+
+// peers returns the family's overlay peers for validated nodes.
+func (f *family) peers(nodes []peers.NodeInfo) []overlay.Peer {
+	var ps []overlay.Peer
+	for _, n := range nodes {
+		ep := n.Endpoint(f.v)
+		ps = append(ps, overlay.Peer{Name: n.Name, HostIP: ep.HostIP, VTEPMAC: ep.VTEPMAC, TunnelIP: ep.TunnelAddr, Blocks: n.BlocksOf(f.v)})
+	}
+	return ps
 }
 
 // Apply implements agent.Manager: stale devices removed, then per family

@@ -1,0 +1,185 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/pkg/peers"
+)
+
+// Snapshotter adds its part of the desired state (overlay, allowlist,
+// refusals) to a snapshot. It runs on the loop goroutine.
+type Snapshotter interface {
+	Snapshot(d *inspect.Desired)
+}
+
+// snapState is what the loop keeps only for snapshots: when peers last
+// changed, the datastore's health, when each error appeared, the repairs.
+// Loop-owned except req (the request channel) and repairs (safe for
+// concurrent use).
+type snapState struct {
+	req        chan chan *inspect.Desired
+	repairs    *inspect.RepairLog
+	extra      []Snapshotter
+	lastResync time.Time
+	ds         debugapi.DatastoreHealth
+	peers      []inspect.Peer
+	errs       map[string]debugapi.ObjectError // by object
+}
+
+// newSnapState returns an empty snapState.
+func newSnapState() *snapState {
+	return &snapState{req: make(chan chan *inspect.Desired), repairs: inspect.NewRepairLog(), errs: map[string]debugapi.ObjectError{}}
+}
+
+// SetRepairLog makes the loop record its drift repairs in l, which other
+// components (the overlay's and the allowlist's OnRepair) share (call
+// before Run).
+func (a *Agent) SetRepairLog(l *inspect.RepairLog) { a.snap.repairs = l }
+
+// AddSnapshotter adds s to every snapshot (call before Run). Managers that
+// implement Snapshotter are asked without it.
+func (a *Agent) AddSnapshotter(s Snapshotter) { a.snap.extra = append(a.snap.extra, s) }
+
+// Snapshot asks the loop for its desired state; the loop answers between
+// two passes. It returns ctx's error when the loop does not answer in
+// time (not running yet, or busy).
+func (a *Agent) Snapshot(ctx context.Context) (*inspect.Desired, error) {
+	reply := make(chan *inspect.Desired, 1)
+	select {
+	case a.snap.req <- reply:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case d := <-reply:
+		return d, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// snapshot builds the desired state on the loop goroutine. Everything in
+// it is a copy or immutable (records are replaced, never changed).
+func (a *Agent) snapshot() *inspect.Desired {
+	var blocks []string
+	for _, b := range a.opts.LocalBlocks {
+		blocks = append(blocks, b.String())
+	}
+	d := &inspect.Desired{
+		Loop: true, IfacePrefix: a.opts.IfacePrefix, LastResync: a.snap.lastResync.UTC(), Repairs: a.snap.repairs.List(),
+		Node: debugapi.Node{
+			Name: a.opts.NodeName, Version: a.opts.Version, HostIPv4: a.opts.Self.HostIPv4, HostIPv6: a.opts.Self.HostIPv6,
+			PodMTU: a.opts.PodMTU, RouteProtocol: a.opts.RouteProtocol, LocalBlocks: blocks,
+		},
+		Datastore: a.snap.ds,
+		Workloads: maps.Clone(a.workloads),
+		Peers:     slices.Clone(a.snap.peers),
+	}
+	dr := DesiredRoutes(RouteInput{
+		Workloads: a.workloads, Links: a.links, LocalBlocks: a.opts.LocalBlocks, NodeSpace: a.opts.NodeSpace,
+		IfacePrefix: a.opts.IfacePrefix, StaticARP: a.opts.StaticARP,
+	})
+	d.WorkloadRoutes, d.Refused = dr.Routes, dr.Refused
+	d.Datastore.Unreadable = slices.Clone(d.Datastore.Unreadable)
+	for _, e := range a.snap.errs {
+		d.Errors = append(d.Errors, e)
+	}
+	slices.SortFunc(d.Errors, func(x, y debugapi.ObjectError) int {
+		if c := x.Since.Compare(y.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Object, y.Object)
+	})
+	for _, m := range a.managers {
+		if s, ok := m.(Snapshotter); ok {
+			s.Snapshot(d)
+		}
+	}
+	for _, s := range a.snap.extra {
+		s.Snapshot(d)
+	}
+	return d
+}
+
+// serveSnapshot answers one snapshot request.
+func (a *Agent) serveSnapshot(reply chan *inspect.Desired) { reply <- a.snapshot() }
+
+// notePeers records a read of the peers: the datastore's health and when
+// each peer's validated values last changed. full: a full read, whose
+// unreadable records replace the last ones.
+func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error, full bool) {
+	s := a.snap
+	now := a.now().UTC()
+	if err != nil {
+		s.ds.OK, s.ds.Error = false, err.Error()
+		return
+	}
+	s.ds.OK, s.ds.Error, s.ds.LastRead, s.ds.Records, s.ds.Valid = true, "", now, n, len(valid)
+	if full {
+		s.ds.Unreadable = nil
+		for _, e := range bad {
+			s.ds.Unreadable = append(s.ds.Unreadable, e.Error())
+		}
+	}
+	old := make(map[string]inspect.Peer, len(s.peers))
+	for _, p := range s.peers {
+		old[p.Name] = p
+	}
+	next := make([]inspect.Peer, 0, len(valid))
+	for _, p := range valid {
+		since := now
+		if o, ok := old[p.Name]; ok && samePeer(o.NodeInfo, p) {
+			since = o.LastChange
+		}
+		next = append(next, inspect.Peer{NodeInfo: p, LastChange: since})
+	}
+	s.peers = next
+}
+
+// samePeer reports whether two validated peers carry the same values.
+func samePeer(x, y peers.NodeInfo) bool {
+	ep := func(a, b peers.Endpoint) bool {
+		return a.HostIP == b.HostIP && a.TunnelAddr == b.TunnelAddr && bytes.Equal(a.VTEPMAC, b.VTEPMAC)
+	}
+	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks)
+}
+
+// noteErrors records, after a pass, the current error of each object and
+// since when it has held (the first pass that saw it).
+func (a *Agent) noteErrors() {
+	s := a.snap
+	now := a.now().UTC()
+	cur := map[string]string{}
+	if a.lastErr != "" {
+		cur["apply"] = a.lastErr
+	}
+	if s.ds.Error != "" {
+		cur["datastore"] = s.ds.Error
+	}
+	for key, why := range a.badFiles {
+		cur["workload/"+key] = why
+	}
+	for key, why := range a.refused {
+		cur["workload/"+key] = "refused: " + why
+	}
+	if a.blocked != "" {
+		cur["readiness"] = a.blocked
+	}
+	for obj := range s.errs {
+		if _, ok := cur[obj]; !ok {
+			delete(s.errs, obj)
+		}
+	}
+	for obj, msg := range cur {
+		if e, ok := s.errs[obj]; !ok || e.Error != msg {
+			s.errs[obj] = debugapi.ObjectError{Object: obj, Error: msg, Since: now}
+		}
+	}
+}

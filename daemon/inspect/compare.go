@@ -1,0 +1,449 @@
+package inspect
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/routes"
+)
+
+// Compare joins d and k into the endpoint's document, taken at now.
+func Compare(d *Desired, k *Kernel, now time.Time) *debugapi.State {
+	st := &debugapi.State{
+		Taken: now.UTC(), Loop: d.Loop, Node: d.Node, Readiness: d.Readiness, Datastore: d.Datastore,
+		Blocks: nonNil(d.Blocks), Errors: nonNil(d.Errors), LastResync: d.LastResync, Repairs: nonNil(d.Repairs),
+		Tables: []debugapi.RouteTable{}, Devices: []debugapi.Device{}, Peers: []debugapi.Peer{}, Workloads: []debugapi.Workload{},
+	}
+	if !d.Loop && d.Workloads == nil && d.Peers == nil {
+		return st
+	}
+	c := comparer{d: d, k: k, held: map[routeKey]debugapi.Route{}}
+	for i, name := range []string{debugapi.TableWorkloadsV4, debugapi.TableWorkloadsV6} {
+		st.Tables = append(st.Tables, c.table(name, i, d.WorkloadRoutes[i], c.ownedByWorkloads, nil))
+	}
+	owner := c.blockOwners()
+	for _, f := range d.Overlay {
+		name := debugapi.TableOverlayV4
+		if f.Version == 6 {
+			name = debugapi.TableOverlayV6
+		}
+		owned := func(r Route) bool { _, ok := f.Routes[r.Iface]; return ok && r.Protocol == d.Node.RouteProtocol }
+		st.Tables = append(st.Tables, c.table(name, famIndex(f.Version), f.Routes, owned, owner))
+		st.Devices = append(st.Devices, c.devices(f)...)
+	}
+	st.Peers = c.peers()
+	st.Workloads = c.workloads()
+	return st
+}
+
+// nonNil returns s, or an empty slice for nil (so JSON says [] not null).
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+type routeKey struct {
+	table string
+	iface string
+	cidr  netip.Prefix
+}
+
+type comparer struct {
+	d *Desired
+	k *Kernel
+	// held is every desired route with what the kernel holds for it.
+	held map[routeKey]debugapi.Route
+}
+
+// ownedByWorkloads reports the kernel routes the workload tables own:
+// every route on a workload interface (but IPv6 link-local ones, the
+// kernel's), and routelet-protocol routes without an interface.
+func (c *comparer) ownedByWorkloads(r Route) bool {
+	switch {
+	case r.Iface == routes.InterfaceNone:
+		return r.Protocol == c.d.Node.RouteProtocol
+	case c.d.IfacePrefix == "" || !strings.HasPrefix(r.Iface, c.d.IfacePrefix):
+		return false
+	}
+	return !(r.Dst.Addr().Is6() && (r.Dst.Addr().IsLinkLocalUnicast() || r.Dst.Addr().IsMulticast()))
+}
+
+// blockOwners maps every peer block to its peer's name.
+func (c *comparer) blockOwners() map[netip.Prefix]string {
+	out := map[netip.Prefix]string{}
+	for _, p := range c.d.Peers {
+		for _, b := range p.Blocks {
+			out[b] = p.Name
+		}
+	}
+	return out
+}
+
+// table compares the desired routes of one table with the kernel routes
+// of family index fam that owned accepts.
+func (c *comparer) table(name string, fam int, want map[string][]routes.Target, owned func(Route) bool, owner map[netip.Prefix]string) debugapi.RouteTable {
+	type key struct {
+		iface string
+		dst   netip.Prefix
+	}
+	have := map[key]Route{}
+	for _, r := range c.k.Routes[fam] {
+		if owned(r) {
+			have[key{r.Iface, r.Dst}] = r
+		}
+	}
+	t := debugapi.RouteTable{Name: name, Routes: []debugapi.Route{}}
+	matched := map[key]bool{}
+	for _, iface := range slices.Sorted(maps.Keys(want)) {
+		for _, tg := range want[iface] {
+			rt := debugapi.Route{Iface: ifaceName(iface), CIDR: tg.CIDR.String(), Type: tg.Type.String(), MTU: tg.MTU,
+				Peer: owner[tg.CIDR.Masked()], Desired: true}
+			if tg.Gateway.IsValid() {
+				rt.Via = tg.Gateway.String()
+			}
+			t.Desired++
+			kk := key{iface, tg.CIDR.Masked()}
+			if r, ok := have[kk]; ok {
+				matched[kk] = true
+				if diff := c.differs(tg, r); diff == "" {
+					rt.Programmed = true
+					t.Programmed++
+				} else {
+					rt.Kernel = diff
+				}
+			}
+			c.held[routeKey{name, iface, tg.CIDR.Masked()}] = rt
+			t.Routes = append(t.Routes, rt)
+		}
+	}
+	for kk, r := range have {
+		if matched[kk] {
+			continue
+		}
+		rt := debugapi.Route{Iface: ifaceName(r.Iface), CIDR: r.Dst.String(), Type: rtmType(r.Type), MTU: r.MTU,
+			Peer: owner[r.Dst], Programmed: true, Kernel: describe(r)}
+		if r.Gateway.IsValid() {
+			rt.Via = r.Gateway.String()
+		}
+		t.Routes = append(t.Routes, rt)
+	}
+	slices.SortFunc(t.Routes, func(a, b debugapi.Route) int {
+		return cmp.Or(cmp.Compare(a.Iface, b.Iface), cmp.Compare(a.CIDR, b.CIDR))
+	})
+	return t
+}
+
+// differs says how the kernel route r differs from the target ("" when
+// it is as wanted).
+func (c *comparer) differs(t routes.Target, r Route) string {
+	switch {
+	case r.Protocol != c.d.Node.RouteProtocol:
+		return fmt.Sprintf("proto %d", r.Protocol)
+	case r.Type != t.Type.KernelType():
+		return "type " + rtmType(r.Type)
+	case t.Gateway.IsValid() && r.Gateway != t.Gateway:
+		return "via " + addrOrNone(r.Gateway)
+	case t.MTU != 0 && r.MTU != t.MTU:
+		return fmt.Sprintf("mtu %d", r.MTU)
+	}
+	return ""
+}
+
+// describe is a kernel route the way `ip route` shows its key facts.
+func describe(r Route) string {
+	s := fmt.Sprintf("%s %s proto %d", rtmType(r.Type), r.Dst, r.Protocol)
+	if r.Gateway.IsValid() {
+		s += " via " + r.Gateway.String()
+	}
+	return s
+}
+
+// ifaceName is "" for routes.InterfaceNone.
+func ifaceName(iface string) string {
+	if iface == routes.InterfaceNone {
+		return ""
+	}
+	return iface
+}
+
+func addrOrNone(a netip.Addr) string {
+	if !a.IsValid() {
+		return "none"
+	}
+	return a.String()
+}
+
+// rtmType names an rtm_type as `ip route` does.
+func rtmType(t int) string {
+	switch t {
+	case unix.RTN_UNICAST:
+		return "unicast"
+	case unix.RTN_BLACKHOLE:
+		return "blackhole"
+	case unix.RTN_UNREACHABLE:
+		return "unreachable"
+	case unix.RTN_PROHIBIT:
+		return "prohibit"
+	case unix.RTN_THROW:
+		return "throw"
+	}
+	return fmt.Sprintf("type %d", t)
+}
+
+// devices compares a family's overlay devices with the links.
+func (c *comparer) devices(f OverlayFamily) []debugapi.Device {
+	var out []debugapi.Device
+	for _, w := range f.Devices {
+		d := debugapi.Device{Name: w.Name, Kind: w.Kind, Family: f.Version, WantMTU: w.MTU, WantMAC: w.MAC}
+		l, ok := c.k.Links[w.Name]
+		var why []string
+		if !ok {
+			why = append(why, "missing")
+		} else {
+			d.Exists, d.Up, d.MTU, d.MAC = true, l.Up, l.MTU, l.MAC
+			if l.Kind != w.Kind {
+				why = append(why, fmt.Sprintf("kind %s, want %s", l.Kind, w.Kind))
+			}
+			if !l.Up {
+				why = append(why, "down")
+			}
+			if w.MTU != 0 && l.MTU != w.MTU {
+				why = append(why, fmt.Sprintf("mtu %d, want %d", l.MTU, w.MTU))
+			}
+			if w.MAC != "" && !strings.EqualFold(l.MAC, w.MAC) {
+				why = append(why, fmt.Sprintf("mac %s, want %s", l.MAC, w.MAC))
+			}
+		}
+		d.Problem = strings.Join(why, "; ")
+		if w.Kind == "ipip" {
+			d.MAC, d.WantMAC = "", ""
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// peers builds each peer's row.
+func (c *comparer) peers() []debugapi.Peer {
+	out := make([]debugapi.Peer, 0, len(c.d.Peers))
+	neighs := map[string]map[netip.Addr]Neigh{}
+	fdbs := map[string]map[string]netip.Addr{}
+	for dev, ns := range c.k.Neighs {
+		m := map[netip.Addr]Neigh{}
+		for _, n := range ns {
+			m[n.IP] = n
+		}
+		neighs[dev] = m
+	}
+	for dev, es := range c.k.FDB {
+		m := map[string]netip.Addr{}
+		for _, e := range es {
+			m[e.MAC] = e.Dst
+		}
+		fdbs[dev] = m
+	}
+	sets := map[string]map[netip.Prefix]bool{}
+	for name, ms := range c.k.Sets {
+		m := map[netip.Prefix]bool{}
+		for _, p := range ms {
+			m[p] = true
+		}
+		sets[name] = m
+	}
+	sorted := slices.Clone(c.d.Peers)
+	slices.SortFunc(sorted, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
+	for _, p := range sorted {
+		row := debugapi.Peer{Name: p.Name, Blocks: []string{}, Path: debugapi.PathNone, LastChange: p.LastChange, Problem: p.Problem}
+		if p.IPv4.HostIP.IsValid() {
+			row.HostIPv4 = p.IPv4.HostIP.String()
+		}
+		if p.IPv6.HostIP.IsValid() {
+			row.HostIPv6 = p.IPv6.HostIP.String()
+		}
+		for _, b := range p.Blocks {
+			row.Blocks = append(row.Blocks, b.String())
+		}
+		var routeFacts, arpFacts, fdbFacts, allowFacts []string
+		var problems []string
+		if p.Problem != "" {
+			problems = append(problems, p.Problem)
+		}
+		row.Routes.Present, row.ARP.Present, row.FDB.Present, row.Allowlist.Present = true, true, true, true
+		for _, f := range c.d.Overlay {
+			prefix := "peer " + p.Name + ":"
+			for _, pr := range f.Problems {
+				if strings.HasPrefix(pr, prefix) {
+					problems = append(problems, strings.TrimSpace(strings.TrimPrefix(pr, prefix)))
+				}
+			}
+			table := debugapi.TableOverlayV4
+			if f.Version == 6 {
+				table = debugapi.TableOverlayV6
+			}
+			for _, b := range p.BlocksOf(f.Version) {
+				for _, iface := range slices.Sorted(maps.Keys(f.Routes)) {
+					rt, ok := c.held[routeKey{table, iface, b}]
+					if !ok {
+						continue
+					}
+					row.Routes.Wanted = true
+					if row.Device == "" {
+						row.Device = iface
+						row.Path = debugapi.PathDirect
+						if slices.ContainsFunc(f.Devices, func(d DeviceWant) bool { return d.Name == iface }) {
+							row.Path = debugapi.PathOverlay
+						}
+					}
+					if rt.Programmed {
+						routeFacts = append(routeFacts, b.String()+" dev "+iface)
+					} else {
+						row.Routes.Present = false
+						fact := b.String() + " dev " + iface + " missing"
+						if rt.Kernel != "" {
+							fact = b.String() + " dev " + iface + ": kernel has " + rt.Kernel
+						}
+						routeFacts = append(routeFacts, fact)
+					}
+				}
+			}
+			ep := p.Endpoint(f.Version)
+			if f.VXLANDevice != "" && ep.TunnelAddr.IsValid() {
+				if mac, ok := f.ARP[ep.TunnelAddr]; ok && mac.String() == ep.VTEPMAC.String() {
+					row.ARP.Wanted = true
+					n, found := neighs[f.VXLANDevice][ep.TunnelAddr]
+					switch {
+					case !found:
+						row.ARP.Present = false
+						arpFacts = append(arpFacts, fmt.Sprintf("%s missing on %s", ep.TunnelAddr, f.VXLANDevice))
+					case !strings.EqualFold(n.MAC, mac.String()) || n.State&unix.NUD_PERMANENT == 0:
+						row.ARP.Present = false
+						arpFacts = append(arpFacts, fmt.Sprintf("%s lladdr %s %s, want %s PERMANENT", ep.TunnelAddr, n.MAC, nudState(n.State), mac))
+					default:
+						arpFacts = append(arpFacts, fmt.Sprintf("%s lladdr %s PERMANENT", ep.TunnelAddr, n.MAC))
+					}
+				}
+				if dst, ok := f.FDB[ep.VTEPMAC.String()]; ok && dst == ep.HostIP {
+					row.FDB.Wanted = true
+					got, found := fdbs[f.VXLANDevice][ep.VTEPMAC.String()]
+					switch {
+					case !found:
+						row.FDB.Present = false
+						fdbFacts = append(fdbFacts, fmt.Sprintf("%s missing on %s", ep.VTEPMAC, f.VXLANDevice))
+					case got != dst:
+						row.FDB.Present = false
+						fdbFacts = append(fdbFacts, fmt.Sprintf("%s dst %s, want %s", ep.VTEPMAC, got, dst))
+					default:
+						fdbFacts = append(fdbFacts, fmt.Sprintf("%s dst %s", ep.VTEPMAC, got))
+					}
+				}
+			}
+		}
+		if c.d.Allowlist != "" {
+			for _, a := range p.HostIPs() {
+				name := c.d.Allowlist
+				if a.Is6() {
+					name = ipset.Name(name, ipset.IPv6)
+				}
+				row.Allowlist.Wanted = true
+				if sets[name][netip.PrefixFrom(a, a.BitLen())] {
+					allowFacts = append(allowFacts, a.String()+" in "+name)
+				} else {
+					row.Allowlist.Present = false
+					allowFacts = append(allowFacts, a.String()+" not in "+name)
+				}
+			}
+		}
+		for _, ch := range []*debugapi.Check{&row.Routes, &row.ARP, &row.FDB, &row.Allowlist} {
+			if !ch.Wanted {
+				ch.Present = false
+			}
+		}
+		row.Routes.Fact = strings.Join(routeFacts, "; ")
+		row.ARP.Fact = strings.Join(arpFacts, "; ")
+		row.FDB.Fact = strings.Join(fdbFacts, "; ")
+		row.Allowlist.Fact = strings.Join(allowFacts, "; ")
+		row.Problem = strings.Join(problems, "; ")
+		out = append(out, row)
+	}
+	return out
+}
+
+// nudState names the NUD bits that matter here.
+func nudState(s int) string {
+	switch {
+	case s&unix.NUD_PERMANENT != 0:
+		return "PERMANENT"
+	case s&unix.NUD_REACHABLE != 0:
+		return "REACHABLE"
+	case s&unix.NUD_STALE != 0:
+		return "STALE"
+	case s&unix.NUD_FAILED != 0:
+		return "FAILED"
+	case s&unix.NUD_NOARP != 0:
+		return "NOARP"
+	}
+	return fmt.Sprintf("state %#x", s)
+}
+
+// workloads builds each workload record's row.
+func (c *comparer) workloads() []debugapi.Workload {
+	out := make([]debugapi.Workload, 0, len(c.d.Workloads)+len(c.d.Refused))
+	keys := slices.Collect(maps.Keys(c.d.Workloads))
+	for k := range c.d.Refused {
+		if _, ok := c.d.Workloads[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		w := c.d.Workloads[key]
+		row := debugapi.Workload{Key: key, Refused: c.d.Refused[key], IPs: []string{}}
+		if w != nil {
+			row.ContainerID, row.IfName, row.HostIface, row.IPs = w.ContainerID, w.IfName, w.HostIface, slices.Clone(w.IPs)
+			if w.PodName != "" {
+				row.Pod = w.PodNamespace + "/" + w.PodName
+			}
+			if l, ok := c.k.Links[w.HostIface]; ok {
+				row.IfaceExists, row.IfaceUp = true, l.Up
+			}
+		}
+		var facts []string
+		row.Routes.Present = true
+		for i, table := range []string{debugapi.TableWorkloadsV4, debugapi.TableWorkloadsV6} {
+			if w == nil {
+				break
+			}
+			for _, tg := range c.d.WorkloadRoutes[i][w.HostIface] {
+				rt := c.held[routeKey{table, w.HostIface, tg.CIDR.Masked()}]
+				row.Routes.Wanted = true
+				if rt.Programmed {
+					facts = append(facts, tg.CIDR.String()+" dev "+w.HostIface)
+				} else {
+					row.Routes.Present = false
+					fact := tg.CIDR.String() + " dev " + w.HostIface + " missing"
+					if rt.Kernel != "" {
+						fact = tg.CIDR.String() + " dev " + w.HostIface + ": kernel has " + rt.Kernel
+					}
+					facts = append(facts, fact)
+				}
+			}
+		}
+		if !row.Routes.Wanted {
+			row.Routes.Present = false
+		}
+		row.Routes.Fact = strings.Join(facts, "; ")
+		out = append(out, row)
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package inspect
+
+import (
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/pkg/peers"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// Desired is what the daemon wants, plus the facts only it knows
+// (readiness, errors, repairs). Maps are read only.
+type Desired struct {
+	Node      debugapi.Node
+	Readiness debugapi.Readiness
+	Datastore debugapi.DatastoreHealth
+	Loop      bool
+	// Blocks are the local blocks with their IPAM use (BlockUse).
+	Blocks []debugapi.Block
+	// IfacePrefix names the workload interfaces (their routes are all
+	// routelet's).
+	IfacePrefix string
+	// WorkloadRoutes are the pod routes and blackholes per family (0:
+	// IPv4, 1: IPv6) and interface (routes.InterfaceNone for blackholes).
+	WorkloadRoutes [2]map[string][]routes.Target
+	// Workloads are the served records by key; Refused says why a key
+	// gets no route.
+	Workloads map[string]*state.Workload
+	Refused   map[string]string
+	// Overlay is each family's overlay (none in a family without one).
+	Overlay []OverlayFamily
+	// Peers are the validated peers.
+	Peers []Peer
+	// Allowlist is the allowlist set whose members are the peers' host
+	// IPs (IPv4 name; the IPv6 twin for IPv6), "" when the mode has none.
+	Allowlist  string
+	Errors     []debugapi.ObjectError
+	LastResync time.Time
+	Repairs    []debugapi.Repair
+}
+
+// Peer is a validated peer with what the daemon knows of it.
+type Peer struct {
+	peers.NodeInfo
+	LastChange time.Time
+	Problem    string
+}
+
+// OverlayFamily is one family's overlay as wanted.
+type OverlayFamily struct {
+	Version int
+	// Routes are the owned interfaces' routes (peers' blocks).
+	Routes map[string][]routes.Target
+	// Devices are the overlay devices of the family.
+	Devices []DeviceWant
+	// VXLANDevice is the family's VXLAN device ("" without VXLAN); ARP
+	// (tunnel IP → VTEP MAC) and FDB (VTEP MAC → host IP) are its
+	// entries.
+	VXLANDevice string
+	ARP         map[netip.Addr]net.HardwareAddr
+	FDB         map[string]netip.Addr
+	// Problems are the peers' blocks that are not routed, one line each
+	// ("peer node-b: block … overlaps …").
+	Problems []string
+}
+
+// DeviceWant is an overlay device as wanted.
+type DeviceWant struct {
+	Name string
+	Kind string // "vxlan" or "ipip"
+	MTU  int
+	MAC  string // VXLAN: the VTEP MAC; "" for IPIP
+}

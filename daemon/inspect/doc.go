@@ -1,0 +1,11 @@
+// Package inspect compares what routeletd wants with what the kernel
+// holds, into the state endpoint's document (debugapi.State).
+//
+// Desired is the daemon's side: the running daemon takes it in its apply
+// loop (agent snapshot); `routeletd status` without a daemon derives it
+// from the state directory's records. Kernel is one read of everything the
+// comparison needs (links, the main table's routes of both families, the
+// neighbour and FDB entries of the overlay devices, the allowlist sets),
+// through a Reader: Netlink on the real kernel, Fake in tests, Counting to
+// count the reads. Compare joins the two; it never touches the kernel.
+package inspect

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/peers"
+)
+
+// snapshotTimeout bounds how long a request waits for the loop (busy in a
+// long pass, or not running yet); then only readiness is served.
+const snapshotTimeout = 5 * time.Second
+
+// stateEndpoint is what the state socket serves: readiness from the start,
+// the loop's snapshot compared with the kernel once the loop runs.
+type stateEndpoint struct {
+	cfg     *config.Config
+	status  *health.Status
+	repairs *inspect.RepairLog
+	agent   atomic.Pointer[agent.Agent]
+	log     *slog.Logger
+}
+
+// startStateEndpoint binds <stateDir>/routeletd.sock and serves it until
+// ctx is done; the returned function waits for the server to stop. A
+// socket that cannot be bound is logged: the daemon runs without it.
+func startStateEndpoint(ctx context.Context, ep *stateEndpoint) func() {
+	l, err := debugapi.Listen(ep.cfg.StateDir)
+	if err != nil {
+		ep.log.Error("state endpoint disabled", "err", err)
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := debugapi.Serve(ctx, l, ep.state, ep.log); err != nil {
+			ep.log.Error("state endpoint stopped", "err", err)
+		}
+	}()
+	return func() { <-done }
+}
+
+// state builds the State for one request.
+func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
+	var d *inspect.Desired
+	if a := ep.agent.Load(); a != nil {
+		sctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+		d, _ = a.Snapshot(sctx)
+		cancel()
+	}
+	if d == nil {
+		d = &inspect.Desired{Repairs: ep.repairs.List()}
+	}
+	ready, reason := ep.status.Ready()
+	d.Readiness = debugapi.Readiness{Ready: ready, Reason: reason, Updated: time.Now().UTC()}
+	fillNode(&d.Node, ep.cfg)
+	if d.Loop {
+		blocks := make([]netip.Prefix, 0, len(d.Node.LocalBlocks))
+		for _, b := range d.Node.LocalBlocks {
+			if p, err := netip.ParsePrefix(b); err == nil {
+				blocks = append(blocks, p)
+			}
+		}
+		d.Blocks, _ = inspect.BlockUse(filepath.Join(ep.cfg.StateDir, "ipam"), blocks)
+	}
+	return compareKernel(d, debugapi.SourceDaemon)
+}
+
+// compareKernel reads the kernel (when d comes from a running loop or
+// the records) and compares; the State says where d came from.
+func compareKernel(d *inspect.Desired, source string) (*debugapi.State, error) {
+	k := &inspect.Kernel{}
+	if d.Loop || d.Workloads != nil || d.Peers != nil {
+		nl, err := inspect.NewNetlink()
+		if err != nil {
+			return nil, err
+		}
+		defer nl.Close()
+		if k, err = inspect.Read(nl, d); err != nil {
+			return nil, err
+		}
+	}
+	st := inspect.Compare(d, k, time.Now())
+	st.Source = source
+	return st, nil
+}
+
+// fillNode sets what the configuration says of the node where the loop
+// did not: name, datastore, state directory, mode.
+func fillNode(n *debugapi.Node, cfg *config.Config) {
+	if n.Name == "" {
+		n.Name = cfg.NodeName
+	}
+	n.Datastore, n.StateDir = cfg.Datastore, cfg.StateDir
+	if n.RouteProtocol == 0 {
+		n.RouteProtocol = cfg.RouteProtocol
+	}
+	if n.Mode == "" {
+		if m, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet); err == nil {
+			n.Mode = string(m)
+		}
+	}
+	if n.LocalBlocks == nil {
+		n.LocalBlocks = []string{}
+	}
+}
+
+// refusals adds the peer validator's refusals to snapshots: each one in
+// the datastore's health and on its peer (agent.Snapshotter).
+type refusals struct{ v *peers.Validator }
+
+// Snapshot implements agent.Snapshotter.
+func (r refusals) Snapshot(d *inspect.Desired) {
+	byNode := map[string][]string{}
+	for _, rf := range r.v.Refused() {
+		d.Datastore.Refused = append(d.Datastore.Refused, rf.Error())
+		byNode[rf.Node] = append(byNode[rf.Node], rf.Field+" "+rf.Value+" refused: "+rf.Reason)
+	}
+	for i := range d.Peers {
+		for _, why := range byNode[d.Peers[i].Name] {
+			if d.Peers[i].Problem != "" {
+				d.Peers[i].Problem += "; "
+			}
+			d.Peers[i].Problem += why
+		}
+	}
+}
