@@ -22,6 +22,14 @@ func iptablesBackend(b string) string {
 	return b
 }
 
+// allowRules are the rules cfg asks for.
+func allowRules(cfg *config.Config) rules.Config {
+	return rules.Config{
+		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
+		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
+	}
+}
+
 // newAllowlist builds the allowlist manager (routelet's ipsets and
 // iptables chains) for cfg and registers its metrics; its periodic tamper
 // check is a tick of the loop. IPv6 rules are managed only when ip6tables
@@ -44,10 +52,7 @@ func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Met
 	if err != nil {
 		return nil, nil, fmt.Errorf("allowlist: %w", err)
 	}
-	rc := rules.Config{
-		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
-		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
-	}
+	rc := allowRules(cfg)
 	if !cfg.NATOutgoing && len(cfg.NATOutgoingPools) > 0 {
 		log.Warn("nat-outgoing is false: nat-outgoing-pool has no effect, no pool is masqueraded", "pools", cfg.NATOutgoingPools)
 	}

@@ -4,6 +4,7 @@
 //
 //	routeletd [flags]           run the daemon
 //	routeletd cleanup [flags]   remove what routelet created on this node
+//	routeletd status [flags]    print this node's status (see docs/daemon.md)
 //	routeletd version           print the version
 package main
 
@@ -66,6 +67,7 @@ const (
 var commands = map[string]func(args []string) int{
 	"version": runVersion,
 	"cleanup": runCleanup,
+	"status":  runStatus,
 }
 
 func run(args []string) int {

@@ -3,16 +3,22 @@ package allowmgr
 import (
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 // Snapshot implements agent.Snapshotter: the set whose members are the
-// peers' host IPs in this mode (VXLAN or IPIP peers), none without
-// encapsulation.
-func (m *Manager) Snapshot(d *inspect.Desired) {
+// peers' host IPs (PeerSet).
+func (m *Manager) Snapshot(d *inspect.Desired) { d.Allowlist = PeerSet(m.opts.Rules) }
+
+// PeerSet names the set (IPv4 name; the IPv6 twin carries ipset.V6Suffix)
+// that lets peers' host IPs send overlay traffic under r: VXLAN or IPIP
+// peers, "" without encapsulation.
+func PeerSet(r rules.Config) string {
 	switch {
-	case m.opts.Rules.VXLAN:
-		d.Allowlist = ipset.VXLANPeers
-	case m.opts.Rules.IPIP:
-		d.Allowlist = ipset.IPIPPeers
+	case r.VXLAN:
+		return ipset.VXLANPeers
+	case r.IPIP:
+		return ipset.IPIPPeers
 	}
+	return ""
 }

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/routelet/routelet/daemon/debugapi"
+)
+
+// renderStatus is the text form of st: a header (running or not first,
+// node, readiness, datastore, blocks, pods, route tables, devices, drift,
+// last resync), the peers' table, then every problem found, one a line.
+// Times are shown relative to now.
+func renderStatus(st *debugapi.State, now time.Time) string {
+	var b strings.Builder
+	n := st.Node
+	if st.Source == debugapi.SourceOffline {
+		fmt.Fprintf(&b, "routeletd is NOT RUNNING: state below is what the state directory and the kernel show\n\n")
+	} else {
+		fmt.Fprintf(&b, "routeletd is running (version %s)\n\n", orDash(n.Version))
+	}
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "Node:\t%s (datastore %s, mode %s, state dir %s)\n", n.Name, orDash(n.Datastore), orDash(n.Mode), n.StateDir)
+	fmt.Fprintf(w, "Host IPs:\t%s\tpod MTU %s\n", orDash(strings.Join(nonEmpty(n.HostIPv4, n.HostIPv6), ", ")), intOrDash(n.PodMTU))
+	ready := "yes"
+	if !st.Readiness.Ready {
+		ready = "NO: " + orDash(st.Readiness.Reason)
+	}
+	fmt.Fprintf(w, "Ready:\t%s\n", ready)
+	if !st.Loop && st.Source == debugapi.SourceDaemon {
+		fmt.Fprintf(w, "\t(the apply loop has not started: nothing else to show yet)\n")
+		w.Flush()
+		return b.String()
+	}
+	fmt.Fprintf(w, "Datastore:\t%s\n", datastoreLine(st.Datastore, now))
+	fmt.Fprintf(w, "Blocks:\t%s\n", blocksLine(st.Blocks))
+	fmt.Fprintf(w, "Pods:\t%s\n", podsLine(st.Workloads))
+	fmt.Fprintf(w, "Routes:\t%s\n", tablesLine(st.Tables))
+	fmt.Fprintf(w, "Devices:\t%s\n", devicesLine(st.Devices))
+	if st.Source == debugapi.SourceDaemon {
+		fmt.Fprintf(w, "Drift repaired:\t%s\n", driftLine(st, now))
+		fmt.Fprintf(w, "Last resync:\t%s\n", ago(st.LastResync, now))
+	} else {
+		fmt.Fprintf(w, "Drift repaired:\tunknown (only the running daemon counts repairs)\n")
+		fmt.Fprintf(w, "Last resync:\tunknown (daemon.json written %s)\n", ago(st.Readiness.Updated, now))
+	}
+	w.Flush()
+
+	fmt.Fprintf(&b, "\nPeers: %s\n", peersSummary(st.Peers))
+	if len(st.Peers) > 0 {
+		w = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "NAME\tHOST IP\tPATH\tDEVICE\tROUTES\tARP\tFDB\tALLOWLIST\tLAST CHANGE")
+		for _, p := range st.Peers {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, orDash(strings.Join(nonEmpty(p.HostIPv4, p.HostIPv6), ",")),
+				p.Path, orDash(p.Device), mark(p.Routes), mark(p.ARP), mark(p.FDB), mark(p.Allowlist), ago(p.LastChange, now))
+		}
+		w.Flush()
+	}
+	if probs := problems(st); len(probs) > 0 {
+		fmt.Fprintf(&b, "\nProblems (%d):\n", len(probs))
+		for _, p := range probs {
+			fmt.Fprintf(&b, "  ✗ %s\n", p)
+		}
+	} else {
+		fmt.Fprintf(&b, "\nNo problems: every desired route, device, ARP, FDB and allowlist entry is in place.\n")
+	}
+	return b.String()
+}
+
+// nonEmpty drops empty strings.
+func nonEmpty(ss ...string) []string {
+	return slices.DeleteFunc(ss, func(s string) bool { return s == "" })
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func intOrDash(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+// mark is one check's cell: ✓, ✗ or - (not wanted).
+func mark(c debugapi.Check) string {
+	switch {
+	case !c.Wanted:
+		return "-"
+	case c.Present:
+		return "✓"
+	}
+	return "✗"
+}
+
+// ago shows t relative to now ("never" for the zero time).
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339), d.Round(time.Second))
+}
+
+func datastoreLine(ds debugapi.DatastoreHealth, now time.Time) string {
+	if !ds.OK {
+		return "FAILING: " + orDash(ds.Error)
+	}
+	s := fmt.Sprintf("ok: %d peer records, %d valid peers, last read %s", ds.Records, ds.Valid, ago(ds.LastRead, now))
+	if n := len(ds.Unreadable); n > 0 {
+		s += fmt.Sprintf("; %d unreadable", n)
+	}
+	if n := len(ds.Refused); n > 0 {
+		s += fmt.Sprintf("; %d values refused", n)
+	}
+	return s
+}
+
+func blocksLine(bs []debugapi.Block) string {
+	if len(bs) == 0 {
+		return "none (the plugin's conflist names the blocks)"
+	}
+	var parts []string
+	for _, b := range bs {
+		pct := 0.0
+		if b.Size > 0 {
+			pct = 100 * float64(b.Used) / float64(b.Size)
+		}
+		parts = append(parts, fmt.Sprintf("%s %d/%d used (%.0f%%)", b.CIDR, b.Used, b.Size, pct))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func podsLine(ws []debugapi.Workload) string {
+	served, refused, down := 0, 0, 0
+	for _, w := range ws {
+		switch {
+		case w.Refused != "":
+			refused++
+		default:
+			served++
+			if !w.IfaceUp {
+				down++
+			}
+		}
+	}
+	s := fmt.Sprintf("%d", served)
+	if refused > 0 || down > 0 {
+		s += fmt.Sprintf(" (%d refused, %d with veth missing or down)", refused, down)
+	}
+	return s
+}
+
+func tablesLine(ts []debugapi.RouteTable) string {
+	var parts []string
+	for _, t := range ts {
+		if t.Desired == 0 && len(t.Routes) == 0 && strings.HasSuffix(t.Name, "ipv6") {
+			continue
+		}
+		s := fmt.Sprintf("%s %d/%d programmed", t.Name, t.Programmed, t.Desired)
+		if extra := len(t.Routes) - t.Desired; extra > 0 {
+			s += fmt.Sprintf(" +%d unexpected", extra)
+		}
+		parts = append(parts, s)
+	}
+	return orDash(strings.Join(parts, ", "))
+}
+
+func devicesLine(ds []debugapi.Device) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, d := range ds {
+		s := fmt.Sprintf("%s %s mtu %d ✓", d.Name, d.Kind, d.MTU)
+		if d.Problem != "" {
+			s = fmt.Sprintf("%s %s ✗ %s", d.Name, d.Kind, d.Problem)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// driftLine counts the repairs of the last hour by object.
+func driftLine(st *debugapi.State, now time.Time) string {
+	since := now.Add(-time.Hour)
+	by := map[string]int{}
+	var last time.Time
+	for _, r := range st.Repairs {
+		if !r.Time.Before(since) {
+			by[r.Object]++
+			last = r.Time
+		}
+	}
+	total := st.RepairsSince(since)
+	if total == 0 {
+		return "none in the last hour"
+	}
+	var parts []string
+	for _, o := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%s %d", o, by[o]))
+	}
+	return fmt.Sprintf("%d in the last hour (%s), last %s", total, strings.Join(parts, ", "), ago(last, now))
+}
+
+func peersSummary(ps []debugapi.Peer) string {
+	bad := 0
+	for _, p := range ps {
+		if !peerOK(p) {
+			bad++
+		}
+	}
+	return fmt.Sprintf("%d (%d ok, %d with problems)", len(ps), len(ps)-bad, bad)
+}
+
+// peerOK reports whether every check towards p passed and its record has
+// no problem.
+func peerOK(p debugapi.Peer) bool {
+	return p.Problem == "" && p.Routes.OK() && p.ARP.OK() && p.FDB.OK() && p.Allowlist.OK()
+}
+
+// problems lists, one a line, everything that is not as desired: errors,
+// refusals, devices, peers' checks, workloads, routes.
+func problems(st *debugapi.State) []string {
+	var out []string
+	for _, e := range st.Errors {
+		out = append(out, fmt.Sprintf("%s: %s", e.Object, e.Error))
+	}
+	for _, s := range st.Datastore.Unreadable {
+		out = append(out, "unreadable node record: "+s)
+	}
+	for _, d := range st.Devices {
+		if d.Problem != "" {
+			out = append(out, fmt.Sprintf("device %s: %s", d.Name, d.Problem))
+		}
+	}
+	for _, p := range st.Peers {
+		if p.Problem != "" {
+			out = append(out, fmt.Sprintf("peer %s: %s", p.Name, p.Problem))
+		}
+		for _, c := range []struct {
+			what string
+			c    debugapi.Check
+		}{{"routes", p.Routes}, {"ARP", p.ARP}, {"FDB", p.FDB}, {"allowlist", p.Allowlist}} {
+			if !c.c.OK() {
+				out = append(out, fmt.Sprintf("peer %s: %s: %s", p.Name, c.what, c.c.Fact))
+			}
+		}
+	}
+	for _, w := range st.Workloads {
+		name := w.Key
+		if w.Pod != "" {
+			name = w.Pod
+		}
+		switch {
+		case w.Refused != "":
+			// in Errors (daemon) or listed here (offline)
+			if st.Source == debugapi.SourceOffline {
+				out = append(out, fmt.Sprintf("pod %s: refused: %s", name, w.Refused))
+			}
+		case !w.IfaceExists:
+			out = append(out, fmt.Sprintf("pod %s: veth %s missing", name, w.HostIface))
+		case !w.IfaceUp:
+			out = append(out, fmt.Sprintf("pod %s: veth %s down", name, w.HostIface))
+		case !w.Routes.OK():
+			out = append(out, fmt.Sprintf("pod %s: routes: %s", name, w.Routes.Fact))
+		}
+	}
+	for _, t := range st.Tables {
+		for _, r := range t.Routes {
+			if r.Desired || r.Peer != "" {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s: unexpected route %s %s dev %s (%s)", t.Name, r.Type, r.CIDR, orDash(r.Iface), r.Kernel))
+		}
+		for _, r := range t.Routes {
+			if r.Desired && !r.Programmed && r.Peer == "" && !strings.HasPrefix(t.Name, "workloads") {
+				out = append(out, fmt.Sprintf("%s: route %s dev %s not programmed", t.Name, r.CIDR, orDash(r.Iface)))
+			}
+		}
+		for _, r := range t.Routes {
+			if r.Desired && !r.Programmed && r.Iface == "" && strings.HasPrefix(t.Name, "workloads") {
+				out = append(out, fmt.Sprintf("%s: blackhole %s not programmed", t.Name, r.CIDR))
+			}
+		}
+	}
+	return out
+}
