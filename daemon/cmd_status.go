@@ -59,32 +59,6 @@ func runStatus(args []string) int {
 	return exitOK
 }
 
-// outputFlag takes --output (or -o) text|json out of args.
-func outputFlag(args []string) (string, []string, error) {
-	out := "text"
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || (name != "output" && name != "o") {
-			rest = append(rest, a)
-			continue
-		}
-		if !hasVal {
-			if i+1 == len(args) {
-				return "", nil, fmt.Errorf("flag --output needs a value: text or json")
-			}
-			i++
-			val = args[i]
-		}
-		if val != "text" && val != "json" {
-			return "", nil, fmt.Errorf("flag --output: invalid value %q: want text or json", val)
-		}
-		out = val
-	}
-	return out, rest, nil
-}
-
 // writeStatus renders st as text (one screen) or JSON.
 func writeStatus(w io.Writer, st *debugapi.State, output string, now time.Time) error {
 	if output == "json" {

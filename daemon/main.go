@@ -5,6 +5,7 @@
 //	routeletd [flags]           run the daemon
 //	routeletd cleanup [flags]   remove what routelet created on this node
 //	routeletd status [flags]    print this node's status (see docs/daemon.md)
+//	routeletd nodes …           list, show, add, remove peer records (file datastore)
 //	routeletd version           print the version
 package main
 
@@ -68,6 +69,7 @@ var commands = map[string]func(args []string) int{
 	"version": runVersion,
 	"cleanup": runCleanup,
 	"status":  runStatus,
+	"nodes":   runNodes,
 }
 
 func run(args []string) int {

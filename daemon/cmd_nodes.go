@@ -1,0 +1,366 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/peers"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// nodesUsage is the nodes subcommand's synopsis.
+const nodesUsage = `usage: routeletd nodes list [--output text|json] [daemon flags]
+       routeletd nodes show NAME [--output text|json] [daemon flags]
+       routeletd nodes add NAME --host-ipv4 IP [--host-ipv6 IP] --block CIDR... [--vtep-mac MAC] [--vtep-mac-v6 MAC]
+                           [--tunnel-ipv4 IP] [--tunnel-ipv6 IP] [--replace] [daemon flags]
+       routeletd nodes add --from FILE [--replace] [daemon flags]   (a record as another node's nodes/<name>.json; - for stdin)
+       routeletd nodes remove NAME [daemon flags]
+
+The file datastore's peer records in <state-dir>/nodes/. A record is
+written only when the daemon would accept every value of it (the same
+checks: each value on its own, then against this node and the other
+records); a refusal names the value. Daemon flags (state-dir, node-name,
+pod-cidr, config, …) say which node's state directory this is.
+`
+
+// nodesFlags are the nodes subcommand's own flags (name → boolean).
+var nodesFlags = map[string]bool{
+	"output": false, "o": false, "from": false, "replace": true,
+	"host-ipv4": false, "host-ipv6": false, "block": false, "vtep-mac": false, "vtep-mac-v6": false,
+	"tunnel-ipv4": false, "tunnel-ipv6": false,
+}
+
+// runNodes lists, shows, adds or removes peer records of the file
+// datastore.
+func runNodes(args []string) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(os.Stderr, nodesUsage)
+		return exitConfig
+	}
+	verb, args := args[0], args[1:]
+	name := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	got, rest, err := takeFlags(args, nodesFlags)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "routeletd nodes: %v\n", err)
+		return exitConfig
+	}
+	cfg, _, code := loadConfig(rest)
+	if cfg == nil {
+		return code
+	}
+	if cfg.Datastore != config.DatastoreFile {
+		fmt.Fprintf(os.Stderr, "routeletd nodes: config key datastore is %q: node records are only files with the file datastore\n", cfg.Datastore)
+		return exitConfig
+	}
+	output := lastValue(got, "output", lastValue(got, "o", "text"))
+	if output != "text" && output != "json" {
+		fmt.Fprintf(os.Stderr, "routeletd nodes: flag --output: invalid value %q: want text or json\n", output)
+		return exitConfig
+	}
+	if _, err := os.Lstat(cfg.StateDir); err != nil {
+		fmt.Fprintf(os.Stderr, "routeletd nodes: state directory %s (config key state-dir): %v\n", cfg.StateDir, err)
+		return exitFail
+	}
+	store, err := state.Open(cfg.StateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "routeletd nodes: %v\n", err)
+		return exitFail
+	}
+	switch verb {
+	case "list":
+		err = listNodes(os.Stdout, store, cfg, output)
+	case "show":
+		err = showNode(os.Stdout, store, cfg, name, output)
+	case "add":
+		err = addNode(store, cfg, name, got)
+	case "remove":
+		err = removeNode(store, cfg, name)
+	default:
+		fmt.Fprintf(os.Stderr, "routeletd nodes: unknown command %q\n%s", verb, nodesUsage)
+		return exitConfig
+	}
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %v\n", verb, err)
+		return exitConfig
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %v\n", verb, err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// usageError is a wrong invocation (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// nodeRow is one record as list and show print it: the record and what
+// the daemon's checks say of it.
+type nodeRow struct {
+	Record  *state.Node `json:"record"`
+	Self    bool        `json:"self,omitempty"`    // this node's own record (the daemon writes it)
+	Refused []string    `json:"refused,omitempty"` // values the daemon refuses
+}
+
+// checkedNodes reads every record and runs the daemon's checks over them.
+func checkedNodes(store *state.Store, cfg *config.Config) ([]nodeRow, []error, error) {
+	ns, bad := store.ListNodes()
+	for _, err := range bad {
+		if dirError(err, store.NodesDir()) {
+			return nil, nil, err
+		}
+	}
+	refused := map[string][]string{}
+	for _, r := range checkRecords(store, cfg, ns, nil) {
+		refused[r.Node] = append(refused[r.Node], r.Error())
+	}
+	rows := make([]nodeRow, 0, len(ns))
+	for _, n := range ns {
+		rows = append(rows, nodeRow{Record: n, Self: n.Name == cfg.NodeName, Refused: refused[n.Name]})
+	}
+	return rows, bad, nil
+}
+
+// checkRecords runs the daemon's checks (peers.Parse, then peers.Resolve
+// against this node and the other records) over the peer records ns plus
+// extra, extra last seen (the records already there keep what they
+// claim), and returns the refusals.
+func checkRecords(store *state.Store, cfg *config.Config, ns []*state.Node, extra *state.Node) []peers.Refusal {
+	self := peers.Self{Name: cfg.NodeName, Blocks: cfg.PodCIDRs}
+	if st, err := store.ReadDaemonStatus(); err == nil && len(st.Blocks) > 0 {
+		self.Blocks = nil
+		for _, b := range st.Blocks {
+			if p, err := netip.ParsePrefix(b); err == nil {
+				self.Blocks = append(self.Blocks, p)
+			}
+		}
+	}
+	var recs []peers.Record
+	now := time.Now()
+	for _, n := range ns {
+		if n.Name == cfg.NodeName {
+			own, _ := peers.Parse(peers.FromState(n))
+			self.IPv4, self.IPv6 = own.IPv4, own.IPv6
+			continue
+		}
+		if extra != nil && n.Name == extra.Name {
+			continue
+		}
+		r := peers.FromState(n)
+		if r.Updated.After(now) {
+			r.Updated = now
+		}
+		recs = append(recs, r)
+	}
+	if extra != nil {
+		r := peers.FromState(extra)
+		r.Updated = now.Add(time.Second) // the newcomer: established claims win
+		recs = append(recs, r)
+	}
+	host, _ := netguard.ReadHost(nil, cfg.RouteProtocol, ownLink(cfg)) // unreadable: checked against the records only
+	return peers.Resolve(peers.Input{Self: self, Host: host, Records: recs, Now: now.Add(2 * time.Second)}).Refused
+}
+
+// listNodes prints every record with what the daemon makes of it.
+func listNodes(w io.Writer, store *state.Store, cfg *config.Config, output string) error {
+	rows, bad, err := checkedNodes(store, cfg)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		var unreadable []string
+		for _, e := range bad {
+			unreadable = append(unreadable, e.Error())
+		}
+		return writeJSON(w, struct {
+			Nodes      []nodeRow `json:"nodes"`
+			Unreadable []string  `json:"unreadable,omitempty"`
+		}{rows, unreadable})
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tHOST IPv4\tHOST IPv6\tBLOCKS\tVTEP MAC\tUPDATED\tSTATE")
+	for _, r := range rows {
+		n := r.Record
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, orDash(n.HostIPv4), orDash(n.HostIPv6), orDash(strings.Join(n.Blocks, ",")),
+			orDash(n.VTEPMAC), n.Updated.UTC().Format(time.RFC3339), rowState(r))
+	}
+	tw.Flush()
+	for _, e := range bad {
+		fmt.Fprintf(w, "unreadable: %v\n", e)
+	}
+	return nil
+}
+
+// rowState is a record's STATE column.
+func rowState(r nodeRow) string {
+	switch {
+	case r.Self:
+		return "this node"
+	case len(r.Refused) > 0:
+		return fmt.Sprintf("%d refused", len(r.Refused))
+	}
+	return "ok"
+}
+
+// showNode prints one record and every refusal of it.
+func showNode(w io.Writer, store *state.Store, cfg *config.Config, name, output string) error {
+	if name == "" {
+		return usageError{"which node? routeletd nodes show NAME"}
+	}
+	if err := state.ValidateNodeName(name); err != nil {
+		return fmt.Errorf("node name %q: %w", name, err)
+	}
+	rows, _, err := checkedNodes(store, cfg)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Record.Name != name {
+			continue
+		}
+		if output == "json" {
+			return writeJSON(w, r)
+		}
+		if err := writeJSON(w, r.Record); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "state: %s\n", rowState(r))
+		for _, why := range r.Refused {
+			fmt.Fprintf(w, "  ✗ %s\n", why)
+		}
+		return nil
+	}
+	if _, err := store.GetNode(name); err != nil {
+		return fmt.Errorf("node %q: %w", name, err)
+	}
+	return fmt.Errorf("node %q: %w", name, state.ErrNotFound)
+}
+
+// writeJSON writes v indented.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// addNode writes a peer record from flags or a file after the daemon's
+// checks; a value the daemon would refuse refuses the whole write.
+func addNode(store *state.Store, cfg *config.Config, name string, got map[string][]string) error {
+	n, err := recordFromArgs(name, got)
+	if err != nil {
+		return err
+	}
+	if n.Name == cfg.NodeName {
+		return usageError{fmt.Sprintf("node %q is this node (config key node-name): its daemon writes its record", n.Name)}
+	}
+	if _, err := store.GetNode(n.Name); err == nil && len(got["replace"]) == 0 {
+		return fmt.Errorf("node %q already has a record (%s/%s.json); --replace to overwrite it", n.Name, store.NodesDir(), n.Name)
+	}
+	ns, _ := store.ListNodes()
+	if refused := checkRecords(store, cfg, ns, n); len(refused) > 0 {
+		var msgs []string
+		for _, r := range refused {
+			if r.Node == n.Name {
+				msgs = append(msgs, r.Error())
+			}
+		}
+		if len(msgs) > 0 {
+			return fmt.Errorf("refused, nothing written: %s", strings.Join(msgs, "; "))
+		}
+	}
+	n.Updated = time.Now().UTC()
+	if err := store.PutNode(n); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s/%s.json\n", store.NodesDir(), n.Name)
+	return nil
+}
+
+// recordFromArgs builds the record from --from or from the value flags.
+func recordFromArgs(name string, got map[string][]string) (*state.Node, error) {
+	if from := lastValue(got, "from", ""); from != "" {
+		for _, f := range []string{"host-ipv4", "host-ipv6", "block", "vtep-mac", "vtep-mac-v6", "tunnel-ipv4", "tunnel-ipv6"} {
+			if len(got[f]) > 0 {
+				return nil, usageError{fmt.Sprintf("--from and --%s: the record comes from one of them", f)}
+			}
+		}
+		var data []byte
+		var err error
+		if from == "-" {
+			data, err = io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
+		} else {
+			data, err = os.ReadFile(from)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read record: %w", err)
+		}
+		var n state.Node
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&n); err != nil {
+			return nil, fmt.Errorf("record %s: %w", from, err)
+		}
+		if n.Version != 0 && n.Version != state.RecordVersion {
+			return nil, fmt.Errorf("record %s: version %d, this routeletd reads %d", from, n.Version, state.RecordVersion)
+		}
+		if name != "" && name != n.Name {
+			return nil, usageError{fmt.Sprintf("name %q given, but the record in %s is %q", name, from, n.Name)}
+		}
+		return &n, nil
+	}
+	if name == "" {
+		return nil, usageError{"which node? routeletd nodes add NAME --host-ipv4 … --block … (or --from FILE)"}
+	}
+	n := &state.Node{Name: name, HostIPv4: lastValue(got, "host-ipv4", ""), HostIPv6: lastValue(got, "host-ipv6", ""),
+		VTEPMAC: lastValue(got, "vtep-mac", ""), VTEPMACv6: lastValue(got, "vtep-mac-v6", ""),
+		TunnelIPv4: lastValue(got, "tunnel-ipv4", ""), TunnelIPv6: lastValue(got, "tunnel-ipv6", ""), Blocks: []string{}}
+	for _, v := range got["block"] {
+		for _, b := range strings.Split(v, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				n.Blocks = append(n.Blocks, b)
+			}
+		}
+	}
+	if n.HostIPv4 == "" && n.HostIPv6 == "" {
+		return nil, usageError{"a peer needs --host-ipv4 or --host-ipv6"}
+	}
+	return n, nil
+}
+
+// removeNode deletes one peer record.
+func removeNode(store *state.Store, cfg *config.Config, name string) error {
+	if name == "" {
+		return usageError{"which node? routeletd nodes remove NAME"}
+	}
+	if name == cfg.NodeName {
+		return usageError{fmt.Sprintf("node %q is this node (config key node-name): its daemon writes its record back", name)}
+	}
+	if err := state.ValidateNodeName(name); err != nil {
+		return fmt.Errorf("node name %q: %w", name, err)
+	}
+	if _, err := os.Lstat(store.NodesDir() + "/" + name + ".json"); err != nil {
+		return fmt.Errorf("node %q: no record %s/%s.json", name, store.NodesDir(), name)
+	}
+	if err := store.DeleteNode(name); err != nil {
+		return err
+	}
+	fmt.Printf("removed %s/%s.json\n", store.NodesDir(), name)
+	return nil
+}
