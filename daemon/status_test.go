@@ -288,3 +288,28 @@ func TestStatusGoldenDaemon(t *testing.T) {
 	golden(t, "status-waiting.golden", text)
 	golden(t, "status-waiting.json.golden", js)
 }
+
+// BenchmarkStatusFake measures the offline status (read the state
+// directory, derive the desired state, compare, render text and JSON) of
+// a node with 250 pods and 1,000 peers on a fake kernel, and counts the
+// kernel reads one status makes.
+func BenchmarkStatusFake(b *testing.B) {
+	n := newFakeStatusNode(b, 250, 1000)
+	n.program(b)
+	c := &inspect.Counting{R: n.kernel}
+	var st *debugapi.State
+	for b.Loop() {
+		st = n.status(b, c)
+		var out bytes.Buffer
+		if err := writeStatus(&out, st, "text", statusNow); err != nil {
+			b.Fatal(err)
+		}
+		if err := writeStatus(&out, st, "json", statusNow); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(st.Workloads) != 250 || len(st.Peers) != 1000 || !st.Peers[999].FDB.Present {
+		b.Fatalf("status of the fake node: %d workloads, %d peers", len(st.Workloads), len(st.Peers))
+	}
+	b.ReportMetric(float64(c.Reads())/float64(b.N), "kernel-reads/op")
+}
