@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -133,7 +134,8 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 	for _, e := range entries {
 		n := e.Name()
 		switch {
-		case n == "workloads" || n == "nodes" || n == "ipam" || n == "daemon.json" || n == "routeletd.lock" || strings.HasPrefix(n, ".tmp-"):
+		case n == "workloads" || n == "nodes" || n == "ipam" || n == "daemon.json" || n == "routeletd.lock" || n == debugapi.SocketName ||
+			strings.HasPrefix(n, ".tmp-"):
 		default:
 			log.Warn("cleanup: leaving unknown entry in the state directory", "path", filepath.Join(opts.StateDir, n))
 			continue

@@ -13,7 +13,8 @@
 //     (IPv4 and IPv6, through the configured iptables backend) and then
 //     every ipset named routelet-*;
 //  5. the state directory's contents routelet knows: workloads/, nodes/,
-//     ipam/, daemon.json, routeletd.lock and leftover writer temp files, then the directory
+//     ipam/, daemon.json, routeletd.lock, the state socket routeletd.sock
+//     (left by a killed daemon) and leftover writer temp files, then the directory
 //     itself when it is empty.
 //
 // tunl0 stays: it is the kernel's fallback device for the ipip module.
