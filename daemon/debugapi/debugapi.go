@@ -134,12 +134,14 @@ type RouteTable struct {
 
 // Route is one route as desired and as programmed.
 type Route struct {
-	Iface string `json:"iface"`          // "" for routes without an interface (blackholes)
-	CIDR  string `json:"cidr"`           // destination
-	Type  string `json:"type"`           // "unicast", "blackhole", …
-	Via   string `json:"via,omitempty"`  // gateway
-	MTU   int    `json:"mtu,omitempty"`  // route MTU
-	Peer  string `json:"peer,omitempty"` // the peer whose block it routes (overlay tables)
+	Iface string `json:"iface"` // "" for routes without an interface (blackholes)
+	CIDR  string `json:"cidr"`  // destination
+	// Type is the desired route's kind ("link", "gateway", "blackhole")
+	// or, for a route only the kernel holds, its rtm type ("unicast", …).
+	Type string `json:"type"`
+	Via  string `json:"via,omitempty"`  // gateway
+	MTU  int    `json:"mtu,omitempty"`  // route MTU
+	Peer string `json:"peer,omitempty"` // the peer whose block it routes (overlay tables)
 	// Desired: the daemon wants it. Programmed: the kernel holds it as
 	// wanted (same interface, type, gateway; with routelet's protocol).
 	Desired    bool `json:"desired"`
