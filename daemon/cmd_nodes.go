@@ -32,9 +32,10 @@ records); a refusal names the value. Daemon flags (state-dir, node-name,
 pod-cidr, config, …) say which node's state directory this is.
 `
 
-// nodesFlags are the nodes subcommand's own flags (name → boolean).
+// nodesFlags are the nodes subcommand's own flags beside --output (name →
+// boolean).
 var nodesFlags = map[string]bool{
-	"output": false, "o": false, "from": false, "replace": true,
+	"from": false, "replace": true,
 	"host-ipv4": false, "host-ipv6": false, "block": false, "vtep-mac": false, "vtep-mac-v6": false,
 	"tunnel-ipv4": false, "tunnel-ipv6": false,
 }
@@ -51,22 +52,12 @@ func runNodes(args []string) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	got, rest, err := takeFlags(args, nodesFlags)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd nodes: %v\n", err)
-		return exitConfig
-	}
-	cfg, _, code := loadConfig(rest)
+	got, output, cfg, code := subcommandConfig("nodes", args, nodesFlags)
 	if cfg == nil {
 		return code
 	}
 	if cfg.Datastore != config.DatastoreFile {
 		fmt.Fprintf(os.Stderr, "routeletd nodes: config key datastore is %q: node records are only files with the file datastore\n", cfg.Datastore)
-		return exitConfig
-	}
-	output := lastValue(got, "output", lastValue(got, "o", "text"))
-	if output != "text" && output != "json" {
-		fmt.Fprintf(os.Stderr, "routeletd nodes: flag --output: invalid value %q: want text or json\n", output)
 		return exitConfig
 	}
 	if _, err := os.Lstat(cfg.StateDir); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,12 +35,7 @@ const statusTimeout = 10 * time.Second
 // kernel (saying so first). Flags are the daemon's (state-dir, node-name,
 // encapsulation, … — what the daemon runs with) plus --output text|json.
 func runStatus(args []string) int {
-	output, rest, err := outputFlag(args)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd status: %v\n", err)
-		return exitConfig
-	}
-	cfg, _, code := loadConfig(rest)
+	_, output, cfg, code := subcommandConfig("status", args, nil)
 	if cfg == nil {
 		return code
 	}
@@ -62,12 +56,7 @@ func runStatus(args []string) int {
 // writeStatus renders st as text (one screen) or JSON.
 func writeStatus(w io.Writer, st *debugapi.State, output string, now time.Time) error {
 	if output == "json" {
-		b, err := json.MarshalIndent(st, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(append(b, '\n'))
-		return err
+		return writeJSON(w, st)
 	}
 	_, err := io.WriteString(w, renderStatus(st, now))
 	return err

@@ -334,3 +334,18 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// runIn runs the built routeletd with args inside the node; stdout and
+// stderr apart (JSON on stdout, logs on stderr).
+func (tn *testNode) runIn(args ...string) (stdout, stderr string, code int) {
+	tn.t.Helper()
+	var out, errb strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := tn.node.NS.Do(func(ns.NetNS) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "routeletd"), args...)
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		return cmd.Run()
+	})
+	return out.String(), errb.String(), exitCode(err)
+}

@@ -1,41 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/state"
 )
-
-// runIn runs the built routeletd with args inside the node; stdout and
-// stderr apart (JSON on stdout, logs on stderr).
-func (tn *testNode) runIn(args ...string) (stdout, stderr string, code int) {
-	tn.t.Helper()
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := tn.node.NS.Do(func(ns.NetNS) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "routeletd"), args...)
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		return cmd.Run()
-	})
-	return out.String(), errb.String(), exitCode(err)
-}
 
 // statusFlags are the daemon's flags as startDaemon passes them, for the
 // status subcommand (it reads the same configuration).
@@ -49,11 +31,7 @@ func (tn *testNode) statusJSON(extra ...string) (*debugapi.State, error) {
 	if code != 0 {
 		return nil, fmt.Errorf("status exited %d: %s", code, errs)
 	}
-	var st debugapi.State
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		return nil, fmt.Errorf("status JSON: %w: %s", err, out)
-	}
-	return &st, nil
+	return parseState(out)
 }
 
 // addPeerRecord writes node-b's record as its daemon would publish it.
@@ -178,14 +156,9 @@ func TestStatusDaemonStopped(t *testing.T) {
 	}
 
 	// The FDB entry for node-b's VTEP goes while nobody repairs it.
-	vx, err := tn.nl.LinkByName("vxlan.calico")
-	if err != nil {
+	if _, err := netnstest.Exec(context.Background(), tn.node.NS, "bridge", "fdb", "del", "66:aa:bb:cc:dd:02", "dev", "vxlan.calico",
+		"dst", "192.0.2.20", "self"); err != nil {
 		t.Fatal(err)
-	}
-	fdb := &netlink.Neigh{LinkIndex: vx.Attrs().Index, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
-		State: netlink.NUD_PERMANENT, HardwareAddr: mustMAC(t, "66:aa:bb:cc:dd:02"), IP: []byte{192, 0, 2, 20}}
-	if err := tn.nl.NeighDel(fdb); err != nil {
-		t.Fatalf("delete fdb entry: %v", err)
 	}
 	st, err = tn.statusJSON("--encapsulation=vxlan")
 	if err != nil {
@@ -227,12 +200,177 @@ func TestStatusNotReady(t *testing.T) {
 	})
 }
 
-// mustMAC parses a MAC.
-func mustMAC(t *testing.T, s string) []byte {
-	t.Helper()
-	m, err := net.ParseMAC(s)
-	if err != nil {
+// nodesCmd runs `routeletd nodes VERB ARGS` in the node with the flags
+// startDaemon gives the daemon (the same state directory and node).
+func (tn *testNode) nodesCmd(verb string, args ...string) (string, string, int) {
+	tn.t.Helper()
+	full := append([]string{"nodes", verb}, args...)
+	full = append(full, "--node-name=node-a", "--state-dir="+tn.stateDir, "--pod-cidr="+tn.podCIDR)
+	return tn.runIn(full...)
+}
+
+// TestNodesCLI: peer records added with `routeletd nodes add` are what the
+// running daemon routes to; a record the daemon would refuse is refused
+// with the value named and nothing written; `remove` takes the peer away.
+func TestNodesCLI(t *testing.T) {
+	tn := newTestNode(t, true)
+	tn.startDaemon("--encapsulation=vxlan")
+	tn.waitReady()
+	const route = "10.244.8.0/24 vxlan.calico proto 80"
+
+	out, errs, code := tn.nodesCmd("add", "node-b", "--host-ipv4", "192.0.2.20", "--block", "10.244.8.0/24",
+		"--vtep-mac", "66:aa:bb:cc:dd:02", "--tunnel-ipv4", "10.244.8.0")
+	if code != 0 {
+		t.Fatalf("nodes add node-b: exit %d: %s%s", code, out, errs)
+	}
+	netnstest.Eventually(t, netnstest.ReadyTimeout, "route to node-b's block", func() bool { return tn.hasRoute(v4, route) })
+	rec, err := tn.store.GetNode("node-b")
+	if err != nil || rec.HostIPv4 != "192.0.2.20" || rec.VTEPMAC != "66:aa:bb:cc:dd:02" || rec.Updated.IsZero() {
+		t.Errorf("record written = %+v, %v", rec, err)
+	}
+
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"node-c", []string{"--host-ipv4", "192.0.2.21", "--block", "10.244.7.128/25"}, `block "10.244.7.128/25" refused: overlaps this node's block 10.244.7.0/24`},
+		{"node-d", []string{"--host-ipv4", "192.0.2.22", "--block", "10.244.9.0/24", "--vtep-mac", "01:00:5e:00:00:01"}, `vtepMAC "01:00:5e:00:00:01" refused`},
+		{"node-e", []string{"--host-ipv4", "192.0.2.20", "--block", "10.244.10.0/24"}, `hostIPv4 "192.0.2.20" refused: is node node-b's`},
+		{"node-f", []string{"--host-ipv4", "192.0.2.10", "--block", "10.244.11.0/24"}, `refused`},
+		{"Bad_Name", []string{"--host-ipv4", "192.0.2.23", "--block", "10.244.12.0/24"}, `"Bad_Name"`},
+	} {
+		_, errs, code := tn.nodesCmd("add", append([]string{c.name}, c.args...)...)
+		if code == 0 || !strings.Contains(errs, c.want) {
+			t.Errorf("nodes add %s %v: exit %d, stderr %q; want a refusal naming %q", c.name, c.args, code, errs, c.want)
+		}
+		if _, err := os.Lstat(filepath.Join(tn.stateDir, "nodes", c.name+".json")); !os.IsNotExist(err) {
+			t.Errorf("refused record %s was written (%v)", c.name, err)
+		}
+	}
+	if _, errs, code := tn.nodesCmd("add", "node-b", "--host-ipv4", "192.0.2.30", "--block", "10.244.8.0/24"); code == 0 || !strings.Contains(errs, "--replace") {
+		t.Errorf("nodes add over an existing record: exit %d %q, want a refusal pointing at --replace", code, errs)
+	}
+	if _, errs, code := tn.nodesCmd("remove", "node-a"); code == 0 || !strings.Contains(errs, "this node") {
+		t.Errorf("nodes remove of this node's own record: exit %d %q, want a refusal", code, errs)
+	}
+
+	out, _, code = tn.nodesCmd("list")
+	if code != 0 || !strings.Contains(out, "node-b  192.0.2.20") || !strings.Contains(out, "this node") {
+		t.Errorf("nodes list: exit %d:\n%s", code, out)
+	}
+	out, _, code = tn.nodesCmd("show", "node-b", "--output", "json")
+	if code != 0 || !strings.Contains(out, `"vtepMAC": "66:aa:bb:cc:dd:02"`) {
+		t.Errorf("nodes show node-b: exit %d:\n%s", code, out)
+	}
+
+	// A record copied from node-b's own state directory goes in with --from.
+	if _, errs, code := tn.nodesCmd("remove", "node-b"); code != 0 {
+		t.Fatalf("nodes remove node-b: exit %d: %s", code, errs)
+	}
+	netnstest.Eventually(t, netnstest.ReadyTimeout, "route to node-b gone", func() bool { return !tn.hasRoute(v4, route) })
+	file := filepath.Join(t.TempDir(), "node-b.json")
+	if err := os.WriteFile(file, []byte(`{"version":1,"name":"node-b","hostIPv4":"192.0.2.20","blocks":["10.244.8.0/24"],`+
+		`"vtepMAC":"66:aa:bb:cc:dd:02","tunnelIPv4":"10.244.8.0","updated":"2026-01-01T00:00:00Z"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return m
+	if _, errs, code := tn.nodesCmd("add", "--from", file); code != 0 {
+		t.Fatalf("nodes add --from: exit %d: %s", code, errs)
+	}
+	netnstest.Eventually(t, netnstest.ReadyTimeout, "route to node-b again", func() bool { return tn.hasRoute(v4, route) })
+}
+
+// BenchmarkStatusKernel measures `routeletd status` on a node with 250
+// pods and 1,000 VXLAN peers, all programmed by a real daemon: through
+// the running daemon's state socket ("daemon"), the routeletd binary
+// asking it ("binary"), and, the daemon stopped, built from the state
+// directory and the kernel in process ("offline", kernel reads counted).
+func BenchmarkStatusKernel(b *testing.B) {
+	needRoot(b)
+	const pods, peers = 250, 1000
+	tn := benchNode(b, pods)
+	for i := range pods {
+		writeRecord(b, tn, i)
+	}
+	writePeerRecords(b, tn.store, peers, time.Now())
+	flags := []string{"--log-level=info", "--pod-cidr=10.244.8.0/24", "--encapsulation=vxlan"}
+	d := tn.startDaemon(flags...)
+	tn.waitReady()
+	healthy := func(st *debugapi.State) bool {
+		if len(st.Workloads) != pods || len(st.Peers) != peers {
+			return false
+		}
+		for _, t := range st.Tables {
+			if t.Programmed != t.Desired {
+				return false
+			}
+		}
+		for _, p := range st.Peers {
+			if !p.Routes.Present || !p.ARP.Present || !p.FDB.Present || !p.Allowlist.Present {
+				return false
+			}
+		}
+		return true
+	}
+	get := func() *debugapi.State {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := debugapi.Get(ctx, tn.stateDir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return st
+	}
+	netnstest.Eventually(b, 60*time.Second, "every pod and peer programmed", func() bool { return healthy(get()) })
+
+	b.Run("daemon", func(b *testing.B) {
+		for b.Loop() {
+			get()
+		}
+	})
+	b.Run("binary", func(b *testing.B) {
+		for b.Loop() {
+			if _, errs, code := tn.runIn(tn.statusFlags(append(flags, "--output=json")...)...); code != 0 {
+				b.Fatalf("status: exit %d: %s", code, errs)
+			}
+		}
+	})
+	if err := d.stop(b); err != nil {
+		b.Fatal(err)
+	}
+	cfg := testConfig(b, append([]string{"--node-name=node-a", "--state-dir=" + tn.stateDir, "--pod-cidr=" + tn.podCIDR}, flags...)...)
+	b.Run("offline", func(b *testing.B) {
+		var reads int64
+		err := tn.node.NS.Do(func(ns.NetNS) error {
+			nl, err := inspect.NewNetlink()
+			if err != nil {
+				return err
+			}
+			defer nl.Close()
+			c := &inspect.Counting{R: nl}
+			var st *debugapi.State
+			for b.Loop() {
+				onl, err := overlay.NewKernel()
+				if err != nil {
+					return err
+				}
+				host, err := netguard.ReadHost(nil, cfg.RouteProtocol, ownLink(cfg))
+				if err != nil {
+					return err
+				}
+				if st, err = offlineStatus(cfg, "routeletd is not running", c, onl, host, time.Now()); err != nil {
+					return err
+				}
+			}
+			reads = c.Reads()
+			if !healthy(st) {
+				return fmt.Errorf("offline status of the stopped daemon's node is not healthy")
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(reads)/float64(b.N), "kernel-reads/op")
+	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -44,11 +45,7 @@ type fakeStatusNode struct {
 func newFakeStatusNode(t testing.TB, pods, peers int) *fakeStatusNode {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "state")
-	cfg, err := config.Load([]string{"--node-name=node-a", "--state-dir=" + dir, "--pod-cidr=10.244.7.0/24", "--encapsulation=vxlan"},
-		func(string) (string, bool) { return "", false }, os.ReadFile, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, "--node-name=node-a", "--state-dir="+dir, "--pod-cidr=10.244.7.0/24", "--encapsulation=vxlan")
 	store, err := state.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -72,14 +69,47 @@ func newFakeStatusNode(t testing.TB, pods, peers int) *fakeStatusNode {
 			PodNamespace: "default", PodName: fmt.Sprintf("pod-%d", i), Created: statusNow.Add(-time.Hour)}))
 		must(os.WriteFile(filepath.Join(dir, "ipam", "addrs", ip), []byte(fmt.Sprintf("c%04d\neth0\n", i)), 0o600))
 	}
-	for j := range peers {
+	n.peers = writePeerRecords(t, store, peers, statusNow)
+	return n
+}
+
+// writePeerRecords writes n VXLAN peers' records as their daemons would:
+// node-0000… with host IPs in 172.16.0.0/16, one /26 block each in
+// 10.100.0.0/16, VTEP MACs 66:00:00:00:… The j-th was updated j+1
+// minutes before now. It returns their names.
+func writePeerRecords(t testing.TB, store *state.Store, n int, now time.Time) []string {
+	t.Helper()
+	var names []string
+	for j := range n {
 		name := fmt.Sprintf("node-%04d", j)
 		block := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 100, byte(j / 4), byte(j % 4 * 64)}), 26)
-		must(store.PutNode(&state.Node{Name: name, HostIPv4: fmt.Sprintf("172.16.%d.%d", j/250, j%250+1), Blocks: []string{block.String()},
-			VTEPMAC: fmt.Sprintf("66:00:00:00:%02x:%02x", j>>8, j&255), TunnelIPv4: block.Addr().String(), Updated: statusNow.Add(-time.Duration(j+1) * time.Minute)}))
-		n.peers = append(n.peers, name)
+		if err := store.PutNode(&state.Node{Name: name, HostIPv4: fmt.Sprintf("172.16.%d.%d", j/250, j%250+1), Blocks: []string{block.String()},
+			VTEPMAC: fmt.Sprintf("66:00:00:00:%02x:%02x", j>>8, j&255), TunnelIPv4: block.Addr().String(),
+			Updated: now.Add(-time.Duration(j+1) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
 	}
-	return n
+	return names
+}
+
+// testConfig loads the daemon's configuration from flags alone.
+func testConfig(t testing.TB, args ...string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(args, func(string) (string, bool) { return "", false }, os.ReadFile, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// parseState decodes status --output json.
+func parseState(out string) (*debugapi.State, error) {
+	var st debugapi.State
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return nil, fmt.Errorf("status JSON: %w: %s", err, out)
+	}
+	return &st, nil
 }
 
 // underlay is the fake overlay netlink: up0 holding the node IP.

@@ -2,7 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"os"
 	"strings"
+
+	"github.com/routelet/routelet/daemon/config"
 )
 
 // takeFlags removes from args the flags a subcommand adds to the daemon's
@@ -44,15 +48,23 @@ func lastValue(got map[string][]string, name, def string) string {
 	return def
 }
 
-// outputFlag takes --output (or -o) text|json out of args.
-func outputFlag(args []string) (string, []string, error) {
-	got, rest, err := takeFlags(args, map[string]bool{"output": false, "o": false})
+// subcommandConfig takes a subcommand's own flags (own, plus --output or
+// -o text|json) out of args and loads the daemon's configuration from
+// the rest. A nil config means stop with the code returned (the error was
+// printed, naming cmd).
+func subcommandConfig(cmd string, args []string, own map[string]bool) (map[string][]string, string, *config.Config, int) {
+	want := map[string]bool{"output": false, "o": false}
+	maps.Copy(want, own)
+	got, rest, err := takeFlags(args, want)
+	if err == nil {
+		if out := lastValue(got, "output", lastValue(got, "o", "text")); out != "text" && out != "json" {
+			err = fmt.Errorf("flag --output: invalid value %q: want text or json", out)
+		}
+	}
 	if err != nil {
-		return "", nil, err
+		fmt.Fprintf(os.Stderr, "routeletd %s: %v\n", cmd, err)
+		return nil, "", nil, exitConfig
 	}
-	out := lastValue(got, "output", lastValue(got, "o", "text"))
-	if out != "text" && out != "json" {
-		return "", nil, fmt.Errorf("flag --output: invalid value %q: want text or json", out)
-	}
-	return out, rest, nil
+	cfg, _, code := loadConfig(rest)
+	return got, lastValue(got, "output", lastValue(got, "o", "text")), cfg, code
 }

@@ -131,7 +131,7 @@ func (c *comparer) table(name string, fam int, want map[string][]routes.Target, 
 		if matched[kk] {
 			continue
 		}
-		rt := debugapi.Route{Iface: ifaceName(r.Iface), CIDR: r.Dst.String(), Type: rtmType(r.Type), MTU: r.MTU,
+		rt := debugapi.Route{Iface: ifaceName(r.Iface), CIDR: r.Dst.String(), Type: routes.RTMTypeName(r.Type), MTU: r.MTU,
 			Peer: owner[r.Dst], Programmed: true, Kernel: describe(r)}
 		if r.Gateway.IsValid() {
 			rt.Via = r.Gateway.String()
@@ -151,7 +151,7 @@ func (c *comparer) differs(t routes.Target, r Route) string {
 	case r.Protocol != c.d.Node.RouteProtocol:
 		return fmt.Sprintf("proto %d", r.Protocol)
 	case r.Type != t.Type.KernelType():
-		return "type " + rtmType(r.Type)
+		return "type " + routes.RTMTypeName(r.Type)
 	case t.Gateway.IsValid() && r.Gateway != t.Gateway:
 		return "via " + addrOrNone(r.Gateway)
 	case t.MTU != 0 && r.MTU != t.MTU:
@@ -162,7 +162,7 @@ func (c *comparer) differs(t routes.Target, r Route) string {
 
 // describe is a kernel route the way `ip route` shows its key facts.
 func describe(r Route) string {
-	s := fmt.Sprintf("%s %s proto %d", rtmType(r.Type), r.Dst, r.Protocol)
+	s := fmt.Sprintf("%s %s proto %d", routes.RTMTypeName(r.Type), r.Dst, r.Protocol)
 	if r.Gateway.IsValid() {
 		s += " via " + r.Gateway.String()
 	}
@@ -182,23 +182,6 @@ func addrOrNone(a netip.Addr) string {
 		return "none"
 	}
 	return a.String()
-}
-
-// rtmType names an rtm_type as `ip route` does.
-func rtmType(t int) string {
-	switch t {
-	case unix.RTN_UNICAST:
-		return "unicast"
-	case unix.RTN_BLACKHOLE:
-		return "blackhole"
-	case unix.RTN_UNREACHABLE:
-		return "unreachable"
-	case unix.RTN_PROHIBIT:
-		return "prohibit"
-	case unix.RTN_THROW:
-		return "throw"
-	}
-	return fmt.Sprintf("type %d", t)
 }
 
 // devices compares a family's overlay devices with the links.

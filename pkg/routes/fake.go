@@ -559,7 +559,7 @@ func (f *FakeNetlink) format(r netlink.Route) string {
 	dst, _ := ipNetToPrefix(r.Dst)
 	var parts []string
 	if r.Type != unix.RTN_UNICAST {
-		parts = append(parts, routeTypeName(r.Type))
+		parts = append(parts, RTMTypeName(r.Type))
 	}
 	parts = append(parts, dst.String())
 	if r.Gw != nil {
@@ -589,21 +589,6 @@ func (f *FakeNetlink) format(r netlink.Route) string {
 		parts = append(parts, "mtu", fmt.Sprint(r.MTU))
 	}
 	return strings.Join(parts, " ")
-}
-
-// routeTypeName names a device-less route type like iproute2.
-func routeTypeName(t int) string {
-	switch t {
-	case unix.RTN_BLACKHOLE:
-		return "blackhole"
-	case unix.RTN_UNREACHABLE:
-		return "unreachable"
-	case unix.RTN_PROHIBIT:
-		return "prohibit"
-	case unix.RTN_THROW:
-		return "throw"
-	}
-	return fmt.Sprintf("type%d", t)
 }
 
 // ipNetToPrefix converts a route destination, IPv4 unmapped.
