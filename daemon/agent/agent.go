@@ -672,9 +672,9 @@ func (a *Agent) checkRouteEvent(ev RouteEvent) {
 	desired := slices.ContainsFunc(a.desired[fam][ev.Iface], func(t routes.Target) bool { return t.CIDR == ev.Dst })
 	if ev.Deleted == desired || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
 		a.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
-		a.snap.repairs.Add("route", ev.Dst.String()+" dev "+ev.Iface, 1)
 		rt.MarkDirty(ev.Iface)
 		a.needApply = true
+		a.snap.repairs.Add("route", ev.Dst.String()+" dev "+ev.Iface, 1)
 	}
 }
 
@@ -686,9 +686,9 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 	}
 	p := netip.PrefixFrom(ev.IP, 32)
 	if slices.ContainsFunc(a.desired[0][ev.Iface], func(t routes.Target) bool { return t.CIDR == p }) {
-		a.snap.repairs.Add("neigh", ev.IP.String()+" dev "+ev.Iface, 1)
 		a.rt4.MarkDirty(ev.Iface)
 		a.needApply = true
+		a.snap.repairs.Add("neigh", ev.IP.String()+" dev "+ev.Iface, 1)
 	}
 }
 
