@@ -373,9 +373,10 @@ func newOverlay(cfg *config.Config, id nodeid.Identity, blocks []netip.Prefix, s
 		VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU, Logger: log,
 		OnRepair: func(object string) {
 			metrics.Repairs.WithLabelValues(object).Inc()
-			repairs.Add(object, cfg.VXLANDevice, 1)
+			repairs.Add("device", object+" of "+cfg.VXLANDevice, 1)
 		},
 		RouteProtocol: cfg.RouteProtocol, CheckPeriod: cfg.DeviceCheckPeriod,
+		OnDrift: func(object, detail string) { repairs.Add(object, detail, 1) },
 	}, func(v int, owned []string) (overlaymgr.RouteTable, error) {
 		return routes.New(routes.Config{
 			IPVersion: v, Protocol: cfg.RouteProtocol, InterfaceNames: owned,

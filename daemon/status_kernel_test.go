@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,8 +65,8 @@ func healthyPeer(p debugapi.Peer) bool {
 
 // TestStatusDaemonRunning: with the daemon running, status comes from its
 // state socket (mode 0600): ready, the pod and its route, the peer's
-// route, ARP, FDB and allowlist entry, and a route deleted behind the
-// daemon's back counted as drift repaired.
+// route, ARP, FDB and allowlist entry, and a pod route and the peer's FDB
+// entry deleted behind the daemon's back counted as drift repaired.
 func TestStatusDaemonRunning(t *testing.T) {
 	tn := newTestNode(t, true)
 	tn.addPeerRecord()
@@ -108,9 +109,23 @@ func TestStatusDaemonRunning(t *testing.T) {
 		return err == nil && st.RepairsSince(time.Now().Add(-time.Hour)) > 0 && st.Workloads[0].Routes.Present
 	})
 
+	// The same for node-b's FDB entry on the VXLAN device.
+	if _, err := netnstest.Exec(context.Background(), tn.node.NS, "bridge", "fdb", "del", "66:aa:bb:cc:dd:02", "dev", "vxlan.calico",
+		"dst", "192.0.2.20", "self"); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, netnstest.ReadyTimeout, "status counting the repaired FDB entry", func() bool {
+		st, err = tn.statusJSON()
+		if err != nil {
+			return false
+		}
+		peer, _ := peerOf(st, "node-b")
+		return slices.ContainsFunc(st.Repairs, func(r debugapi.Repair) bool { return r.Object == "fdb" }) && healthyPeer(peer)
+	})
+
 	out, _, code := tn.runIn(tn.statusFlags()...)
 	for _, want := range []string{"routeletd is running", "Ready:", "yes", "node-b", "10.244.7.0/24 1/254 used",
-		"in the last hour (route ", "No problems"} {
+		"2 in the last hour (fdb 1, route 1)", "No problems"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status text lacks %q (exit %d):\n%s", want, code, out)
 		}

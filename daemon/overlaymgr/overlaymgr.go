@@ -59,6 +59,11 @@ type Config struct {
 	// CheckPeriod is how often the loop runs the device check (QueueCheck);
 	// default 10s.
 	CheckPeriod time.Duration
+	// OnDrift, when set, is called (from the event goroutine) when an
+	// event shows something the manager wants was taken away behind its
+	// back: object "route", "neigh" or "fdb" and what it was; the next
+	// Apply repairs it.
+	OnDrift func(object, detail string)
 }
 
 // device is what the manager needs of overlay.VXLAN and overlay.IPIP.
@@ -106,6 +111,7 @@ type Manager struct {
 	mu          sync.Mutex
 	dirtyIfaces map[string]bool // owned interfaces whose routes need a re-read
 	checkRoutes bool            // device check: re-read every owned interface
+	wanted      wanted          // what OnNodes last wanted, for OnDrift (drift.go)
 }
 
 // New works out the overlay of every family (parent, MTU, devices, route
@@ -287,6 +293,7 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 		for _, name := range slices.Sorted(maps.Keys(want)) {
 			f.rt.SetRoutes(name, want[name])
 		}
+		m.want(f, ps, want)
 		if s := strings.Join(problems, "; "); s != f.problems {
 			f.problems = s
 			if s != "" {
@@ -488,6 +495,9 @@ func (e events) OnLink(ev netwatch.LinkEvent) {
 // OnRoute implements netwatch.Handler.
 func (e events) OnRoute(ev netwatch.RouteEvent) {
 	if e.m.owns(ev.Iface) {
+		if ev.Deleted {
+			e.m.drifted(ev.Iface, netip.Addr{}, ev.Dst)
+		}
 		e.m.markIface(ev.Iface)
 		e.wake()
 	}
@@ -495,6 +505,9 @@ func (e events) OnRoute(ev netwatch.RouteEvent) {
 
 // OnNeigh implements netwatch.Handler.
 func (e events) OnNeigh(ev netwatch.NeighEvent) {
+	if ev.Deleted {
+		e.m.drifted(ev.Iface, ev.IP, netip.Prefix{})
+	}
 	if e.m.onNeigh(ev.Iface) {
 		e.wake()
 	}

@@ -1,0 +1,45 @@
+package overlaymgr
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/routelet/routelet/daemon/netwatch"
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/peers"
+)
+
+// TestDriftReported: deleting a wanted overlay route, ARP or FDB entry is
+// reported as drift; the deletions that follow a peer's removal (the
+// manager's own) are not.
+func TestDriftReported(t *testing.T) {
+	_, m, _ := setup(t, overlay.ModeVXLAN, "10.244.1.0/24")
+	var got []string
+	m.cfg.OnDrift = func(object, detail string) { got = append(got, object+" "+detail) }
+	m.OnNodes(testPeers())
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	h := m.Events(func() {})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.2.0"), Deleted: true})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.0.0.2"), Deleted: true})
+	h.OnRoute(netwatch.RouteEvent{Iface: "vxlan.calico", Dst: netip.MustParsePrefix("10.244.3.0/24"), Protocol: 80, Deleted: true})
+	// Not drift: a new entry, and an entry nobody wants.
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.3.0")})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.9.9.9"), Deleted: true})
+	want := []string{"neigh 10.244.2.0 dev vxlan.calico", "fdb 10.0.0.2 dev vxlan.calico", "route 10.244.3.0/24 dev vxlan.calico"}
+	if !slices.Equal(got, want) {
+		t.Errorf("drift = %q, want %q", got, want)
+	}
+
+	// b leaves: the deletions of its entries and route are the manager's.
+	got = nil
+	m.OnNodes(slices.DeleteFunc(testPeers(), func(n peers.NodeInfo) bool { return n.Name == "b" }))
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.2.0"), Deleted: true})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.0.0.2"), Deleted: true})
+	h.OnRoute(netwatch.RouteEvent{Iface: "vxlan.calico", Dst: netip.MustParsePrefix("10.244.2.0/24"), Protocol: 80, Deleted: true})
+	if len(got) != 0 {
+		t.Errorf("drift after b left = %q, want none", got)
+	}
+}
