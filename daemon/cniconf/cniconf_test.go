@@ -1,0 +1,250 @@
+package cniconf
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/netnstest"
+)
+
+var params = Params{MTU: 1430, StateDir: "/run/routelet", IfacePrefix: "cali"}
+
+// routeletPlugin returns the routelet plugin's keys of a rendered list.
+func routeletPlugin(t *testing.T, out []byte) map[string]any {
+	t.Helper()
+	list, err := libcni.ConfListFromBytes(out)
+	if err != nil {
+		t.Fatalf("libcni cannot parse the rendered list: %v\n%s", err, out)
+	}
+	if len(list.Plugins) < 1 || list.Plugins[0].Network.Type != "routelet" {
+		t.Fatalf("rendered list's first plugin is not routelet:\n%s", out)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(list.Plugins[0].Bytes, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestRenderDefault: the built-in template renders to a list libcni
+// parses, routelet first with the MTU filled in, portmap chained.
+func TestRenderDefault(t *testing.T) {
+	out, err := Render([]byte(DefaultTemplate), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := routeletPlugin(t, out)
+	if m["mtu"] != float64(1430) || m["stateDir"] != "/run/routelet" || m["interfacePrefix"] != "cali" {
+		t.Errorf("routelet plugin = %v, want mtu 1430 and the daemon's stateDir and prefix", m)
+	}
+	list, _ := libcni.ConfListFromBytes(out)
+	if len(list.Plugins) != 2 || list.Plugins[1].Network.Type != "portmap" {
+		t.Errorf("plugins %v, want routelet then portmap", list.Plugins)
+	}
+	again, _ := Render([]byte(DefaultTemplate), params)
+	if string(again) != string(out) {
+		t.Errorf("rendering is not deterministic:\n%s\n%s", out, again)
+	}
+}
+
+// TestDefaultTemplateIsTheExample: the built-in template, rendered with
+// the daemon's default state dir and prefix, is conf/10-routelet.conflist
+// (the example the docs describe) plus the MTU.
+func TestDefaultTemplateIsTheExample(t *testing.T) {
+	ex, err := os.ReadFile("../../conf/10-routelet.conflist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Render([]byte(DefaultTemplate), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got map[string]any
+	if err := json.Unmarshal(ex, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	want["plugins"].([]any)[0].(map[string]any)["mtu"] = float64(params.MTU)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the built-in template renders to\n%s\nwhich is not conf/10-routelet.conflist with mtu %d:\n%s", out, params.MTU, ex)
+	}
+}
+
+// TestRenderFillsAndRefuses: stateDir and interfacePrefix are filled in
+// when absent; a template that sets mtu, disagrees with the daemon or does
+// not start with routelet is refused, naming the value.
+func TestRenderFillsAndRefuses(t *testing.T) {
+	bare := `{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"routelet"}]}`
+	out, err := Render([]byte(bare), Params{MTU: 1450, StateDir: "/srv/rl", IfacePrefix: "rl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := routeletPlugin(t, out); m["mtu"] != float64(1450) || m["stateDir"] != "/srv/rl" || m["interfacePrefix"] != "rl" {
+		t.Errorf("routelet plugin = %v", m)
+	}
+	for tmpl, want := range map[string]string{
+		`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"routelet","mtu":9000}]}`:               `"mtu" (9000)`,
+		`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"portmap"},{"type":"routelet"}]}`:       "portmap",
+		`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"routelet","stateDir":"/var/lib/x"}]}`:  "/var/lib/x",
+		`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"routelet","interfacePrefix":"veth"}]}`: "veth",
+		`{"cniVersion":"1.0.0","name":"n","plugins":[]}`:                                             "plugins",
+		`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"routelet"}`:                            "conflist",
+	} {
+		if _, err := Render([]byte(tmpl), params); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Render(%s) = %v, want an error naming %q", tmpl, err, want)
+		}
+	}
+}
+
+// TestWrite: the list lands atomically with write events on its final
+// name, other files in the directory are left alone, and an unchanged
+// list is not written again.
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	others := map[string]string{"05-other.conflist": `{"name":"x"}`, "99-loopback.conf": "{}", "notes.txt": "keep"}
+	for n, c := range others {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/nonexistent", filepath.Join(dir, "dangling.conf")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for n := range others {
+		if err := os.Chtimes(filepath.Join(dir, n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := netnstest.WatchDir(t, dir)
+	data, err := Render([]byte(DefaultTemplate), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "10-routelet.conflist"
+	changed, err := Write(dir, name, data)
+	if err != nil || !changed {
+		t.Fatalf("Write = %v, %v; want a write", changed, err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil || string(got) != string(data) {
+		t.Fatalf("written %q, %v; want %q", got, err, data)
+	}
+	fi, _ := os.Stat(filepath.Join(dir, name))
+	if fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want 0644", fi.Mode())
+	}
+	ev := events()
+	// containerd 1.6 reloads on fsnotify's Write (IN_MODIFY) only; newer
+	// watchers take IN_CLOSE_WRITE.
+	if ev[name]&unix.IN_MODIFY == 0 || ev[name]&unix.IN_CLOSE_WRITE == 0 {
+		t.Errorf("events on %s: %#x, want IN_MODIFY and IN_CLOSE_WRITE", name, ev[name])
+	}
+	for n, m := range ev {
+		if n == name || n == "" {
+			continue
+		}
+		if _, other := others[n]; other || n == "dangling.conf" {
+			t.Errorf("event %#x on the other file %s", m, n)
+		}
+		if !strings.HasPrefix(n, ".") || strings.HasSuffix(n, ".conf") || strings.HasSuffix(n, ".conflist") || strings.HasSuffix(n, ".json") {
+			t.Errorf("temp file %q is one a runtime would load", n)
+		}
+	}
+	checkOthers(t, dir, others, old)
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != len(others)+2 {
+		t.Errorf("directory holds %v, want the other files, the link and %s only", entries, name)
+	}
+
+	// Unchanged: not written again, no event on it.
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	if changed, err := Write(dir, name, data); err != nil || changed {
+		t.Errorf("Write of unchanged content = %v, %v; want no write", changed, err)
+	}
+	if ev := events(); ev[name]&(unix.IN_MODIFY|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE) != 0 {
+		t.Errorf("unchanged list written again: events %#x", ev[name])
+	}
+	fi, _ = os.Stat(filepath.Join(dir, name))
+	if fi.Sys().(*syscall.Stat_t).Ino != ino {
+		t.Error("unchanged list replaced")
+	}
+
+	// Changed content: replaced, with write events again.
+	data2, _ := Render([]byte(DefaultTemplate), Params{MTU: 1380, StateDir: params.StateDir, IfacePrefix: params.IfacePrefix})
+	if changed, err := Write(dir, name, data2); err != nil || !changed {
+		t.Fatalf("Write of new content = %v, %v", changed, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, name)); string(got) != string(data2) {
+		t.Errorf("after the change: %q", got)
+	}
+	if ev := events(); ev[name]&unix.IN_MODIFY == 0 {
+		t.Errorf("changed list: events %#x, want IN_MODIFY", ev[name])
+	}
+	checkOthers(t, dir, others, old)
+}
+
+// checkOthers fails unless each other file holds its content and mtime.
+func checkOthers(t *testing.T, dir string, others map[string]string, mtime time.Time) {
+	t.Helper()
+	for n, c := range others {
+		p := filepath.Join(dir, n)
+		got, err := os.ReadFile(p)
+		fi, serr := os.Stat(p)
+		if err != nil || serr != nil || string(got) != c || !fi.ModTime().Equal(mtime) {
+			t.Errorf("other file %s changed: %q %v %v", n, got, err, serr)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(dir, "dangling.conf")); err != nil || l != "/nonexistent" {
+		t.Errorf("symlink changed: %q %v", l, err)
+	}
+}
+
+// TestWriteErrors: a missing or read-only directory is an error naming
+// the path, and leaves no file behind.
+func TestWriteErrors(t *testing.T) {
+	data, _ := Render([]byte(DefaultTemplate), params)
+	missing := filepath.Join(t.TempDir(), "absent")
+	if _, err := Write(missing, "10-routelet.conflist", data); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Write into a missing dir = %v, want an error naming it", err)
+	}
+	if os.Geteuid() == 0 {
+		return // root writes into a 0555 directory anyway
+	}
+	ro := t.TempDir()
+	if err := os.Chmod(ro, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(ro, "10-routelet.conflist", data); err == nil || !strings.Contains(err.Error(), ro) {
+		t.Errorf("Write into a read-only dir = %v, want an error naming it", err)
+	}
+	if e, _ := os.ReadDir(ro); len(e) != 0 {
+		t.Errorf("read-only dir holds %v", e)
+	}
+}
+
+// TestEarlier lists the configs a runtime would pick before ours (libcni
+// loads hidden files too, by extension alone).
+func TestEarlier(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"05-flannel.conflist", "10-routelet.conflist", "00-x.txt", "87-podman.conflist", ".03-hidden.conf"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Earlier(dir, "10-routelet.conflist")
+	if err != nil || strings.Join(got, ",") != ".03-hidden.conf,05-flannel.conflist" {
+		t.Errorf("Earlier = %v, %v; want [.03-hidden.conf 05-flannel.conflist]", got, err)
+	}
+}
