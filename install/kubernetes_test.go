@@ -44,18 +44,22 @@ import (
 // unknown (so removing an entry here without implementing it fails too).
 var pendingFlags = map[string]string{}
 
-// manifests decodes every object in install/kubernetes strictly (unknown
-// or duplicate fields are errors) into client-go types.
-func manifests(t *testing.T) []runtime.Object {
+// manifestDoc is one YAML document of a manifest file.
+type manifestDoc struct {
+	file string
+	data []byte
+}
+
+// manifestDocs splits every file in install/kubernetes into its YAML
+// documents, in file order, leaving out empty (comment-only) ones.
+func manifestDocs(t *testing.T) []manifestDoc {
 	t.Helper()
 	files, err := filepath.Glob("kubernetes/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in install/kubernetes: %v", err)
 	}
 	sort.Strings(files)
-	s := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
-		kjson.SerializerOptions{Yaml: true, Strict: true})
-	var objs []runtime.Object
+	var docs []manifestDoc
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -73,12 +77,25 @@ func manifests(t *testing.T) []runtime.Object {
 			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 				continue
 			}
-			obj, _, err := s.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: strict decode: %v", f, err)
-			}
-			objs = append(objs, obj)
+			docs = append(docs, manifestDoc{file: f, data: doc})
 		}
+	}
+	return docs
+}
+
+// manifests decodes every object in install/kubernetes strictly (unknown
+// or duplicate fields are errors) into client-go types.
+func manifests(t *testing.T) []runtime.Object {
+	t.Helper()
+	s := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+		kjson.SerializerOptions{Yaml: true, Strict: true})
+	var objs []runtime.Object
+	for _, d := range manifestDocs(t) {
+		obj, _, err := s.Decode(d.data, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: strict decode: %v", d.file, err)
+		}
+		objs = append(objs, obj)
 	}
 	return objs
 }
