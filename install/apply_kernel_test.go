@@ -78,18 +78,18 @@ func TestPrivilegedManifestsApplyAndRBAC(t *testing.T) {
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(admin.Discovery()))
 
-	// Strict validation is on: a misspelt field is refused, naming it.
-	bad := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: routelet-strict-probe\n  namespace: kube-system\ndata: {}\nbinaryDta: {}\n")
-	if _, err := applyStrict(ctx, dyn, mapper, bad); err == nil || !strings.Contains(err.Error(), "binaryDta") {
-		t.Fatalf("apply of a misspelt field = %v; want a strict validation error naming it", err)
-	}
-
 	o := loadObjects(t)
 	// kube-system is made by the API server shortly after it is ready.
 	netnstest.WaitFor(t, 30*time.Second, "namespace "+o.sa.Namespace, func() error {
 		_, err := admin.CoreV1().Namespaces().Get(ctx, o.sa.Namespace, metav1.GetOptions{})
 		return err
 	})
+	// Strict validation is on: a misspelt field is refused, naming it.
+	bad := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: routelet-strict-probe\n  namespace: kube-system\ndata: {}\nbinaryDta: {}\n")
+	if _, err := applyStrict(ctx, dyn, mapper, bad); err == nil || !strings.Contains(err.Error(), "binaryDta") {
+		t.Fatalf("apply of a misspelt field = %v; want a strict validation error naming it", err)
+	}
+
 	for _, d := range manifestDocs(t) {
 		got, err := applyStrict(ctx, dyn, mapper, d.data)
 		if err != nil {
