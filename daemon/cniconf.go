@@ -13,6 +13,7 @@ import (
 // keys): the template, checked at start-up.
 type cniConf struct {
 	cfg  *config.Config
+	dir  string // cni-conf-dir, symlinks resolved
 	tmpl []byte
 }
 
@@ -23,10 +24,11 @@ func newCNIConf(cfg *config.Config) (*cniConf, error) {
 	if cfg.CNIConfDir == "" {
 		return nil, nil
 	}
-	if err := cniconf.CheckDir(cfg.CNIConfDir); err != nil {
+	dir, err := cniconf.ResolveDir(cfg.CNIConfDir)
+	if err != nil {
 		return nil, cfg.KeyError("cni-conf-dir", cfg.CNIConfDir, err)
 	}
-	c := &cniConf{cfg: cfg, tmpl: []byte(cniconf.DefaultTemplate)}
+	c := &cniConf{cfg: cfg, dir: dir, tmpl: []byte(cniconf.DefaultTemplate)}
 	if cfg.CNIConfTemplate != "" {
 		data, err := os.ReadFile(cfg.CNIConfTemplate)
 		if err != nil {
@@ -57,7 +59,7 @@ func (c *cniConf) start(ctx context.Context, podMTU int, log *slog.Logger) (func
 	if err != nil {
 		return nil, c.cfg.KeyError("cni-conf-template", c.cfg.CNIConfTemplate, err)
 	}
-	w := cniconf.NewWriter(c.cfg.CNIConfDir, c.cfg.CNIConfName, data, log.With("component", "cniconf"))
+	w := cniconf.NewWriter(c.dir, c.cfg.CNIConfName, data, log.With("component", "cniconf"))
 	go w.Run(ctx)
 	return w.Notify, nil
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // DefaultTemplate is the template used when none is configured: the
@@ -142,7 +144,7 @@ func Write(dir, name string, data []byte) (bool, error) {
 		_ = unix.Unlink(tmp)
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := state.SyncDir(dir); err != nil {
 		return true, err
 	}
 	return true, rewriteInPlace(path, data)
@@ -197,30 +199,21 @@ func rewriteInPlace(path string, data []byte) error {
 	return f.Close()
 }
 
-// syncDir fsyncs dir so that the rename in it is durable.
-func syncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// ResolveDir returns dir with symlinks resolved (the conf dir is often a
+// link on distributions), failing unless it is an existing directory.
+func ResolveDir(dir string) (string, error) {
+	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return fmt.Errorf("open directory %s for sync: %w", dir, err)
+		return "", err
 	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-// CheckDir fails unless dir is an existing directory (a symlink to one
-// counts: the conf dir is often one on distributions).
-func CheckDir(dir string) error {
-	fi, err := os.Stat(dir)
+	fi, err := os.Stat(real)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
+		return "", fmt.Errorf("%s is not a directory", dir)
 	}
-	return nil
+	return real, nil
 }
 
 // Earlier lists the files in dir a runtime would load before name: CNI

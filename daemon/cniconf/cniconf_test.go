@@ -248,3 +248,29 @@ func TestEarlier(t *testing.T) {
 		t.Errorf("Earlier = %v, %v; want [.03-hidden.conf 05-flannel.conflist]", got, err)
 	}
 }
+
+// TestResolveDir: a symlinked conf dir is followed; a file or a missing
+// path is an error naming it.
+func TestResolveDir(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "net.d")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ResolveDir(link); err != nil || got != real {
+		t.Errorf("ResolveDir(%s) = %q, %v; want %s", link, got, err, real)
+	}
+	file := filepath.Join(base, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{file, filepath.Join(base, "absent")} {
+		if _, err := ResolveDir(p); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("ResolveDir(%s) = %v, want an error naming it", p, err)
+		}
+	}
+}
