@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,25 +25,27 @@ var otherConfs = map[string]string{
 	"README":           "not ours",
 }
 
-// fileState is what a user would compare to tell a file was left alone.
+// fileState is what a user would compare to tell a file was left alone:
+// its content and the file itself (inode, mtime).
 type fileState struct {
-	data  string
-	ino   uint64
-	mtime time.Time
+	data string
+	fi   os.FileInfo
 }
 
-// statFile returns path's content, inode and mtime.
+// statFile returns path's state.
 func statFile(t *testing.T, path string) fileState {
 	t.Helper()
 	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	fi, serr := os.Stat(path)
+	if err != nil || serr != nil {
+		t.Fatalf("%s: %v %v", path, err, serr)
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fileState{data: string(data), ino: fi.Sys().(*syscall.Stat_t).Ino, mtime: fi.ModTime()}
+	return fileState{data: string(data), fi: fi}
+}
+
+// same reports whether s is the file was describes, unchanged.
+func (s fileState) same(was fileState) bool {
+	return s.data == was.data && os.SameFile(s.fi, was.fi) && s.fi.ModTime().Equal(was.fi.ModTime())
 }
 
 // TestCNIConfWrittenOnceReady: with --cni-conf-dir the daemon writes its
@@ -146,8 +147,8 @@ func TestCNIConfWrittenOnceReady(t *testing.T) {
 		t.Errorf("conf dir holds %v (%v), want the other files and %s only", entries, err, cniConfName)
 	}
 	for n, want := range others {
-		if got := statFile(t, filepath.Join(dir, n)); got != want {
-			t.Errorf("other file %s changed: %+v, was %+v", n, got, want)
+		if got := statFile(t, filepath.Join(dir, n)); !got.same(want) {
+			t.Errorf("other file %s changed: %q, was %q", n, got.data, want.data)
 		}
 	}
 
@@ -173,12 +174,12 @@ func TestCNIConfWrittenOnceReady(t *testing.T) {
 	if m := seen[cniConfName]; m&(unix.IN_MODIFY|unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_CREATE|unix.IN_ATTRIB) != 0 {
 		t.Errorf("unchanged conflist written again at restart: events %#x", m)
 	}
-	if got := statFile(t, path); got != before {
-		t.Errorf("unchanged conflist replaced at restart: %+v, was %+v", got, before)
+	if got := statFile(t, path); !got.same(before) {
+		t.Errorf("unchanged conflist replaced at restart (mtime %v, was %v)", got.fi.ModTime(), before.fi.ModTime())
 	}
 	for n, want := range others {
-		if got := statFile(t, filepath.Join(dir, n)); got != want {
-			t.Errorf("other file %s changed at restart: %+v, was %+v", n, got, want)
+		if got := statFile(t, filepath.Join(dir, n)); !got.same(want) {
+			t.Errorf("other file %s changed at restart: %q, was %q", n, got.data, want.data)
 		}
 	}
 }

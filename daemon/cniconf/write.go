@@ -3,7 +3,6 @@ package cniconf
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,90 +18,6 @@ import (
 
 	"github.com/routelet/routelet/pkg/state"
 )
-
-// DefaultTemplate is the template used when none is configured: the
-// routelet plugin with the portmap plugin chained. Rendered with the
-// daemon's defaults it is conf/10-routelet.conflist.
-const DefaultTemplate = `{
-  "cniVersion": "1.0.0",
-  "name": "routelet",
-  "plugins": [
-    {
-      "type": "routelet",
-      "capabilities": { "ips": true }
-    },
-    {
-      "type": "portmap",
-      "snat": true,
-      "capabilities": { "portMappings": true }
-    }
-  ]
-}
-`
-
-// Params are the daemon's values filled into the template's routelet
-// plugin.
-type Params struct {
-	MTU         int    // the pod MTU the daemon publishes
-	StateDir    string // the daemon's state-dir
-	IfacePrefix string // the daemon's interface-prefix
-}
-
-// Render fills p into the conflist template tmpl and returns the list to
-// write. The template must be a conflist whose first plugin is routelet
-// (the one routeletd serves; others such as portmap chain after it). Its
-// routelet plugin gets "mtu"; "stateDir" and "interfacePrefix" are filled
-// in when absent and must equal the daemon's when present, since the plugin
-// and the daemon meet in that directory and on those veths. A template
-// setting "mtu" itself is refused: the pod MTU is the daemon's mtu key. The
-// output is deterministic (keys sorted), so an unchanged template renders
-// to the same bytes at every start.
-func Render(tmpl []byte, p Params) ([]byte, error) {
-	if _, err := libcni.ConfListFromBytes(tmpl); err != nil {
-		return nil, fmt.Errorf("not a CNI conflist: %w", err)
-	}
-	var list map[string]any
-	d := json.NewDecoder(bytes.NewReader(tmpl))
-	d.UseNumber() // numbers pass through as written
-	if err := d.Decode(&list); err != nil {
-		return nil, fmt.Errorf("not a CNI conflist: %w", err)
-	}
-	plugins, _ := list["plugins"].([]any)
-	if len(plugins) == 0 {
-		return nil, errors.New(`no "plugins"`)
-	}
-	first, ok := plugins[0].(map[string]any)
-	if !ok || first["type"] != "routelet" {
-		var typ any
-		if ok {
-			typ = first["type"]
-		}
-		return nil, fmt.Errorf(`the first plugin is %v, want type "routelet" (other plugins chain after it)`, typ)
-	}
-	if v, ok := first["mtu"]; ok {
-		return nil, fmt.Errorf(`the routelet plugin sets "mtu" (%v): routeletd fills in the pod MTU (its mtu key)`, v)
-	}
-	first["mtu"] = p.MTU
-	for key, want := range map[string]string{"stateDir": p.StateDir, "interfacePrefix": p.IfacePrefix} {
-		v, ok := first[key]
-		if !ok {
-			first[key] = want
-			continue
-		}
-		if s, _ := v.(string); s != want {
-			return nil, fmt.Errorf("the routelet plugin's %q is %v but routeletd's is %q: the plugin and the daemon must agree", key, v, want)
-		}
-	}
-	out, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("render conflist: %w", err)
-	}
-	out = append(out, '\n')
-	if _, err := libcni.ConfListFromBytes(out); err != nil {
-		return nil, fmt.Errorf("rendered conflist: %w", err)
-	}
-	return out, nil
-}
 
 // tempName is the name of dir/name's temp file: hidden and ending in
 // ".tmp", so no runtime takes it for a network config (libcni loads only
@@ -262,33 +177,53 @@ const retryMax = 30 * time.Second
 
 // Run writes the list after each Notify until ctx is done.
 func (w *Writer) Run(ctx context.Context) {
-	path := filepath.Join(w.dir, w.name)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.kick:
 		}
-		backoff := time.Second
-		for {
-			changed, err := Write(w.dir, w.name, w.data)
-			if err == nil {
-				if changed {
-					w.log.Info("CNI config written", "path", path)
-				} else {
-					w.log.Info("CNI config already up to date", "path", path)
-				}
-				w.warnEarlier()
-				break
-			}
-			w.log.Error("cannot write CNI config, will retry", "path", path, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, retryMax)
+		if !w.writeRetrying(ctx) {
+			return
 		}
+	}
+}
+
+// writeRetrying writes the list, retrying failures with back-off; false
+// when ctx ended first.
+func (w *Writer) writeRetrying(ctx context.Context) bool {
+	path := filepath.Join(w.dir, w.name)
+	backoff := time.Second
+	for {
+		changed, err := Write(w.dir, w.name, w.data)
+		switch {
+		case err != nil:
+			w.log.Error("cannot write CNI config, will retry", "path", path, "err", err, "retry_in", backoff)
+		case changed:
+			w.log.Info("CNI config written", "path", path)
+		default:
+			w.log.Info("CNI config already up to date", "path", path)
+		}
+		if err == nil {
+			w.warnEarlier()
+			return true
+		}
+		if !sleep(ctx, backoff) {
+			return false
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// sleep waits d and reports true, or false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
