@@ -5,6 +5,7 @@
 //	routeletd [flags]           run the daemon
 //	routeletd cleanup [flags]   remove what routelet created on this node
 //	routeletd version           print the version
+//	routeletd diagnose SRC DST  walk the path between two pods or nodes
 package main
 
 import (
@@ -63,8 +64,9 @@ const (
 // commands are routeletd's subcommands beside running the daemon; each
 // parses its own arguments (what follows its name).
 var commands = map[string]func(args []string) int{
-	"version": runVersion,
-	"cleanup": runCleanup,
+	"version":  runVersion,
+	"cleanup":  runCleanup,
+	"diagnose": runDiagnose,
 }
 
 func run(args []string) int {
