@@ -167,7 +167,7 @@ func newFakeNode(pods, npeers int) *fakeNode {
 	k := &fakeKernel{routes: map[int][]Route{}, neighs: map[string][]Neigh{}, fdb: map[string][]FDB{}, sysctls: map[string]string{},
 		sets: map[string][]netip.Prefix{}, podLinks: map[string]Link{}, podMTU: fakePodMTU,
 		parents: map[netip.Addr]overlay.Underlay{fakeHost4: p4, fakeHost6: p6},
-		host: netguard.Host{Addrs: []netip.Prefix{p4.Prefix, p6.Prefix, netip.MustParsePrefix("127.0.0.1/8")}, Uplinks: []string{"eth0"}}}
+		host:    netguard.Host{Addrs: []netip.Prefix{p4.Prefix, p6.Prefix, netip.MustParsePrefix("127.0.0.1/8")}, Uplinks: []string{"eth0"}}}
 	k.links = []Link{
 		{Name: "lo", Index: 1, Kind: "device", AdminUp: true, LowerUp: true, MTU: 65536},
 		{Name: "eth0", Index: 2, Kind: "veth", AdminUp: true, LowerUp: true, MTU: 1500},
