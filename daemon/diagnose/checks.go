@@ -614,55 +614,64 @@ func (w *world) vtepStep(node string, rec peers.Record, ep peers.Endpoint, v int
 
 // arpStep checks the permanent neighbour tunnel IP → VTEP MAC on dev.
 func (w *world) arpStep(dev, node string, ep peers.Endpoint, v int) Step {
-	st := Step{ID: StepVTEPARP, Family: v, Status: Fail}
 	ns, err := w.k.Neighs(dev, v)
-	if err != nil {
-		st.Fact, st.Problem = err.Error(), "cannot read the neighbours"
-		return st
-	}
+	e := l2Entry{id: StepVTEPARP, v: v, err: err, what: "the neighbours",
+		missing: fmt.Sprintf("no neighbour %s on %s", ep.TunnelAddr, dev),
+		absent:  fmt.Sprintf("nothing resolves %s's tunnel address %s to its VTEP MAC %s", node, ep.TunnelAddr, ep.VTEPMAC),
+		wrong:   fmt.Sprintf("the neighbour for %s's tunnel address should be %s, permanent", node, ep.VTEPMAC)}
 	for _, n := range ns {
-		if n.IP != ep.TunnelAddr {
-			continue
+		if n.IP == ep.TunnelAddr {
+			e.found, e.ok = true, bytes.Equal(n.MAC, ep.VTEPMAC) && n.Permanent
+			e.fact = fmt.Sprintf("%s lladdr %s on %s (permanent %v)", n.IP, n.MAC, dev, n.Permanent)
+			break
 		}
-		st.Fact = fmt.Sprintf("%s lladdr %s on %s (permanent %v)", n.IP, n.MAC, dev, n.Permanent)
-		if bytes.Equal(n.MAC, ep.VTEPMAC) && n.Permanent {
-			st.Status = Pass
-			return st
-		}
-		st.Problem = fmt.Sprintf("the neighbour for %s's tunnel address should be %s, permanent", node, ep.VTEPMAC)
-		st.Fix = w.daemonHint("rewrites it")
-		return st
 	}
-	st.Fact = fmt.Sprintf("no neighbour %s on %s", ep.TunnelAddr, dev)
-	st.Problem = fmt.Sprintf("nothing resolves %s's tunnel address %s to its VTEP MAC %s", node, ep.TunnelAddr, ep.VTEPMAC)
-	st.Fix = w.daemonHint("re-adds it")
-	return st
+	return w.l2Step(e)
 }
 
 // fdbStep checks the FDB entry VTEP MAC → host IP on dev.
 func (w *world) fdbStep(dev, node string, ep peers.Endpoint, v int) Step {
-	st := Step{ID: StepVTEPFDB, Family: v, Status: Fail}
 	es, err := w.k.FDB(dev)
-	if err != nil {
-		st.Fact, st.Problem = err.Error(), "cannot read the FDB"
-		return st
-	}
-	for _, e := range es {
-		if !bytes.Equal(e.MAC, ep.VTEPMAC) {
-			continue
+	e := l2Entry{id: StepVTEPFDB, v: v, err: err, what: "the FDB",
+		missing: fmt.Sprintf("no FDB entry for %s on %s", ep.VTEPMAC, dev),
+		absent:  fmt.Sprintf("frames for %s's VTEP %s have no underlay destination (%s): they are dropped", node, ep.VTEPMAC, ep.HostIP)}
+	for _, f := range es {
+		if bytes.Equal(f.MAC, ep.VTEPMAC) {
+			e.found, e.ok = true, f.Dst == ep.HostIP
+			e.fact = fmt.Sprintf("%s dst %s on %s (permanent %v)", f.MAC, f.Dst, dev, f.Permanent)
+			e.wrong = fmt.Sprintf("frames for %s's VTEP go to %s, not its host IP %s", node, f.Dst, ep.HostIP)
+			break
 		}
-		st.Fact = fmt.Sprintf("%s dst %s on %s (permanent %v)", e.MAC, e.Dst, dev, e.Permanent)
-		if e.Dst == ep.HostIP {
-			st.Status = Pass
-			return st
-		}
-		st.Problem = fmt.Sprintf("frames for %s's VTEP go to %s, not its host IP %s", node, e.Dst, ep.HostIP)
-		st.Fix = w.daemonHint("rewrites it")
-		return st
 	}
-	st.Fact = fmt.Sprintf("no FDB entry for %s on %s", ep.VTEPMAC, dev)
-	st.Problem = fmt.Sprintf("frames for %s's VTEP %s have no underlay destination (%s): they are dropped", node, ep.VTEPMAC, ep.HostIP)
-	st.Fix = w.daemonHint("re-adds it")
+	return w.l2Step(e)
+}
+
+// l2Entry is what arpStep and fdbStep found of the entry they look for.
+type l2Entry struct {
+	id        string
+	v         int
+	err       error  // the dump failed
+	what      string // what was dumped
+	found, ok bool   // an entry for the key exists; it is the right one
+	fact      string // the entry found
+	missing   string // the fact when there is none
+	absent    string // the problem when there is none
+	wrong     string // the problem when it is not right
+}
+
+// l2Step turns an l2Entry into the step's verdict.
+func (w *world) l2Step(e l2Entry) Step {
+	st := Step{ID: e.id, Family: e.v, Status: Fail, Fact: e.fact}
+	switch {
+	case e.err != nil:
+		st.Fact, st.Problem = e.err.Error(), "cannot read "+e.what
+	case !e.found:
+		st.Fact, st.Problem, st.Fix = e.missing, e.absent, w.daemonHint("re-adds it")
+	case !e.ok:
+		st.Problem, st.Fix = e.wrong, w.daemonHint("rewrites it")
+	default:
+		st.Status = Pass
+	}
 	return st
 }
 

@@ -264,19 +264,14 @@ func (k *netlinkKernel) Conntrack(a, b netip.Addr) ([]Flow, error) {
 	return out, nil
 }
 
+// protoNames name the IP protocols conntrack tracks.
+var protoNames = map[uint8]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_ICMP: "icmp",
+	unix.IPPROTO_ICMPV6: "icmpv6", unix.IPPROTO_SCTP: "sctp"}
+
 // protoName names an IP protocol number.
 func protoName(p uint8) string {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return "tcp"
-	case unix.IPPROTO_UDP:
-		return "udp"
-	case unix.IPPROTO_ICMP:
-		return "icmp"
-	case unix.IPPROTO_ICMPV6:
-		return "icmpv6"
-	case unix.IPPROTO_SCTP:
-		return "sctp"
+	if n, ok := protoNames[p]; ok {
+		return n
 	}
 	return fmt.Sprintf("proto-%d", p)
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/cluster"
@@ -120,12 +119,7 @@ func newCluster(t *testing.T, flags ...string) *testCluster {
 		}
 	})
 	for _, n := range c.Nodes {
-		h, err := netns.GetFromPath(n.CNI.NS.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		nl, err := netlink.NewHandleAt(h)
-		h.Close()
+		nl, err := handleInNode(n)
 		if err != nil {
 			t.Fatal(err)
 		}
