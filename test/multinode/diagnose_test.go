@@ -56,11 +56,17 @@ func (r diagnoseRun) step(id string, v int) (diagnose.Step, bool) {
 	return diagnose.Step{}, false
 }
 
-// diagnose runs routeletd diagnose in n with the daemon's identity and
-// --output=json, then args (flags, SRC, DST).
+// diagnoseIn runs routeletd diagnose in n with the daemon's identity and
+// --output=json, then args (flags, SRC, DST), in VXLAN mode.
 func diagnoseIn(t *testing.T, n *node, args ...string) diagnoseRun {
 	t.Helper()
-	full := append([]string{"diagnose", "--output=json", "--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir, "--encapsulation=vxlan"}, args...)
+	return diagnoseMode(t, n, []string{"--encapsulation=vxlan"}, args...)
+}
+
+// diagnoseMode is diagnoseIn with the daemon's mode flags.
+func diagnoseMode(t *testing.T, n *node, mode []string, args ...string) diagnoseRun {
+	t.Helper()
+	full := append(append([]string{"diagnose", "--output=json", "--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir}, mode...), args...)
 	out, err := netnstest.Exec(context.Background(), n.CNI.NS, filepath.Join(binDir, "routeletd"), full...)
 	r := diagnoseRun{out: out}
 	var ee *exec.ExitError
@@ -90,14 +96,10 @@ func podRef(on, pn *node, p *cluster.Pod, v int) string {
 	return p.IPv4.String()
 }
 
-// TestDiagnoseHealthy: on a healthy three-node VXLAN cluster every ordered
-// pair of pods diagnoses clean (exit 0, no failed step) over IPv4 and
-// IPv6, run on the source's node and on the destination's, and so do a pod
-// and a peer node; a DF probe of the pod MTU comes back; an unknown name is
-// exit 2 naming it.
-func TestDiagnoseHealthy(t *testing.T) {
-	c := newCluster(t, "--encapsulation=vxlan")
-	c.checkAll("vxlan")
+// cleanPairs diagnoses every ordered pair of pods over IPv4 and IPv6, on
+// the source's node and on the destination's, and fails t for any that
+// is not clean (exit 0, no failed step). It returns the number of runs.
+func (c *testCluster) cleanPairs(t *testing.T, mode []string) int {
 	pods := c.allPods()
 	runs := 0
 	for _, from := range pods {
@@ -111,7 +113,7 @@ func TestDiagnoseHealthy(t *testing.T) {
 						continue // same node: once is enough
 					}
 					src, dst := podRef(on, from.n, from.p, v), podRef(on, to.n, to.p, v)
-					r := diagnoseIn(t, on, src, dst)
+					r := diagnoseMode(t, on, mode, src, dst)
 					runs++
 					if r.code != 0 || !r.rep.OK {
 						t.Errorf("diagnose %s → %s on %s: exit %d, failing %v:\n%s", src, dst, on.Spec.Name, r.code, r.failing(), r.out)
@@ -120,22 +122,69 @@ func TestDiagnoseHealthy(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d clean runs", runs)
+	return runs
+}
+
+// TestDiagnoseHealthy: on a healthy three-node VXLAN cluster every ordered
+// pair of pods diagnoses clean (exit 0, no failed step) over IPv4 and
+// IPv6, run on the source's node and on the destination's, and so do a pod
+// and a peer node; a DF probe of the pod MTU comes back over both
+// families; an unknown name is exit 2 naming it.
+func TestDiagnoseHealthy(t *testing.T) {
+	c := newCluster(t, "--encapsulation=vxlan")
+	c.checkAll("vxlan")
+	t.Logf("%d clean runs", c.cleanPairs(t, []string{"--encapsulation=vxlan"}))
 	a := c.node("a")
 	for _, dst := range []string{"b", "c"} {
 		if r := diagnoseIn(t, a, "demo/a-pod0", dst); r.code != 0 {
 			t.Errorf("diagnose demo/a-pod0 → node %s: exit %d, failing %v:\n%s", dst, r.code, r.failing(), r.out)
 		}
 	}
-	r := diagnoseIn(t, a, "--probe", "demo/a-pod0", c.node("c").Pods[0].IPv4.String())
-	if s, ok := r.step(diagnose.StepProbe, 0); r.code != 0 || !ok || s.Status != diagnose.Pass {
-		t.Errorf("probe a-pod0 → c-pod0: exit %d, probe step %+v:\n%s", r.code, s, r.out)
+	for _, dst := range []string{c.node("c").Pods[0].IPv4.String(), c.node("c").Pods[0].IPv6.String(), "demo/a-pod1"} {
+		r := diagnoseIn(t, a, "--probe", "demo/a-pod0", dst)
+		if s, ok := r.step(diagnose.StepProbe, 0); r.code != 0 || !ok || s.Status != diagnose.Pass {
+			t.Errorf("probe a-pod0 → %s: exit %d, probe step %+v:\n%s", dst, r.code, s, r.out)
+		}
 	}
 	for _, bad := range [][]string{{"demo/nosuch", "demo/a-pod1"}, {"demo/a-pod0", "not-a-node"}, {"demo/a-pod0", "127.0.0.1"}} {
 		r := diagnoseIn(t, a, bad...)
 		if r.code != 2 || !strings.Contains(r.out, fmt.Sprintf("%q", slices.DeleteFunc(slices.Clone(bad), func(s string) bool { return s == "demo/a-pod0" || s == "demo/a-pod1" })[0])) {
 			t.Errorf("diagnose %v: exit %d, want 2 naming the bad value:\n%s", bad, r.code, r.out)
 		}
+	}
+}
+
+// TestDiagnoseOtherModes: with cross-subnet VXLAN (a and b direct, c
+// through the tunnel) and without encapsulation (a and b only), every pair
+// of pods that the mode connects diagnoses clean, and with encapsulation
+// none a pod on c is named unroutable: not on our subnet.
+func TestDiagnoseOtherModes(t *testing.T) {
+	mode := []string{"--encapsulation=vxlan", "--cross-subnet"}
+	c := newCluster(t, mode...)
+	c.checkAll("vxlan-cross-subnet")
+	t.Logf("cross-subnet: %d clean runs", c.cleanPairs(t, mode))
+	a, b := c.node("a"), c.node("b")
+	r := diagnoseMode(t, a, mode, "demo/a-pod0", b.Pods[0].IPv4.String())
+	if s, _ := r.step(diagnose.StepRoute, 4); !strings.Contains(s.Fact, "(direct)") {
+		t.Errorf("a → b with cross-subnet: route step %+v, want the direct route", s)
+	}
+
+	none := []string{"--encapsulation=none"}
+	c = newCluster(t, none...)
+	c.checkAll("none")
+	a, b, cn := c.node("a"), c.node("b"), c.node("c")
+	for _, pair := range [][2]*node{{a, b}, {b, a}} {
+		for _, p := range pair[0].Pods {
+			for _, q := range pair[1].Pods {
+				if r := diagnoseMode(t, pair[0], none, "demo/"+p.Name, q.IPv4.String()); r.code != 0 {
+					t.Errorf("none: %s → %s: exit %d, failing %v:\n%s", p.Name, q.Name, r.code, r.failing(), r.out)
+				}
+			}
+		}
+	}
+	r = diagnoseMode(t, a, none, "demo/a-pod0", cn.Pods[0].IPv4.String())
+	if s, _ := r.step(diagnose.StepRoute, 4); r.code != 1 || !slices.Equal(r.failing(), []string{"route/4"}) || !strings.Contains(s.Problem, "L2 adjacency") {
+		t.Errorf("none: a → c: exit %d, failing %v, route %+v; want route/4 naming L2 adjacency", r.code, r.failing(), s)
 	}
 }
 
