@@ -387,6 +387,9 @@ func (w *world) remote(e End, v int) []Step {
 	var via []string
 	for _, b := range blocks {
 		st, dev := w.routeStep(f, e.Node, b, v)
+		if st.Status == Pass && e.Kind == KindRemotePod {
+			w.shadowed(&st, b, e.Addrs[0], v)
+		}
 		steps = append(steps, st)
 		if dev != "" && !slices.Contains(via, dev) {
 			via = append(via, dev)
@@ -515,6 +518,21 @@ func (w *world) routeStep(f *family, node string, b netip.Prefix, v int) (Step, 
 		st.Fact = fmt.Sprintf("%s (%s)", describeRoute(*got), path)
 	}
 	return st, dev
+}
+
+// shadowed fails a passed route step when a more specific route takes
+// addr away from block b's route (an operator's static route, say).
+func (w *world) shadowed(st *Step, b netip.Prefix, addr netip.Addr, v int) {
+	kr, _ := w.routes(v)
+	for _, r := range kr {
+		if r.Dst.Contains(addr) && r.Dst.Bits() > b.Bits() {
+			st.Status = Fail
+			st.Fact += "; but " + describeRoute(r)
+			st.Problem = fmt.Sprintf("%s is more specific than %s and takes %s elsewhere", r.Dst, b, addr)
+			st.Fix = fmt.Sprintf("remove it (ip route del %s) unless that detour is meant", r.Dst)
+			return
+		}
+	}
 }
 
 // routeProblemFix is the fix for an overlay.Routes problem.

@@ -117,6 +117,14 @@ var goldenCases = []struct {
 				}
 			}
 		}},
+	{name: "cross-subnet-direct", src: "demo/pod-0", dst: "10.100.1.5",
+		breakIt: func(n *fakeNode) { crossSubnetPeer(n, true) }},
+	{name: "cross-subnet-direct-route-missing", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
+		breakIt: func(n *fakeNode) { crossSubnetPeer(n, false) }},
+	{name: "route-shadowed", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
+		breakIt: func(n *fakeNode) {
+			n.k.routes[4] = append(n.k.routes[4], Route{Dst: netip.MustParsePrefix("10.100.1.0/28"), Iface: "eth0", Type: routes.TypeLink, Protocol: 4})
+		}},
 	{name: "no-pod-at-address", src: "10.244.1.77", dst: "10.100.1.5", failing: []string{"src-record"}},
 }
 
@@ -203,5 +211,22 @@ func TestBadArguments(t *testing.T) {
 	// A container ID prefix that names one container is a pod.
 	if _, err := Run(n.cfg, n.st, n.k, "00000001", "demo/pod-1", Options{}); err != nil {
 		t.Errorf("container ID prefix: %v", err)
+	}
+}
+
+// crossSubnetPeer puts peer 1 on our subnet (10.0.1.20) in cross-subnet
+// VXLAN mode: its block is routed directly via its host IP on eth0, which
+// the kernel holds when programmed is true.
+func crossSubnetPeer(n *fakeNode, programmed bool) {
+	n.cfg.Mode = overlay.ModeVXLANCrossSubnet
+	for i := range n.st.nodes {
+		if n.st.nodes[i].Name == fakePeerName(1) {
+			n.st.nodes[i].HostIPv4 = "10.0.1.20"
+		}
+	}
+	b := netip.MustParsePrefix("10.100.1.0/24")
+	n.k.routes[4] = slices.DeleteFunc(n.k.routes[4], func(r Route) bool { return r.Dst == b })
+	if programmed {
+		n.k.routes[4] = append(n.k.routes[4], Route{Dst: b, Iface: "eth0", Type: routes.TypeGateway, Gateway: netip.MustParseAddr("10.0.1.20"), Protocol: fakeProto})
 	}
 }
