@@ -106,6 +106,13 @@ func (w *world) nodeStep() Step {
 	case w.selfRec == nil:
 		st.Status, st.Problem = Fail, fmt.Sprintf("this node's record %s/nodes/%s.json is missing: peers cannot reach its pods and nothing here knows its VTEP", w.cfg.StateDir, w.cfg.NodeName)
 		st.Fix = "routeletd writes it once it knows the node IP; check --node-name and --state-dir match the daemon's, and that it is running"
+	case w.status != nil && w.status.RouteProtocol != 0 && w.status.RouteProtocol != w.cfg.RouteProtocol:
+		st.Status, st.Problem = Fail, fmt.Sprintf("diagnose runs with route-protocol %d, the daemon with %d (daemon.json)", w.cfg.RouteProtocol, w.status.RouteProtocol)
+		st.Fix = "give diagnose the daemon's configuration (--config, flags or ROUTELET_* variables)"
+	case w.self.IPv4.HostIP.IsValid() && w.cfg.Mode.VXLAN() != (w.selfRec.VTEPMAC != ""):
+		st.Status = Fail
+		st.Problem = fmt.Sprintf("diagnose runs with encapsulation %s, but this node's record %s a VTEP MAC: the daemon runs another encapsulation", w.cfg.Mode, map[bool]string{true: "has", false: "has no"}[w.selfRec.VTEPMAC != ""])
+		st.Fix = "give diagnose the daemon's configuration (--config, flags or ROUTELET_* variables)"
 	case w.status == nil || w.status.PodMTU == 0:
 		st.Status, st.Problem = Fail, "daemon.json is missing or has no pod MTU: the plugin cannot attach pods with the right MTU"
 		st.Fix = "start routeletd with this state directory; it writes daemon.json at start-up"

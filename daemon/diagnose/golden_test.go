@@ -125,6 +125,8 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) {
 			n.k.routes[4] = append(n.k.routes[4], Route{Dst: netip.MustParsePrefix("10.100.1.0/28"), Iface: "eth0", Type: routes.TypeLink, Protocol: 4})
 		}},
+	{name: "wrong-mode-given", src: "demo/pod-0", dst: "demo/pod-1", failing: []string{"node"},
+		breakIt: func(n *fakeNode) { n.cfg.Mode = overlay.ModeNone }},
 	{name: "no-pod-at-address", src: "10.244.1.77", dst: "10.100.1.5", failing: []string{"src-record"}},
 }
 
