@@ -5,7 +5,6 @@
 //	routeletd [flags]           run the daemon
 //	routeletd cleanup [flags]   remove what routelet created on this node
 //	routeletd version           print the version
-//	routeletd diagnose SRC DST  walk the path between two pods or nodes
 package main
 
 import (
@@ -64,9 +63,10 @@ const (
 // commands are routeletd's subcommands beside running the daemon; each
 // parses its own arguments (what follows its name).
 var commands = map[string]func(args []string) int{
-	"version":  runVersion,
-	"cleanup":  runCleanup,
-	"diagnose": runDiagnose,
+	"diagnose": runDiagnose, // cmd_diagnose.go
+
+	"version": runVersion,
+	"cleanup": runCleanup,
 }
 
 func run(args []string) int {
