@@ -63,6 +63,8 @@ const (
 // commands are routeletd's subcommands beside running the daemon; each
 // parses its own arguments (what follows its name).
 var commands = map[string]func(args []string) int{
+	"diagnose": runDiagnose, // cmd_diagnose.go
+
 	"version": runVersion,
 	"cleanup": runCleanup,
 }
