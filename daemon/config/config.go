@@ -83,6 +83,12 @@ type Config struct {
 	LogLevel   string // log-level: debug | info | warn | error
 	LogFormat  string // log-format: text | json
 
+	// The conflist routeletd writes into the runtime's CNI conf dir once it
+	// is ready (config_cni.go); CNIConfDir "" writes none.
+	CNIConfDir      string // cni-conf-dir
+	CNIConfTemplate string // cni-conf-template: "" = the built-in template
+	CNIConfName     string // cni-conf-name: the file's name in CNIConfDir
+
 	// ConfigFile is the file that was read, "" when none.
 	ConfigFile string
 
@@ -132,7 +138,7 @@ func EnvName(name string) string {
 const keyConfig = "config"
 
 func keys() []key {
-	return []key{
+	ks := []key{
 		{name: "node-name", help: "this node's name (default: the hostname)", def: []string{""}, set: func(c *Config, v []string) error {
 			n := v[0]
 			if n == "" {
@@ -301,6 +307,8 @@ func keys() []key {
 			return oneOf(&c.LogFormat, strings.ToLower(v[0]), "text", "json")
 		}},
 	}
+	ks = append(ks, cniKeys()...)
+	return ks
 }
 
 // KeyNames lists every configuration key (without "config"), in help order.

@@ -160,13 +160,7 @@ func (n *Netlink) Links() ([]Link, error) {
 // Routes implements Reader: the main table of family v. Interfaces are
 // named from the last Links (one more link dump when there was none).
 func (n *Netlink) Routes(v int) ([]Route, error) {
-	fam := netlink.FAMILY_V4
-	if v == 6 {
-		fam = netlink.FAMILY_V6
-	}
-	rs, err := nlutil.Retry(func() ([]netlink.Route, error) {
-		return n.h.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
-	})
+	rs, err := nlutil.MainRoutes(n.h, v)
 	if err != nil {
 		return nil, err
 	}

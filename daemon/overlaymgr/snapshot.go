@@ -18,7 +18,7 @@ func (m *Manager) Snapshot(d *inspect.Desired) {
 		nodes = append(nodes, p.NodeInfo)
 	}
 	for _, f := range m.fams {
-		ps := f.peers(nodes)
+		ps := Peers(nodes, f.v)
 		in := f.in
 		in.Peers = ps
 		want, errs := overlay.Routes(in)

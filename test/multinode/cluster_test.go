@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/cluster"
@@ -54,7 +53,7 @@ func TestMain(m *testing.M) {
 }
 
 // requireRoot skips t without root and fails it when the binaries did not build.
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths and runs routeletd in them")
 	if buildErr != nil {
@@ -120,12 +119,7 @@ func newCluster(t *testing.T, flags ...string) *testCluster {
 		}
 	})
 	for _, n := range c.Nodes {
-		h, err := netns.GetFromPath(n.CNI.NS.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		nl, err := netlink.NewHandleAt(h)
-		h.Close()
+		nl, err := handleInNode(n)
 		if err != nil {
 			t.Fatal(err)
 		}
