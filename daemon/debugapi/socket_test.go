@@ -24,6 +24,11 @@ func TestListenServeGet(t *testing.T) {
 	}
 	stale.SetUnlinkOnClose(false)
 	stale.Close()
+	gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer gcancel()
+	if _, err := Get(gctx, dir); !errors.Is(err, ErrNoDaemon) {
+		t.Errorf("Get on a stale socket = %v, want ErrNoDaemon", err)
+	}
 
 	l, err := Listen(dir)
 	if err != nil {
@@ -40,8 +45,6 @@ func TestListenServeGet(t *testing.T) {
 			return &State{Source: SourceDaemon, Node: Node{Name: "node-a"}}, nil
 		}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
-	gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer gcancel()
 	st, err := Get(gctx, dir)
 	if err != nil || st.Node.Name != "node-a" || st.Source != SourceDaemon {
 		t.Fatalf("Get = %+v, %v", st, err)
