@@ -156,3 +156,27 @@ func TestStatusNotReady(t *testing.T) {
 		return err == nil && st.Loop && st.Readiness.Ready
 	})
 }
+
+// TestStatusAfterKill: a daemon killed with SIGKILL leaves its socket;
+// status then says the daemon is not running, and the next daemon
+// replaces the stale socket and answers on it.
+func TestStatusAfterKill(t *testing.T) {
+	tn := newTestNode(t, true)
+	d := tn.startDaemon()
+	tn.waitReady()
+	d.kill9(t)
+	<-d.proc.Done()
+	if _, err := os.Lstat(filepath.Join(tn.stateDir, debugapi.SocketName)); err != nil {
+		t.Fatalf("no socket left by the killed daemon: %v", err)
+	}
+	st, err := tn.statusJSON()
+	if err != nil || st.Source != debugapi.SourceOffline || !strings.Contains(st.Readiness.Reason, "not running") {
+		t.Fatalf("status after SIGKILL = %+v, %v; want offline, not running", st, err)
+	}
+	tn.startDaemon()
+	tn.waitReady()
+	netnstest.Eventually(t, netnstest.ReadyTimeout, "status from the new daemon", func() bool {
+		st, err := tn.statusJSON()
+		return err == nil && st.Source == debugapi.SourceDaemon && st.Readiness.Ready
+	})
+}
