@@ -38,15 +38,12 @@ func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Met
 	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
 	backend := iptablesBackend(cfg.IptablesBackend)
-	v4, err := rules.NewIPTables(ipset.IPv4, backend)
+	v4, v6, v6Err, err := rules.NewIPTablesPair(backend)
 	if err != nil {
 		return nil, nil, fmt.Errorf("allowlist: %w (iptables-backend %q)", err, cfg.IptablesBackend)
 	}
-	var v6 rules.Table
-	if t, err := rules.NewIPTables(ipset.IPv6, backend); err != nil {
-		log.Warn("ip6tables unavailable: no IPv6 allowlist, forwarding or NAT rules", "err", err)
-	} else {
-		v6 = t
+	if v6Err != nil {
+		log.Warn("ip6tables unavailable: no IPv6 allowlist, forwarding or NAT rules", "err", v6Err)
 	}
 	k, err := ipset.NewNetlink()
 	if err != nil {

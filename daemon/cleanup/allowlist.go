@@ -16,15 +16,12 @@ import (
 // still uses. Nothing else in the built-in chains and no other set is
 // touched; running it twice is fine.
 func removeAllowlist(backend string, log *slog.Logger) error {
-	v4, err := rules.NewIPTables(ipset.IPv4, backend)
+	v4, v6, v6Err, err := rules.NewIPTablesPair(backend)
 	if err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
-	var v6 rules.Table
-	if t, err := rules.NewIPTables(ipset.IPv6, backend); err != nil {
-		log.Warn("cleanup: ip6tables unavailable, IPv6 chains left alone", "err", err)
-	} else {
-		v6 = t
+	if v6Err != nil {
+		log.Warn("cleanup: ip6tables unavailable, IPv6 chains left alone", "err", v6Err)
 	}
 	k, err := ipset.NewNetlink()
 	if err != nil {
