@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
@@ -53,13 +54,18 @@ func startStateEndpoint(ctx context.Context, ep *stateEndpoint) func() {
 // state builds the State for one request.
 func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
 	var d *inspect.Desired
+	var snapErr error
 	if a := ep.agent.Load(); a != nil {
 		sctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
-		d, _ = a.Snapshot(sctx)
+		d, snapErr = a.Snapshot(sctx)
 		cancel()
 	}
 	if d == nil {
 		d = &inspect.Desired{Repairs: ep.repairs.List()}
+	}
+	if snapErr != nil {
+		d.Errors = append(d.Errors, debugapi.ObjectError{Object: "endpoint",
+			Error: fmt.Sprintf("the apply loop did not answer within %s: %v", snapshotTimeout, snapErr), Since: time.Now().UTC()})
 	}
 	ready, reason := ep.status.Ready()
 	d.Readiness = debugapi.Readiness{Ready: ready, Reason: reason, Updated: time.Now().UTC()}

@@ -32,7 +32,10 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 	}
 	fmt.Fprintf(w, "Ready:\t%s\n", ready)
 	if !st.Loop && st.Source == debugapi.SourceDaemon {
-		fmt.Fprintf(w, "\t(the apply loop has not started: nothing else to show yet)\n")
+		fmt.Fprintf(w, "\t(the apply loop is not running yet: nothing else to show)\n")
+		for _, e := range st.Errors {
+			fmt.Fprintf(w, "\t✗ %s: %s\n", e.Object, e.Error)
+		}
 		w.Flush()
 		return b.String()
 	}
