@@ -5,6 +5,8 @@
 //	routeletd [flags]           run the daemon
 //	routeletd cleanup [flags]   remove what routelet created on this node
 //	routeletd version           print the version
+//	routeletd etcd init [flags] write the etcd datastore's pools
+//	routeletd leave [flags]     remove this node from the etcd datastore
 package main
 
 import (
@@ -24,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -65,6 +68,8 @@ const (
 var commands = map[string]func(args []string) int{
 	"version": runVersion,
 	"cleanup": runCleanup,
+	"etcd":    runEtcd,
+	"leave":   runLeave,
 }
 
 func run(args []string) int {
@@ -180,7 +185,7 @@ func newLogger(cfg *config.Config) *slog.Logger {
 func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	log.Info("routeletd starting", "version", fullVersion(), "node", cfg.NodeName, "stateDir", cfg.StateDir,
 		"podCIDRs", cfg.PodCIDRs, "encapsulation", cfg.Encapsulation, "config", cfg.ConfigFile)
-	if len(cfg.PodCIDRs) == 0 {
+	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
 	release, err := claimNetns()
@@ -249,6 +254,13 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	if c, ok := ds.(io.Closer); ok {
 		defer c.Close()
+	}
+	if r, ok := ds.(interface {
+		Register(prometheus.Registerer) error
+	}); ok {
+		if err := r.Register(metrics.Registry); err != nil {
+			return err
+		}
 	}
 	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
 	if ctx.Err() != nil {
@@ -343,6 +355,7 @@ var datastores = map[string]func(ctx context.Context, cfg *config.Config, store 
 	config.DatastoreFile: func(_ context.Context, cfg *config.Config, store *state.Store, log *slog.Logger) (datastore.Datastore, error) {
 		return file.New(store, cfg.PodCIDRs, log), nil
 	},
+	config.DatastoreEtcd: openEtcd,
 }
 
 // newOverlay builds the overlay manager for the configured mode on a real
