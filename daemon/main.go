@@ -269,6 +269,11 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	for _, b := range blocks {
+		if err := host.CheckBlock(b); err != nil {
+			return fmt.Errorf("block %s from datastore %s: %w", b, cfg.Datastore, err)
+		}
+	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
 	om, err := newOverlay(cfg, id, blocks, status, metrics, log)
 	if err != nil {

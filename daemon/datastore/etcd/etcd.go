@@ -315,7 +315,6 @@ func (d *Datastore) watchFrom(ctx context.Context, rev int64) int64 {
 	for resp := range d.cli.Watch(wctx, d.o.Etcd.Prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if resp.CompactRevision != 0 {
 			d.log.Warn("etcd compacted the watched revisions; re-listing", "from", rev+1, "compacted", resp.CompactRevision)
-			d.m.relists.WithLabelValues("compacted").Inc()
 			if r, err := d.relist(ctx, "compacted"); err == nil {
 				return r
 			} else {

@@ -177,7 +177,8 @@ var ErrPoolsInUse = errors.New("pools have claimed blocks")
 
 // Init writes the pool configuration. Writing the same pools again is a
 // no-op; different pools are refused (ErrPoolsInUse, saying how many)
-// while any block is claimed. The check and the write are one
+// while any block is claimed (the first configuration is not a change:
+// blocks registered by --pod-cidr before it stay). The check and the write are one
 // transaction, so a node claiming a block at the same moment either
 // claims from the old pools before the change is refused or from the new.
 func (d *Datastore) Init(ctx context.Context, pools []Pool) (changed bool, err error) {
@@ -197,11 +198,13 @@ func (d *Datastore) Init(ctx context.Context, pools []Pool) (changed bool, err e
 				return false, nil
 			}
 		}
-		txn, err := d.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(d.configKey()), "=", rev),
-			// No key in the blocks range: nothing is claimed.
-			clientv3.Compare(clientv3.CreateRevision(d.blocksPrefix()).WithPrefix(), "=", 0),
-		).Then(clientv3.OpPut(d.configKey(), string(data))).Commit()
+		// A first configuration may join blocks registered by --pod-cidr;
+		// a change needs no key in the blocks range: nothing claimed.
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(d.configKey()), "=", rev)}
+		if rev != 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(d.blocksPrefix()).WithPrefix(), "=", 0))
+		}
+		txn, err := d.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(d.configKey(), string(data))).Commit()
 		if err != nil {
 			return false, fmt.Errorf("write %s: %w", d.configKey(), err)
 		}
