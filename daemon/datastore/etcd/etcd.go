@@ -509,11 +509,11 @@ func (d *Datastore) Live() []string {
 // written, probing etcd every ProbePeriod (at once when the record was
 // lost), until ctx is done. It revokes the lease on the way out.
 func (d *Datastore) keepLoop(ctx context.Context) {
-	var lease clientv3.LeaseID
+	var lease leaseState
 	defer func() {
-		if lease != 0 {
+		if lease.id != 0 {
 			rctx, cancel := d.req(context.Background())
-			_, _ = d.cli.Revoke(rctx, lease)
+			_, _ = d.cli.Revoke(rctx, lease.id)
 			cancel()
 		}
 	}()
@@ -539,17 +539,37 @@ func (d *Datastore) keepLoop(ctx context.Context) {
 	}
 }
 
+// leaseState is the liveness lease being kept alive.
+type leaseState struct {
+	id   clientv3.LeaseID
+	lost chan struct{} // closed when the client stopped renewing it
+}
+
+// alive reports whether the client still renews the lease.
+func (l leaseState) alive() bool {
+	if l.id == 0 {
+		return false
+	}
+	select {
+	case <-l.lost:
+		return false
+	default:
+		return true
+	}
+}
+
 // keepLiveness checks this node's liveness key and returns the lease it is
-// on, granting a new lease and writing the key when it is missing (the
-// lease expired during an outage, or this is the start).
-func (d *Datastore) keepLiveness(ctx context.Context, lease clientv3.LeaseID) (clientv3.LeaseID, error) {
+// on, granting a new lease and writing the key when the key is missing or
+// the client gave up renewing the lease (it does after an outage longer
+// than the TTL, even when etcd extended the lease on its restart).
+func (d *Datastore) keepLiveness(ctx context.Context, lease leaseState) (leaseState, error) {
 	key := d.livenessPrefix() + d.o.NodeName
 	resp, err := d.cli.Get(ctx, key)
 	if err != nil {
 		return lease, err
 	}
 	d.reached()
-	if lease != 0 && len(resp.Kvs) > 0 && clientv3.LeaseID(resp.Kvs[0].Lease) == lease {
+	if lease.alive() && len(resp.Kvs) > 0 && clientv3.LeaseID(resp.Kvs[0].Lease) == lease.id {
 		return lease, nil
 	}
 	g, err := d.cli.Grant(ctx, int64(d.o.LeaseTTL/time.Second))
@@ -559,21 +579,25 @@ func (d *Datastore) keepLiveness(ctx context.Context, lease clientv3.LeaseID) (c
 	if _, err := d.cli.Put(ctx, key, time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(g.ID)); err != nil {
 		return lease, fmt.Errorf("write liveness key %s: %w", key, err)
 	}
-	// KeepAlive renews the lease on its own until the daemon stops; its
-	// answers are not needed.
+	// KeepAlive renews the lease on its own until the daemon stops or it
+	// gives up; its answers are not needed.
 	ch, err := d.cli.KeepAlive(context.WithoutCancel(ctx), g.ID)
 	if err != nil {
-		return g.ID, fmt.Errorf("keep liveness lease alive: %w", err)
+		lost := make(chan struct{})
+		close(lost) // renewed by nobody: granted again at the next probe
+		return leaseState{id: g.ID, lost: lost}, fmt.Errorf("keep liveness lease alive: %w", err)
 	}
+	next := leaseState{id: g.ID, lost: make(chan struct{})}
 	go func() {
 		for range ch {
 		}
+		close(next.lost)
 	}()
-	if lease != 0 {
-		_, _ = d.cli.Revoke(ctx, lease)
+	if lease.id != 0 {
+		_, _ = d.cli.Revoke(ctx, lease.id)
 	}
 	d.log.Info("liveness key written", "key", key, "ttl", d.o.LeaseTTL)
-	return g.ID, nil
+	return next, nil
 }
 
 // reached records a request that reached etcd.
