@@ -53,20 +53,31 @@ func runEtcd(args []string) int {
 	if cfg == nil {
 		return code
 	}
+	return withEtcd(cfg, log, "etcd init", func(ctx context.Context, ds *etcd.Datastore) error {
+		changed, err := ds.Init(ctx, pools)
+		if err == nil {
+			log.Info("etcd pools", "pools", pools, "changed", changed, "prefix", cfg.Etcd.Prefix)
+		}
+		return err
+	})
+}
+
+// withEtcd runs one etcd subcommand (named what) on a fresh client,
+// bounded by etcdCommandTimeout, and returns its exit code.
+func withEtcd(cfg *config.Config, log *slog.Logger, what string, run func(context.Context, *etcd.Datastore) error) int {
 	ds, err := newEtcd(cfg, log)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd etcd init: %v\n", err)
+		fmt.Fprintf(os.Stderr, "routeletd %s: %v\n", what, err)
 		return exitConfig
 	}
 	defer ds.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), etcdCommandTimeout)
 	defer cancel()
-	changed, err := ds.Init(ctx, pools)
-	if err != nil {
-		log.Error("etcd init refused", "err", err)
+	if err := run(ctx, ds); err != nil {
+		log.Error(what+" failed", "err", err)
+		fmt.Fprintf(os.Stderr, "routeletd %s: %v\n", what, err)
 		return exitFail
 	}
-	log.Info("etcd pools", "pools", pools, "changed", changed, "prefix", cfg.Etcd.Prefix)
 	return exitOK
 }
 
@@ -130,27 +141,16 @@ func parsePools(args []string) ([]etcd.Pool, []string, error) {
 // pod left on this node, it removes the node's record, liveness key and
 // block claims from etcd; the peers then remove their routes to it.
 func runLeave(args []string) int {
-	cfg, log, code := loadConfig(args)
+	cfg, log, release, code := loadStopped(args, "leave")
 	if cfg == nil {
 		return code
 	}
+	defer release()
 	if cfg.Datastore != config.DatastoreEtcd {
 		fmt.Fprintf(os.Stderr, "routeletd leave: datastore is %q; leave is for datastore etcd\n", cfg.Datastore)
 		return exitConfig
 	}
-	release, err := claimNetns()
-	if err != nil {
-		log.Error("leave refused: stop routeletd first", "err", err)
-		return exitFail
-	}
-	defer release()
 	if _, err := os.Lstat(cfg.StateDir); err == nil {
-		unlock, err := lockInstance(cfg.StateDir)
-		if err != nil {
-			log.Error("leave refused: stop routeletd first", "err", err)
-			return exitFail
-		}
-		defer unlock()
 		store, err := state.Open(cfg.StateDir)
 		if err != nil {
 			log.Error("leave refused", "err", err)
@@ -163,21 +163,13 @@ func runLeave(args []string) int {
 			return exitFail
 		}
 	}
-	ds, err := newEtcd(cfg, log)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd leave: %v\n", err)
-		return exitConfig
-	}
-	defer ds.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), etcdCommandTimeout)
-	defer cancel()
-	released, err := ds.Leave(ctx)
-	if err != nil {
-		log.Error("leave failed", "err", err)
-		return exitFail
-	}
-	log.Info("left the etcd datastore", "node", cfg.NodeName, "released", released)
-	return exitOK
+	return withEtcd(cfg, log, "leave", func(ctx context.Context, ds *etcd.Datastore) error {
+		released, err := ds.Leave(ctx)
+		if err == nil {
+			log.Info("left the etcd datastore", "node", cfg.NodeName, "released", released)
+		}
+		return err
+	})
 }
 
 // plural is "1 pod" or "n pods".

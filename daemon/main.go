@@ -128,24 +128,11 @@ func runVersion([]string) int {
 // runCleanup removes what routelet created on this node (the daemon must
 // be stopped).
 func runCleanup(args []string) int {
-	cfg, log, code := loadConfig(args)
+	cfg, log, release, code := loadStopped(args, "cleanup")
 	if cfg == nil {
 		return code
 	}
-	release, err := claimNetns()
-	if err != nil {
-		log.Error("cleanup refused: stop routeletd first", "err", err)
-		return exitFail
-	}
 	defer release()
-	if _, err := os.Lstat(cfg.StateDir); err == nil {
-		unlock, err := lockInstance(cfg.StateDir)
-		if err != nil {
-			log.Error("cleanup refused: stop routeletd first", "err", err)
-			return exitFail
-		}
-		defer unlock()
-	}
 	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
 	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
@@ -456,6 +443,41 @@ func notReady(cfg *config.Config, store *state.Store, status *health.Status, rea
 	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}
+}
+
+// loadStopped loads the configuration of subcommand what, which needs the
+// daemon stopped (see daemonStopped); release ends that. A nil config
+// means stop with the exit code given.
+func loadStopped(args []string, what string) (cfg *config.Config, log *slog.Logger, release func(), code int) {
+	cfg, log, code = loadConfig(args)
+	if cfg == nil {
+		return nil, nil, nil, code
+	}
+	release, err := daemonStopped(cfg)
+	if err != nil {
+		log.Error(what+" refused: stop routeletd first", "err", err)
+		return nil, nil, nil, exitFail
+	}
+	return cfg, log, release, exitOK
+}
+
+// daemonStopped makes sure no routeletd runs in this network namespace or
+// on cfg's state directory (if it exists), and keeps it so until the
+// returned release is called.
+func daemonStopped(cfg *config.Config) (func(), error) {
+	release, err := claimNetns()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(cfg.StateDir); err == nil {
+		unlock, err := lockInstance(cfg.StateDir)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		return func() { unlock(); release() }, nil
+	}
+	return release, nil
 }
 
 // staleTempAge: temp files in the state directory at least this old and not

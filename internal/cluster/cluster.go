@@ -20,7 +20,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -345,7 +344,7 @@ func (c *Cluster) Restart(ctx context.Context, n *Node, daemonArgs ...string) er
 
 // SetDaemonArgs replaces Options.DaemonArgs for the daemons started from
 // now on (e.g. flags that name a server started after New).
-func (c *Cluster) SetDaemonArgs(args []string) { c.opts.DaemonArgs = slices.Clone(args) }
+func (c *Cluster) SetDaemonArgs(args []string) { c.opts.DaemonArgs = append([]string(nil), args...) }
 
 // StartDaemon runs n's routeletd with Options.DaemonArgs, not waiting for
 // it to be ready (WaitReady does).

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -106,7 +105,7 @@ func Start(t testing.TB, opts Options) *Server {
 			t.Fatal(err)
 		}
 	}
-	hostPort := func(a netip.Addr, p int) string { return net.JoinHostPort(a.String(), strconv.Itoa(p)) }
+	hostPort := func(a netip.Addr, p int) string { return net.JoinHostPort(a.String(), fmt.Sprint(p)) }
 	listen := scheme + "://" + hostPort(opts.Addr, client)
 	if opts.NetNS != nil && !opts.Addr.IsLoopback() {
 		listen += "," + scheme + "://" + hostPort(netip.MustParseAddr("127.0.0.1"), client)

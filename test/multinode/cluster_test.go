@@ -148,6 +148,12 @@ func buildCluster(t *testing.T, opts cluster.Options) *testCluster {
 	return tc
 }
 
+// routeletd runs the routeletd binary in n with args and returns its
+// output.
+func routeletd(n *node, args ...string) (string, error) {
+	return netnstest.Exec(context.Background(), n.CNI.NS, filepath.Join(binDir, "routeletd"), args...)
+}
+
 // newNode wraps n with a netlink handle inside it, closed at cleanup.
 func newNode(t *testing.T, n *cluster.Node) *node {
 	t.Helper()

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,12 +28,6 @@ func withoutBlocks(ss ...cluster.NodeSpec) []cluster.NodeSpec {
 		out[i].Block4, out[i].Block6 = "", ""
 	}
 	return out
-}
-
-// routeletd runs the routeletd binary in n with args and returns its
-// output.
-func routeletd(n *node, args ...string) (string, error) {
-	return netnstest.Exec(context.Background(), n.CNI.NS, filepath.Join(binDir, "routeletd"), args...)
 }
 
 // learnBlocks sets n's spec blocks to those its daemon reports in
@@ -140,14 +132,10 @@ func TestEtcdDatastore(t *testing.T) {
 		const outage = 30 * time.Second
 		count := int((outage + 10*time.Second) / (200 * time.Millisecond))
 		from := a.Pods[0]
-		var wg sync.WaitGroup
-		pingErrs := make([]error, 3)
-		for i, dst := range []netip.Addr{tc.node("b").Pods[0].IPv4, tc.node("c").Pods[0].IPv4, tc.node("c").Pods[0].IPv6} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				pingErrs[i] = pingFor(from, dst, count)
-			}()
+		dsts := []netip.Addr{tc.node("b").Pods[0].IPv4, tc.node("c").Pods[0].IPv4, tc.node("c").Pods[0].IPv6}
+		pingErrs := make(chan error, len(dsts))
+		for _, dst := range dsts {
+			go func() { pingErrs <- pingFor(from, dst, count) }()
 		}
 		srv.Stop(t)
 		stopped := time.Now()
@@ -186,10 +174,9 @@ func TestEtcdDatastore(t *testing.T) {
 		if err := d.WaitReady(ctx, netnstest.ReadyTimeout); err != nil {
 			t.Fatal(err)
 		}
-		wg.Wait()
-		for i, err := range pingErrs {
-			if err != nil {
-				t.Errorf("pings %d across the outage: %v", i, err)
+		for range dsts {
+			if err := <-pingErrs; err != nil {
+				t.Errorf("pings across the outage: %v", err)
 			}
 		}
 		learnBlocks(t, dn)

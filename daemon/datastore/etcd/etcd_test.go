@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +28,7 @@ var (
 )
 
 // quiet discards logs.
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // open returns a datastore of node on srv's endpoints (or endpoints),
 // closed at the end of the test.
@@ -72,9 +69,11 @@ func initPools(t *testing.T, d *Datastore, pools ...Pool) {
 	}
 }
 
-// claimsIn reads the block claims straight from etcd: block → node.
-func claimsIn(t *testing.T, cli *clientv3.Client) map[string]string {
+// claimsIn reads the block claims straight from srv: block → node.
+func claimsIn(t *testing.T, srv *etcdtest.Server) map[string]string {
 	t.Helper()
+	cli := srv.Client(t)
+	defer cli.Close()
 	resp, err := cli.Get(context.Background(), "/routelet/blocks/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +107,8 @@ func TestClaimFromPool(t *testing.T) {
 	if got, want := blocksOf(t, b), prefixes("10.244.0.64/26", "fd00:10:244::40/122"); !slices.Equal(got, want) {
 		t.Errorf("node-b blocks %v, want %v", got, want)
 	}
-	cli := srv.Client(t)
-	defer cli.Close()
 	want := map[string]string{"10.244.0.0-26": "node-a", "fd00:10:244::-122": "node-a", "10.244.0.64-26": "node-b", "fd00:10:244::40-122": "node-b"}
-	if got := claimsIn(t, cli); !equalMaps(got, want) {
+	if got := claimsIn(t, srv); !equalMaps(got, want) {
 		t.Errorf("claims in etcd %v, want %v", got, want)
 	}
 }
@@ -137,31 +134,33 @@ func TestClaimsRace(t *testing.T) {
 	for i := range ds {
 		ds[i] = open(t, srv, fmt.Sprintf("node-%02d", i))
 	}
-	got := make([][]netip.Prefix, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	type claimed struct {
+		node   string
+		blocks []netip.Prefix
+		err    error
+	}
+	results := make(chan claimed, n)
 	start := make(chan struct{})
-	for i := range ds {
-		wg.Add(1)
+	for _, d := range ds {
 		go func() {
-			defer wg.Done()
 			<-start
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			got[i], errs[i] = ds[i].LocalBlocks(ctx, func(string) {})
+			b, err := d.LocalBlocks(ctx, func(string) {})
+			results <- claimed{d.o.NodeName, b, err}
 		}()
 	}
 	close(start)
-	wg.Wait()
 	var all []netip.Prefix
-	for i := range ds {
-		if errs[i] != nil {
-			t.Fatalf("node-%02d: %v", i, errs[i])
+	for range ds {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.node, r.err)
 		}
-		if len(got[i]) != 2 || !got[i][0].Addr().Is4() || !got[i][1].Addr().Is6() {
-			t.Errorf("node-%02d got %v, want one IPv4 and one IPv6 block", i, got[i])
+		if len(r.blocks) != 2 || !r.blocks[0].Addr().Is4() || !r.blocks[1].Addr().Is6() {
+			t.Errorf("%s got %v, want one IPv4 and one IPv6 block", r.node, r.blocks)
 		}
-		all = append(all, got[i]...)
+		all = append(all, r.blocks...)
 	}
 	for i, p := range all {
 		for _, q := range all[:i] {
@@ -170,9 +169,7 @@ func TestClaimsRace(t *testing.T) {
 			}
 		}
 	}
-	cli := srv.Client(t)
-	defer cli.Close()
-	if c := claimsIn(t, cli); len(c) != 2*n {
+	if c := claimsIn(t, srv); len(c) != 2*n {
 		t.Errorf("%d claims in etcd, want %d: %v", len(c), 2*n, c)
 	}
 }
@@ -191,9 +188,7 @@ func TestClaimKeptAcrossRestart(t *testing.T) {
 	if !slices.Equal(first, again) {
 		t.Errorf("after a restart node-a holds %v, want its claim %v", again, first)
 	}
-	cli := srv.Client(t)
-	defer cli.Close()
-	if c := claimsIn(t, cli); len(c) != 2 {
+	if c := claimsIn(t, srv); len(c) != 2 {
 		t.Errorf("claims %v, want one per node", c)
 	}
 }
@@ -372,7 +367,7 @@ func TestWatchPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPeers(t, b, "node-a leaves")
-	if c := claimsIn(t, cli); len(c) != 0 {
+	if c := claimsIn(t, srv); len(c) != 0 {
 		t.Errorf("claims after node-a left and node-b never claimed: %v", c)
 	}
 }
@@ -475,9 +470,7 @@ func TestTLS(t *testing.T) {
 			}
 		})
 	}
-	cli := srv.Client(t)
-	defer cli.Close()
-	if c := claimsIn(t, cli); len(c) != 1 {
+	if c := claimsIn(t, srv); len(c) != 1 {
 		t.Errorf("claims %v, want node-a's only", c)
 	}
 }
@@ -553,116 +546,4 @@ func TestBadDataSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	netnstest.Eventually(t, 30*time.Second, "skipped keys 3", func() bool { return testutil.ToFloat64(b.m.skipped) == 3 })
-}
-
-// proxy forwards TCP connections to target until cut; cut closes every
-// connection and refuses new ones until restore.
-type proxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
-}
-
-// newProxy listens on loopback for target.
-func newProxy(t *testing.T, target string) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{l: l, target: target}
-	t.Cleanup(func() { l.Close(); p.cut() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				c.Close()
-				continue
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return p
-}
-
-// cut drops every connection and refuses new ones.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-// restore accepts connections again.
-func (p *proxy) restore() {
-	p.mu.Lock()
-	p.down = false
-	p.mu.Unlock()
-}
-
-// TestOutage: node-b cut off from etcd keeps its peers and reports the
-// outage in routelet_datastore_up; what changed meanwhile (a peer added,
-// one removed) is served once etcd is reachable again. Liveness keys are
-// reported, and a peer whose liveness key is gone stays a peer.
-func TestOutage(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.Options{})
-	px := newProxy(t, strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	b := open(t, srv, "node-b", func(o *Options) { o.Etcd.Endpoints = []string{"http://" + px.l.Addr().String()} })
-	a := open(t, srv, "node-a")
-	recA := record("node-a", "10.244.0.0/26", "192.168.1.1")
-	if err := a.Publish(recA); err != nil {
-		t.Fatal(err)
-	}
-	actx, stopA := context.WithCancel(context.Background())
-	defer stopA()
-	watchedCtx(t, actx, a)
-	if err := b.Publish(record("node-b", "10.244.0.64/26", "192.168.1.2")); err != nil {
-		t.Fatal(err)
-	}
-	watched(t, b)
-	waitPeers(t, b, "node-a", recA)
-	netnstest.Eventually(t, 30*time.Second, "node-a live", func() bool { return slices.Contains(b.Live(), "node-a") })
-	if n := testutil.ToFloat64(b.m.live); n != 1 {
-		t.Errorf("routelet_datastore_peers_live = %v, want 1", n)
-	}
-
-	px.cut()
-	netnstest.Eventually(t, 30*time.Second, "routelet_datastore_up 0", func() bool { return testutil.ToFloat64(b.m.up) == 0 })
-	c := open(t, srv, "node-c")
-	recC := record("node-c", "10.244.0.128/26", "192.168.1.3")
-	if err := c.Publish(recC); err != nil {
-		t.Fatal(err)
-	}
-	stopA() // leave is for a stopped daemon
-	if _, err := a.Leave(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	// Cut off, node-b still has node-a.
-	waitPeers(t, b, "node-a kept during the outage", recA)
-
-	px.restore()
-	waitPeers(t, b, "node-c, and node-a gone, after the outage", recC)
-	netnstest.Eventually(t, 30*time.Second, "routelet_datastore_up 1", func() bool { return testutil.ToFloat64(b.m.up) == 1 })
-	if n := testutil.ToFloat64(b.m.errors.WithLabelValues("keepalive")); n == 0 {
-		t.Errorf("no failed keepalive counted during the outage")
-	}
 }
