@@ -439,6 +439,11 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 			break
 		}
 	}
+	if c.Datastore == DatastoreEtcd {
+		if err := c.CheckEtcd(); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 

@@ -51,13 +51,16 @@ func TestEtcdEnvAliases(t *testing.T) {
 }
 
 // TestCheckEtcd: the etcd keys are refused together when they cannot work,
-// naming the key.
+// naming the key; with datastore etcd already by Load.
 func TestCheckEtcd(t *testing.T) {
+	_, err := load(t, []string{"--node-name=n1", "--datastore=etcd"}, nil, nil)
+	if ce := (*Error)(nil); !errors.As(err, &ce) || ce.Key != "etcd-endpoints" {
+		t.Errorf("datastore etcd without endpoints: %v, want an error naming etcd-endpoints", err)
+	}
 	for _, tc := range []struct {
 		args []string
 		key  string
 	}{
-		{[]string{"--datastore=etcd"}, "etcd-endpoints"},
 		{[]string{"--etcd-endpoints=https://a:2379", "--etcd-cert-file=/crt"}, "etcd-cert-file"},
 		{[]string{"--etcd-endpoints=http://a:2379", "--etcd-ca-file=/ca"}, "etcd-endpoints"},
 	} {
