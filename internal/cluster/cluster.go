@@ -127,8 +127,16 @@ func New(opts Options) (c *Cluster, err error) {
 	if err := rnl.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}); err != nil {
 		return c, fmt.Errorf("router bridge: %w", err)
 	}
-	if _, err := up(rnl, "br0"); err != nil {
+	br, err := up(rnl, "br0")
+	if err != nil {
 		return c, err
+	}
+	// A bridge takes the lowest MAC of its ports unless it has one of its
+	// own: a node added later (AddNode) would change it under the nodes'
+	// neighbour entries for the gateway, and their traffic would be lost
+	// until those expire.
+	if err := rnl.LinkSetHardwareAddr(br, net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}); err != nil {
+		return c, fmt.Errorf("router bridge MAC: %w", err)
 	}
 	for _, sp := range opts.Nodes {
 		nd, err := c.addNode(sp)

@@ -348,7 +348,7 @@ func (d *Datastore) watchFrom(ctx context.Context, rev int64) int64 {
 // relist reads the whole prefix into memory and returns its revision; on
 // an error the last known peers stay.
 func (d *Datastore) relist(ctx context.Context, why string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 4*d.o.RequestTimeout)
+	ctx, cancel := d.req(ctx)
 	defer cancel()
 	resp, err := d.cli.Get(ctx, d.o.Etcd.Prefix+"/", clientv3.WithPrefix())
 	if err != nil {
