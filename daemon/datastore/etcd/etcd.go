@@ -59,7 +59,8 @@ type Datastore struct {
 	log *slog.Logger
 	m   *metrics
 
-	kick chan struct{} // wakes the keeper (own record lost)
+	kick   chan struct{} // wakes the keeper (own record lost)
+	selfMu sync.Mutex    // one ensureSelf at a time: one write per change
 
 	mu        sync.Mutex
 	self      *state.Node             // this node's record as published
@@ -229,6 +230,8 @@ func (d *Datastore) Publish(self peers.Record) error {
 
 // ensureSelf writes this node's record if it is missing or differs.
 func (d *Datastore) ensureSelf(ctx context.Context) error {
+	d.selfMu.Lock()
+	defer d.selfMu.Unlock()
 	d.mu.Lock()
 	self, dirty := d.self, d.selfDirty
 	d.mu.Unlock()
