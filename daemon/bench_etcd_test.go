@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/pkg/state"
@@ -102,35 +100,12 @@ func (pb *peerBench) start(b *testing.B, args ...string) time.Duration {
 // changes moves n peers' blocks one at a time and returns, sorted, the
 // times from each stored write to its new route's netlink notification.
 func (pb *peerBench) changes(b *testing.B, n int) []time.Duration {
-	h, err := netns.GetFromPath(pb.tn.node.NS.Path())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
-	ch := make(chan netlink.RouteUpdate, 4096)
-	done := make(chan struct{})
-	defer close(done)
-	if err := netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{Namespace: &h}); err != nil {
-		b.Fatal(err)
-	}
+	ch := subscribeRoutes(b, pb.tn)
 	var lat []time.Duration
 	for i := range n {
 		rec := benchPeer(i, true)
-		want := rec.Blocks[0]
 		t0 := pb.put(rec)
-		timeout := time.After(10 * time.Second)
-	wait:
-		for {
-			select {
-			case u := <-ch:
-				if u.Type == unix.RTM_NEWROUTE && u.Dst != nil && u.Dst.String() == want && u.Protocol == 80 {
-					lat = append(lat, time.Since(t0))
-					break wait
-				}
-			case <-timeout:
-				b.Fatalf("no route for %s within 10s of its record", want)
-			}
-		}
+		lat = append(lat, waitRoute(b, ch, rec.Blocks[0], t0, 10*time.Second))
 	}
 	slices.Sort(lat)
 	return lat

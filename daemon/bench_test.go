@@ -66,35 +66,12 @@ func BenchmarkRecordToRoute(b *testing.B) {
 	// docs/bench-daemon.md).
 	time.Sleep(1500 * time.Millisecond)
 
-	h, err := netns.GetFromPath(tn.node.NS.Path())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
-	ch := make(chan netlink.RouteUpdate, 1024)
-	done := make(chan struct{})
-	defer close(done)
-	if err := netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{Namespace: &h}); err != nil {
-		b.Fatal(err)
-	}
+	ch := subscribeRoutes(b, tn)
 	for it := 0; it < b.N; it++ {
 		lat := make([]time.Duration, 0, n)
 		for i := range n {
-			want := benchIP(i) + "/32"
 			t0 := writeRecord(b, tn, i)
-			deadline := time.After(5 * time.Second)
-		wait:
-			for {
-				select {
-				case u := <-ch:
-					if u.Type == unix.RTM_NEWROUTE && u.Dst != nil && u.Dst.String() == want && u.Protocol == 80 {
-						lat = append(lat, time.Since(t0))
-						break wait
-					}
-				case <-deadline:
-					b.Fatalf("no route for record %d (%s) within 5s", i, want)
-				}
-			}
+			lat = append(lat, waitRoute(b, ch, benchIP(i)+"/32", t0, 5*time.Second))
 		}
 		// Clean up for the next iteration: records and their routes go.
 		for i := range n {
@@ -114,6 +91,40 @@ func BenchmarkRecordToRoute(b *testing.B) {
 		b.ReportMetric(float64(p(0.99).Microseconds())/1000, "p99-ms")
 		b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
 		b.Logf("record→route over %d records: p50 %s p99 %s max %s", n, p(0.5), p(0.99), lat[len(lat)-1])
+	}
+}
+
+// subscribeRoutes subscribes to tn's route notifications until b ends.
+func subscribeRoutes(b *testing.B, tn *testNode) <-chan netlink.RouteUpdate {
+	h, err := netns.GetFromPath(tn.node.NS.Path())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch := make(chan netlink.RouteUpdate, 4096)
+	done := make(chan struct{})
+	err = netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{Namespace: &h})
+	h.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { close(done) })
+	return ch
+}
+
+// waitRoute waits for the netlink notification of a new routelet route
+// to want and returns how long after t0 it came; none within timeout
+// fails b.
+func waitRoute(b *testing.B, ch <-chan netlink.RouteUpdate, want string, t0 time.Time, timeout time.Duration) time.Duration {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case u := <-ch:
+			if u.Type == unix.RTM_NEWROUTE && u.Dst != nil && u.Dst.String() == want && u.Protocol == 80 {
+				return time.Since(t0)
+			}
+		case <-deadline:
+			b.Fatalf("no route to %s within %s", want, timeout)
+		}
 	}
 }
 
