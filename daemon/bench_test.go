@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,7 +87,7 @@ func BenchmarkRecordToRoute(b *testing.B) {
 				b.Logf("slow: record %d took %s", i, l)
 			}
 		}
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		sortDurations(lat)
 		p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 		b.ReportMetric(float64(p(0.50).Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(p(0.99).Microseconds())/1000, "p99-ms")
@@ -291,9 +290,12 @@ func (pb *peerBench) changes(b *testing.B, n int) []time.Duration {
 		t0 := pb.put(rec)
 		lat = append(lat, waitRoute(b, ch, rec.Blocks[0], t0, 10*time.Second))
 	}
-	slices.Sort(lat)
+	sortDurations(lat)
 	return lat
 }
+
+// sortDurations sorts ds in place, shortest first.
+func sortDurations(ds []time.Duration) { sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] }) }
 
 // quantile is the q-quantile of sorted ds.
 func quantile(ds []time.Duration, q float64) time.Duration { return ds[int(q*float64(len(ds)-1))] }
@@ -327,8 +329,8 @@ func BenchmarkEtcdPeers1000(b *testing.B) {
 				fileStarts = append(fileStarts, fb.start(b))
 			}
 		}
-		slices.Sort(fileStarts)
-		slices.Sort(etcdStarts)
+		sortDurations(fileStarts)
+		sortDurations(etcdStarts)
 		etcdRSS, fileRSS := rssKiB(b, eb.d.proc.Cmd.Process.Pid), rssKiB(b, fb.d.proc.Cmd.Process.Pid)
 		etcdLat, fileLat := eb.changes(b, 100), fb.changes(b, 100)
 		etcdStart, fileStart := etcdStarts[rounds/2], fileStarts[rounds/2]
