@@ -7,6 +7,8 @@
 //	routeletd status [flags]    print this node's status (see docs/daemon.md)
 //	routeletd nodes …           list, show, add, remove peer records (file datastore)
 //	routeletd version           print the version
+//	routeletd etcd init [flags] write the etcd datastore's pools
+//	routeletd leave [flags]     remove this node from the etcd datastore
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -72,6 +75,8 @@ var commands = map[string]func(args []string) int{
 	"cleanup": runCleanup,
 	"status":  runStatus,
 	"nodes":   runNodes,
+	"etcd":    runEtcd,
+	"leave":   runLeave,
 }
 
 func run(args []string) int {
@@ -130,24 +135,11 @@ func runVersion([]string) int {
 // runCleanup removes what routelet created on this node (the daemon must
 // be stopped).
 func runCleanup(args []string) int {
-	cfg, log, code := loadConfig(args)
+	cfg, log, release, code := loadStopped(args, "cleanup")
 	if cfg == nil {
 		return code
 	}
-	release, err := claimNetns()
-	if err != nil {
-		log.Error("cleanup refused: stop routeletd first", "err", err)
-		return exitFail
-	}
 	defer release()
-	if _, err := os.Lstat(cfg.StateDir); err == nil {
-		unlock, err := lockInstance(cfg.StateDir)
-		if err != nil {
-			log.Error("cleanup refused: stop routeletd first", "err", err)
-			return exitFail
-		}
-		defer unlock()
-	}
 	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
 	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
@@ -187,7 +179,7 @@ func newLogger(cfg *config.Config) *slog.Logger {
 func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	log.Info("routeletd starting", "version", fullVersion(), "node", cfg.NodeName, "stateDir", cfg.StateDir,
 		"podCIDRs", cfg.PodCIDRs, "encapsulation", cfg.Encapsulation, "config", cfg.ConfigFile)
-	if len(cfg.PodCIDRs) == 0 {
+	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
 	release, err := claimNetns()
@@ -264,12 +256,24 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if c, ok := ds.(io.Closer); ok {
 		defer c.Close()
 	}
+	if r, ok := ds.(interface {
+		Register(prometheus.Registerer) error
+	}); ok {
+		if err := r.Register(metrics.Registry); err != nil {
+			return err
+		}
+	}
 	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	for _, b := range blocks {
+		if err := host.CheckBlock(b); err != nil {
+			return fmt.Errorf("block %s from datastore %s: %w", b, cfg.Datastore, err)
+		}
 	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
 	om, err := newOverlay(cfg, id, blocks, status, metrics, ep.repairs, log)
@@ -364,6 +368,7 @@ var datastores = map[string]func(ctx context.Context, cfg *config.Config, store 
 	config.DatastoreFile: func(_ context.Context, cfg *config.Config, store *state.Store, log *slog.Logger) (datastore.Datastore, error) {
 		return file.New(store, cfg.PodCIDRs, log), nil
 	},
+	config.DatastoreEtcd: openEtcd,
 }
 
 // newOverlay builds the overlay manager for the configured mode on a real
@@ -463,6 +468,41 @@ func notReady(cfg *config.Config, store *state.Store, status *health.Status, rea
 	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}
+}
+
+// loadStopped loads the configuration of subcommand what, which needs the
+// daemon stopped (see daemonStopped); release ends that. A nil config
+// means stop with the exit code given.
+func loadStopped(args []string, what string) (cfg *config.Config, log *slog.Logger, release func(), code int) {
+	cfg, log, code = loadConfig(args)
+	if cfg == nil {
+		return nil, nil, nil, code
+	}
+	release, err := daemonStopped(cfg)
+	if err != nil {
+		log.Error(what+" refused: stop routeletd first", "err", err)
+		return nil, nil, nil, exitFail
+	}
+	return cfg, log, release, exitOK
+}
+
+// daemonStopped makes sure no routeletd runs in this network namespace or
+// on cfg's state directory (if it exists), and keeps it so until the
+// returned release is called.
+func daemonStopped(cfg *config.Config) (func(), error) {
+	release, err := claimNetns()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(cfg.StateDir); err == nil {
+		unlock, err := lockInstance(cfg.StateDir)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		return func() { unlock(); release() }, nil
+	}
+	return release, nil
 }
 
 // staleTempAge: temp files in the state directory at least this old and not

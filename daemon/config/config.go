@@ -48,7 +48,7 @@ const (
 type Config struct {
 	NodeName  string         // node-name: this node's name (default: hostname)
 	StateDir  string         // state-dir: shared state directory
-	Datastore string         // datastore: file | kubernetes
+	Datastore string         // datastore: file | kubernetes | etcd
 	PodCIDRs  []netip.Prefix // pod-cidr: local blocks (masked)
 	// NodeIP selects the underlay address: "" (autodetect from the default
 	// route), a literal IP, "cidr:<CIDR>" or "interface:<REGEX>".
@@ -78,6 +78,9 @@ type Config struct {
 	DeviceCheckPeriod time.Duration // device-check-period: leak checks and liveness tick
 	GracePeriod       time.Duration // grace-period: unexpected routes on a fresh interface are left alone this long
 	LeakGracePeriod   time.Duration // leak-grace-period: a record whose netns and veth are gone this long is released
+
+	// Etcd is the etcd datastore's connection (the etcd-* keys).
+	Etcd Etcd
 
 	HealthAddr string // health-addr: serves /healthz, /readyz, /metrics; "" disables
 	LogLevel   string // log-level: debug | info | warn | error
@@ -126,7 +129,10 @@ type key struct {
 	def    []string
 	list   bool
 	isBool bool
-	set    func(c *Config, vals []string) error
+	// envAliases are environment variables read, in order, when
+	// ROUTELET_<NAME> is unset (e.g. etcdctl's ETCDCTL_ENDPOINTS).
+	envAliases []string
+	set        func(c *Config, vals []string) error
 }
 
 // EnvName returns the environment variable for a key name: ROUTELET_<NAME>.
@@ -161,8 +167,8 @@ func keys() []key {
 			c.StateDir = v[0]
 			return nil
 		}},
-		{name: "datastore", help: "where peers come from: file | kubernetes", def: []string{DatastoreFile}, set: func(c *Config, v []string) error {
-			return oneOf(&c.Datastore, v[0], DatastoreFile, DatastoreKubernetes)
+		{name: "datastore", help: "where peers come from: file | kubernetes | etcd", def: []string{DatastoreFile}, set: func(c *Config, v []string) error {
+			return oneOf(&c.Datastore, v[0], DatastoreFile, DatastoreKubernetes, DatastoreEtcd)
 		}},
 		{name: "pod-cidr", help: "local pod block (CIDR); repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
 			c.PodCIDRs = nil
@@ -308,6 +314,7 @@ func keys() []key {
 		}},
 	}
 	ks = append(ks, cniKeys()...)
+	ks = append(ks, etcdKeys()...)
 	return ks
 }
 
@@ -362,7 +369,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		fs.Var(&recorder{name: k.name, list: k.list, isBool: k.isBool, def: strings.Join(k.def, ","), into: flagVals}, k.name, k.help)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(usage, "usage: routeletd [flags]\n       routeletd cleanup [flags]\n       routeletd version\n\n"+
+		fmt.Fprintf(usage, "usage: routeletd [flags]\n       routeletd cleanup [flags]\n       routeletd etcd init --pool CIDR [--pool CIDR6] [--block-size 26] [--block-size-v6 122] [flags]\n       routeletd leave [flags]\n       routeletd version\n\n"+
 			"Each flag is also ROUTELET_<NAME> in the environment and <name> in the config file;\n"+
 			"precedence: flag > env > file > default.\n\n")
 		fs.PrintDefaults()
@@ -401,6 +408,12 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 	envVals := map[string][]string{}
 	for _, k := range ks {
 		v, ok := getenv(EnvName(k.name))
+		for _, a := range k.envAliases {
+			if ok {
+				break
+			}
+			v, ok = getenv(a)
+		}
 		if !ok {
 			continue
 		}
@@ -433,6 +446,11 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 			}
 			c.sources[k.name] = layers[i].src
 			break
+		}
+	}
+	if c.Datastore == DatastoreEtcd {
+		if err := c.CheckEtcd(); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil

@@ -45,7 +45,7 @@ func TestDefaults(t *testing.T) {
 		GracePeriod: 10 * time.Second, LeakGracePeriod: 15 * time.Minute,
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
 		CNIConfName: DefaultCNIConfName,
-		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second,
+		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second, Etcd: Etcd{Prefix: "/routelet"},
 	}
 	got := *c
 	got.sources = nil
@@ -110,7 +110,6 @@ func TestDefaultNodeNameIsHostname(t *testing.T) {
 // TestEveryKey sets each key through each layer and checks both a good and a
 // bad value; the error must name the key and the bad value.
 func TestEveryKey(t *testing.T) {
-	type check func(c *Config) bool
 	cases := []struct {
 		key  string
 		good string
@@ -119,7 +118,7 @@ func TestEveryKey(t *testing.T) {
 	}{
 		{"node-name", "worker-1.example", func(c *Config) bool { return c.NodeName == "worker-1.example" }, "Bad_Name"},
 		{"state-dir", "/var/run/rl", func(c *Config) bool { return c.StateDir == "/var/run/rl" }, "relative/dir"},
-		{"datastore", "kubernetes", func(c *Config) bool { return c.Datastore == "kubernetes" }, "etcd"},
+		{"datastore", "kubernetes", func(c *Config) bool { return c.Datastore == "kubernetes" }, "consul"},
 		{"pod-cidr", "10.244.1.0/24", func(c *Config) bool {
 			return reflect.DeepEqual(c.PodCIDRs, []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")})
 		}, "10.244.1.1/24"},
@@ -155,6 +154,7 @@ func TestEveryKey(t *testing.T) {
 		{"cni-conf-template", "/etc/routelet/t.conflist", func(c *Config) bool { return c.CNIConfTemplate == "/etc/routelet/t.conflist" }, "t.conflist"},
 		{"cni-conf-name", "05-routelet.conflist", func(c *Config) bool { return c.CNIConfName == "05-routelet.conflist" }, "../x.conflist"},
 	}
+	cases = append(cases, etcdKeyCases...)
 	covered := map[string]bool{}
 	for _, tc := range cases {
 		covered[tc.key] = true

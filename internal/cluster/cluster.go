@@ -40,7 +40,7 @@ type NodeSpec struct {
 	Name           string
 	Host4, Host6   string // e.g. "10.0.1.10/24", "fd00:1::10/64"; Host6 may be empty
 	Gw4, Gw6       string // the router's address on the node's subnet
-	Block4, Block6 string // --pod-cidr values; Block6 may be empty
+	Block4, Block6 string // --pod-cidr values; either may be empty (a datastore such as etcd then gives the blocks)
 	// Routed puts the node on a subnet of its own behind the router (the
 	// router's port carries Gw4/Gw6); otherwise the node is on the
 	// router's bridge, which carries Gw4/Gw6.
@@ -56,14 +56,19 @@ type Options struct {
 	Nodes     []NodeSpec // in order
 	// DaemonArgs are extra routeletd flags (e.g. "--encapsulation=vxlan").
 	DaemonArgs []string
-	CNIVersion string // default "1.1.0"
+	// SharedRecords: the datastore shares the node records (etcd), so
+	// Start copies none between the nodes' nodes/ directories.
+	SharedRecords bool
+	CNIVersion    string // default "1.1.0"
 }
 
 // Cluster is a running simulated cluster. Close removes all of it.
 type Cluster struct {
-	opts   Options
-	Router ns.NetNS
-	Nodes  []*Node
+	opts    Options
+	Router  ns.NetNS
+	Nodes   []*Node
+	hosts   []*Node // AddHost's
+	bridged bool    // the bridge carries the gateway addresses
 }
 
 // Node is one simulated host.
@@ -126,44 +131,91 @@ func New(opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	bridged := false
-	rfd, err := netns.GetFromPath(c.Router.Path())
-	if err != nil {
-		return c, err
+	// A bridge takes the lowest MAC of its ports unless it has one of its
+	// own: a node added later (AddNode) would change it under the nodes'
+	// neighbour entries for the gateway, and their traffic would be lost
+	// until those expire.
+	if err := rnl.LinkSetHardwareAddr(br, net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}); err != nil {
+		return c, fmt.Errorf("router bridge MAC: %w", err)
 	}
-	defer rfd.Close()
-
-	for _, s := range opts.Nodes {
-		nd := &Node{Spec: s, StateDir: filepath.Join(opts.WorkDir, s.Name, "state"), LogPath: filepath.Join(opts.WorkDir, s.Name, "routeletd.log")}
-		if nd.CNI, err = netnstest.NewNode(opts.Prefix+"node-"+s.Name, []string{opts.PluginDir}, filepath.Join(opts.WorkDir, s.Name, "cache")); err != nil {
-			return c, err
+	for _, sp := range opts.Nodes {
+		nd, err := c.addNode(sp)
+		if nd != nil {
+			c.Nodes = append(c.Nodes, nd)
 		}
-		c.Nodes = append(c.Nodes, nd)
-		if err := noDAD(nd.CNI.NS); err != nil {
-			return c, err
-		}
-		nl, err := handleIn(nd.CNI.NS)
 		if err != nil {
-			return c, err
-		}
-		err = setupUplink(nl, rnl, rfd, br, s, !bridged)
-		nl.Close()
-		if err != nil {
-			return c, fmt.Errorf("node %s underlay: %w", s.Name, err)
-		}
-		if !s.Routed {
-			bridged = true
-		}
-		if nd.Store, err = state.Open(nd.StateDir); err != nil {
-			return c, err
-		}
-		// No ipam.blocks and no mtu: the plugin takes both from routeletd's
-		// daemon.json, as on a real node.
-		if nd.Conf, err = (netnstest.RouteletConf{Name: "routelet", CNIVersion: opts.CNIVersion, StateDir: nd.StateDir}).ConfList(); err != nil {
 			return c, err
 		}
 	}
 	return c, nil
+}
+
+// AddNode adds a node (namespace, uplink, state directory) to a running
+// cluster; StartDaemon runs its routeletd.
+func (c *Cluster) AddNode(s NodeSpec) (*Node, error) {
+	nd, err := c.addNode(s)
+	if nd != nil {
+		c.Nodes = append(c.Nodes, nd)
+	}
+	return nd, err
+}
+
+// AddHost adds a host on the underlay that runs no routeletd (e.g. etcd);
+// its namespace is nd.CNI.NS. It is removed with the cluster.
+func (c *Cluster) AddHost(s NodeSpec) (*Node, error) {
+	nd, err := c.addNode(s)
+	if nd != nil {
+		c.hosts = append(c.hosts, nd)
+	}
+	return nd, err
+}
+
+// addNode builds one node's namespace, uplink and state directory. A
+// non-nil node is returned whenever it holds something to remove.
+func (c *Cluster) addNode(s NodeSpec) (*Node, error) {
+	rnl, err := handleIn(c.Router)
+	if err != nil {
+		return nil, err
+	}
+	defer rnl.Close()
+	br, err := rnl.LinkByName("br0")
+	if err != nil {
+		return nil, fmt.Errorf("router bridge: %w", err)
+	}
+	rfd, err := netns.GetFromPath(c.Router.Path())
+	if err != nil {
+		return nil, err
+	}
+	defer rfd.Close()
+	opts := c.opts
+	nd := &Node{Spec: s, StateDir: filepath.Join(opts.WorkDir, s.Name, "state"), LogPath: filepath.Join(opts.WorkDir, s.Name, "routeletd.log")}
+	if nd.CNI, err = netnstest.NewNode(opts.Prefix+"node-"+s.Name, []string{opts.PluginDir}, filepath.Join(opts.WorkDir, s.Name, "cache")); err != nil {
+		return nil, err
+	}
+	if err := noDAD(nd.CNI.NS); err != nil {
+		return nd, err
+	}
+	nl, err := handleIn(nd.CNI.NS)
+	if err != nil {
+		return nd, err
+	}
+	err = setupUplink(nl, rnl, rfd, br, s, !c.bridged)
+	nl.Close()
+	if err != nil {
+		return nd, fmt.Errorf("node %s underlay: %w", s.Name, err)
+	}
+	if !s.Routed {
+		c.bridged = true
+	}
+	if nd.Store, err = state.Open(nd.StateDir); err != nil {
+		return nd, err
+	}
+	// No ipam.blocks and no mtu: the plugin takes both from routeletd's
+	// daemon.json, as on a real node.
+	if nd.Conf, err = (netnstest.RouteletConf{Name: "routelet", CNIVersion: opts.CNIVersion, StateDir: nd.StateDir}).ConfList(); err != nil {
+		return nd, err
+	}
+	return nd, nil
 }
 
 // setupUplink creates the node's eth0 with its peer in the router, adds the
@@ -265,9 +317,12 @@ func (c *Cluster) Start(ctx context.Context) error {
 		}
 	}
 	for _, n := range c.Nodes {
-		if err := n.waitReady(ctx, netnstest.ReadyTimeout); err != nil {
+		if err := n.WaitReady(ctx, netnstest.ReadyTimeout); err != nil {
 			return err
 		}
+	}
+	if c.opts.SharedRecords {
+		return nil
 	}
 	for _, src := range c.Nodes {
 		for _, dst := range c.Nodes {
@@ -292,13 +347,23 @@ func (c *Cluster) Restart(ctx context.Context, n *Node, daemonArgs ...string) er
 		return err
 	}
 	// daemon.json still says "stopped" until the new daemon's first sync.
-	return n.waitReady(ctx, netnstest.ReadyTimeout)
+	return n.WaitReady(ctx, netnstest.ReadyTimeout)
 }
 
+// SetDaemonArgs replaces Options.DaemonArgs for the daemons started from
+// now on (e.g. flags that name a server started after New).
+func (c *Cluster) SetDaemonArgs(args []string) { c.opts.DaemonArgs = append([]string(nil), args...) }
+
+// StartDaemon runs n's routeletd with Options.DaemonArgs, not waiting for
+// it to be ready (WaitReady does).
+func (c *Cluster) StartDaemon(n *Node) error { return c.startDaemon(n, c.opts.DaemonArgs) }
+
 func (c *Cluster) startDaemon(n *Node, daemonArgs []string) error {
-	args := []string{"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir, "--pod-cidr=" + n.Spec.Block4}
-	if n.Spec.Block6 != "" {
-		args = append(args, "--pod-cidr="+n.Spec.Block6)
+	args := []string{"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir}
+	for _, b := range []string{n.Spec.Block4, n.Spec.Block6} {
+		if b != "" {
+			args = append(args, "--pod-cidr="+b)
+		}
 	}
 	args = append(args, daemonArgs...)
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -327,9 +392,9 @@ func (n *Node) Stop() error {
 	return nil
 }
 
-// waitReady polls daemon.json until it says ready, the daemon exits, or
+// WaitReady polls daemon.json until it says ready, the daemon exits, or
 // timeout passes.
-func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
+func (n *Node) WaitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		st, err := n.Store.ReadDaemonStatus()
@@ -445,6 +510,9 @@ func (c *Cluster) Close() error {
 			errs = append(errs, netnstest.Remove(p.NS))
 		}
 		errs = append(errs, n.CNI.Close())
+	}
+	for _, h := range c.hosts {
+		errs = append(errs, h.CNI.Close())
 	}
 	errs = append(errs, netnstest.Remove(c.Router))
 	return errors.Join(errs...)

@@ -2,24 +2,15 @@ package k8stest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,8 +19,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/internal/testbins"
+	"github.com/routelet/routelet/internal/testpki"
+	"github.com/routelet/routelet/internal/testproc"
 )
 
 // AdminUser is the user of Cluster.Config's client certificate; it is in
@@ -72,15 +66,7 @@ type Cluster struct {
 func Binaries(t testing.TB) (apiserver, etcd string) {
 	t.Helper()
 	apiserver, etcd = testbins.KubeAPIServerPath(), testbins.EtcdPath()
-	for _, p := range []string{apiserver, etcd} {
-		if _, err := os.Stat(p); err != nil {
-			msg := fmt.Sprintf("test binary %s missing (%v): run `make test-bins` (go run ./hack/testbins) to build it from the Go module proxy", p, err)
-			if os.Getenv("ROUTELET_REQUIRE_TEST_BINS") == "1" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
+	testproc.RequireBinaries(t, apiserver, etcd)
 	return apiserver, etcd
 }
 
@@ -90,7 +76,7 @@ func Binaries(t testing.TB) (apiserver, etcd string) {
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	netnstest.SkipUnlessRoot(t, "runs etcd and kube-apiserver as processes the test owns")
-	apiserverBin, etcdBin := Binaries(t)
+	apiserverBin, _ := Binaries(t)
 	if !opts.Addr.IsValid() {
 		opts.Addr = netip.MustParseAddr("127.0.0.1")
 	}
@@ -110,31 +96,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatalf("prepare the API server's files: %v", err)
 	}
 
-	etcdClient, etcdPeer := 2379, 2380
-	if opts.NetNS == nil {
-		if etcdClient, err = freePort(); err == nil {
-			etcdPeer, err = freePort()
-		}
-		if err != nil {
-			t.Fatalf("pick etcd ports: %v", err)
-		}
-	}
-	clientURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
-	etcd, err := start(opts, etcdBin,
-		"--name", "routelet-test",
-		"--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "routelet-test="+peerURL,
-		"--log-level", "warn",
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stop(t, etcd) })
+	// etcd on loopback (inside NetNS when set), plain http.
+	etcd := etcdtest.Start(t, etcdtest.Options{NetNS: opts.NetNS, Log: opts.Log})
+	clientURL := etcd.Endpoints[0]
 
-	apiserver, err := start(opts, apiserverBin,
+	apiserver, err := testproc.Start(opts.NetNS, opts.Log, apiserverBin,
 		"--etcd-servers", clientURL,
 		"--bind-address", opts.Addr.String(),
 		"--advertise-address", opts.Addr.String(),
@@ -159,73 +125,18 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { stop(t, apiserver) })
+	t.Cleanup(func() { apiserver.Stop(t) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := waitReady(ctx, c, apiserver, etcd); err != nil {
+	if err := waitReady(ctx, c, apiserver); err != nil {
 		t.Fatalf("kube-apiserver at %s not ready: %v", c.URL, err)
 	}
 	return c
 }
 
-// proc is one started process.
-type proc struct {
-	cmd  *exec.Cmd
-	name string
-	done chan struct{}
-	err  error
-}
-
-// start runs bin with args, in opts.NetNS when set.
-func start(opts Options, bin string, args ...string) (*proc, error) {
-	name := filepath.Base(bin)
-	cmd := exec.Command(bin, args...)
-	if opts.NetNS != nil {
-		// `ip netns exec` execs bin in place: the PID is bin's own.
-		cmd = exec.Command("ip", append([]string{"netns", "exec", netnstest.Name(opts.NetNS), bin}, args...)...)
-	}
-	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
-	// Killed with the test process, so a crashed run leaves nothing behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{cmd: cmd, name: name, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// exited reports whether p has exited.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM to p's PID, then SIGKILL after 30 s.
-func stop(t testing.TB, p *proc) {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("%s (pid %d) ignored SIGTERM for 30s; killing it", p.name, p.cmd.Process.Pid)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
 // waitReady polls /readyz until it answers 200 or a process exits.
-func waitReady(ctx context.Context, c *Cluster, procs ...*proc) error {
+func waitReady(ctx context.Context, c *Cluster, procs ...*testproc.Proc) error {
 	// c.Config dials from inside the namespace when there is one.
 	tr, err := rest.TransportFor(c.Config)
 	if err != nil {
@@ -235,8 +146,8 @@ func waitReady(ctx context.Context, c *Cluster, procs ...*proc) error {
 	last := errors.New("no answer yet")
 	for {
 		for _, p := range procs {
-			if p.exited() {
-				return fmt.Errorf("%s exited: %v (last probe: %v)", p.name, p.err, last)
+			if done, err := p.Exited(); done {
+				return fmt.Errorf("%s exited: %v (last probe: %v)", p.Name, err, last)
 			}
 		}
 		resp, err := client.Get(c.URL + "/readyz")
@@ -262,16 +173,7 @@ func waitReady(ctx context.Context, c *Cluster, procs ...*proc) error {
 // the network namespace n (for clients in the test process talking to an
 // API server that listens only there).
 func DialerIn(n ns.NetNS) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := n.Do(func(ns.NetNS) error {
-			var d net.Dialer
-			var err error
-			conn, err = d.DialContext(ctx, network, addr)
-			return err
-		})
-		return conn, err
-	}
+	return testproc.DialerIn(n)
 }
 
 // prepare writes the CA, the serving and admin certificates, the
@@ -284,93 +186,45 @@ func prepare(dir string, opts Options) (*Cluster, error) {
 	}
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = testproc.FreePort(); err != nil {
 			return nil, fmt.Errorf("pick kube-apiserver port: %w", err)
 		}
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("routelet-test-ca")
 	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
+		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "routelet-test-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	srvCert, srvKey, err := ca.Issue(testpki.Leaf{
+		CommonName: "kube-apiserver", Server: true,
+		IPs:      []net.IP{net.IP(opts.Addr.AsSlice()), net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("create CA certificate: %w", err)
+		return nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
+	adminPEM, adminKey, err := ca.Issue(testpki.Leaf{CommonName: AdminUser, Organization: []string{"system:masters"}})
 	if err != nil {
-		return nil, fmt.Errorf("parse CA certificate: %w", err)
+		return nil, err
 	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	saKey, err := testpki.NewKey()
 	if err != nil {
-		return nil, fmt.Errorf("generate serving key: %w", err)
+		return nil, err
 	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IP(opts.Addr.AsSlice()), net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	saKeyPEM, err := testpki.KeyPEM(saKey)
 	if err != nil {
-		return nil, fmt.Errorf("create serving certificate: %w", err)
-	}
-	adminKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate admin key: %w", err)
-	}
-	adminTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(3),
-		Subject:      pkix.Name{CommonName: AdminUser, Organization: []string{"system:masters"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	adminDER, err := x509.CreateCertificate(rand.Reader, adminTmpl, caCert, &adminKey.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("create admin certificate: %w", err)
-	}
-	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate service-account key: %w", err)
-	}
-	caPEM, adminPEM := pemBlock("CERTIFICATE", caDER), pemBlock("CERTIFICATE", adminDER)
-	files := map[string][]byte{
-		"ca.crt":      caPEM,
-		"serving.crt": pemBlock("CERTIFICATE", srvDER),
-		"admin.crt":   adminPEM,
-	}
-	keys := map[string][]byte{}
-	for name, key := range map[string]*ecdsa.PrivateKey{"serving.key": srvKey, "sa.key": saKey, "admin.key": adminKey} {
-		der, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", name, err)
-		}
-		files[name] = pemBlock("PRIVATE KEY", der)
-		keys[name] = files[name]
+		return nil, err
 	}
 	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("encode service-account public key: %w", err)
 	}
-	files["sa.pub"] = pemBlock("PUBLIC KEY", pub)
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return nil, fmt.Errorf("write %s: %w", name, err)
-		}
+	caPEM := ca.PEM
+	keys := map[string][]byte{"admin.key": adminKey}
+	if err := testpki.WriteFiles(dir, map[string][]byte{
+		"ca.crt": caPEM, "serving.crt": srvCert, "serving.key": srvKey, "admin.crt": adminPEM, "admin.key": adminKey,
+		"sa.key": saKeyPEM, "sa.pub": testpki.PEM("PUBLIC KEY", pub),
+	}); err != nil {
+		return nil, err
 	}
 
 	url := "https://" + net.JoinHostPort(opts.Addr.String(), strconv.Itoa(port))
@@ -403,20 +257,6 @@ func (c *Cluster) TokenConfig(token string) *rest.Config {
 	cfg.CertData, cfg.KeyData = nil, nil
 	cfg.BearerToken = token
 	return cfg
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-// freePort returns a TCP port free on the host's loopback just now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // portOf returns the port of an https://host:port URL.

@@ -111,6 +111,13 @@ func FromState(n *state.Node) Record {
 	}
 }
 
+// ToState is the record as the file datastore (and etcd) store it; its
+// time stamp is left for the writer to set.
+func ToState(r Record) state.Node {
+	return state.Node{Name: r.Name, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, Blocks: slices.Clone(r.Blocks),
+		VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6}
+}
+
 // Parse checks one record on its own (see the package doc) and returns the
 // values that passed. An unusable name refuses the whole record; any other
 // bad value is dropped and reported.

@@ -100,10 +100,33 @@ var clusterSeq int
 func newCluster(t *testing.T, flags ...string) *testCluster {
 	t.Helper()
 	requireRoot(t)
-	clusterSeq++
 	args := append(slices.Clone(baseArgs), flags...)
-	c, err := cluster.New(cluster.Options{Prefix: fmt.Sprintf("%s%d-", nsPrefix, clusterSeq), PluginDir: binDir,
-		Daemon: filepath.Join(binDir, "routeletd"), WorkDir: t.TempDir(), Nodes: specs, DaemonArgs: args})
+	tc := buildCluster(t, cluster.Options{Nodes: specs, DaemonArgs: args})
+	c := tc.c
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		for i := range 2 {
+			if _, err := c.AddPod(ctx, n, fmt.Sprintf("%s-pod%d", n.Spec.Name, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return tc
+}
+
+// buildCluster builds the router and opts.Nodes (namespaces named for this
+// process, this package's binaries, a temporary work directory); nothing
+// runs yet. Everything is removed at cleanup, and the daemons' logs are
+// shown if the test failed.
+func buildCluster(t *testing.T, opts cluster.Options) *testCluster {
+	t.Helper()
+	clusterSeq++
+	opts.Prefix, opts.PluginDir = fmt.Sprintf("%s%d-", nsPrefix, clusterSeq), binDir
+	opts.Daemon, opts.WorkDir = filepath.Join(binDir, "routeletd"), t.TempDir()
+	c, err := cluster.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,25 +142,26 @@ func newCluster(t *testing.T, flags ...string) *testCluster {
 		}
 	})
 	for _, n := range c.Nodes {
-		nl, err := handleInNode(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nl.Close)
-		tc.nodes = append(tc.nodes, &node{Node: n, nl: nl})
-	}
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.Nodes {
-		for i := range 2 {
-			if _, err := c.AddPod(ctx, n, fmt.Sprintf("%s-pod%d", n.Spec.Name, i)); err != nil {
-				t.Fatal(err)
-			}
-		}
+		tc.nodes = append(tc.nodes, newNode(t, n))
 	}
 	return tc
+}
+
+// routeletd runs the routeletd binary in n with args and returns its
+// output.
+func routeletd(n *node, args ...string) (string, error) {
+	return netnstest.Exec(context.Background(), n.CNI.NS, filepath.Join(binDir, "routeletd"), args...)
+}
+
+// newNode wraps n with a netlink handle inside it, closed at cleanup.
+func newNode(t *testing.T, n *cluster.Node) *node {
+	t.Helper()
+	nl, err := handleInNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nl.Close)
+	return &node{Node: n, nl: nl}
 }
 
 // node returns the node called name.

@@ -149,9 +149,9 @@ func (d *Datastore) ensureSelf() error {
 	if d.self == nil {
 		return nil
 	}
-	want := toState(*d.self)
+	want := peers.ToState(*d.self)
 	name := want.Name + ".json"
-	if cur := d.nodes[name]; cur != nil && sameNode(cur, &want) {
+	if cur := d.nodes[name]; cur != nil && state.SameNode(cur, &want) {
 		return nil
 	}
 	want.Updated = d.now().UTC()
@@ -161,19 +161,6 @@ func (d *Datastore) ensureSelf() error {
 	d.log.Info("wrote own node record", "node", want.Name, "hostIPv4", want.HostIPv4, "hostIPv6", want.HostIPv6, "blocks", want.Blocks)
 	d.nodes[name] = &want
 	return nil
-}
-
-// toState is the on-disk form of a record.
-func toState(r peers.Record) state.Node {
-	return state.Node{Name: r.Name, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, Blocks: slices.Clone(r.Blocks),
-		VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6}
-}
-
-// sameNode reports whether two records publish the same values.
-func sameNode(x, y *state.Node) bool {
-	return x.Name == y.Name && x.HostIPv4 == y.HostIPv4 && x.HostIPv6 == y.HostIPv6 &&
-		slices.Equal(x.Blocks, y.Blocks) && x.VTEPMAC == y.VTEPMAC && x.VTEPMACv6 == y.VTEPMACv6 &&
-		x.TunnelIPv4 == y.TunnelIPv4 && x.TunnelIPv6 == y.TunnelIPv6
 }
 
 // dirError returns the error in bad that is about listing dir itself (not

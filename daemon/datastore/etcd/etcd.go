@@ -1,0 +1,697 @@
+// Package etcd is the etcd datastore: the cluster's pools, block claims,
+// node records and liveness keys live under one key prefix of an etcd
+// cluster. A node without --pod-cidr claims a free block of each pool
+// (a create-if-absent transaction keyed by the block, holding the node's
+// name); --pod-cidr registers its blocks the same way. Each daemon writes
+// its own node record (the file datastore's JSON) when it differs, keeps a
+// liveness key on a lease, lists the prefix once and watches it from that
+// revision. While etcd is unreachable the last known peers are kept, so
+// the dataplane is left as it is. See docs/etcd.md.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/pkg/peers"
+	"github.com/routelet/routelet/pkg/state"
+)
+
+// Options configure a Datastore.
+type Options struct {
+	// Etcd is where etcd is and how to authenticate (config key etcd-*).
+	Etcd config.Etcd
+	// NodeName is this node's name: its claims, record and liveness key.
+	NodeName string
+	// PodCIDRs are --pod-cidr: registered as this node's claims. None:
+	// claim a block of each pool.
+	PodCIDRs []netip.Prefix
+	// LeaseTTL is the liveness lease's TTL (default 30 s).
+	LeaseTTL time.Duration
+	// ProbePeriod is how often etcd's health and this node's liveness key
+	// and record are checked (default 5 s).
+	ProbePeriod time.Duration
+	// RequestTimeout bounds each request (default 5 s).
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Datastore is the etcd datastore of one node.
+type Datastore struct {
+	cli *clientv3.Client
+	o   Options
+	log *slog.Logger
+	m   *metrics
+
+	kick   chan struct{} // wakes the keeper (own record lost)
+	selfMu sync.Mutex    // one ensureSelf at a time: one write per change
+
+	mu        sync.Mutex
+	self      *state.Node             // this node's record as published
+	selfDirty bool                    // the stored record may differ from self
+	recs      map[string]peers.Record // peers by name
+	bad       map[string]error        // skipped keys: why
+	live      map[string]bool         // nodes with a liveness key
+	listed    bool                    // the prefix was listed once
+	up        bool                    // the last request reached etcd
+	downSince time.Time
+	changed   func()
+}
+
+var _ datastore.Datastore = (*Datastore)(nil)
+
+// New connects (lazily: an unreachable etcd is not an error here) to the
+// etcd cluster named by opts.Etcd.
+func New(opts Options) (*Datastore, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 30 * time.Second
+	}
+	if opts.ProbePeriod == 0 {
+		opts.ProbePeriod = 5 * time.Second
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 5 * time.Second
+	}
+	if opts.Etcd.Prefix == "" {
+		opts.Etcd.Prefix = config.DefaultEtcdPrefix
+	}
+	if err := state.ValidateNodeName(opts.NodeName); err != nil {
+		return nil, fmt.Errorf("etcd datastore: %w", err)
+	}
+	tlsCfg, err := clientTLS(opts.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            opts.Etcd.Endpoints,
+		DialTimeout:          opts.RequestTimeout,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: opts.RequestTimeout,
+		TLS:                  tlsCfg,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v: %w", opts.Etcd.Endpoints, err)
+	}
+	return &Datastore{cli: cli, o: opts, log: opts.Logger, m: newMetrics(), kick: make(chan struct{}, 1),
+		recs: map[string]peers.Record{}, bad: map[string]error{}, live: map[string]bool{}, up: true}, nil
+}
+
+// clientTLS is the client's TLS configuration: nil without TLS files and
+// https endpoints.
+func clientTLS(e config.Etcd) (*tls.Config, error) {
+	https := slices.ContainsFunc(e.Endpoints, func(u string) bool { return strings.HasPrefix(u, "https://") })
+	if !e.TLS() && !https {
+		return nil, nil
+	}
+	info := transport.TLSInfo{TrustedCAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile}
+	if e.CertFile == "" && e.CAFile == "" {
+		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+	}
+	if e.CertFile == "" {
+		c, err := transport.TLSInfo{TrustedCAFile: e.CAFile}.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd-ca-file %s: %w", e.CAFile, err)
+		}
+		return c, nil
+	}
+	c, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS files (ca %q, cert %q, key %q): %w", e.CAFile, e.CertFile, e.KeyFile, err)
+	}
+	return c, nil
+}
+
+// Close closes the client.
+func (d *Datastore) Close() error { return d.cli.Close() }
+
+// Client is the underlying etcd client.
+func (d *Datastore) Client() *clientv3.Client { return d.cli }
+
+// Key layout under the prefix.
+func (d *Datastore) configKey() string      { return d.o.Etcd.Prefix + "/config" }
+func (d *Datastore) blocksPrefix() string   { return d.o.Etcd.Prefix + "/blocks/" }
+func (d *Datastore) nodesPrefix() string    { return d.o.Etcd.Prefix + "/nodes/" }
+func (d *Datastore) livenessPrefix() string { return d.o.Etcd.Prefix + "/liveness/" }
+func (d *Datastore) nodeKey(n string) string {
+	return d.nodesPrefix() + n
+}
+
+// req returns a context bounded by the request timeout.
+func (d *Datastore) req(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.o.RequestTimeout)
+}
+
+// LocalBlocks returns --pod-cidr once registered, or the blocks this node
+// holds, claiming one of each pool it holds none of. While etcd cannot be
+// reached, no pool is configured or a pool is full, it waits (with that
+// reason) and retries with backoff. A --pod-cidr another node holds is an
+// error naming the holder.
+func (d *Datastore) LocalBlocks(ctx context.Context, waiting func(string)) ([]netip.Prefix, error) {
+	b := newBackoff()
+	for {
+		blocks, reason, err := d.localBlocks(ctx)
+		if errors.Is(err, ErrBlockHeld) {
+			return nil, err
+		}
+		if err == nil && reason == "" {
+			return blocks, nil
+		}
+		if err != nil {
+			d.failed("blocks", err)
+			reason = fmt.Sprintf("etcd %v: %v", d.o.Etcd.Endpoints, err)
+		}
+		waiting(reason)
+		if err := b.wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// localBlocks is one LocalBlocks attempt.
+func (d *Datastore) localBlocks(ctx context.Context) ([]netip.Prefix, string, error) {
+	ctx, cancel := d.req(ctx)
+	defer cancel()
+	if len(d.o.PodCIDRs) > 0 {
+		if err := d.register(ctx, d.o.PodCIDRs); err != nil {
+			return nil, "", err
+		}
+		d.reached()
+		return slices.Clone(d.o.PodCIDRs), "", nil
+	}
+	pools, rev, err := d.readPools(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	d.reached()
+	if len(pools) == 0 {
+		return nil, fmt.Sprintf("no pool configured in etcd (key %s): run `routeletd etcd init --pool CIDR`", d.configKey()), nil
+	}
+	blocks, reason, err := d.claimBlocks(ctx, pools, rev)
+	if errors.Is(err, errPoolsChanged) {
+		return nil, "the pool configuration changed while claiming; retrying", nil
+	}
+	return blocks, reason, err
+}
+
+// Publish writes this node's record when it differs from what etcd holds
+// and keeps it so: a record deleted or altered later is written again.
+func (d *Datastore) Publish(self peers.Record) error {
+	n := peers.ToState(self)
+	if _, err := state.EncodeNode(&n); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.self, d.selfDirty = &n, true
+	d.mu.Unlock()
+	ctx, cancel := d.req(context.Background())
+	defer cancel()
+	return d.ensureSelf(ctx)
+}
+
+// ensureSelf writes this node's record if it is missing or differs.
+func (d *Datastore) ensureSelf(ctx context.Context) error {
+	d.selfMu.Lock()
+	defer d.selfMu.Unlock()
+	d.mu.Lock()
+	self, dirty := d.self, d.selfDirty
+	d.mu.Unlock()
+	if self == nil || !dirty {
+		return nil
+	}
+	key := d.nodeKey(self.Name)
+	resp, err := d.cli.Get(ctx, key)
+	if err != nil {
+		d.failed("publish", err)
+		return fmt.Errorf("read own record %s: %w", key, err)
+	}
+	if len(resp.Kvs) > 0 {
+		if cur, err := state.DecodeNode(resp.Kvs[0].Value); err == nil && state.SameNode(cur, self) {
+			d.clean(self)
+			return nil
+		}
+	}
+	n := *self
+	n.Updated = time.Now().UTC()
+	data, err := state.EncodeNode(&n)
+	if err != nil {
+		return err
+	}
+	if _, err := d.cli.Put(ctx, key, string(data)); err != nil {
+		d.failed("publish", err)
+		return fmt.Errorf("write own record %s: %w", key, err)
+	}
+	d.clean(self)
+	d.log.Info("wrote own node record", "key", key, "bytes", len(data), "hostIPv4", n.HostIPv4, "hostIPv6", n.HostIPv6, "blocks", n.Blocks)
+	return nil
+}
+
+// clean marks the stored record current, unless self was replaced meanwhile.
+func (d *Datastore) clean(self *state.Node) {
+	d.mu.Lock()
+	if d.self == self {
+		d.selfDirty = false
+	}
+	d.mu.Unlock()
+}
+
+// Watch lists the prefix (waiting up to one request timeout for it, so
+// the first sync has the peers), then keeps the peers current from a
+// watch at the list's revision, re-listing after a compaction or an error,
+// and keeps this node's liveness key and record, until ctx is done.
+func (d *Datastore) Watch(ctx context.Context, changed func()) error {
+	d.mu.Lock()
+	d.changed = changed
+	d.mu.Unlock()
+	rev, err := d.relist(ctx, "start")
+	if err != nil {
+		d.failed("list", err)
+	}
+	go d.watchLoop(ctx, rev)
+	go d.keepLoop(ctx)
+	return nil
+}
+
+// watchLoop watches the prefix from rev (0: list first) until ctx is done.
+func (d *Datastore) watchLoop(ctx context.Context, rev int64) {
+	b := newBackoff()
+	for ctx.Err() == nil {
+		if rev == 0 {
+			if b.wait(ctx) != nil {
+				return
+			}
+			var err error
+			if rev, err = d.relist(ctx, "error"); err != nil {
+				d.failed("list", err)
+				continue
+			}
+		}
+		b.reset()
+		rev = d.watchFrom(ctx, rev)
+	}
+}
+
+// watchFrom applies the watch's events from rev until it must re-list
+// (returns 0) or ctx is done.
+func (d *Datastore) watchFrom(ctx context.Context, rev int64) int64 {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range d.cli.Watch(wctx, d.o.Etcd.Prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if resp.CompactRevision != 0 {
+			d.log.Warn("etcd compacted the watched revisions; re-listing", "from", rev+1, "compacted", resp.CompactRevision)
+			if r, err := d.relist(ctx, "compacted"); err == nil {
+				return r
+			} else {
+				d.failed("list", err)
+			}
+			return 0
+		}
+		if err := resp.Err(); err != nil {
+			d.failed("watch", err)
+			return 0
+		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		d.mu.Lock()
+		for _, ev := range resp.Events {
+			d.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete, true)
+		}
+		d.publishCounts()
+		changed := d.changed
+		d.mu.Unlock()
+		rev = resp.Header.Revision
+		d.reached()
+		if changed != nil {
+			changed()
+		}
+	}
+	return rev
+}
+
+// relist reads the whole prefix into memory and returns its revision; on
+// an error the last known peers stay.
+func (d *Datastore) relist(ctx context.Context, why string) (int64, error) {
+	ctx, cancel := d.req(ctx)
+	defer cancel()
+	resp, err := d.cli.Get(ctx, d.o.Etcd.Prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	oldBad := d.bad
+	d.recs, d.bad, d.live = map[string]peers.Record{}, map[string]error{}, map[string]bool{}
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		_, known := oldBad[key]
+		d.apply(key, kv.Value, false, !known)
+	}
+	d.listed = true
+	d.publishCounts()
+	changed := d.changed
+	d.mu.Unlock()
+	if why != "start" {
+		d.m.relists.WithLabelValues(why).Inc()
+	}
+	d.log.Debug("listed etcd prefix", "prefix", d.o.Etcd.Prefix, "keys", len(resp.Kvs), "revision", resp.Header.Revision)
+	d.reached()
+	if changed != nil {
+		changed()
+	}
+	return resp.Header.Revision, nil
+}
+
+// apply records one key's value (or deletion). logBad: log a key that is
+// skipped. d.mu is held.
+func (d *Datastore) apply(key string, value []byte, deleted, logBad bool) {
+	rest := strings.TrimPrefix(key, d.o.Etcd.Prefix+"/")
+	delete(d.bad, key)
+	skip := func(err error) {
+		d.bad[key] = fmt.Errorf("etcd key %s: %w", key, err)
+		if logBad {
+			d.log.Warn("skipping bad key in etcd", "key", key, "bytes", len(value), "err", err)
+		}
+	}
+	switch {
+	case rest == "config", strings.HasPrefix(key, d.blocksPrefix()):
+		// Read by LocalBlocks and leave.
+	case strings.HasPrefix(key, d.livenessPrefix()):
+		name := strings.TrimPrefix(key, d.livenessPrefix())
+		if deleted {
+			if d.live[name] && name != d.o.NodeName {
+				d.log.Info("peer's liveness key is gone; its routes stay", "node", name)
+			}
+			delete(d.live, name)
+		} else {
+			d.live[name] = true
+		}
+	case strings.HasPrefix(key, d.nodesPrefix()):
+		name := strings.TrimPrefix(key, d.nodesPrefix())
+		if name == d.o.NodeName {
+			d.selfChanged(value, deleted)
+			return
+		}
+		if err := state.ValidateNodeName(name); err != nil {
+			skip(err)
+			return
+		}
+		delete(d.recs, name)
+		if deleted {
+			return
+		}
+		n, err := state.DecodeNode(value)
+		if err != nil {
+			skip(err)
+			return
+		}
+		if n.Name != name {
+			skip(fmt.Errorf("record of node %q under another node's key", n.Name))
+			return
+		}
+		d.recs[name] = peers.FromState(n)
+	default:
+		if !deleted {
+			skip(errors.New("not a key routelet writes"))
+		}
+	}
+}
+
+// selfChanged notes an event on this node's own record: a deletion or a
+// value other than the one published makes the keeper write it again.
+// d.mu is held.
+func (d *Datastore) selfChanged(value []byte, deleted bool) {
+	if d.self == nil {
+		return
+	}
+	if !deleted {
+		if cur, err := state.DecodeNode(value); err == nil && state.SameNode(cur, d.self) {
+			return
+		}
+	}
+	d.selfDirty = true
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// publishCounts updates the gauges from memory. d.mu is held.
+func (d *Datastore) publishCounts() {
+	d.m.skipped.Set(float64(len(d.bad)))
+	n := 0
+	for name := range d.recs {
+		if d.live[name] {
+			n++
+		}
+	}
+	d.m.live.Set(float64(n))
+}
+
+// Peers returns the peers' records as last listed and watched, and the
+// keys that were skipped. Before the first list succeeded it is an error.
+func (d *Datastore) Peers() ([]peers.Record, []error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.listed {
+		return nil, nil, fmt.Errorf("etcd %v: the prefix %s has not been listed yet", d.o.Etcd.Endpoints, d.o.Etcd.Prefix)
+	}
+	names := make([]string, 0, len(d.recs))
+	for n := range d.recs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]peers.Record, 0, len(names))
+	for _, n := range names {
+		out = append(out, d.recs[n])
+	}
+	keys := make([]string, 0, len(d.bad))
+	for k := range d.bad {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var bad []error
+	for _, k := range keys {
+		bad = append(bad, d.bad[k])
+	}
+	return out, bad, nil
+}
+
+// Live returns the nodes whose liveness key exists, sorted. Liveness is
+// reported only; it never removes a peer.
+func (d *Datastore) Live() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for n := range d.live {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// keepLoop keeps this node's liveness key on a lease and its record
+// written, probing etcd every ProbePeriod (at once when the record was
+// lost), until ctx is done. It revokes the lease on the way out.
+func (d *Datastore) keepLoop(ctx context.Context) {
+	var lease leaseState
+	defer func() {
+		if lease.id != 0 {
+			rctx, cancel := d.req(context.Background())
+			_, _ = d.cli.Revoke(rctx, lease.id)
+			cancel()
+		}
+	}()
+	t := time.NewTicker(d.o.ProbePeriod)
+	defer t.Stop()
+	for {
+		rctx, cancel := d.req(ctx)
+		var err error
+		lease, err = d.keepLiveness(rctx, lease)
+		if err == nil {
+			err = d.ensureSelf(rctx)
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			d.failed("keepalive", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.kick:
+		}
+	}
+}
+
+// leaseState is the liveness lease being kept alive.
+type leaseState struct {
+	id   clientv3.LeaseID
+	lost chan struct{} // closed when the client stopped renewing it
+}
+
+// alive reports whether the client still renews the lease.
+func (l leaseState) alive() bool {
+	if l.id == 0 {
+		return false
+	}
+	select {
+	case <-l.lost:
+		return false
+	default:
+		return true
+	}
+}
+
+// keepLiveness checks this node's liveness key and returns the lease it is
+// on, granting a new lease and writing the key when the key is missing or
+// the client gave up renewing the lease (it does after an outage longer
+// than the TTL, even when etcd extended the lease on its restart).
+func (d *Datastore) keepLiveness(ctx context.Context, lease leaseState) (leaseState, error) {
+	key := d.livenessPrefix() + d.o.NodeName
+	resp, err := d.cli.Get(ctx, key)
+	if err != nil {
+		return lease, err
+	}
+	d.reached()
+	if lease.alive() && len(resp.Kvs) > 0 && clientv3.LeaseID(resp.Kvs[0].Lease) == lease.id {
+		return lease, nil
+	}
+	g, err := d.cli.Grant(ctx, int64(d.o.LeaseTTL/time.Second))
+	if err != nil {
+		return lease, fmt.Errorf("grant liveness lease: %w", err)
+	}
+	if _, err := d.cli.Put(ctx, key, time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(g.ID)); err != nil {
+		return lease, fmt.Errorf("write liveness key %s: %w", key, err)
+	}
+	// KeepAlive renews the lease on its own until the daemon stops or it
+	// gives up; its answers are not needed.
+	ch, err := d.cli.KeepAlive(context.WithoutCancel(ctx), g.ID)
+	if err != nil {
+		lost := make(chan struct{})
+		close(lost) // renewed by nobody: granted again at the next probe
+		return leaseState{id: g.ID, lost: lost}, fmt.Errorf("keep liveness lease alive: %w", err)
+	}
+	next := leaseState{id: g.ID, lost: make(chan struct{})}
+	go func() {
+		for range ch {
+		}
+		close(next.lost)
+	}()
+	if lease.id != 0 {
+		_, _ = d.cli.Revoke(ctx, lease.id)
+	}
+	d.log.Info("liveness key written", "key", key, "ttl", d.o.LeaseTTL)
+	return next, nil
+}
+
+// reached records a request that reached etcd.
+func (d *Datastore) reached() {
+	d.mu.Lock()
+	was, since := d.up, d.downSince
+	d.up = true
+	d.mu.Unlock()
+	d.m.up.Set(1)
+	if !was {
+		d.log.Info("etcd reachable again; applying what changed meanwhile", "endpoints", d.o.Etcd.Endpoints, "down", time.Since(since).Round(time.Second))
+	}
+}
+
+// failed records a request that failed: counted per operation, and the
+// first failure of an outage is logged.
+func (d *Datastore) failed(op string, err error) {
+	d.m.errors.WithLabelValues(op).Inc()
+	d.mu.Lock()
+	was := d.up
+	if was {
+		d.up, d.downSince = false, time.Now()
+	}
+	d.mu.Unlock()
+	d.m.up.Set(0)
+	if was {
+		d.log.Warn("etcd unreachable: keeping the last known peers and the dataplane, retrying", "endpoints", d.o.Etcd.Endpoints, "op", op, "err", err)
+	} else {
+		d.log.Debug("etcd request failed", "op", op, "err", err)
+	}
+}
+
+// Register adds the datastore's metrics to reg.
+func (d *Datastore) Register(reg prometheus.Registerer) error { return d.m.register(reg) }
+
+// metrics are the etcd datastore's metrics.
+type metrics struct {
+	up         prometheus.Gauge
+	errors     *prometheus.CounterVec
+	relists    *prometheus.CounterVec
+	skipped    prometheus.Gauge
+	live       prometheus.Gauge
+	claimRaces prometheus.Counter
+}
+
+// newMetrics creates the metrics (registered by Register).
+func newMetrics() *metrics {
+	return &metrics{
+		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routelet_datastore_up",
+			Help: "1 while the last datastore request reached etcd; 0 during an outage (peers and the dataplane are kept)."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routelet_datastore_errors_total",
+			Help: "Datastore requests that failed, per operation."}, []string{"op"}),
+		relists: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routelet_datastore_relists_total",
+			Help: "Full re-reads of the etcd prefix after the start, per reason (compacted, error)."}, []string{"reason"}),
+		skipped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routelet_datastore_skipped_keys",
+			Help: "Keys under the etcd prefix skipped as foreign or unreadable."}),
+		live: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routelet_datastore_peers_live",
+			Help: "Peers whose liveness key exists (liveness never removes routes)."}),
+		claimRaces: prometheus.NewCounter(prometheus.CounterOpts{Name: "routelet_datastore_claim_races_total",
+			Help: "Block claims lost to another node (the next free block is tried)."}),
+	}
+}
+
+// register registers every metric on reg.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.up, m.errors, m.relists, m.skipped, m.live, m.claimRaces} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// backoff doubles a wait from 250 ms up to 10 s.
+type backoff struct{ next time.Duration }
+
+// newBackoff starts at the shortest wait.
+func newBackoff() *backoff { return &backoff{next: 250 * time.Millisecond} }
+
+// reset goes back to the shortest wait.
+func (b *backoff) reset() { b.next = 250 * time.Millisecond }
+
+// wait sleeps the current wait (or until ctx is done) and doubles it.
+func (b *backoff) wait(ctx context.Context) error {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	b.next = min(2*b.next, 10*time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
