@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -180,7 +181,7 @@ func newLogger(cfg *config.Config) *slog.Logger {
 func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	log.Info("routeletd starting", "version", fullVersion(), "node", cfg.NodeName, "stateDir", cfg.StateDir,
 		"podCIDRs", cfg.PodCIDRs, "encapsulation", cfg.Encapsulation, "config", cfg.ConfigFile)
-	if len(cfg.PodCIDRs) == 0 {
+	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
 	release, err := claimNetns()
@@ -250,11 +251,17 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if c, ok := ds.(io.Closer); ok {
 		defer c.Close()
 	}
+	if err := wireDatastore(ds, status, metrics); err != nil {
+		return err
+	}
 	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	if err := checkBlocks(host, blocks); err != nil {
 		return err
 	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
@@ -343,6 +350,33 @@ var datastores = map[string]func(ctx context.Context, cfg *config.Config, store 
 	config.DatastoreFile: func(_ context.Context, cfg *config.Config, store *state.Store, log *slog.Logger) (datastore.Datastore, error) {
 		return file.New(store, cfg.PodCIDRs, log), nil
 	},
+	config.DatastoreKubernetes: newKubernetes,
+}
+
+// wireDatastore connects a datastore's optional parts to the daemon: its
+// metrics (a prometheus.Collector) and its readiness reporting
+// (datastore.ReadyReporter).
+func wireDatastore(ds datastore.Datastore, status *health.Status, metrics *health.Metrics) error {
+	if c, ok := ds.(prometheus.Collector); ok {
+		if err := metrics.Registry.Register(c); err != nil {
+			return fmt.Errorf("datastore metrics: %w", err)
+		}
+	}
+	if r, ok := ds.(datastore.ReadyReporter); ok {
+		status.OnChange(r.SetReady)
+	}
+	return nil
+}
+
+// checkBlocks refuses local blocks from the datastore that overlap the
+// node's own addresses or connected subnets, as --pod-cidr is refused.
+func checkBlocks(host netguard.Host, blocks []netip.Prefix) error {
+	for _, b := range blocks {
+		if err := host.CheckBlock(b); err != nil {
+			return fmt.Errorf("datastore: local block %s: %w", b, err)
+		}
+	}
+	return nil
 }
 
 // newOverlay builds the overlay manager for the configured mode on a real

@@ -83,6 +83,10 @@ type Config struct {
 	LogLevel   string // log-level: debug | info | warn | error
 	LogFormat  string // log-format: text | json
 
+	// Kubeconfig is the Kubernetes datastore's kubeconfig (kubeconfig);
+	// "" is the in-cluster config.
+	Kubeconfig string
+
 	// ConfigFile is the file that was read, "" when none.
 	ConfigFile string
 
@@ -132,7 +136,7 @@ func EnvName(name string) string {
 const keyConfig = "config"
 
 func keys() []key {
-	return []key{
+	return append([]key{
 		{name: "node-name", help: "this node's name (default: the hostname)", def: []string{""}, set: func(c *Config, v []string) error {
 			n := v[0]
 			if n == "" {
@@ -300,7 +304,7 @@ func keys() []key {
 		{name: "log-format", help: "text | json", def: []string{"text"}, set: func(c *Config, v []string) error {
 			return oneOf(&c.LogFormat, strings.ToLower(v[0]), "text", "json")
 		}},
-	}
+	}, kubernetesKeys()...)
 }
 
 // KeyNames lists every configuration key (without "config"), in help order.
@@ -393,6 +397,9 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 	envVals := map[string][]string{}
 	for _, k := range ks {
 		v, ok := getenv(EnvName(k.name))
+		if !ok && k.name == "node-name" {
+			v, ok = getenv(NodeNameEnv) // the downward API's spelling
+		}
 		if !ok {
 			continue
 		}
