@@ -150,6 +150,7 @@ func TestEveryKey(t *testing.T) {
 		{"health-addr", "", func(c *Config) bool { return c.HealthAddr == "" }, "localhost:http"},
 		{"log-level", "DEBUG", func(c *Config) bool { return c.LogLevel == "debug" }, "verbose"},
 		{"log-format", "json", func(c *Config) bool { return c.LogFormat == "json" }, "xml"},
+		{"kubeconfig", "/etc/kubernetes/routelet.conf", func(c *Config) bool { return c.Kubeconfig == "/etc/kubernetes/routelet.conf" }, "kube.conf"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
@@ -194,6 +195,24 @@ func TestEveryKey(t *testing.T) {
 		if !covered[k] {
 			t.Errorf("key %q has no test case", k)
 		}
+	}
+}
+
+// TestNodeNameFromDownwardAPI: NODE_NAME names the node when neither
+// --node-name nor ROUTELET_NODE_NAME does, and is checked like them.
+func TestNodeNameFromDownwardAPI(t *testing.T) {
+	if c := mustLoad(t, nil, map[string]string{NodeNameEnv: "worker-7"}, nil); c.NodeName != "worker-7" {
+		t.Errorf("NodeName = %q, want worker-7 from %s", c.NodeName, NodeNameEnv)
+	}
+	c := mustLoad(t, nil, map[string]string{NodeNameEnv: "worker-7", EnvName("node-name"): "worker-8"}, nil)
+	if c.NodeName != "worker-8" {
+		t.Errorf("NodeName = %q, want worker-8 from %s over %s", c.NodeName, EnvName("node-name"), NodeNameEnv)
+	}
+	if c := mustLoad(t, []string{"--node-name=worker-9"}, map[string]string{NodeNameEnv: "worker-7"}, nil); c.NodeName != "worker-9" {
+		t.Errorf("NodeName = %q, want worker-9 from the flag", c.NodeName)
+	}
+	if _, err := load(t, nil, map[string]string{NodeNameEnv: "Bad_Name"}, nil); err == nil || !strings.Contains(err.Error(), "Bad_Name") {
+		t.Errorf("NODE_NAME=Bad_Name: error %v, want one naming the value", err)
 	}
 }
 
