@@ -64,6 +64,48 @@ type Cluster struct {
 	CA  []byte
 	// Dir holds the certificates, keys, kubeconfig and etcd's data.
 	Dir string
+
+	opts          Options
+	apiserverBin  string
+	apiserverArgs []string
+	apiserver     *proc // nil while stopped
+	etcd          *proc
+}
+
+// StartAPIServer starts kube-apiserver (Start does; after StopAPIServer it
+// brings the same cluster back, etcd having kept its data) and waits until
+// it is ready.
+func (c *Cluster) StartAPIServer(t testing.TB) {
+	t.Helper()
+	if c.apiserver != nil {
+		t.Fatal("kube-apiserver is already running")
+	}
+	p, err := start(c.opts, c.apiserverBin, c.apiserverArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.apiserver = p
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := waitReady(ctx, c, p, c.etcd); err != nil {
+		t.Fatalf("kube-apiserver at %s not ready: %v", c.URL, err)
+	}
+}
+
+// StopAPIServer kills kube-apiserver (SIGKILL to its PID: a crash, and no
+// wait for its graceful shutdown, which open watches hold up) and waits
+// until it has exited; etcd keeps running. Clients see an API outage until
+// StartAPIServer.
+func (c *Cluster) StopAPIServer(t testing.TB) {
+	t.Helper()
+	if c.apiserver == nil {
+		t.Fatal("kube-apiserver is not running")
+	}
+	if !c.apiserver.exited() {
+		_ = c.apiserver.cmd.Process.Kill()
+		<-c.apiserver.done
+	}
+	c.apiserver = nil
 }
 
 // Binaries returns the paths of the cached kube-apiserver and etcd. When one
@@ -134,7 +176,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	t.Cleanup(func() { stop(t, etcd) })
 
-	apiserver, err := start(opts, apiserverBin,
+	c.opts, c.apiserverBin, c.etcd = opts, apiserverBin, etcd
+	c.apiserverArgs = []string{
 		"--etcd-servers", clientURL,
 		"--bind-address", opts.Addr.String(),
 		"--advertise-address", opts.Addr.String(),
@@ -155,17 +198,13 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--cert-dir", filepath.Join(dir, "apiserver-certs"),
 		"--v", "0",
-	)
-	if err != nil {
-		t.Fatal(err)
 	}
-	t.Cleanup(func() { stop(t, apiserver) })
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := waitReady(ctx, c, apiserver, etcd); err != nil {
-		t.Fatalf("kube-apiserver at %s not ready: %v", c.URL, err)
-	}
+	t.Cleanup(func() {
+		if c.apiserver != nil {
+			stop(t, c.apiserver)
+		}
+	})
+	c.StartAPIServer(t)
 	return c
 }
 

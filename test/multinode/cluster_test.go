@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/cluster"
@@ -119,19 +118,7 @@ func newCluster(t *testing.T, flags ...string) *testCluster {
 			t.Errorf("cluster cleanup: %v", err)
 		}
 	})
-	for _, n := range c.Nodes {
-		h, err := netns.GetFromPath(n.CNI.NS.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		nl, err := netlink.NewHandleAt(h)
-		h.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nl.Close)
-		tc.nodes = append(tc.nodes, &node{Node: n, nl: nl})
-	}
+	tc.nodes = withHandles(t, c)
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -144,6 +131,22 @@ func newCluster(t *testing.T, flags ...string) *testCluster {
 		}
 	}
 	return tc
+}
+
+// withHandles returns c's nodes, each with a netlink handle inside it
+// (closed at cleanup).
+func withHandles(t *testing.T, c *cluster.Cluster) []*node {
+	t.Helper()
+	var out []*node
+	for _, n := range c.Nodes {
+		nl, err := handleInNode(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nl.Close)
+		out = append(out, &node{Node: n, nl: nl})
+	}
+	return out
 }
 
 // node returns the node called name.

@@ -23,7 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 	listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -92,6 +93,32 @@ type Datastore struct {
 	hasSelf  bool
 	ready    bool // the dataplane is up: NetworkUnavailable should be False
 	statusOK bool // NetworkUnavailable=False was patched since ready
+	apiDown  bool // the last list or watch failed
+}
+
+// apiResult counts and logs a list or watch call's error (the first of an
+// outage at warn, the rest at debug, the recovery at info) and returns it.
+// The informer retries with backoff and keeps its cache meanwhile.
+func (d *Datastore) apiResult(ctx context.Context, call string, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return err // stopping
+	}
+	d.mu.Lock()
+	was := d.apiDown
+	d.apiDown = err != nil
+	d.mu.Unlock()
+	switch {
+	case err != nil:
+		d.apiErrors.WithLabelValues("list-watch").Inc()
+		if !was {
+			d.log.Warn("cannot "+call+" Nodes: keeping the last known peers and the dataplane, retrying with backoff", "err", err)
+		} else {
+			d.log.Debug("cannot "+call+" Nodes, retrying", "err", err)
+		}
+	case was:
+		d.log.Info("the Kubernetes API answers again", "call", call)
+	}
+	return err
 }
 
 var (
@@ -147,19 +174,22 @@ func New(opts Options) (*Datastore, error) {
 	for _, op := range []string{"patch", "patch-status"} {
 		d.patches.WithLabelValues(op)
 	}
-	var fopts []informers.SharedInformerOption
+	d.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l, err := opts.Client.CoreV1().Nodes().List(ctx, o)
+			return l, d.apiResult(ctx, "list", err)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := opts.Client.CoreV1().Nodes().Watch(ctx, o)
+			return w, d.apiResult(ctx, "watch", err)
+		},
+	}, opts.Client), &corev1.Node{}, 0, cache.Indexers{})
 	if !opts.NoTransform {
-		fopts = append(fopts, informers.WithTransform(Transform))
+		if err := d.informer.SetTransform(Transform); err != nil {
+			return nil, fmt.Errorf("kubernetes datastore: %w", err)
+		}
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(opts.Client, 0, fopts...)
-	ni := f.Core().V1().Nodes()
-	d.informer, d.lister = ni.Informer(), ni.Lister()
-	if err := d.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		d.apiErrors.WithLabelValues("list-watch").Inc()
-		d.log.Warn("cannot list or watch Nodes, keeping the last known ones; retrying with backoff", "err", err)
-	}); err != nil {
-		return nil, fmt.Errorf("kubernetes datastore: %w", err)
-	}
+	d.lister = listers.NewNodeLister(d.informer.GetIndexer())
 	own := func(obj any) {
 		if n, ok := nodeOf(obj); ok && n.Name == opts.NodeName {
 			d.ownChanged()
