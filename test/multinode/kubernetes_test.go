@@ -206,7 +206,8 @@ func TestKubernetesDatastore(t *testing.T) {
 	createNode(t, admin, k8sNode(b.Spec, false))
 	createNode(t, admin, k8sNode(cn.Spec, true))
 	for _, n := range tc.nodes {
-		startDaemon(t, n, "--datastore=kubernetes", "--kubeconfig="+kubeconfig, "--encapsulation=vxlan", "--grace-period=1s")
+		startDaemon(t, n, "--datastore=kubernetes", "--kubeconfig="+kubeconfig, "--encapsulation=vxlan", "--grace-period=1s",
+			"--resync-period=5s") // full re-reads of the peers during the outage, too
 	}
 	waitReadyFile(t, a)
 	waitReadyFile(t, b)
@@ -247,6 +248,7 @@ func TestKubernetesDatastore(t *testing.T) {
 	}
 
 	t.Run("a deleted Node's routes, ARP, FDB and allowlist entries go", func(t *testing.T) {
+		tc := tc.in(t)
 		deleteNode(t, admin, "c")
 		for _, n := range []*node{a, b} {
 			tc.waitDataplane(n, 30*time.Second, "after Node c was deleted", expected(n, "vxlan", withoutNode(tc.peersOf(n), cn)))
@@ -269,6 +271,7 @@ func TestKubernetesDatastore(t *testing.T) {
 	})
 
 	t.Run("API server stopped for 30s: no route removed, a change after it is applied", func(t *testing.T) {
+		tc := tc.in(t)
 		before := map[string]dataplane{}
 		for _, n := range tc.nodes {
 			d, err := n.read()
@@ -311,6 +314,13 @@ func TestKubernetesDatastore(t *testing.T) {
 			tc.waitDataplane(n, time.Minute, "after Node d was created past the outage", expected(n, "vxlan", append(tc.peersOf(n), d)))
 		}
 	})
+}
+
+// in returns c for subtest t (its waits fail t).
+func (c *testCluster) in(t *testing.T) *testCluster {
+	cc := *c
+	cc.t = t
+	return &cc
 }
 
 // withoutNode returns ns without x.
