@@ -159,15 +159,20 @@ func routeletAnnotations(admin *kubernetes.Clientset, name string) (map[string]s
 	return out, n, nil
 }
 
-// networkAvailable reports whether n carries NetworkUnavailable=False with
-// routelet's reason.
-func networkAvailable(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeNetworkUnavailable {
-			return c.Status == corev1.ConditionFalse && c.Reason == k8sds.ConditionReason
-		}
+// published checks that the Node of spec carries what its daemon
+// publishes: the routelet.io/ annotations and NetworkUnavailable=False.
+func published(admin *kubernetes.Clientset, spec cluster.NodeSpec) error {
+	got, obj, err := routeletAnnotations(admin, spec.Name)
+	if err != nil {
+		return err
 	}
-	return false
+	if want := wantAnnotations(spec); !maps.Equal(got, want) {
+		return fmt.Errorf("annotations %v, want %v", got, want)
+	}
+	if !k8sds.NetworkAvailable(obj) {
+		return fmt.Errorf("conditions %+v: no NetworkUnavailable=False with reason %s", obj.Status.Conditions, k8sds.ConditionReason)
+	}
+	return nil
 }
 
 // TestKubernetesDatastore runs the three nodes' routeletd with --datastore
@@ -221,19 +226,8 @@ func TestKubernetesDatastore(t *testing.T) {
 	waitReadyFile(t, cn) // the same daemon, no restart
 
 	for _, n := range tc.nodes {
-		want := wantAnnotations(n.Spec)
 		netnstest.WaitFor(t, time.Minute, "Node "+n.Spec.Name+": routelet.io/ annotations and NetworkUnavailable=False", func() error {
-			got, obj, err := routeletAnnotations(admin, n.Spec.Name)
-			if err != nil {
-				return err
-			}
-			if !maps.Equal(got, want) {
-				return fmt.Errorf("annotations %v, want %v", got, want)
-			}
-			if !networkAvailable(obj) {
-				return fmt.Errorf("conditions %+v: no NetworkUnavailable=False with reason %s", obj.Status.Conditions, k8sds.ConditionReason)
-			}
-			return nil
+			return published(admin, n.Spec)
 		})
 	}
 	ctx := context.Background()
@@ -268,6 +262,9 @@ func TestKubernetesDatastore(t *testing.T) {
 		// every peer back.
 		createNode(t, admin, k8sNode(cn.Spec, false))
 		tc.checkAll("vxlan")
+		netnstest.WaitFor(t, time.Minute, "the new Node c: annotations and NetworkUnavailable=False", func() error {
+			return published(admin, cn.Spec)
+		})
 	})
 
 	t.Run("API server stopped for 30s: no route removed, a change after it is applied", func(t *testing.T) {

@@ -86,14 +86,17 @@ type Datastore struct {
 	patches   *prometheus.CounterVec // label op
 
 	kick chan struct{} // wakes the publisher
+	// sentOn is our cached Node the publisher last patched from: while
+	// the cache still holds that object, the patch has not come back
+	// through the watch and is not sent again.
+	sentOn *corev1.Node
 
-	mu       sync.Mutex
-	ownSeen  chan struct{} // closed (and replaced) when our Node changes
-	self     map[string]string
-	hasSelf  bool
-	ready    bool // the dataplane is up: NetworkUnavailable should be False
-	statusOK bool // NetworkUnavailable=False was patched since ready
-	apiDown  bool // the last list or watch failed
+	mu      sync.Mutex
+	ownSeen chan struct{} // closed (and replaced) when our Node changes
+	self    map[string]string
+	hasSelf bool
+	ready   bool // the dataplane is up: NetworkUnavailable should be False
+	apiDown bool // the last list or watch failed
 }
 
 // apiResult counts and logs a list or watch call's error (the first of an
@@ -303,8 +306,9 @@ func (d *Datastore) Publish(self peers.Record) error {
 	return nil
 }
 
-// SetReady reports the dataplane's readiness: once ready, the Node's
-// NetworkUnavailable condition is set to False. Not ready changes nothing:
+// SetReady reports the dataplane's readiness: while ready, the Node's
+// NetworkUnavailable condition is kept False (set again if anything else
+// changes it, or the Node is created again). Not ready changes nothing:
 // the dataplane stays in place (also when the daemon stops).
 func (d *Datastore) SetReady(ready bool, _ string) {
 	d.mu.Lock()
@@ -366,12 +370,16 @@ func (d *Datastore) publisher(ctx context.Context) {
 // sync sends the patches our Node needs, if any.
 func (d *Datastore) sync(ctx context.Context) error {
 	d.mu.Lock()
-	want, hasSelf, ready, statusOK := d.self, d.hasSelf, d.ready, d.statusOK
+	want, hasSelf, ready := d.self, d.hasSelf, d.ready
 	d.mu.Unlock()
 	n, err := d.lister.Get(d.opts.NodeName)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", d.opts.NodeName, err)
 	}
+	if n == d.sentOn {
+		return nil // our last patch is not back yet; its echo wakes us
+	}
+	sent := false
 	if hasSelf {
 		patch, err := annotationPatch(n.Annotations, want)
 		if err != nil {
@@ -382,22 +390,35 @@ func (d *Datastore) sync(ctx context.Context) error {
 				d.apiErrors.WithLabelValues("patch").Inc()
 				return fmt.Errorf("patch annotations of node %s: %w", d.opts.NodeName, err)
 			}
+			sent = true
 			d.patches.WithLabelValues("patch").Inc()
 			d.log.Info("published this node's values as annotations", "node", d.opts.NodeName, "patch", string(patch))
 		}
 	}
-	if ready && !statusOK {
+	if ready && !NetworkAvailable(n) {
 		if err := d.patchCondition(ctx); err != nil {
 			d.apiErrors.WithLabelValues("patch-status").Inc()
 			return err
 		}
+		sent = true
 		d.patches.WithLabelValues("patch-status").Inc()
-		d.mu.Lock()
-		d.statusOK = d.ready
-		d.mu.Unlock()
 		d.log.Info("set NetworkUnavailable=False on this node", "node", d.opts.NodeName, "reason", ConditionReason)
 	}
+	if sent {
+		d.sentOn = n
+	}
 	return nil
+}
+
+// NetworkAvailable reports whether a Node carries NetworkUnavailable=False
+// with routelet's reason.
+func NetworkAvailable(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeNetworkUnavailable {
+			return c.Status == corev1.ConditionFalse && c.Reason == ConditionReason
+		}
+	}
+	return false
 }
 
 // Watch calls changed on every change of another Node until ctx is done.
@@ -471,8 +492,9 @@ func Record(n *corev1.Node) peers.Record {
 
 // Transform is the informer's cache.TransformFunc: it keeps of a Node only
 // what routelet reads (name, uid, resourceVersion, creation time, the
-// routelet.io/ annotations, podCIDRs, addresses), so the cache stays small
-// on large clusters (no managedFields, labels, images, conditions, ...).
+// routelet.io/ annotations, podCIDRs, InternalIPs, the NetworkUnavailable
+// condition), so the cache stays small on large clusters (no
+// managedFields, labels, images, other conditions, ...).
 func Transform(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
@@ -497,6 +519,11 @@ func Transform(obj any) (any, error) {
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			out.Status.Addresses = append(out.Status.Addresses, a)
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeNetworkUnavailable {
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
 		}
 	}
 	return out, nil

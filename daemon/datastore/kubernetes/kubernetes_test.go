@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -203,7 +204,9 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 // TestReadySetsNetworkUnavailableFalse: ready patches nodes/status once,
-// with a strategic merge patch and no get of the subresource.
+// with a strategic merge patch and no get of the subresource, merging
+// with the other conditions; set to True by someone else, or lost with
+// the Node, it is set to False again.
 func TestReadySetsNetworkUnavailableFalse(t *testing.T) {
 	n := node("self", "192.0.2.1", "10.244.1.0/24")
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
@@ -212,17 +215,17 @@ func TestReadySetsNetworkUnavailableFalse(t *testing.T) {
 	d.SetReady(false, "initial sync in progress")
 	d.SetReady(true, "")
 	ctx := context.Background()
-	netnstest.Eventually(t, waitLong, "NetworkUnavailable=False", func() bool {
+	get := func() *corev1.Node {
 		n, err := client.CoreV1().Nodes().Get(ctx, "self", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeNetworkUnavailable {
-				return c.Status == corev1.ConditionFalse && c.Reason == ConditionReason
-			}
-		}
-		return false
+		return n
+	}
+	netnstest.Eventually(t, waitLong, "NetworkUnavailable=False", func() bool { return NetworkAvailable(get()) })
+	netnstest.Eventually(t, waitLong, "the informer to see it", func() bool {
+		n, err := d.lister.Get("self")
+		return err == nil && NetworkAvailable(n)
 	})
 	d.SetReady(true, "")
 	d.wake()
@@ -238,10 +241,29 @@ func TestReadySetsNetworkUnavailableFalse(t *testing.T) {
 			t.Fatalf("nodes/status patch type %s", p.GetPatchType())
 		}
 	}
-	got, _ := client.CoreV1().Nodes().Get(ctx, "self", metav1.GetOptions{})
-	if len(got.Status.Conditions) != 2 {
+	if got := get(); len(got.Status.Conditions) != 2 {
 		t.Fatalf("conditions %v: the patch must merge, not replace", got.Status.Conditions)
 	}
+
+	// A cloud node controller marks the network unavailable: put back.
+	cur := get()
+	for i := range cur.Status.Conditions {
+		if cur.Status.Conditions[i].Type == corev1.NodeNetworkUnavailable {
+			cur.Status.Conditions[i].Status, cur.Status.Conditions[i].Reason = corev1.ConditionTrue, "NoRouteCreated"
+		}
+	}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, waitLong, "NetworkUnavailable=False again", func() bool { return NetworkAvailable(get()) })
+	// The Node is deleted and registered again: set on the new one.
+	if err := client.CoreV1().Nodes().Delete(ctx, "self", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, node("self", "192.0.2.1", "10.244.1.0/24"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, waitLong, "NetworkUnavailable=False on the new Node", func() bool { return NetworkAvailable(get()) })
 }
 
 // TestPeersFollowNodes: a new Node with podCIDRs becomes a peer (host IP
@@ -366,15 +388,17 @@ func counter(t *testing.T, d *Datastore, op string) float64 {
 }
 
 // TestTransformKeepsWhatRouteletReads: managedFields, labels, foreign
-// annotations, images and conditions are dropped; the routelet.io/
-// annotations, podCIDRs and InternalIPs stay.
+// annotations, images, taints, other addresses and conditions are
+// dropped; the routelet.io/ annotations, podCIDRs, InternalIPs and the
+// NetworkUnavailable condition's status and reason stay.
 func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 	n := node("b", "192.0.2.2", "10.244.2.0/24")
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	n.Labels = map[string]string{"kubernetes.io/hostname": "b"}
 	n.Annotations = map[string]string{AnnotationHostIPv4: "192.0.2.2", "node.alpha.kubernetes.io/ttl": "0"}
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Message: "kubelet is posting ready status"},
+		{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: ConditionReason, Message: "up"}}
 	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: "b"})
 	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
 	out, err := Transform(n)
@@ -382,8 +406,11 @@ func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := out.(*corev1.Node)
-	if len(got.ManagedFields) != 0 || len(got.Labels) != 0 || len(got.Status.Images) != 0 || len(got.Status.Conditions) != 0 || len(got.Spec.Taints) != 0 {
+	if len(got.ManagedFields) != 0 || len(got.Labels) != 0 || len(got.Status.Images) != 0 || len(got.Spec.Taints) != 0 || len(got.Status.Addresses) != 1 {
 		t.Fatalf("transform kept %+v", got)
+	}
+	if want := []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: ConditionReason}}; !reflect.DeepEqual(got.Status.Conditions, want) {
+		t.Fatalf("conditions %+v, want only %+v", got.Status.Conditions, want)
 	}
 	if !mapsEqual(got.Annotations, map[string]string{AnnotationHostIPv4: "192.0.2.2"}) {
 		t.Fatalf("annotations %v", got.Annotations)
