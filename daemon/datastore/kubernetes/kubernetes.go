@@ -95,8 +95,9 @@ type Datastore struct {
 	ownSeen chan struct{} // closed (and replaced) when our Node changes
 	self    map[string]string
 	hasSelf bool
-	ready   bool // the dataplane is up: NetworkUnavailable should be False
-	apiDown bool // the last list or watch failed
+	ready   bool  // the dataplane is up: NetworkUnavailable should be False
+	apiDown bool  // the last list or watch failed
+	apiErr  error // the last list or watch error
 }
 
 // apiResult counts and logs a list or watch call's error (the first of an
@@ -108,7 +109,7 @@ func (d *Datastore) apiResult(ctx context.Context, call string, err error) error
 	}
 	d.mu.Lock()
 	was := d.apiDown
-	d.apiDown = err != nil
+	d.apiDown, d.apiErr = err != nil, err
 	d.mu.Unlock()
 	switch {
 	case err != nil:
@@ -242,11 +243,14 @@ func (d *Datastore) wake() {
 func (d *Datastore) LocalBlocks(ctx context.Context, waiting func(reason string)) ([]netip.Prefix, error) {
 	for {
 		d.mu.Lock()
-		seen := d.ownSeen
+		seen, apiErr := d.ownSeen, d.apiErr
 		d.mu.Unlock()
 		var reason string
 		if !d.informer.HasSynced() {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: Nodes not listed from the API server yet", d.opts.NodeName)
+			if apiErr != nil {
+				reason += ": " + apiErr.Error()
+			}
 		} else if n, err := d.lister.Get(d.opts.NodeName); err != nil {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: %v", d.opts.NodeName, err)
 		} else if cidrs := podCIDRs(n); len(cidrs) == 0 {
