@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -100,6 +101,12 @@ type Datastore struct {
 	apiErr  error // the last list or watch error
 }
 
+var (
+	_ datastore.Datastore     = (*Datastore)(nil)
+	_ datastore.ReadyReporter = (*Datastore)(nil)
+	_ prometheus.Collector    = (*Datastore)(nil)
+)
+
 // apiResult counts and logs a list or watch call's error (the first of an
 // outage at warn, the rest at debug, the recovery at info) and returns it.
 // The informer retries with backoff and keeps its cache meanwhile.
@@ -124,12 +131,6 @@ func (d *Datastore) apiResult(ctx context.Context, call string, err error) error
 	}
 	return err
 }
-
-var (
-	_ datastore.Datastore     = (*Datastore)(nil)
-	_ datastore.ReadyReporter = (*Datastore)(nil)
-	_ prometheus.Collector    = (*Datastore)(nil)
-)
 
 // ClientConfig returns the API server's client configuration: kubeconfig's
 // when a path is given, else the in-cluster one (the pod's service
@@ -425,15 +426,25 @@ func NetworkAvailable(n *corev1.Node) bool {
 	return false
 }
 
-// Watch calls changed on every change of another Node until ctx is done.
+// Watch calls changed whenever another Node appears, goes, or changes in
+// what its record holds (kubelet's status updates alone do not wake the
+// daemon), until ctx is done.
 func (d *Datastore) Watch(ctx context.Context, changed func()) error {
 	peer := func(obj any) {
 		if n, ok := nodeOf(obj); !ok || n.Name != d.opts.NodeName {
 			changed()
 		}
 	}
+	update := func(oldObj, newObj any) {
+		o, ok1 := nodeOf(oldObj)
+		n, ok2 := nodeOf(newObj)
+		if ok1 && ok2 && reflect.DeepEqual(Record(o), Record(n)) {
+			return
+		}
+		peer(newObj)
+	}
 	reg, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: peer, UpdateFunc: func(_, obj any) { peer(obj) }, DeleteFunc: peer,
+		AddFunc: peer, UpdateFunc: update, DeleteFunc: peer,
 	})
 	if err != nil {
 		return fmt.Errorf("watch Nodes: %w", err)

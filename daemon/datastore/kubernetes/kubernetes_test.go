@@ -298,6 +298,7 @@ func TestPeersFollowNodes(t *testing.T) {
 	netnstest.Eventually(t, waitLong, "changed called", func() bool { return changes.Load() > before })
 
 	b.Annotations = map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationVTEPMAC: "66:00:00:00:00:02"}
+	before = changes.Load()
 	if _, err := nodes.Update(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +306,33 @@ func TestPeersFollowNodes(t *testing.T) {
 		r := peersNow(t, d)
 		return len(r) == 1 && r[0].HostIPv4 == "198.51.100.2" && r[0].VTEPMAC == "66:00:00:00:00:02"
 	})
+	netnstest.Eventually(t, waitLong, "changed for the annotation", func() bool { return changes.Load() > before })
+
+	// kubelet's status updates change nothing routelet reads: no wake-up.
+	// A change that does, after one, is delivered after it (in order):
+	// exactly one call in all.
+	cur, err := nodes.Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = changes.Load()
+	cur.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	cur.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/app:1"}}}
+	if cur, err = nodes.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur.Annotations[AnnotationTunnelIPv4] = "10.244.2.0"
+	if _, err := nodes.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, waitLong, "the tunnel annotation in the peer", func() bool {
+		r := peersNow(t, d)
+		return len(r) == 1 && r[0].TunnelIPv4 == "10.244.2.0" && changes.Load() > before
+	})
+	time.Sleep(200 * time.Millisecond) // give a wrong extra call a chance to land
+	if got := changes.Load() - before; got != 1 {
+		t.Fatalf("changed called %d times for a status update and an annotation change, want 1", got)
+	}
 	before = changes.Load()
 	if err := nodes.Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
