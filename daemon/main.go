@@ -64,6 +64,8 @@ const (
 // commands are routeletd's subcommands beside running the daemon; each
 // parses its own arguments (what follows its name).
 var commands = map[string]func(args []string) int{
+	"diagnose": runDiagnose, // cmd_diagnose.go
+
 	"version": runVersion,
 	"cleanup": runCleanup,
 }
@@ -190,6 +192,10 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer release()
 	if _, err := checkHost(cfg); err != nil {
+		return err
+	}
+	cni, err := newCNIConf(cfg)
+	if err != nil {
 		return err
 	}
 	store, err := state.Open(cfg.StateDir)
@@ -320,11 +326,15 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	onReady, err := cni.start(ctx, podMTU, log)
+	if err != nil {
+		return err
+	}
 	a := agent.New(agent.Options{
 		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
-		StaticARP: true, NodeSpace: host,
+		StaticARP: true, NodeSpace: host, OnReady: onReady,
 	}, workloads.New(store, log), datastore.Peers{DS: ds, V: pv}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
 	keeper, err := podnet.NewKeeper(cfg.IfacePrefix, log.With("component", "keeper"))
 	if err != nil {

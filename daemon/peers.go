@@ -20,10 +20,7 @@ import (
 // the node's space. First-seen times persist in the state directory.
 func newPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Prefix, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
 	own, _ := peers.Parse(self)
-	devices := []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP}
-	owned := func(l netguard.Link) bool {
-		return netguard.Owned(l, cfg.IfacePrefix) || slices.Contains(devices, l.Name)
-	}
+	owned := peerOwned(cfg)
 	v := peers.New(peers.Options{
 		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: blocks},
 		ReadHost: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) },
@@ -34,4 +31,13 @@ func newPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Pref
 		return nil, err
 	}
 	return v, nil
+}
+
+// peerOwned reports the links whose addresses are not the node's own
+// space for the peer check: pod veths and the overlay devices by name.
+func peerOwned(cfg *config.Config) func(netguard.Link) bool {
+	devices := []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP}
+	return func(l netguard.Link) bool {
+		return netguard.Owned(l, cfg.IfacePrefix) || slices.Contains(devices, l.Name)
+	}
 }

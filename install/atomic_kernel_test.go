@@ -28,18 +28,27 @@ func inPrivateMount(t *testing.T, script string, env ...string) string {
 	return string(out)
 }
 
+// installFixture makes an empty bin dir d, the installed plugin's old
+// content in old (installScript copies it into d first) and the new plugin
+// src holding newPlugin.
+func installFixture(t *testing.T, newPlugin string) (d, old, src string) {
+	t.Helper()
+	base := t.TempDir()
+	d = filepath.Join(base, "bin")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, src = filepath.Join(base, "old"), filepath.Join(base, "routelet")
+	writeFile(t, old, fakePlugin("old"))
+	writeFile(t, src, newPlugin)
+	return d, old, src
+}
+
 // TestPrivilegedInstallReadOnlyDir: a read-only bin dir (a tmpfs remounted
 // read-only in a private mount namespace) is a clear error and leaves the
 // installed plugin as it was.
 func TestPrivilegedInstallReadOnlyDir(t *testing.T) {
-	base := t.TempDir()
-	d := filepath.Join(base, "bin")
-	if err := os.Mkdir(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	old, src := filepath.Join(base, "old"), filepath.Join(base, "routelet")
-	writeFile(t, old, fakePlugin("old"))
-	writeFile(t, src, fakePlugin("new"))
+	d, old, src := installFixture(t, fakePlugin("new"))
 	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=1m",
 		`PRE=mount -o remount,ro `+d)
 	installer, exit, listing, content := afterInstall(t, out)
@@ -58,14 +67,7 @@ func TestPrivilegedInstallReadOnlyDir(t *testing.T) {
 // small tmpfs in a private mount namespace) is a clear error; the old plugin
 // stays whole and no partial file is left.
 func TestPrivilegedInstallDiskFull(t *testing.T) {
-	base := t.TempDir()
-	d := filepath.Join(base, "bin")
-	if err := os.Mkdir(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	old, src := filepath.Join(base, "old"), filepath.Join(base, "routelet")
-	writeFile(t, old, fakePlugin("old"))
-	writeFile(t, src, fakePlugin("new")+"# "+strings.Repeat("x", 256<<10)+"\n")
+	d, old, src := installFixture(t, fakePlugin("new")+"# "+strings.Repeat("x", 256<<10)+"\n")
 	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=64k", "PRE=:")
 	installer, exit, listing, content := afterInstall(t, out)
 	if exit == "0" {

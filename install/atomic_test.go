@@ -181,3 +181,74 @@ echo "::$(ls -A "$D")"
 printf '::'
 cat "$D/routelet"
 `
+
+// bigPlugin is fakePlugin with a large comment before the line answering
+// VERSION, so a partly written copy neither matches nor answers.
+func bigPlugin(marker string) string {
+	return "#!/bin/sh\n# " + marker + " " + strings.Repeat("x", 4<<20) + "\n" +
+		`[ "$CNI_COMMAND" = VERSION ] && echo '{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}'` + "\n"
+}
+
+// TestInstallConcurrentRunsSeeWholePlugin installs two versions of a plugin
+// over each other while another goroutine keeps reading and running the
+// installed file, as a runtime's ADD would: every read is one whole
+// version and every run answers VERSION.
+func TestInstallConcurrentRunsSeeWholePlugin(t *testing.T) {
+	binDir, srcDir := t.TempDir(), t.TempDir()
+	versions := map[string]string{}
+	for _, v := range []string{"v1", "v2"} {
+		versions[v] = bigPlugin(v)
+		if err := os.MkdirAll(filepath.Join(srcDir, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(srcDir, v, "routelet"), versions[v])
+	}
+	install := func(v string) {
+		t.Helper()
+		if out, err := runInstaller(t, "--bin-dir", binDir, "--plugin", filepath.Join(srcDir, v, "routelet"), "--no-conflist"); err != nil {
+			t.Fatalf("install %s: %v\n%s", v, err, out)
+		}
+	}
+	install("v1")
+	installed := filepath.Join(binDir, "routelet")
+
+	stop := make(chan struct{})
+	done := make(chan []string)
+	go func() {
+		var bad []string
+		for runs := 0; ; runs++ {
+			select {
+			case <-stop:
+				done <- bad
+				return
+			default:
+			}
+			if data, err := os.ReadFile(installed); err != nil {
+				bad = append(bad, "read: "+err.Error())
+			} else if string(data) != versions["v1"] && string(data) != versions["v2"] {
+				bad = append(bad, "read "+strconv.Itoa(len(data))+" bytes that are neither version")
+			}
+			cmd := exec.Command(installed)
+			cmd.Env = append(os.Environ(), "CNI_COMMAND=VERSION")
+			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "supportedVersions") {
+				bad = append(bad, "run: "+strings.TrimSpace(string(out))+" "+errString(err))
+			}
+		}
+	}()
+	for i := 0; i < 10; i++ {
+		install([]string{"v2", "v1"}[i%2])
+	}
+	close(stop)
+	if bad := <-done; len(bad) > 0 {
+		t.Errorf("%d reads or runs of the plugin saw a partial file, e.g.: %v", len(bad), bad[:min(len(bad), 3)])
+	}
+	noTempFiles(t, binDir)
+}
+
+// errString is err's message, "" for nil.
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

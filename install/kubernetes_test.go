@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +31,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/routelet/routelet/daemon/cniconf"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/install/image"
@@ -40,22 +42,24 @@ import (
 // agreement test accepts exactly these as unknown; it fails when one of
 // them becomes known (remove it from here) and when any other argument is
 // unknown (so removing an entry here without implementing it fails too).
-var pendingFlags = map[string]string{
-	"cni-conf-dir": "routeletd writes the conflist into this dir once it is ready",
+var pendingFlags = map[string]string{}
+
+// manifestDoc is one YAML document of a manifest file.
+type manifestDoc struct {
+	file string
+	data []byte
 }
 
-// manifests decodes every object in install/kubernetes strictly (unknown
-// or duplicate fields are errors) into client-go types.
-func manifests(t *testing.T) []runtime.Object {
+// manifestDocs splits every file in install/kubernetes into its YAML
+// documents, in file order, leaving out empty (comment-only) ones.
+func manifestDocs(t *testing.T) []manifestDoc {
 	t.Helper()
 	files, err := filepath.Glob("kubernetes/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in install/kubernetes: %v", err)
 	}
 	sort.Strings(files)
-	s := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
-		kjson.SerializerOptions{Yaml: true, Strict: true})
-	var objs []runtime.Object
+	var docs []manifestDoc
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -73,12 +77,25 @@ func manifests(t *testing.T) []runtime.Object {
 			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 				continue
 			}
-			obj, _, err := s.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: strict decode: %v", f, err)
-			}
-			objs = append(objs, obj)
+			docs = append(docs, manifestDoc{file: f, data: doc})
 		}
+	}
+	return docs
+}
+
+// manifests decodes every object in install/kubernetes strictly (unknown
+// or duplicate fields are errors) into client-go types.
+func manifests(t *testing.T) []runtime.Object {
+	t.Helper()
+	s := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+		kjson.SerializerOptions{Yaml: true, Strict: true})
+	var objs []runtime.Object
+	for _, d := range manifestDocs(t) {
+		obj, _, err := s.Decode(d.data, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: strict decode: %v", d.file, err)
+		}
+		objs = append(objs, obj)
 	}
 	return objs
 }
@@ -351,10 +368,10 @@ func TestManifestsDaemonArgsAgreeWithConfig(t *testing.T) {
 	if h, _ := hostPathOf(spec, c, cfg.StateDir); h != cfg.StateDir {
 		t.Errorf("state dir %s is mounted from host path %q, want the same path (the plugin on the host uses it)", cfg.StateDir, h)
 	}
-	if d, ok := pending["cni-conf-dir"]; !ok {
-		t.Error("no --cni-conf-dir: nothing writes the conflist")
+	if d := cfg.CNIConfDir; d == "" {
+		t.Error("no cni-conf-dir: nothing writes the conflist")
 	} else if h, m := hostPathOf(spec, c, d); h != "/etc/cni/net.d" || m.ReadOnly {
-		t.Errorf("--cni-conf-dir %s is mounted from host path %q (read-only %v), want /etc/cni/net.d writable", d, h, m.ReadOnly)
+		t.Errorf("cni-conf-dir %s is mounted from host path %q (read-only %v), want /etc/cni/net.d writable", d, h, m.ReadOnly)
 	}
 	for mount, wantRO := range map[string]bool{"/run/xtables.lock": false, "/lib/modules": true} {
 		h, m := hostPathOf(spec, c, mount)
@@ -400,16 +417,19 @@ func TestManifestsDaemonArgsAgreeWithConfig(t *testing.T) {
 		t.Errorf("readiness probe path %q, want /readyz", c.ReadinessProbe.HTTPGet.Path)
 	}
 
-	// The conflist template agrees with the daemon's state dir and prefix.
-	var tmpl string
-	for k, v := range o.cm.Data {
-		if strings.HasSuffix(k, ".conflist") {
-			tmpl = v
-		}
+	// The conflist template is the ConfigMap's, renders with routeletd's
+	// own renderer, and agrees with the daemon's state dir and prefix.
+	tmpl, ok := files[cfg.CNIConfTemplate]
+	if !ok {
+		t.Fatalf("cni-conf-template %q is not a ConfigMap key under its mount (%v)", cfg.CNIConfTemplate, slices.Sorted(maps.Keys(files)))
 	}
-	list, err := libcni.ConfListFromBytes([]byte(tmpl))
+	rendered, err := cniconf.Render([]byte(tmpl), cniconf.Params{MTU: 1450, StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix})
 	if err != nil {
-		t.Fatalf("conflist template: %v", err)
+		t.Fatalf("routeletd refuses the ConfigMap's conflist template: %v", err)
+	}
+	list, err := libcni.ConfListFromBytes(rendered)
+	if err != nil {
+		t.Fatalf("rendered conflist: %v", err)
 	}
 	if len(list.Plugins) == 0 || list.Plugins[0].Network.Type != "routelet" {
 		t.Fatalf("conflist template's first plugin is not routelet")

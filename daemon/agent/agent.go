@@ -112,6 +112,11 @@ type Options struct {
 	// subnets). A workload address of a family without local blocks must
 	// not overlap it; with local blocks it must lie inside one.
 	NodeSpace netguard.Host
+	// OnReady, when set, is called on the loop goroutine each time the
+	// daemon publishes its status as ready: after the first full sync, and
+	// again whenever the status is rewritten while ready (after a spell of
+	// not ready, a changed sync error). It must not block.
+	OnReady func()
 }
 
 // Agent is the apply loop. Notify* methods may be called from any
@@ -772,6 +777,9 @@ func (a *Agent) publishReadiness(blocked string) {
 		ready = 1
 	}
 	a.metrics.Ready.Set(ready)
+	if blocked == "" && a.opts.OnReady != nil {
+		a.opts.OnReady()
+	}
 }
 
 // writeStatus writes daemon.json; reason non-empty means not ready.

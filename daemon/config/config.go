@@ -86,6 +86,11 @@ type Config struct {
 	// Kubeconfig is the Kubernetes datastore's kubeconfig (kubeconfig);
 	// "" is the in-cluster config.
 	Kubeconfig string
+	// The conflist routeletd writes into the runtime's CNI conf dir once it
+	// is ready (config_cni.go); CNIConfDir "" writes none.
+	CNIConfDir      string // cni-conf-dir
+	CNIConfTemplate string // cni-conf-template: "" = the built-in template
+	CNIConfName     string // cni-conf-name: the file's name in CNIConfDir
 
 	// ConfigFile is the file that was read, "" when none.
 	ConfigFile string
@@ -136,7 +141,7 @@ func EnvName(name string) string {
 const keyConfig = "config"
 
 func keys() []key {
-	return append([]key{
+	ks := []key{
 		{name: "node-name", help: "this node's name (default: the hostname)", def: []string{""}, set: func(c *Config, v []string) error {
 			n := v[0]
 			if n == "" {
@@ -304,7 +309,10 @@ func keys() []key {
 		{name: "log-format", help: "text | json", def: []string{"text"}, set: func(c *Config, v []string) error {
 			return oneOf(&c.LogFormat, strings.ToLower(v[0]), "text", "json")
 		}},
-	}, kubernetesKeys()...)
+	}
+	ks = append(ks, cniKeys()...)
+	ks = append(ks, kubernetesKeys()...)
+	return ks
 }
 
 // KeyNames lists every configuration key (without "config"), in help order.

@@ -44,6 +44,7 @@ func TestDefaults(t *testing.T) {
 		IfacePrefix: "cali", ResyncPeriod: 90 * time.Second, DeviceCheckPeriod: 10 * time.Second,
 		GracePeriod: 10 * time.Second, LeakGracePeriod: 15 * time.Minute,
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
+		CNIConfName: DefaultCNIConfName,
 		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second,
 	}
 	got := *c
@@ -151,6 +152,9 @@ func TestEveryKey(t *testing.T) {
 		{"log-level", "DEBUG", func(c *Config) bool { return c.LogLevel == "debug" }, "verbose"},
 		{"log-format", "json", func(c *Config) bool { return c.LogFormat == "json" }, "xml"},
 		{"kubeconfig", "/etc/kubernetes/routelet.conf", func(c *Config) bool { return c.Kubeconfig == "/etc/kubernetes/routelet.conf" }, "kube.conf"},
+		{"cni-conf-dir", "/etc/cni/net.d", func(c *Config) bool { return c.CNIConfDir == "/etc/cni/net.d" }, "etc/cni"},
+		{"cni-conf-template", "/etc/routelet/t.conflist", func(c *Config) bool { return c.CNIConfTemplate == "/etc/routelet/t.conflist" }, "t.conflist"},
+		{"cni-conf-name", "05-routelet.conflist", func(c *Config) bool { return c.CNIConfName == "05-routelet.conflist" }, "../x.conflist"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

@@ -200,13 +200,7 @@ func (m *Manager) newFamily(v int, hostIP netip.Addr, blocks []netip.Prefix, new
 		}
 		f.devices = append(f.devices, ipip)
 	}
-	f.in = overlay.RouteInput{
-		Mode: c.Mode, IPVersion: v, Parent: parent.Name, ParentSubnets: []netip.Prefix{parent.Subnet()},
-		LocalBlocks: blocks, VXLANDevice: vxlanDev,
-	}
-	if c.Mode != overlay.ModeNone {
-		f.in.MTU = mtu
-	}
+	f.in = FamilyInput(c.Mode, v, parent, blocks, mtu, vxlanDev)
 	f.owned = overlay.OwnedInterfaces(f.in)
 	if f.rt, err = newTable(v, f.owned); err != nil {
 		return nil, fmt.Errorf("overlay IPv%d: route table: %w", v, err)
@@ -219,6 +213,31 @@ func (m *Manager) newFamily(v int, hostIP netip.Addr, blocks []netip.Prefix, new
 	m.log.Info("overlay", "family", fmt.Sprintf("IPv%d", v), "mode", c.Mode, "parent", parent.Name,
 		"subnet", parent.Subnet(), "mtu", mtu, "tunnelAddr", tunnel, "owned", f.owned)
 	return f, nil
+}
+
+// FamilyInput is the overlay.RouteInput of family v (without peers): the
+// parent and its subnet, our blocks of the family, the pod MTU on
+// encapsulated routes (none in ModeNone) and the family's VXLAN device.
+// routeletd diagnose derives its desired overlay routes from it too.
+func FamilyInput(mode overlay.Mode, v int, parent overlay.Underlay, blocks []netip.Prefix, mtu int, vxlanDev string) overlay.RouteInput {
+	in := overlay.RouteInput{
+		Mode: mode, IPVersion: v, Parent: parent.Name, ParentSubnets: []netip.Prefix{parent.Subnet()},
+		LocalBlocks: blocks, VXLANDevice: vxlanDev,
+	}
+	if mode != overlay.ModeNone {
+		in.MTU = mtu
+	}
+	return in
+}
+
+// Peers returns the overlay peers of family v (4 or 6) of validated nodes.
+func Peers(nodes []peers.NodeInfo, v int) []overlay.Peer {
+	ps := make([]overlay.Peer, 0, len(nodes))
+	for _, n := range nodes {
+		ep := n.Endpoint(v)
+		ps = append(ps, overlay.Peer{Name: n.Name, HostIP: ep.HostIP, VTEPMAC: ep.VTEPMAC, TunnelIP: ep.TunnelAddr, Blocks: n.BlocksOf(v)})
+	}
+	return ps
 }
 
 // blocksOf returns the prefixes of one family.
@@ -273,12 +292,8 @@ func (m *Manager) PodMTU() int {
 // their records entered the daemon (pkg/peers), so nothing is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
-		var ps []overlay.Peer
+		ps := Peers(nodes, f.v)
 		var problems []string
-		for _, n := range nodes {
-			ep := n.Endpoint(f.v)
-			ps = append(ps, overlay.Peer{Name: n.Name, HostIP: ep.HostIP, VTEPMAC: ep.VTEPMAC, TunnelIP: ep.TunnelAddr, Blocks: n.BlocksOf(f.v)})
-		}
 		if f.vxlan != nil {
 			f.vxlan.SetPeers(ps)
 		}

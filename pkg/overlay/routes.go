@@ -135,8 +135,7 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 	var problems []error
 	peers := slices.Clone(in.Peers)
 	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
-	var claimed []netip.Prefix
-	claimed = append(claimed, in.LocalBlocks...)
+	claimed := newClaims(in.LocalBlocks)
 
 	for _, p := range peers {
 		var blocks []netip.Prefix
@@ -145,11 +144,11 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 				continue
 			}
 			b = b.Masked()
-			if i := slices.IndexFunc(claimed, b.Overlaps); i >= 0 {
-				problems = append(problems, fmt.Errorf("peer %s: block %s overlaps %s, already ours or another peer's", p.Name, b, claimed[i]))
+			if i := claimed.first(b); i >= 0 {
+				problems = append(problems, fmt.Errorf("peer %s: block %s overlaps %s, already ours or another peer's", p.Name, b, claimed.all[i]))
 				continue
 			}
-			claimed = append(claimed, b)
+			claimed.add(b)
 			blocks = append(blocks, b)
 		}
 		if len(blocks) == 0 {

@@ -159,6 +159,11 @@ type ledgerEntry struct {
 	Gone      time.Time `json:"gone,omitzero"`
 }
 
+// ReadLedger reads dir's LedgerFile (the first-seen times a daemon keeps)
+// without changing it; a missing file is an empty ledger. Resolve with it
+// decides as the daemon's Validator did.
+func ReadLedger(dir string) (map[Claim]Sighting, error) { return readLedger(dir) }
+
 // readLedger reads LedgerFile; a missing file is an empty ledger.
 func readLedger(dir string) (map[Claim]Sighting, error) {
 	seen := map[Claim]Sighting{}

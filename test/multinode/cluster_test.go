@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 }
 
 // requireRoot skips t without root and fails it when the binaries did not build.
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths and runs routeletd in them")
 	if buildErr != nil {

@@ -316,7 +316,7 @@ func TestEstablishedPeerClaim(t *testing.T) {
 
 // startLone builds a one-node cluster (node a of specs, IPv4 only) whose
 // daemon is not started, and returns it with a handle inside the node.
-func startLone(t *testing.T) (*cluster.Cluster, *node) {
+func startLone(t testing.TB) (*cluster.Cluster, *node) {
 	t.Helper()
 	requireRoot(t)
 	clusterSeq++
@@ -354,7 +354,7 @@ func handleInNode(n *cluster.Node) (*netlink.Handle, error) {
 
 // runDaemon starts routeletd in n with args (after the node's identity
 // flags); it is stopped at cleanup and its log shown if t failed.
-func runDaemon(t *testing.T, n *node, args ...string) *netnstest.Buffer {
+func runDaemon(t testing.TB, n *node, args ...string) *netnstest.Buffer {
 	t.Helper()
 	return startDaemon(t, n, append([]string{"--pod-cidr=" + n.Spec.Block4}, args...)...)
 }
@@ -362,7 +362,7 @@ func runDaemon(t *testing.T, n *node, args ...string) *netnstest.Buffer {
 // startDaemon starts routeletd in n with its node name, state dir, debug
 // logs and a test-sized device check period, then args; it is stopped at
 // cleanup and its log shown if t failed.
-func startDaemon(t *testing.T, n *node, args ...string) *netnstest.Buffer {
+func startDaemon(t testing.TB, n *node, args ...string) *netnstest.Buffer {
 	t.Helper()
 	log := &netnstest.Buffer{}
 	all := append([]string{"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir,

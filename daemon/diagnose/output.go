@@ -1,0 +1,63 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// marks are the text output's verdict signs.
+var marks = map[Status]string{Pass: "✓", Fail: "✗", Info: "·"}
+
+// WriteText writes the report as one line per step, with what is wrong
+// and the fix under each failed one, and a summary line.
+func WriteText(out io.Writer, r *Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "diagnose %s → %s on node %s\n", describeEnd(r.Src), describeEnd(r.Dst), r.Node)
+	failed := 0
+	for _, s := range r.Steps {
+		id := s.ID
+		if s.Family != 0 {
+			id = fmt.Sprintf("%s IPv%d", s.ID, s.Family)
+		}
+		fmt.Fprintf(&b, "%s %-21s %s\n", marks[s.Status], id, s.Fact)
+		if s.Status == Fail {
+			failed++
+			fmt.Fprintf(&b, "  %-21s %s\n", "  wrong:", s.Problem)
+		}
+		if s.Fix != "" {
+			fmt.Fprintf(&b, "  %-21s %s\n", "  fix:", s.Fix)
+		}
+	}
+	if failed == 0 {
+		fmt.Fprintf(&b, "every step passed (%d)\n", len(r.Steps))
+	} else {
+		fmt.Fprintf(&b, "%d of %d steps failed\n", failed, len(r.Steps))
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+// describeEnd names an end for the heading.
+func describeEnd(e End) string {
+	switch e.Kind {
+	case KindPod:
+		if e.Pod != "" {
+			return fmt.Sprintf("pod %s (%s)", e.Pod, addrList(e.Addrs))
+		}
+		return fmt.Sprintf("%s (no pod)", addrList(e.Addrs))
+	case KindRemotePod:
+		return fmt.Sprintf("%s (node %s, block %s)", addrList(e.Addrs), e.Node, e.Block)
+	case KindNode:
+		return "node " + e.Node
+	}
+	return fmt.Sprintf("%s (unknown)", addrList(e.Addrs))
+}
+
+// WriteJSON writes the report as one indented JSON object.
+func WriteJSON(out io.Writer, r *Report) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
