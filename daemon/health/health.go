@@ -26,7 +26,7 @@ type Status struct {
 	mu       sync.Mutex
 	ready    bool
 	reason   string
-	onChange func(ready bool, reason string)
+	onChange []func(ready bool, reason string)
 }
 
 // NewStatus returns a Status that reports unhealthy when Progress has not
@@ -45,19 +45,22 @@ func (s *Status) SetReady(ready bool, reason string) {
 	s.mu.Lock()
 	changed := ready != s.ready || reason != s.reason
 	s.ready, s.reason = ready, reason
-	f := s.onChange
+	hooks := s.onChange
 	s.mu.Unlock()
-	if changed && f != nil {
-		f(ready, reason)
+	if changed {
+		for _, f := range hooks {
+			f(ready, reason)
+		}
 	}
 }
 
-// OnChange makes SetReady call f whenever readiness or its reason changes
-// (from SetReady's caller; f must not block).
+// OnChange makes SetReady call f (after the hooks added before) whenever
+// readiness or its reason changes, from SetReady's caller; f must not
+// block.
 func (s *Status) OnChange(f func(ready bool, reason string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.onChange = f
+	s.onChange = append(s.onChange, f)
 }
 
 // Ready reports readiness and, when not ready, why.
