@@ -405,9 +405,6 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 	envVals := map[string][]string{}
 	for _, k := range ks {
 		v, ok := getenv(EnvName(k.name))
-		if !ok && k.name == "node-name" {
-			v, ok = getenv(NodeNameEnv) // the downward API's spelling
-		}
 		if !ok {
 			continue
 		}
@@ -416,6 +413,9 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		} else {
 			envVals[k.name] = []string{v}
 		}
+	}
+	if v, ok := getenv(NodeNameEnv); ok { // the downward API's spelling, below ROUTELET_NODE_NAME
+		layers = append(layers, layer{SourceNodeNameEnv, map[string][]string{"node-name": {v}}})
 	}
 	layers = append(layers, layer{SourceEnv, envVals}, layer{SourceFlag, flagVals})
 

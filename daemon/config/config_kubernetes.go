@@ -7,6 +7,10 @@ import "errors"
 // names the node when neither --node-name nor ROUTELET_NODE_NAME does.
 const NodeNameEnv = "NODE_NAME"
 
+// SourceNodeNameEnv is the layer of NodeNameEnv: above the config file,
+// below ROUTELET_NODE_NAME.
+const SourceNodeNameEnv Source = "env " + NodeNameEnv
+
 // kubernetesKeys are the Kubernetes datastore's keys.
 func kubernetesKeys() []key {
 	return []key{

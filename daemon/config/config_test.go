@@ -215,8 +215,13 @@ func TestNodeNameFromDownwardAPI(t *testing.T) {
 	if c := mustLoad(t, []string{"--node-name=worker-9"}, map[string]string{NodeNameEnv: "worker-7"}, nil); c.NodeName != "worker-9" {
 		t.Errorf("NodeName = %q, want worker-9 from the flag", c.NodeName)
 	}
-	if _, err := load(t, nil, map[string]string{NodeNameEnv: "Bad_Name"}, nil); err == nil || !strings.Contains(err.Error(), "Bad_Name") {
-		t.Errorf("NODE_NAME=Bad_Name: error %v, want one naming the value", err)
+	_, err := load(t, nil, map[string]string{NodeNameEnv: "Bad_Name"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "Bad_Name") || !strings.Contains(err.Error(), "env NODE_NAME") {
+		t.Errorf("NODE_NAME=Bad_Name: error %v, want one naming the value and NODE_NAME", err)
+	}
+	file := map[string]string{"/c.yaml": "node-name: from-file\n"}
+	if c := mustLoad(t, []string{"--config=/c.yaml"}, map[string]string{NodeNameEnv: "worker-7"}, file); c.NodeName != "worker-7" {
+		t.Errorf("NodeName = %q, want worker-7 from %s over the config file", c.NodeName, NodeNameEnv)
 	}
 }
 
