@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -9,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/pkg/peers"
 )
 
@@ -70,5 +75,42 @@ func TestWaitBlocks(t *testing.T) {
 	cancel()
 	if b, err := waitBlocks(ctx, ds, func(string) {}, quiet); err == nil || b != nil {
 		t.Errorf("waitBlocks after stop = %v, %v; want an error", b, err)
+	}
+}
+
+// reporting is a Datastore with the optional parts: it records readiness
+// and serves one metric.
+type reporting struct {
+	lateBlocks
+	got []string
+	c   prometheus.Counter
+}
+
+func (r *reporting) SetReady(ready bool, reason string) {
+	r.got = append(r.got, fmt.Sprintf("%v %s", ready, reason))
+}
+func (r *reporting) Describe(ch chan<- *prometheus.Desc) { r.c.Describe(ch) }
+func (r *reporting) Collect(ch chan<- prometheus.Metric) { r.c.Collect(ch) }
+
+// TestWireDatastore: a datastore's ReadyReporter hears the daemon's
+// readiness changes and its metrics join the daemon's registry.
+func TestWireDatastore(t *testing.T) {
+	ds := &reporting{c: prometheus.NewCounter(prometheus.CounterOpts{Name: "routelet_test_datastore_total", Help: "test"})}
+	status, metrics := health.NewStatus(time.Minute), health.NewMetrics()
+	if err := wireDatastore(ds, status, metrics); err != nil {
+		t.Fatal(err)
+	}
+	status.SetReady(true, "")
+	status.SetReady(true, "")
+	status.SetReady(false, "stopping")
+	if want := []string{"true ", "false stopping"}; !slices.Equal(ds.got, want) {
+		t.Errorf("SetReady calls %q, want %q", ds.got, want)
+	}
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "routelet_test_datastore_total" }) {
+		t.Error("the datastore's metric is not in the daemon's registry")
 	}
 }

@@ -256,12 +256,8 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if c, ok := ds.(io.Closer); ok {
 		defer c.Close()
 	}
-	if r, ok := ds.(interface {
-		Register(prometheus.Registerer) error
-	}); ok {
-		if err := r.Register(metrics.Registry); err != nil {
-			return err
-		}
+	if err := wireDatastore(ds, status, metrics); err != nil {
+		return err
 	}
 	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
 	if ctx.Err() != nil {
@@ -270,10 +266,8 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range blocks {
-		if err := host.CheckBlock(b); err != nil {
-			return fmt.Errorf("block %s from datastore %s: %w", b, cfg.Datastore, err)
-		}
+	if err := checkBlocks(host, blocks); err != nil {
+		return err
 	}
 	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
 	om, err := newOverlay(cfg, id, blocks, status, metrics, ep.repairs, log)
@@ -368,7 +362,41 @@ var datastores = map[string]func(ctx context.Context, cfg *config.Config, store 
 	config.DatastoreFile: func(_ context.Context, cfg *config.Config, store *state.Store, log *slog.Logger) (datastore.Datastore, error) {
 		return file.New(store, cfg.PodCIDRs, log), nil
 	},
-	config.DatastoreEtcd: openEtcd,
+	config.DatastoreEtcd:       openEtcd,
+	config.DatastoreKubernetes: newKubernetes,
+}
+
+// wireDatastore connects a datastore's optional parts to the daemon: its
+// metrics (a prometheus.Collector, or a Register method for several) and its readiness reporting
+// (datastore.ReadyReporter).
+func wireDatastore(ds datastore.Datastore, status *health.Status, metrics *health.Metrics) error {
+	switch m := ds.(type) {
+	case interface {
+		Register(prometheus.Registerer) error
+	}:
+		if err := m.Register(metrics.Registry); err != nil {
+			return fmt.Errorf("datastore metrics: %w", err)
+		}
+	case prometheus.Collector:
+		if err := metrics.Registry.Register(m); err != nil {
+			return fmt.Errorf("datastore metrics: %w", err)
+		}
+	}
+	if r, ok := ds.(datastore.ReadyReporter); ok {
+		status.OnChange(r.SetReady)
+	}
+	return nil
+}
+
+// checkBlocks refuses local blocks from the datastore that overlap the
+// node's own addresses or connected subnets, as --pod-cidr is refused.
+func checkBlocks(host netguard.Host, blocks []netip.Prefix) error {
+	for _, b := range blocks {
+		if err := host.CheckBlock(b); err != nil {
+			return fmt.Errorf("datastore: local block %s: %w", b, err)
+		}
+	}
+	return nil
 }
 
 // newOverlay builds the overlay manager for the configured mode on a real

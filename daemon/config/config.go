@@ -86,6 +86,9 @@ type Config struct {
 	LogLevel   string // log-level: debug | info | warn | error
 	LogFormat  string // log-format: text | json
 
+	// Kubeconfig is the Kubernetes datastore's kubeconfig (kubeconfig);
+	// "" is the in-cluster config.
+	Kubeconfig string
 	// The conflist routeletd writes into the runtime's CNI conf dir once it
 	// is ready (config_cni.go); CNIConfDir "" writes none.
 	CNIConfDir      string // cni-conf-dir
@@ -315,6 +318,7 @@ func keys() []key {
 	}
 	ks = append(ks, cniKeys()...)
 	ks = append(ks, etcdKeys()...)
+	ks = append(ks, kubernetesKeys()...)
 	return ks
 }
 
@@ -422,6 +426,9 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		} else {
 			envVals[k.name] = []string{v}
 		}
+	}
+	if v, ok := getenv(NodeNameEnv); ok { // the downward API's spelling, below ROUTELET_NODE_NAME
+		layers = append(layers, layer{SourceNodeNameEnv, map[string][]string{"node-name": {v}}})
 	}
 	layers = append(layers, layer{SourceEnv, envVals}, layer{SourceFlag, flagVals})
 

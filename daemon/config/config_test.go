@@ -150,6 +150,7 @@ func TestEveryKey(t *testing.T) {
 		{"health-addr", "", func(c *Config) bool { return c.HealthAddr == "" }, "localhost:http"},
 		{"log-level", "DEBUG", func(c *Config) bool { return c.LogLevel == "debug" }, "verbose"},
 		{"log-format", "json", func(c *Config) bool { return c.LogFormat == "json" }, "xml"},
+		{"kubeconfig", "/etc/kubernetes/routelet.conf", func(c *Config) bool { return c.Kubeconfig == "/etc/kubernetes/routelet.conf" }, "kube.conf"},
 		{"cni-conf-dir", "/etc/cni/net.d", func(c *Config) bool { return c.CNIConfDir == "/etc/cni/net.d" }, "etc/cni"},
 		{"cni-conf-template", "/etc/routelet/t.conflist", func(c *Config) bool { return c.CNIConfTemplate == "/etc/routelet/t.conflist" }, "t.conflist"},
 		{"cni-conf-name", "05-routelet.conflist", func(c *Config) bool { return c.CNIConfName == "05-routelet.conflist" }, "../x.conflist"},
@@ -198,6 +199,29 @@ func TestEveryKey(t *testing.T) {
 		if !covered[k] {
 			t.Errorf("key %q has no test case", k)
 		}
+	}
+}
+
+// TestNodeNameFromDownwardAPI: NODE_NAME names the node when neither
+// --node-name nor ROUTELET_NODE_NAME does, and is checked like them.
+func TestNodeNameFromDownwardAPI(t *testing.T) {
+	if c := mustLoad(t, nil, map[string]string{NodeNameEnv: "worker-7"}, nil); c.NodeName != "worker-7" {
+		t.Errorf("NodeName = %q, want worker-7 from %s", c.NodeName, NodeNameEnv)
+	}
+	c := mustLoad(t, nil, map[string]string{NodeNameEnv: "worker-7", EnvName("node-name"): "worker-8"}, nil)
+	if c.NodeName != "worker-8" {
+		t.Errorf("NodeName = %q, want worker-8 from %s over %s", c.NodeName, EnvName("node-name"), NodeNameEnv)
+	}
+	if c := mustLoad(t, []string{"--node-name=worker-9"}, map[string]string{NodeNameEnv: "worker-7"}, nil); c.NodeName != "worker-9" {
+		t.Errorf("NodeName = %q, want worker-9 from the flag", c.NodeName)
+	}
+	_, err := load(t, nil, map[string]string{NodeNameEnv: "Bad_Name"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "Bad_Name") || !strings.Contains(err.Error(), "env NODE_NAME") {
+		t.Errorf("NODE_NAME=Bad_Name: error %v, want one naming the value and NODE_NAME", err)
+	}
+	file := map[string]string{"/c.yaml": "node-name: from-file\n"}
+	if c := mustLoad(t, []string{"--config=/c.yaml"}, map[string]string{NodeNameEnv: "worker-7"}, file); c.NodeName != "worker-7" {
+		t.Errorf("NodeName = %q, want worker-7 from %s over the config file", c.NodeName, NodeNameEnv)
 	}
 }
 

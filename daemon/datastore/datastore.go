@@ -75,3 +75,12 @@ func (p Peers) Peers() ([]peers.NodeInfo, int, []error, error) {
 	}
 	return p.V.Validate(recs), len(recs), bad, nil
 }
+
+// ReadyReporter is optional for a Datastore: one that implements it is
+// told when the daemon's readiness changes (ready: the dataplane is up and
+// in sync; else reason says why not), so it can tell the cluster (the
+// Kubernetes datastore sets the Node's NetworkUnavailable condition). It
+// is called from the daemon's loop and must not block.
+type ReadyReporter interface {
+	SetReady(ready bool, reason string)
+}

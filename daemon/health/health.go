@@ -23,9 +23,10 @@ type Status struct {
 	now          func() time.Time
 	lastProgress atomic.Int64 // unix nanoseconds of the last Progress call
 
-	mu     sync.Mutex
-	ready  bool
-	reason string
+	mu       sync.Mutex
+	ready    bool
+	reason   string
+	onChange []func(ready bool, reason string)
 }
 
 // NewStatus returns a Status that reports unhealthy when Progress has not
@@ -42,8 +43,24 @@ func (s *Status) Progress() { s.lastProgress.Store(s.now().UnixNano()) }
 // SetReady sets readiness; reason says why not when ready is false.
 func (s *Status) SetReady(ready bool, reason string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	changed := ready != s.ready || reason != s.reason
 	s.ready, s.reason = ready, reason
+	hooks := s.onChange
+	s.mu.Unlock()
+	if changed {
+		for _, f := range hooks {
+			f(ready, reason)
+		}
+	}
+}
+
+// OnChange makes SetReady call f (after the hooks added before) whenever
+// readiness or its reason changes, from SetReady's caller; f must not
+// block.
+func (s *Status) OnChange(f func(ready bool, reason string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onChange = append(s.onChange, f)
 }
 
 // Ready reports readiness and, when not ready, why.

@@ -1,9 +1,11 @@
 package health
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +69,25 @@ func TestMetricsExposed(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestOnChange: the hook sees each change of readiness or reason once, not
+// the repeats the loop sends on every pass.
+func TestOnChange(t *testing.T) {
+	st := NewStatus(time.Minute)
+	var got []string
+	st.OnChange(func(ready bool, reason string) {
+		got = append(got, fmt.Sprintf("%v %s", ready, reason))
+	})
+	for _, s := range []struct {
+		ready  bool
+		reason string
+	}{{false, "initial sync in progress"}, {false, "initial sync in progress"}, {true, ""}, {true, ""}, {false, "stopping"}} {
+		st.SetReady(s.ready, s.reason)
+	}
+	want := []string{"false initial sync in progress", "true ", "false stopping"}
+	if !slices.Equal(got, want) {
+		t.Errorf("OnChange saw %q, want %q", got, want)
 	}
 }

@@ -58,6 +58,45 @@ type Cluster struct {
 	CA  []byte
 	// Dir holds the certificates, keys, kubeconfig and etcd's data.
 	Dir string
+
+	opts          Options
+	apiserverBin  string
+	apiserverArgs []string
+	apiserver     *testproc.Proc // nil while stopped
+	etcd          *etcdtest.Server
+}
+
+// StartAPIServer starts kube-apiserver (Start does; after StopAPIServer it
+// brings the same cluster back, etcd having kept its data) and waits until
+// it is ready.
+func (c *Cluster) StartAPIServer(t testing.TB) {
+	t.Helper()
+	if c.apiserver != nil {
+		t.Fatal("kube-apiserver is already running")
+	}
+	p, err := testproc.Start(c.opts.NetNS, c.opts.Log, c.apiserverBin, c.apiserverArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.apiserver = p
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := waitReady(ctx, c, p); err != nil {
+		t.Fatalf("kube-apiserver at %s not ready: %v", c.URL, err)
+	}
+}
+
+// StopAPIServer kills kube-apiserver (SIGKILL to its PID: a crash, and no
+// wait for its graceful shutdown, which open watches hold up) and waits
+// until it has exited; etcd keeps running. Clients see an API outage until
+// StartAPIServer.
+func (c *Cluster) StopAPIServer(t testing.TB) {
+	t.Helper()
+	if c.apiserver == nil {
+		t.Fatal("kube-apiserver is not running")
+	}
+	c.apiserver.Kill()
+	c.apiserver = nil
 }
 
 // Binaries returns the paths of the cached kube-apiserver and etcd. When one
@@ -100,7 +139,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 	etcd := etcdtest.Start(t, etcdtest.Options{NetNS: opts.NetNS, Log: opts.Log})
 	clientURL := etcd.Endpoints[0]
 
-	apiserver, err := testproc.Start(opts.NetNS, opts.Log, apiserverBin,
+	c.opts, c.apiserverBin, c.etcd = opts, apiserverBin, etcd
+	c.apiserverArgs = []string{
 		"--etcd-servers", clientURL,
 		"--bind-address", opts.Addr.String(),
 		"--advertise-address", opts.Addr.String(),
@@ -121,17 +161,13 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--cert-dir", filepath.Join(dir, "apiserver-certs"),
 		"--v", "0",
-	)
-	if err != nil {
-		t.Fatal(err)
 	}
-	t.Cleanup(func() { apiserver.Stop(t) })
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := waitReady(ctx, c, apiserver); err != nil {
-		t.Fatalf("kube-apiserver at %s not ready: %v", c.URL, err)
-	}
+	t.Cleanup(func() {
+		if c.apiserver != nil {
+			c.apiserver.Stop(t)
+		}
+	})
+	c.StartAPIServer(t)
 	return c
 }
 

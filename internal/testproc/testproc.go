@@ -76,6 +76,16 @@ func (p *Proc) Stop(t testing.TB) {
 	}
 }
 
+// Kill sends SIGKILL to p's PID (a crash: no graceful shutdown) and waits
+// until it has exited.
+func (p *Proc) Kill() {
+	if done, _ := p.Exited(); done {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
 // RequireBinaries skips t when one of paths is missing, or fails it when
 // ROUTELET_REQUIRE_TEST_BINS=1 (set by a CI lane that builds them first).
 func RequireBinaries(t testing.TB, paths ...string) {

@@ -356,8 +356,16 @@ func handleInNode(n *cluster.Node) (*netlink.Handle, error) {
 // flags); it is stopped at cleanup and its log shown if t failed.
 func runDaemon(t testing.TB, n *node, args ...string) *netnstest.Buffer {
 	t.Helper()
+	return startDaemon(t, n, append([]string{"--pod-cidr=" + n.Spec.Block4}, args...)...)
+}
+
+// startDaemon starts routeletd in n with its node name, state dir, debug
+// logs and a test-sized device check period, then args; it is stopped at
+// cleanup and its log shown if t failed.
+func startDaemon(t testing.TB, n *node, args ...string) *netnstest.Buffer {
+	t.Helper()
 	log := &netnstest.Buffer{}
-	all := append([]string{"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir, "--pod-cidr=" + n.Spec.Block4,
+	all := append([]string{"--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir,
 		"--log-level=debug", "--device-check-period=500ms"}, args...)
 	d, err := netnstest.StartIn(n.CNI.NS, log, filepath.Join(binDir, "routeletd"), all...)
 	if err != nil {

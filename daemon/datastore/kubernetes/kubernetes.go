@@ -1,0 +1,566 @@
+// Package kubernetes is the Kubernetes datastore: the cluster's Node
+// objects are the node records. This node's blocks are its Node's
+// spec.podCIDRs (kube-controller-manager's node IPAM); what peers need of
+// this node is published as annotations under routelet.io/ on its Node;
+// every other Node with podCIDRs is a peer. One informer on Nodes, with a
+// transform that keeps only what routelet reads, serves all of it: after
+// the first list the datastore answers from that cache, so an API outage
+// leaves the last known peers in place. See docs/design.md "Datastores".
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	k8s "k8s.io/client-go/kubernetes"
+	listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/peers"
+)
+
+// AnnotationPrefix prefixes every annotation routelet writes on a Node.
+const AnnotationPrefix = "routelet.io/"
+
+// The annotations that carry a node's published values (one value each;
+// a value the node does not have is absent).
+const (
+	AnnotationHostIPv4   = AnnotationPrefix + "host-ipv4"
+	AnnotationHostIPv6   = AnnotationPrefix + "host-ipv6"
+	AnnotationVTEPMAC    = AnnotationPrefix + "vtep-mac"
+	AnnotationVTEPMACv6  = AnnotationPrefix + "vtep-mac-v6"
+	AnnotationTunnelIPv4 = AnnotationPrefix + "tunnel-ipv4"
+	AnnotationTunnelIPv6 = AnnotationPrefix + "tunnel-ipv6"
+)
+
+// Annotations lists the published annotation keys.
+var Annotations = []string{AnnotationHostIPv4, AnnotationHostIPv6, AnnotationVTEPMAC, AnnotationVTEPMACv6, AnnotationTunnelIPv4, AnnotationTunnelIPv6}
+
+// ConditionReason is the reason routelet sets on the Node's
+// NetworkUnavailable condition when it sets it to False.
+const ConditionReason = "RouteletIsUp"
+
+// Options configure a Datastore.
+type Options struct {
+	// Client talks to the API server (a real or a fake clientset).
+	Client k8s.Interface
+	// NodeName is this node's Node.
+	NodeName string
+	// Logger; nil is slog.Default().
+	Logger *slog.Logger
+	// Backoff bounds the retry delay of failed patches (first retry after
+	// a second, doubling up to Backoff); 0 is 30 s.
+	Backoff time.Duration
+	// NoTransform keeps whole Node objects in the cache (for measuring
+	// what the transform saves).
+	NoTransform bool
+}
+
+// Datastore is the Kubernetes datastore of one node.
+type Datastore struct {
+	opts     Options
+	log      *slog.Logger
+	informer cache.SharedIndexInformer
+	lister   listers.NodeLister
+	cancel   context.CancelFunc
+	done     chan struct{} // the informer and the publisher stopped
+
+	apiErrors *prometheus.CounterVec // label op: list-watch | patch | patch-status
+	patches   *prometheus.CounterVec // label op
+
+	kick chan struct{} // wakes the publisher
+	// sentOn is our cached Node the publisher last patched from: while
+	// the cache still holds that object, the patch has not come back
+	// through the watch and is not sent again.
+	sentOn *corev1.Node
+
+	mu      sync.Mutex
+	ownSeen chan struct{} // closed (and replaced) when our Node changes
+	self    map[string]string
+	hasSelf bool
+	ready   bool  // the dataplane is up: NetworkUnavailable should be False
+	apiDown bool  // the last list or watch failed
+	apiErr  error // the last list or watch error
+}
+
+var (
+	_ datastore.Datastore     = (*Datastore)(nil)
+	_ datastore.ReadyReporter = (*Datastore)(nil)
+	_ prometheus.Collector    = (*Datastore)(nil)
+)
+
+// apiResult counts and logs a list or watch call's error (the first of an
+// outage at warn, the rest at debug, the recovery at info) and returns it.
+// The informer retries with backoff and keeps its cache meanwhile.
+func (d *Datastore) apiResult(ctx context.Context, call string, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return err // stopping
+	}
+	d.mu.Lock()
+	was := d.apiDown
+	d.apiDown, d.apiErr = err != nil, err
+	d.mu.Unlock()
+	switch {
+	case err != nil:
+		d.apiErrors.WithLabelValues("list-watch").Inc()
+		if !was {
+			d.log.Warn("cannot "+call+" Nodes: keeping the last known peers and the dataplane, retrying with backoff", "err", err)
+		} else {
+			d.log.Debug("cannot "+call+" Nodes, retrying", "err", err)
+		}
+	case was:
+		d.log.Info("the Kubernetes API answers again", "call", call)
+	}
+	return err
+}
+
+// ClientConfig returns the API server's client configuration: kubeconfig's
+// when a path is given, else the in-cluster one (the pod's service
+// account).
+func ClientConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster Kubernetes config (give --kubeconfig outside a pod): %w", err)
+	}
+	return c, nil
+}
+
+// New starts the datastore's informer on Nodes; it runs until Close.
+func New(opts Options) (*Datastore, error) {
+	if opts.Client == nil {
+		return nil, errors.New("kubernetes datastore: no client")
+	}
+	if opts.NodeName == "" {
+		return nil, errors.New("kubernetes datastore: no node name")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Backoff <= 0 {
+		opts.Backoff = 30 * time.Second
+	}
+	d := &Datastore{
+		opts: opts, log: opts.Logger, done: make(chan struct{}), kick: make(chan struct{}, 1), ownSeen: make(chan struct{}),
+		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "routelet_kubernetes_api_errors_total", Help: "Failed Kubernetes API calls of the Kubernetes datastore (retried with backoff).",
+		}, []string{"op"}),
+		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "routelet_kubernetes_patches_total", Help: "Patches the Kubernetes datastore sent to this node's Node.",
+		}, []string{"op"}),
+	}
+	for _, op := range []string{"list-watch", "patch", "patch-status"} {
+		d.apiErrors.WithLabelValues(op)
+	}
+	for _, op := range []string{"patch", "patch-status"} {
+		d.patches.WithLabelValues(op)
+	}
+	d.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l, err := opts.Client.CoreV1().Nodes().List(ctx, o)
+			return l, d.apiResult(ctx, "list", err)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := opts.Client.CoreV1().Nodes().Watch(ctx, o)
+			return w, d.apiResult(ctx, "watch", err)
+		},
+	}, opts.Client), &corev1.Node{}, 0, cache.Indexers{})
+	if !opts.NoTransform {
+		if err := d.informer.SetTransform(Transform); err != nil {
+			return nil, fmt.Errorf("kubernetes datastore: %w", err)
+		}
+	}
+	d.lister = listers.NewNodeLister(d.informer.GetIndexer())
+	own := func(obj any) {
+		if n, ok := nodeOf(obj); ok && n.Name == opts.NodeName {
+			d.ownChanged()
+		}
+	}
+	if _, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: own, UpdateFunc: func(_, obj any) { own(obj) }, DeleteFunc: own,
+	}); err != nil {
+		return nil, fmt.Errorf("kubernetes datastore: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.informer.RunWithContext(ctx) }()
+	go func() { defer wg.Done(); d.publisher(ctx) }()
+	go func() { wg.Wait(); close(d.done) }()
+	return d, nil
+}
+
+// Close stops the informer and the publisher.
+func (d *Datastore) Close() error {
+	d.cancel()
+	<-d.done
+	return nil
+}
+
+// ownChanged wakes LocalBlocks and the publisher after our Node changed.
+func (d *Datastore) ownChanged() {
+	d.mu.Lock()
+	close(d.ownSeen)
+	d.ownSeen = make(chan struct{})
+	d.mu.Unlock()
+	d.wake()
+}
+
+// wake kicks the publisher without blocking.
+func (d *Datastore) wake() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// LocalBlocks returns our Node's spec.podCIDRs once it has any; until then
+// it calls waiting and waits for the Node to change.
+func (d *Datastore) LocalBlocks(ctx context.Context, waiting func(reason string)) ([]netip.Prefix, error) {
+	for {
+		d.mu.Lock()
+		seen, apiErr := d.ownSeen, d.apiErr
+		d.mu.Unlock()
+		var reason string
+		if !d.informer.HasSynced() {
+			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: Nodes not listed from the API server yet", d.opts.NodeName)
+			if apiErr != nil {
+				reason += ": " + apiErr.Error()
+			}
+		} else if n, err := d.lister.Get(d.opts.NodeName); err != nil {
+			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: %v", d.opts.NodeName, err)
+		} else if cidrs := podCIDRs(n); len(cidrs) == 0 {
+			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s", d.opts.NodeName)
+		} else {
+			return parseBlocks(n.Name, cidrs)
+		}
+		waiting(reason)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-seen:
+		case <-time.After(time.Second): // the first sync has no event of its own
+		}
+	}
+}
+
+// parseBlocks parses a Node's podCIDRs into pod blocks, refusing any that
+// cannot be one (named in the error).
+func parseBlocks(node string, cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: spec.podCIDRs %q: %w", node, s, err)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("node %s: spec.podCIDRs %q: host bits set (want %s)", node, s, p.Masked())
+		}
+		if err := netguard.CheckBlock(p); err != nil {
+			return nil, fmt.Errorf("node %s: spec.podCIDRs %q: %w", node, s, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// podCIDRs returns a Node's pod CIDRs (spec.podCIDR alone on old objects).
+func podCIDRs(n *corev1.Node) []string {
+	if len(n.Spec.PodCIDRs) > 0 {
+		return n.Spec.PodCIDRs
+	}
+	if n.Spec.PodCIDR != "" {
+		return []string{n.Spec.PodCIDR}
+	}
+	return nil
+}
+
+// Publish records our values; the publisher patches them onto our Node
+// whenever they differ from the Node's annotations, now and later.
+func (d *Datastore) Publish(self peers.Record) error {
+	d.mu.Lock()
+	d.self = annotationsOf(self)
+	d.hasSelf = true
+	d.mu.Unlock()
+	d.wake()
+	return nil
+}
+
+// SetReady reports the dataplane's readiness: while ready, the Node's
+// NetworkUnavailable condition is kept False (set again if anything else
+// changes it, or the Node is created again). Not ready changes nothing:
+// the dataplane stays in place (also when the daemon stops).
+func (d *Datastore) SetReady(ready bool, _ string) {
+	d.mu.Lock()
+	changed := ready && !d.ready
+	d.ready = ready
+	d.mu.Unlock()
+	if changed {
+		d.wake()
+	}
+}
+
+// annotationsOf maps a record to its annotations ("" values absent).
+func annotationsOf(r peers.Record) map[string]string {
+	m := map[string]string{}
+	for k, v := range map[string]string{
+		AnnotationHostIPv4: r.HostIPv4, AnnotationHostIPv6: r.HostIPv6,
+		AnnotationVTEPMAC: r.VTEPMAC, AnnotationVTEPMACv6: r.VTEPMACv6,
+		AnnotationTunnelIPv4: r.TunnelIPv4, AnnotationTunnelIPv6: r.TunnelIPv6,
+	} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// publisher keeps our annotations and the NetworkUnavailable condition as
+// wanted: it patches when the cached Node differs (so nothing is sent when
+// nothing changed), retrying failures with backoff.
+func (d *Datastore) publisher(ctx context.Context) {
+	const first = time.Second
+	delay := first
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+		case <-retry:
+		}
+		retry = nil
+		if !d.informer.HasSynced() {
+			retry = time.After(100 * time.Millisecond)
+			continue
+		}
+		if err := d.sync(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Warn("cannot update this node's Node, retrying", "node", d.opts.NodeName, "in", delay, "err", err)
+			retry = time.After(delay)
+			delay = min(2*delay, d.opts.Backoff)
+			continue
+		}
+		delay = first
+	}
+}
+
+// sync sends the patches our Node needs, if any.
+func (d *Datastore) sync(ctx context.Context) error {
+	d.mu.Lock()
+	want, hasSelf, ready := d.self, d.hasSelf, d.ready
+	d.mu.Unlock()
+	n, err := d.lister.Get(d.opts.NodeName)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", d.opts.NodeName, err)
+	}
+	if n == d.sentOn {
+		return nil // our last patch is not back yet; its echo wakes us
+	}
+	sent := false
+	if hasSelf {
+		patch, err := annotationPatch(n.Annotations, want)
+		if err != nil {
+			return err
+		}
+		if patch != nil {
+			if _, err := d.opts.Client.CoreV1().Nodes().Patch(ctx, d.opts.NodeName, mergePatch, patch, metav1.PatchOptions{}); err != nil {
+				d.apiErrors.WithLabelValues("patch").Inc()
+				return fmt.Errorf("patch annotations of node %s: %w", d.opts.NodeName, err)
+			}
+			sent = true
+			d.patches.WithLabelValues("patch").Inc()
+			d.log.Info("published this node's values as annotations", "node", d.opts.NodeName, "patch", string(patch))
+		}
+	}
+	if ready && !NetworkAvailable(n) {
+		if err := d.patchCondition(ctx); err != nil {
+			d.apiErrors.WithLabelValues("patch-status").Inc()
+			return err
+		}
+		sent = true
+		d.patches.WithLabelValues("patch-status").Inc()
+		d.log.Info("set NetworkUnavailable=False on this node", "node", d.opts.NodeName, "reason", ConditionReason)
+	}
+	if sent {
+		d.sentOn = n
+	}
+	return nil
+}
+
+// NetworkAvailable reports whether a Node carries NetworkUnavailable=False
+// with routelet's reason.
+func NetworkAvailable(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeNetworkUnavailable {
+			return c.Status == corev1.ConditionFalse && c.Reason == ConditionReason
+		}
+	}
+	return false
+}
+
+// Watch calls changed whenever another Node appears, goes, or changes in
+// what its record holds (kubelet's status updates alone do not wake the
+// daemon), until ctx is done.
+func (d *Datastore) Watch(ctx context.Context, changed func()) error {
+	peer := func(obj any) {
+		if n, ok := nodeOf(obj); !ok || n.Name != d.opts.NodeName {
+			changed()
+		}
+	}
+	update := func(oldObj, newObj any) {
+		o, ok1 := nodeOf(oldObj)
+		n, ok2 := nodeOf(newObj)
+		if ok1 && ok2 && reflect.DeepEqual(Record(o), Record(n)) {
+			return
+		}
+		peer(newObj)
+	}
+	reg, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: peer, UpdateFunc: update, DeleteFunc: peer,
+	})
+	if err != nil {
+		return fmt.Errorf("watch Nodes: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		_ = d.informer.RemoveEventHandler(reg)
+	}()
+	return nil
+}
+
+// Peers returns a record for every other Node with podCIDRs, from the
+// informer's cache: an API outage leaves the last listed Nodes. Before the
+// first list it is an error (the daemon keeps what it has).
+func (d *Datastore) Peers() ([]peers.Record, []error, error) {
+	if !d.informer.HasSynced() {
+		return nil, nil, errors.New("Nodes not listed from the API server yet")
+	}
+	ns, err := d.lister.List(everything)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list cached Nodes: %w", err)
+	}
+	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
+	var out []peers.Record
+	for _, n := range ns {
+		if n.Name == d.opts.NodeName || len(podCIDRs(n)) == 0 {
+			continue
+		}
+		out = append(out, Record(n))
+	}
+	return out, nil, nil
+}
+
+// Record is the node record of a Node: its annotations, the InternalIP of
+// each family where the host IP annotation is absent, and its podCIDRs.
+func Record(n *corev1.Node) peers.Record {
+	a := n.Annotations
+	r := peers.Record{
+		Name: n.Name, HostIPv4: a[AnnotationHostIPv4], HostIPv6: a[AnnotationHostIPv6],
+		VTEPMAC: a[AnnotationVTEPMAC], VTEPMACv6: a[AnnotationVTEPMACv6],
+		TunnelIPv4: a[AnnotationTunnelIPv4], TunnelIPv6: a[AnnotationTunnelIPv6],
+		Blocks: slices.Clone(podCIDRs(n)), Updated: n.CreationTimestamp.Time,
+	}
+	for _, addr := range n.Status.Addresses {
+		if addr.Type != corev1.NodeInternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(addr.Address)
+		if err != nil {
+			continue // the validator would refuse it anyway; the annotation may still serve
+		}
+		if ip.Is4() && r.HostIPv4 == "" {
+			r.HostIPv4 = addr.Address
+		} else if !ip.Is4() && r.HostIPv6 == "" {
+			r.HostIPv6 = addr.Address
+		}
+	}
+	return r
+}
+
+// Transform is the informer's cache.TransformFunc: it keeps of a Node only
+// what routelet reads (name, uid, resourceVersion, creation time, the
+// routelet.io/ annotations, podCIDRs, InternalIPs, the NetworkUnavailable
+// condition), so the cache stays small on large clusters (no
+// managedFields, labels, images, other conditions, ...).
+func Transform(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec: corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+	}
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, AnnotationPrefix) {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			out.Status.Addresses = append(out.Status.Addresses, a)
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeNetworkUnavailable {
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+		}
+	}
+	return out, nil
+}
+
+// nodeOf returns the Node in an informer event (also a tombstone's).
+func nodeOf(obj any) (*corev1.Node, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	n, ok := obj.(*corev1.Node)
+	return n, ok
+}
+
+// Describe implements prometheus.Collector: the datastore's metrics.
+func (d *Datastore) Describe(ch chan<- *prometheus.Desc) {
+	d.apiErrors.Describe(ch)
+	d.patches.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (d *Datastore) Collect(ch chan<- prometheus.Metric) {
+	d.apiErrors.Collect(ch)
+	d.patches.Collect(ch)
+}
