@@ -23,7 +23,6 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
-
 // benchChanges is how many single-peer changes the latency is taken over.
 const benchChanges = 100
 
