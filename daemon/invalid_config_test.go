@@ -18,7 +18,7 @@ func TestInvalidConfigExits(t *testing.T) {
 	}{
 		{args: []string{"--mtu=12abc"}, want: []string{`"mtu"`, "12abc"}},
 		{args: []string{"--node-name=n"}, env: "ROUTELET_ENCAPSULATION=gre", want: []string{`"encapsulation"`, "gre", "ROUTELET_ENCAPSULATION"}},
-		{args: []string{"--node-name=n", "--datastore=etcd"}, want: []string{`"datastore"`, "etcd"}},
+		{args: []string{"--node-name=n", "--datastore=consul"}, want: []string{`"datastore"`, "consul"}},
 		{args: []string{"--node-name=n", "--datastore=kubernetes", "--kubeconfig=kube.conf"}, want: []string{`"kubeconfig"`, "kube.conf"}},
 		{args: []string{"--config=/nonexistent/routeletd.yaml"}, want: []string{"/nonexistent/routeletd.yaml"}},
 		{args: []string{"--node-name=n", "--datastore=etcd"}, want: []string{`"etcd-endpoints"`}},
