@@ -273,6 +273,9 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 					results[k].ref = append(results[k].ref, sRef)
 					results[k].rl = append(results[k].rl, sRL)
 					fmt.Fprintf(w, "  round %d %s  reference %s   routelet %s\n", r+1, k, sRef, sRL)
+					if o.perfDir != "" {
+						fmt.Fprintf(w, "      reference %s\n      routelet  %s\n", sRef.nf, sRL.nf)
+					}
 				}
 			}
 		}
@@ -292,6 +295,10 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 				}
 				fmt.Fprintf(w, "  %s  reference %s   routelet %s   CPU/GB ratio %.2f, attrib ratio %.2f, throughput ratio %.2f\n",
 					k, medianSample(rs.ref), medianSample(rs.rl), median(cpu), median(attr), median(rate))
+				if o.perfDir != "" {
+					fmt.Fprintf(w, "      netfilter outside the router's bridge, median share of the transfer's samples: reference %.1f%%, routelet %.1f%%\n",
+						100*medianOwn(rs.ref), 100*medianOwn(rs.rl))
+				}
 			}
 		}
 	}
@@ -322,10 +329,20 @@ type sample struct {
 	gbps      float64
 	cpuPerGB  float64
 	attrPerGB float64
+	nf        *hookShares // with -perf: where the transfer's threads were in netfilter
 }
 
 func (s sample) String() string {
 	return fmt.Sprintf("%6.2f Gbit/s %5.2f CPU-s/GB (attrib %4.2f)", s.gbps, s.cpuPerGB, s.attrPerGB)
+}
+
+// medianOwn returns the median of xs' netfilter shares (own).
+func medianOwn(xs []sample) float64 {
+	var f []float64
+	for _, x := range xs {
+		f = append(f, x.nf.own())
+	}
+	return median(f)
 }
 
 // medianSample returns the median rate and the median CPU per GB of xs
@@ -430,7 +447,15 @@ func transfer(ctx context.Context, at attribution, cli, srv, dst string, secs in
 	}
 	srvCPU := (server.ProcessState.UserTime() + server.ProcessState.SystemTime()).Seconds()
 	attr := at.attributable(client+srvCPU, softirq, ksoftirqd)
-	return sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, cpuPerGB: busy / gb, attrPerGB: attr / gb}, nil
+	out := sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, cpuPerGB: busy / gb, attrPerGB: attr / gb}
+	if prof != "" {
+		nf, err := perfHookShares(ctx, prof)
+		if err != nil {
+			return sample{}, err
+		}
+		out.nf = &nf
+	}
+	return out, nil
 }
 
 // startPerf starts `perf record -a -g` into file (nothing when file is
