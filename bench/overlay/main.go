@@ -15,10 +15,15 @@
 // For every transfer it prints the rate and the CPU seconds per GB moved,
 // for the whole machine (busy jiffies from /proc/stat over the transfer,
 // divided by the bytes received): on this single-machine model both nodes'
-// packet work shows up there. The summary gives the medians and
-// routelet's ratio to the reference in the same run (CPU per GB: target
-// ≤ 1.05 with NAT off), and the pod/underlay throughput ratio. Everything
-// runs in network namespaces and is removed at the end, also on Ctrl-C.
+// packet work shows up there. Beside it goes the CPU time attributable to
+// the transfer per GB (both iperf3 processes and the softirq work, see
+// attribution), which the machine's other load inflates less. The summary
+// gives the medians and routelet's ratios to the reference in the same run
+// (CPU per GB: target ≤ 1.05 with NAT off), and the pod/underlay
+// throughput ratio. With -perf each transfer is profiled and its
+// netfilter share printed per hook; -dump writes both datapaths'
+// configuration for a diff instead of measuring. Everything runs in
+// network namespaces and is removed at the end, also on Ctrl-C.
 //
 // Run as root: go run ./bench/overlay (or make bench).
 package main
