@@ -15,10 +15,15 @@
 // For every transfer it prints the rate and the CPU seconds per GB moved,
 // for the whole machine (busy jiffies from /proc/stat over the transfer,
 // divided by the bytes received): on this single-machine model both nodes'
-// packet work shows up there. The summary gives the medians and
-// routelet's ratio to the reference in the same run (CPU per GB: target
-// ≤ 1.05 with NAT off), and the pod/underlay throughput ratio. Everything
-// runs in network namespaces and is removed at the end, also on Ctrl-C.
+// packet work shows up there. Beside it goes the CPU time attributable to
+// the transfer per GB (both iperf3 processes and the softirq work, see
+// attribution), which the machine's other load inflates less. The summary
+// gives the medians and routelet's ratios to the reference in the same run
+// (CPU per GB: target ≤ 1.05 with NAT off), and the pod/underlay
+// throughput ratio. With -perf each transfer is profiled and its
+// netfilter share printed per hook; -dump writes both datapaths'
+// configuration for a diff instead of measuring. Everything runs in
+// network namespaces and is removed at the end, also on Ctrl-C.
 //
 // Run as root: go run ./bench/overlay (or make bench).
 package main
@@ -45,6 +50,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
@@ -61,11 +67,14 @@ type options struct {
 	binDir       string
 	nat, pin     []string // "on", "off"
 	ipv6         bool
+	v6           []bool // pod families measured, in order: false IPv4, true IPv6
+	perfDir      string // perf record each transfer into this directory
+	dump         string // directory for the datapaths' state; no transfer then
 }
 
 func main() {
 	var o options
-	var nat, pin string
+	var nat, pin, fam string
 	flag.IntVar(&o.secs, "t", 5, "seconds per iperf3 transfer")
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each runs every transfer once, reference and routelet alternating")
 	flag.StringVar(&o.encap, "encapsulation", "vxlan", "vxlan, or none (host-gw: direct routes, no encapsulation)")
@@ -73,6 +82,9 @@ func main() {
 	flag.StringVar(&nat, "nat", "on,off", "routeletd NAT outgoing settings to measure, in order")
 	flag.StringVar(&pin, "pin", "off,on", "iperf3 placement: off (unpinned), on (both ends on the last CPU)")
 	flag.BoolVar(&o.ipv6, "ipv6", true, "also measure IPv6 pods (over the IPv6 underlay)")
+	flag.StringVar(&fam, "family", "4,6", "pod families to measure, in order: 4, 6 or both (6 needs -ipv6)")
+	flag.StringVar(&o.perfDir, "perf", "", "record each transfer with perf record -a -g into this directory (for perf report --comm iperf3,...)")
+	flag.StringVar(&o.dump, "dump", "", "write both datapaths' state (links, offloads, routes, neighbours, sysctls, netfilter) per namespace into this directory and exit without measuring")
 	flag.Parse()
 	o.nat, o.pin = strings.Split(nat, ","), strings.Split(pin, ",")
 	for _, v := range append(slices.Clone(o.nat), o.pin...) {
@@ -80,6 +92,13 @@ func main() {
 			fmt.Fprintf(os.Stderr, "overlay bench: -nat and -pin take on and off, not %q\n", v)
 			os.Exit(2)
 		}
+	}
+	for _, f := range strings.Split(fam, ",") {
+		if f != "4" && (f != "6" || !o.ipv6) {
+			fmt.Fprintf(os.Stderr, "overlay bench: -family takes 4 and 6 (6 only with -ipv6), not %q\n", f)
+			os.Exit(2)
+		}
+		o.v6 = append(o.v6, f == "6")
 	}
 	if o.encap != "vxlan" && o.encap != "none" {
 		fmt.Fprintf(os.Stderr, "overlay bench: -encapsulation %q: want vxlan or none\n", o.encap)
@@ -174,12 +193,30 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	}
 	defer func() { err = errors.Join(err, ref.close()) }()
 
+	if o.dump != "" {
+		roles := map[string]ns.NetNS{"routelet-node": na.CNI.NS, "routelet-pod": pa.NS, "reference-node": ref.nodes[0], "reference-pod": ref.pods[0]}
+		if err := dumpState(ctx, o.dump, roles, []string{pa.HostIface, refHostVeth(refA)}); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "overlay bench: state of node a, its pod and the reference's in %s (diff routelet-node.txt reference-node.txt)\n", o.dump)
+		return nil
+	}
+	at, err := newAttribution()
+	if err != nil {
+		return err
+	}
+	if o.perfDir != "" {
+		if err := os.MkdirAll(o.perfDir, 0o755); err != nil {
+			return err
+		}
+	}
 	pinCPU := strconv.Itoa(runtime.NumCPU() - 1)
 	fmt.Fprintf(w, "overlay bench: iperf3 -t %d, %d round(s), encapsulation %s, pod MTU %d; routelet pods %s → %s", o.secs, o.rounds, o.encap, mtu, pa.IPv4, pb.IPv4)
 	if o.ipv6 {
 		fmt.Fprintf(w, " and %s → %s", pa.IPv6, pb.IPv6)
 	}
 	fmt.Fprintf(w, "; reference pods %s → %s; pinned: both iperf3 ends on CPU %s\n", refA.pod4, refB.pod4, pinCPU)
+	fmt.Fprintf(w, "CPU-s/GB: whole machine (busy time in /proc/stat); attrib: %s\n", at)
 	fmt.Fprintf(w, "load average at start: %s\n", loadavg())
 
 	type result struct{ ref, rl []sample }
@@ -195,14 +232,14 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		}
 		for r := range o.rounds {
 			if ni == 0 {
-				u, err := transfer(ctx, netnstest.Name(na.CNI.NS), netnstest.Name(nb.CNI.NS), "10.0.1.11", o.secs, "")
+				u, err := transfer(ctx, at, netnstest.Name(na.CNI.NS), netnstest.Name(nb.CNI.NS), "10.0.1.11", o.secs, "", o.perfFile(fmt.Sprintf("r%d-underlay", r+1)))
 				if err != nil {
 					return fmt.Errorf("underlay transfer: %w", err)
 				}
 				under = append(under, u)
 				fmt.Fprintf(w, "  round %d underlay host→host              %s\n", r+1, u)
 			}
-			for _, v6 := range families(o.ipv6) {
+			for _, v6 := range o.v6 {
 				for _, pin := range o.pin {
 					k := key{nat: nat, pin: pin, v6: v6}
 					if results[k] == nil {
@@ -217,10 +254,10 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 						dstRef, dstRL = refB.pod6, pb.IPv6.String()
 					}
 					runRef := func() (sample, error) {
-						return transfer(ctx, netnstest.Name(ref.pods[0]), netnstest.Name(ref.pods[1]), dstRef, o.secs, cpu)
+						return transfer(ctx, at, netnstest.Name(ref.pods[0]), netnstest.Name(ref.pods[1]), dstRef, o.secs, cpu, o.perfFile(fmt.Sprintf("r%d-%s-reference", r+1, k.file())))
 					}
 					runRL := func() (sample, error) {
-						return transfer(ctx, netnstest.Name(pa.NS), netnstest.Name(pb.NS), dstRL, o.secs, cpu)
+						return transfer(ctx, at, netnstest.Name(pa.NS), netnstest.Name(pb.NS), dstRL, o.secs, cpu, o.perfFile(fmt.Sprintf("r%d-%s-routelet", r+1, k.file())))
 					}
 					first, second := runRef, runRL
 					if r%2 == 1 {
@@ -241,6 +278,9 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 					results[k].ref = append(results[k].ref, sRef)
 					results[k].rl = append(results[k].rl, sRL)
 					fmt.Fprintf(w, "  round %d %s  reference %s   routelet %s\n", r+1, k, sRef, sRL)
+					if o.perfDir != "" {
+						fmt.Fprintf(w, "      reference %s\n      routelet  %s\n", sRef.nf, sRL.nf)
+					}
 				}
 			}
 		}
@@ -248,61 +288,85 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	fmt.Fprintf(w, "load average at end: %s\n", loadavg())
 	fmt.Fprintf(w, "medians (%s, %d round(s)); ratios = routelet / reference, the median of each round's pair (the two ran back to back):\n", o.encap, o.rounds)
 	for _, nat := range o.nat {
-		for _, v6 := range families(o.ipv6) {
+		for _, v6 := range o.v6 {
 			for _, pin := range o.pin {
 				k := key{nat: nat, pin: pin, v6: v6}
 				rs := results[k]
-				var cpu, rate []float64
+				var cpu, attr, rate []float64
 				for i := range rs.ref {
 					cpu = append(cpu, rs.rl[i].cpuPerGB/rs.ref[i].cpuPerGB)
+					attr = append(attr, rs.rl[i].attrPerGB/rs.ref[i].attrPerGB)
 					rate = append(rate, rs.rl[i].gbps/rs.ref[i].gbps)
 				}
-				fmt.Fprintf(w, "  %s  reference %s   routelet %s   CPU/GB ratio %.2f, throughput ratio %.2f\n",
-					k, medianSample(rs.ref), medianSample(rs.rl), median(cpu), median(rate))
+				fmt.Fprintf(w, "  %s  reference %s   routelet %s   CPU/GB ratio %.2f, attrib ratio %.2f, throughput ratio %.2f\n",
+					k, medianSample(rs.ref), medianSample(rs.rl), median(cpu), median(attr), median(rate))
+				if o.perfDir != "" {
+					fmt.Fprintf(w, "      netfilter outside the router's bridge, median share of the transfer's samples: reference %.1f%%, routelet %.1f%%\n",
+						100*medianOwn(rs.ref), 100*medianOwn(rs.rl))
+				}
 			}
 		}
 	}
 	mu := medianSample(under)
-	k := key{nat: o.nat[0], pin: o.pin[0]}
+	k := key{nat: o.nat[0], pin: o.pin[0], v6: o.v6[0]}
 	mo := medianSample(results[k].rl)
 	fmt.Fprintf(w, "underlay %s; routelet pod→pod (%s) %.2f Gbit/s: ratio %.2f to the underlay\n", mu, k, mo.gbps, mo.gbps/mu.gbps)
 	return nil
 }
 
-// families returns the pod families measured: IPv4, and IPv6 with v6.
-func families(v6 bool) []bool {
-	if v6 {
-		return []bool{false, true}
+// perfFile returns where perf records the transfer named name, or "" when
+// no profile is wanted.
+func (o options) perfFile(name string) string {
+	if o.perfDir == "" {
+		return ""
 	}
-	return []bool{false}
+	return filepath.Join(o.perfDir, name+".data")
 }
 
-// sample is one transfer: its rate and the whole machine's CPU time per GB
-// moved.
+// file returns k as a file name part.
+func (k key) file() string {
+	return strings.NewReplacer(" ", "", "IPv", "v").Replace(fmt.Sprintf("%s-pin%s-nat%s", family[k.v6], k.pin, k.nat))
+}
+
+// sample is one transfer: its rate, and the whole machine's CPU time and
+// the CPU time attributable to it (attribution) per GB moved.
 type sample struct {
-	gbps     float64
-	cpuPerGB float64
+	gbps      float64
+	cpuPerGB  float64
+	attrPerGB float64
+	nf        *hookShares // with -perf: where the transfer's threads were in netfilter
 }
 
 func (s sample) String() string {
-	return fmt.Sprintf("%6.2f Gbit/s %5.2f CPU-s/GB", s.gbps, s.cpuPerGB)
+	return fmt.Sprintf("%6.2f Gbit/s %5.2f CPU-s/GB (attrib %4.2f)", s.gbps, s.cpuPerGB, s.attrPerGB)
+}
+
+// medianOwn returns the median of xs' netfilter shares (own).
+func medianOwn(xs []sample) float64 {
+	var f []float64
+	for _, x := range xs {
+		f = append(f, x.nf.own())
+	}
+	return median(f)
 }
 
 // medianSample returns the median rate and the median CPU per GB of xs
 // (each taken on its own).
 func medianSample(xs []sample) sample {
-	var g, c []float64
+	var g, c, a []float64
 	for _, x := range xs {
-		g, c = append(g, x.gbps), append(c, x.cpuPerGB)
+		g, c, a = append(g, x.gbps), append(c, x.cpuPerGB), append(a, x.attrPerGB)
 	}
-	return sample{gbps: median(g), cpuPerGB: median(c)}
+	return sample{gbps: median(g), cpuPerGB: median(c), attrPerGB: median(a)}
 }
 
 // transfer runs an iperf3 server in the namespace named srv and a client in
 // cli sending to dst for secs seconds, both on CPU cpu when it is not
-// empty, and returns the receiver's rate and the machine's busy CPU time
-// (from /proc/stat, around the client's run) per GB received.
-func transfer(ctx context.Context, cli, srv, dst string, secs int, cpu string) (sample, error) {
+// empty, and returns the receiver's rate, the machine's busy CPU time
+// (from /proc/stat, around the client's run) per GB received, and the CPU
+// time attributable to the transfer (see attribution) per GB. With prof
+// set, perf records the whole machine around the client's run into prof.
+func transfer(ctx context.Context, at attribution, cli, srv, dst string, secs int, cpu, prof string) (sample, error) {
 	port := "5201"
 	pinned := func(args ...string) []string {
 		if cpu == "" {
@@ -310,6 +374,8 @@ func transfer(ctx context.Context, cli, srv, dst string, secs int, cpu string) (
 		}
 		return append([]string{"taskset", "-c", cpu}, args...)
 	}
+	// ip netns exec and taskset exec in place: the processes' rusage is
+	// iperf3's.
 	srvArgs := append([]string{"netns", "exec", srv}, pinned("iperf3", "-s", "-1", "-p", port)...)
 	server := exec.Command("ip", srvArgs...)
 	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -318,7 +384,9 @@ func transfer(ctx context.Context, cli, srv, dst string, secs int, cpu string) (
 	if err := server.Start(); err != nil {
 		return sample{}, err
 	}
-	defer func() { server.Process.Kill(); server.Wait() }()
+	serverDone := make(chan struct{})
+	go func() { server.Wait(); close(serverDone) }()
+	defer func() { server.Process.Kill(); <-serverDone }()
 	var res struct {
 		End struct {
 			SumReceived struct {
@@ -330,19 +398,35 @@ func transfer(ctx context.Context, cli, srv, dst string, secs int, cpu string) (
 	}
 	// The server needs a moment to listen: a refused connection is retried.
 	// (iperf3 -J reports errors in its JSON and may still exit 0.)
-	var busy float64
+	var busy, softirq, ksoftirqd, client float64
 	for try := 0; ; try++ {
 		cliArgs := append([]string{"netns", "exec", cli}, pinned("iperf3", "-c", dst, "-p", port, "-t", strconv.Itoa(secs), "-J")...)
-		before, err := busySeconds()
+		stop, err := startPerf(prof)
 		if err != nil {
 			return sample{}, err
 		}
-		out, err := exec.CommandContext(ctx, "ip", cliArgs...).Output()
-		after, serr := busySeconds()
-		if serr != nil {
+		before, err := readMachineCPU()
+		if err != nil {
+			return sample{}, err
+		}
+		kBefore, err := taskSeconds(at.ksoftirqd)
+		if err != nil {
+			return sample{}, err
+		}
+		c := exec.CommandContext(ctx, "ip", cliArgs...)
+		out, err := c.Output()
+		after, serr := readMachineCPU()
+		kAfter, kerr := taskSeconds(at.ksoftirqd)
+		if perr := stop(); perr != nil {
+			return sample{}, perr
+		}
+		if serr = errors.Join(serr, kerr); serr != nil {
 			return sample{}, serr
 		}
-		busy = after - before
+		busy, softirq, ksoftirqd = after.busy-before.busy, after.softirq-before.softirq, kAfter-kBefore
+		if c.ProcessState != nil {
+			client = (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
+		}
 		res.Error = ""
 		if jerr := json.Unmarshal(out, &res); jerr != nil {
 			return sample{}, errors.Join(err, fmt.Errorf("iperf3 output: %w", jerr))
@@ -359,41 +443,86 @@ func transfer(ctx context.Context, cli, srv, dst string, secs int, cpu string) (
 	if gb <= 0 {
 		return sample{}, fmt.Errorf("iperf3 -c %s: nothing received", dst)
 	}
-	return sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, cpuPerGB: busy / gb}, nil
+	// The one-off server exits once the client is done; its rusage is
+	// complete then.
+	select {
+	case <-serverDone:
+	case <-time.After(10 * time.Second):
+		return sample{}, fmt.Errorf("iperf3 server for %s did not exit after the transfer: %s", dst, strings.TrimSpace(serverOut.String()))
+	}
+	srvCPU := (server.ProcessState.UserTime() + server.ProcessState.SystemTime()).Seconds()
+	attr := at.attributable(client+srvCPU, softirq, ksoftirqd)
+	out := sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, cpuPerGB: busy / gb, attrPerGB: attr / gb}
+	if prof != "" {
+		nf, err := perfHookShares(ctx, prof)
+		if err != nil {
+			return sample{}, err
+		}
+		out.nf = &nf
+	}
+	return out, nil
 }
 
-// userHZ is the unit of /proc/stat's times (USER_HZ, 100 on Linux).
-const userHZ = 100
-
-// busySeconds returns the CPU time all CPUs of the machine spent not idle
-// so far (user, nice, system, irq, softirq, steal from /proc/stat's "cpu"
-// line; guest time is already inside user).
-func busySeconds() (float64, error) {
-	f, err := os.Open("/proc/stat")
+// startPerf starts `perf record -a -g` into file (nothing when file is
+// empty) with its events disabled, enables them once perf is set up (its
+// control FIFO answers "ack"), and returns the function that stops it and
+// waits for it.
+func startPerf(file string) (stop func() error, err error) {
+	if file == "" {
+		return func() error { return nil }, nil
+	}
+	ctl, ack := file+".ctl", file+".ack"
+	for _, f := range []string{ctl, ack} {
+		os.Remove(f)
+		if err := unix.Mkfifo(f, 0o600); err != nil {
+			return nil, fmt.Errorf("perf control fifo %s: %w", f, err)
+		}
+	}
+	cleanup := func() { os.Remove(ctl); os.Remove(ack) }
+	p := exec.Command("perf", "record", "-q", "-a", "-g", "-F", "997", "-D", "-1", "--control", "fifo:"+ctl+","+ack, "-o", file)
+	p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.Start(); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("perf record: %w", err)
+	}
+	fail := func(err error) (func() error, error) {
+		p.Process.Kill()
+		p.Wait()
+		cleanup()
+		return nil, fmt.Errorf("perf record -o %s: %w", file, err)
+	}
+	// Opening a FIFO blocks until perf opens the other end.
+	c, err := os.OpenFile(ctl, os.O_WRONLY, 0)
 	if err != nil {
-		return 0, err
+		return fail(err)
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 9 || fields[0] != "cpu" {
-			continue
-		}
-		var busy float64
-		for i, v := range fields[1:9] {
-			if i == 3 || i == 4 { // idle, iowait
-				continue
-			}
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/stat: %q: %w", v, err)
-			}
-			busy += n
-		}
-		return busy / userHZ, nil
+	defer c.Close()
+	a, err := os.Open(ack)
+	if err != nil {
+		return fail(err)
 	}
-	return 0, errors.New("/proc/stat: no cpu line")
+	defer a.Close()
+	if _, err := io.WriteString(c, "enable\n"); err != nil {
+		return fail(err)
+	}
+	if line, err := bufio.NewReader(a).ReadString('\n'); err != nil || strings.TrimSpace(line) != "ack" {
+		return fail(fmt.Errorf("no ack to enable: %q %v", line, err))
+	}
+	return func() error {
+		defer cleanup()
+		p.Process.Signal(os.Interrupt)
+		// perf writes its file and then dies of the signal it was sent.
+		if err := p.Wait(); err != nil && !interrupted(p.ProcessState) {
+			return fmt.Errorf("perf record -o %s: %w", file, err)
+		}
+		return nil
+	}, nil
+}
+
+// interrupted reports whether the process ended by SIGINT.
+func interrupted(ps *os.ProcessState) bool {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGINT
 }
 
 // loadavg returns the first three fields of /proc/loadavg.
@@ -436,6 +565,9 @@ type refNode struct {
 // as routelet picks them.
 func (n refNode) tunnel4() string { return strings.TrimSuffix(n.block4, ".0/24") + ".0" }
 func (n refNode) tunnel6() string { return strings.TrimSuffix(n.block6, "/120") }
+
+// refHostVeth is the host-side veth of n's pod.
+func refHostVeth(n refNode) string { return "cali" + n.name + "0000" }
 
 // reference is the hand-built datapath: two node namespaces and a pod in
 // each.
@@ -534,7 +666,7 @@ func buildReference(ctx context.Context, router ns.NetNS, encap string, v6 bool,
 				cmds = append(cmds, "ip -6 route add "+peer.block6+" via "+peer.host6+" dev eth0")
 			}
 		}
-		host := "cali" + n.name + "0000"
+		host := refHostVeth(n)
 		cmds = append(cmds,
 			"ip link add "+host+" mtu "+m+" type veth peer name eth0 mtu "+m+" netns "+netnstest.Name(pod),
 			"sysctl -q -w net.ipv4.conf."+host+".proxy_arp=1 net.ipv4.neigh."+host+".proxy_delay=0",

@@ -55,7 +55,7 @@ func testTamperRepair(t *testing.T, backend string) {
 	})
 	want := c.snapshot()
 	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-A ROUTELET-INPUT ! -i cali+ -p udp", "-A ROUTELET-POSTROUTING -m set --match-set routelet-nat-pools src",
-		"-A PREROUTING -j ROUTELET-PREROUTING", "-A ROUTELET-PREROUTING -i cali+ -m rpfilter --invert -j DROP",
+		"-A PREROUTING -i cali+ -j ROUTELET-PREROUTING", "-A ROUTELET-PREROUTING -i cali+ -m rpfilter --invert -j DROP",
 		"# set routelet-pools: [" + nodeBlock + " " + peerBlock + "]", "# set routelet-vxlan-peers: [" + peerIP + "/32]"} {
 		if !strings.Contains(want, s) {
 			t.Fatalf("routeletd's firewall state lacks %q:\n%s", s, want)
@@ -94,7 +94,7 @@ func testTamperRepair(t *testing.T, backend string) {
 	}{
 		{"flush ROUTELET-INPUT", func() { c.mustIptables("-F", rules.InputChain) }},
 		{"flush ROUTELET-PREROUTING", func() { c.mustIptables("-t", "raw", "-F", rules.PreroutingChain) }},
-		{"delete the raw PREROUTING jump", func() { c.mustIptables("-t", "raw", "-D", "PREROUTING", "-j", rules.PreroutingChain) }},
+		{"delete the raw PREROUTING jump", func() { c.mustIptables("-t", "raw", "-D", "PREROUTING", "-i", "cali+", "-j", rules.PreroutingChain) }},
 		{"delete the INPUT jump", func() { c.mustIptables("-D", "INPUT", "-j", rules.InputChain) }},
 		{"delete the FORWARD jump", func() { c.mustIptables("-D", "FORWARD", "-j", rules.ForwardChain) }},
 		{"delete a peer from the set", func() { ipsetCmd("del", "routelet-vxlan-peers", peerIP) }},
@@ -161,7 +161,7 @@ func testCleanup(t *testing.T, backend string) {
 	c.writeNode("node-b", peerIP, peerBlock)
 	d := c.startDaemon("--encapsulation=vxlan")
 	during := c.snapshot()
-	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING", "-A PREROUTING -j ROUTELET-PREROUTING",
+	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING", "-A PREROUTING -i cali+ -j ROUTELET-PREROUTING",
 		"# set routelet-pools:", "# set routelet-nat-pools:", "# set routelet-vxlan-peers-v6:"} {
 		if !strings.Contains(during, s) {
 			t.Fatalf("routeletd did not set up %q:\n%s", s, during)

@@ -359,19 +359,18 @@ func dropIfEmpty(t Table, table string, log *slog.Logger) {
 // someone else's rule), then flushes and deletes ch, given the table's
 // chains as read. It reports whether it wrote anything.
 func (c *Chains) removeChain(ch Chain, chains map[string][]string) (bool, error) {
-	pos := jumpPositions(chains[ch.Hook], ch.Hook, ch.Name)
+	pos, rules := jumpPositions(chains[ch.Hook], ch.Hook, ch.Name)
 	_, exists := chains[ch.Name]
 	if len(pos) == 0 && !exists {
 		return false, nil
 	}
-	jump := "-A " + ch.Hook + " -j " + ch.Name
 	for i := len(pos) - 1; i >= 0; i-- {
 		c.stats.Reads++
 		rule, err := c.t.ListById(ch.Table, ch.Hook, pos[i])
 		if err != nil {
 			return true, fmt.Errorf("iptables read %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err)
 		}
-		if strings.TrimSpace(rule) != jump {
+		if strings.TrimSpace(rule) != rules[i] {
 			return true, fmt.Errorf("iptables %s/%s changed while removing jumps to %s (rule %d is %q); will retry", ch.Table, ch.Hook, ch.Name, pos[i], rule)
 		}
 		c.stats.Writes++
@@ -440,21 +439,21 @@ func (c *Chains) syncChain(ch Chain, want, lines []string, exists bool) (bool, e
 }
 
 // jumpPositions returns the 1-based positions of the rules in a built-in
-// chain's -S listing that are exactly a jump to target.
-func jumpPositions(lines []string, hook, target string) []int {
-	jump := "-A " + hook + " -j " + target
-	var pos []int
+// chain's -S listing that jump to target, whatever they match (routelet's
+// own jump, one of an older form, or a copy someone added), and those
+// rules' lines.
+func jumpPositions(lines []string, hook, target string) (pos []int, rules []string) {
 	n := 0
 	for _, l := range lines {
 		if !strings.HasPrefix(l, "-A ") {
 			continue
 		}
 		n++
-		if l == jump {
-			pos = append(pos, n)
+		if strings.HasPrefix(l, "-A "+hook+" ") && strings.HasSuffix(l, " -j "+target) {
+			pos, rules = append(pos, n), append(rules, l)
 		}
 	}
-	return pos
+	return pos, rules
 }
 
 // syncHook makes the jump to ch the first rule of its built-in chain, present
@@ -466,14 +465,16 @@ func jumpPositions(lines []string, hook, target string) []int {
 // change to the built-in chain never costs someone else's rule. It reports
 // whether it wrote anything.
 func (c *Chains) syncHook(ch Chain, lines []string) (bool, error) {
-	pos := jumpPositions(lines, ch.Hook, ch.Name)
-	if len(pos) == 1 && pos[0] == 1 {
+	pos, rules := jumpPositions(lines, ch.Hook, ch.Name)
+	want := ch.JumpLine()
+	if len(pos) == 1 && pos[0] == 1 && rules[0] == want {
 		return false, nil
 	}
-	stale := pos
-	if len(pos) == 0 || pos[0] != 1 {
+	stale, staleRules := pos, rules
+	if len(pos) == 0 || pos[0] != 1 || rules[0] != want {
 		c.stats.Writes++
-		if err := c.t.Insert(ch.Table, ch.Hook, 1, "-j", ch.Name); err != nil {
+		args := append(strings.Fields(ch.Jump), "-j", ch.Name)
+		if err := c.t.Insert(ch.Table, ch.Hook, 1, args...); err != nil {
 			return true, fmt.Errorf("iptables insert jump %s/%s -> %s: %w", ch.Table, ch.Hook, ch.Name, err)
 		}
 		for i := range stale {
@@ -481,17 +482,16 @@ func (c *Chains) syncHook(ch Chain, lines []string) (bool, error) {
 		}
 		c.log.Info("iptables jump inserted first", "table", ch.Table, "chain", ch.Hook, "target", ch.Name, "stale_copies", len(stale))
 	} else {
-		stale = pos[1:]
+		stale, staleRules = pos[1:], rules[1:]
 		c.log.Info("iptables duplicate jumps removed", "table", ch.Table, "chain", ch.Hook, "target", ch.Name, "copies", len(stale))
 	}
-	jump := "-A " + ch.Hook + " -j " + ch.Name
 	for i := len(stale) - 1; i >= 0; i-- {
 		c.stats.Reads++
 		rule, err := c.t.ListById(ch.Table, ch.Hook, stale[i])
 		if err != nil {
 			return true, fmt.Errorf("iptables read %s/%s rule %d: %w", ch.Table, ch.Hook, stale[i], err)
 		}
-		if strings.TrimSpace(rule) != jump {
+		if strings.TrimSpace(rule) != staleRules[i] {
 			return true, fmt.Errorf("iptables %s/%s changed while removing stale jumps (rule %d is %q); will retry", ch.Table, ch.Hook, stale[i], rule)
 		}
 		c.stats.Writes++
@@ -540,7 +540,7 @@ func Cleanup(t Table, log *slog.Logger) error {
 		if chains == nil {
 			continue // the read failed, reported above
 		}
-		pos := jumpPositions(chains[ch.Hook], ch.Hook, ch.Name)
+		pos, _ := jumpPositions(chains[ch.Hook], ch.Hook, ch.Name)
 		for i := len(pos) - 1; i >= 0; i-- {
 			if err := t.DeleteById(ch.Table, ch.Hook, pos[i]); err != nil {
 				errs = append(errs, fmt.Errorf("iptables cleanup: delete jump %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err))

@@ -29,7 +29,7 @@ func wantInstalled(t *testing.T, f *FakeTable, cfg Config, family ipset.Family, 
 			t.Fatalf("chain %s/%s = %q, want %q", ch.Table, ch.Name, got, ch.Rules)
 		}
 		hook, _ := f.Rules(ch.Table, ch.Hook)
-		want := append([]string{"-j " + ch.Name}, others[ch.Table+"/"+ch.Hook]...)
+		want := append([]string{strings.TrimPrefix(ch.JumpLine(), "-A "+ch.Hook+" ")}, others[ch.Table+"/"+ch.Hook]...)
 		if !slices.Equal(hook, want) {
 			t.Fatalf("built-in %s/%s = %q, want %q", ch.Table, ch.Hook, hook, want)
 		}
@@ -601,5 +601,33 @@ func TestCleanupDropsTablesItEmptied(t *testing.T) {
 	}
 	if r, _ := f.Rules(TableFilter, "INPUT"); !slices.Equal(r, []string{"-p tcp --dport 22 -j ACCEPT"}) {
 		t.Errorf("filter INPUT = %q, want someone else's rule kept", r)
+	}
+}
+
+// TestChainsReplaceJumpOfOlderForm: a node upgraded from a routelet whose
+// raw PREROUTING jump matched every packet gets the pod-interface jump in
+// its place, the old one removed, someone else's rule kept; Cleanup
+// removes a jump of either form.
+func TestChainsReplaceJumpOfOlderForm(t *testing.T) {
+	f := NewFakeTable()
+	f.SetRules(TableRaw, "PREROUTING", "-j "+PreroutingChain, "-s 192.0.2.1/32 -j DROP")
+	c := New(f, ipset.IPv4, quiet)
+	if err := c.SetConfig(fullCfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	hook, _ := f.Rules(TableRaw, "PREROUTING")
+	if want := []string{"-i cali+ -j " + PreroutingChain, "-s 192.0.2.1/32 -j DROP"}; !slices.Equal(hook, want) {
+		t.Fatalf("raw PREROUTING = %q, want %q", hook, want)
+	}
+
+	f.SetRules(TableRaw, "PREROUTING", "-i cali+ -j "+PreroutingChain, "-j "+PreroutingChain, "-s 192.0.2.1/32 -j DROP")
+	if err := Cleanup(f, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if hook, _ := f.Rules(TableRaw, "PREROUTING"); !slices.Equal(hook, []string{"-s 192.0.2.1/32 -j DROP"}) {
+		t.Fatalf("raw PREROUTING after Cleanup = %q, want only the other rule", hook)
 	}
 }

@@ -121,10 +121,10 @@ func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family) {
 			t.Fatalf("%s -t %s -S %s =\n%s\nwant\n%s", f.bin, ch.Table, ch.Name, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 		hook := strings.Split(strings.TrimSpace(f.run(t, "-t", ch.Table, "-S", ch.Hook)), "\n")
-		if len(hook) < 2 || hook[1] != "-A "+ch.Hook+" -j "+ch.Name {
+		if len(hook) < 2 || hook[1] != ch.JumpLine() {
 			t.Fatalf("%s -t %s -S %s: jump to %s not first:\n%s", f.bin, ch.Table, ch.Hook, ch.Name, strings.Join(hook, "\n"))
 		}
-		if pos := jumpPositions(hook, ch.Hook, ch.Name); len(pos) != 1 {
+		if pos, _ := jumpPositions(hook, ch.Hook, ch.Name); len(pos) != 1 {
 			t.Fatalf("%s/%s jumps to %s %d times, want once", ch.Table, ch.Hook, ch.Name, len(pos))
 		}
 	}

@@ -79,12 +79,23 @@ func (c Config) Validate() error {
 }
 
 // Chain is one rendered chain: its table, name, the built-in chain that
-// jumps to it and its rules as rule specs (what follows "-A <name>").
+// jumps to it, what that jump matches (empty: every packet; written as
+// `iptables -S` prints it) and its rules as rule specs (what follows
+// "-A <name>").
 type Chain struct {
 	Table string
 	Name  string
 	Hook  string
+	Jump  string
 	Rules []string
+}
+
+// JumpLine returns the jump to c as `iptables -S <hook>` prints it.
+func (c Chain) JumpLine() string {
+	if c.Jump == "" {
+		return "-A " + c.Hook + " -j " + c.Name
+	}
+	return "-A " + c.Hook + " " + c.Jump + " -j " + c.Name
 }
 
 // Lines returns the chain as `iptables -S <name>` prints it.
@@ -145,7 +156,11 @@ func Render(cfg Config, family ipset.Family) []Chain {
 	}
 
 	out := []Chain{
-		{Table: TableRaw, Name: PreroutingChain, Hook: "PREROUTING", Rules: pre},
+		// Only packets from pod interfaces enter the anti-spoofing chain:
+		// every rule in it starts with that match, so the outer and the
+		// decapsulated packets of the overlay, most of what the raw hook
+		// sees, cost one interface compare instead of a walk through it.
+		{Table: TableRaw, Name: PreroutingChain, Hook: "PREROUTING", Jump: "-i " + pods, Rules: pre},
 		{Table: TableFilter, Name: InputChain, Hook: "INPUT", Rules: input},
 		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward},
 	}

@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 func dump(chains []Chain) string {
 	var b strings.Builder
 	for _, ch := range chains {
-		b.WriteString("# -t " + ch.Table + " (jumped to from " + ch.Hook + ")\n")
+		b.WriteString("# -t " + ch.Table + " (jumped to from " + ch.Hook + ": " + ch.JumpLine() + ")\n")
 		for _, l := range ch.Lines() {
 			b.WriteString(l + "\n")
 		}

@@ -324,3 +324,43 @@ func testForwardAndNAT(t *testing.T, backend string) {
 		t.Fatalf("with NAT outgoing off outside got %q from %q (ok %v), want 10.244.0.2", p, src, ok)
 	}
 }
+
+// TestRawJumpOnlyForPodPackets: the raw PREROUTING jump to the
+// anti-spoofing chain matches packets from pod interfaces only, so the
+// node's other traffic (the overlay's outer and decapsulated packets, here
+// UDP from the outside link) skips the chain, while a pod's packet still
+// enters it.
+func TestRawJumpOnlyForPodPackets(t *testing.T) {
+	for _, backend := range []string{BackendNFT, BackendLegacy} {
+		t.Run(backend, func(t *testing.T) { testRawJumpOnlyForPodPackets(t, backend) })
+	}
+}
+
+func testRawJumpOnlyForPodPackets(t *testing.T, backend string) {
+	cfg := Config{VXLAN: true}
+	f := newFixture(t, backend, ipset.IPv4, cfg, nil)
+	pod1, _, outside := podNode(t, f)
+	c := New(f.tab, ipset.IPv4, quiet)
+	if err := c.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	onNode := listenUDP(t, f.n, "10.99.1.1:9002")
+	for range 5 {
+		sendUDP(t, outside, "10.99.1.1:9002", "from-outside")
+		if p, _, ok := recv(t, onNode, 5*time.Second); !ok || p != "from-outside" {
+			t.Fatalf("node got %q (ok %v) from the outside, want from-outside", p, ok)
+		}
+	}
+	p, err := f.tab.packets(TableRaw, "PREROUTING")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) == 0 || p[0] != 0 {
+		t.Fatalf("raw PREROUTING counters %v after 5 packets from the outside link: the jump to %s, rule 1, should have counted none", p, PreroutingChain)
+	}
+	sendUDP(t, pod1, "10.99.1.1:9002", "from-pod")
+	waitPackets(t, f.tab, TableRaw, "PREROUTING", 0, 1)
+}
