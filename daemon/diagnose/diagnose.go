@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -230,7 +231,7 @@ func load(cfg Config, st State, k Kernel) (*world, error) {
 	}
 	links, err := k.Links()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list links: %w", err)
 	}
 	w.links = make(map[string]Link, len(links))
 	prefixed := map[string]string{}
@@ -328,10 +329,36 @@ func (w *world) routes(v int) ([]Route, error) {
 	}
 	rs, err := w.k.Routes(v)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list IPv%d routes: %w", v, err)
 	}
 	w.kroute[v] = rs
 	return rs, nil
+}
+
+// neighs dumps the neighbours of family v on dev.
+func (w *world) neighs(dev string, v int) ([]Neigh, error) {
+	l, ok := w.links[dev]
+	if !ok {
+		return nil, fmt.Errorf("link %s: %w", dev, inspect.ErrNotExist)
+	}
+	ns, err := w.k.Neighs(l.Index, v)
+	if err != nil {
+		return nil, fmt.Errorf("list neighbours of %s: %w", dev, err)
+	}
+	return ns, nil
+}
+
+// fdb dumps dev's forwarding database.
+func (w *world) fdb(dev string) ([]FDB, error) {
+	l, ok := w.links[dev]
+	if !ok {
+		return nil, fmt.Errorf("link %s: %w", dev, inspect.ErrNotExist)
+	}
+	es, err := w.k.FDB(l.Index)
+	if err != nil {
+		return nil, fmt.Errorf("list FDB of %s: %w", dev, err)
+	}
+	return es, nil
 }
 
 // blocksOf returns the prefixes of family v.

@@ -49,12 +49,12 @@ var goldenCases = []struct {
 			}
 			for i, e := range n.k.neighs[overlay.DeviceVXLAN+"/4"] {
 				if e.IP == netip.MustParseAddr("10.100.1.0") {
-					n.k.neighs[overlay.DeviceVXLAN+"/4"][i].MAC, _ = parseTestMAC("02:00:00:00:0b:04")
+					n.k.neighs[overlay.DeviceVXLAN+"/4"][i].MAC = "02:00:00:00:0b:04"
 				}
 			}
 			for i, e := range n.k.fdb[overlay.DeviceVXLAN] {
 				if e.Dst == netip.MustParseAddr("10.1.0.2") {
-					n.k.fdb[overlay.DeviceVXLAN][i].MAC, _ = parseTestMAC("02:00:00:00:0b:04")
+					n.k.fdb[overlay.DeviceVXLAN][i].MAC = "02:00:00:00:0b:04"
 				}
 			}
 		}},
@@ -79,7 +79,7 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) {
 			for i, r := range n.k.routes[4] {
 				if r.Dst == netip.MustParsePrefix("10.244.1.1/32") {
-					n.k.routes[4][i] = Route{Dst: r.Dst, Iface: "eth0", Type: routes.TypeLink, Protocol: 4}
+					n.k.routes[4][i] = Route{Dst: r.Dst, Iface: "eth0", Type: routes.TypeLink.KernelType(), Protocol: 4}
 				}
 			}
 		}},
@@ -103,7 +103,7 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) {
 			for i := range n.k.links {
 				if n.k.links[i].Name == "cali00000000001" {
-					n.k.links[i].AdminUp, n.k.links[i].LowerUp = false, false
+					n.k.links[i].Up, n.k.links[i].LowerUp = false, false
 				}
 			}
 		}},
@@ -113,7 +113,7 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) {
 			for i := range n.k.links {
 				if n.k.links[i].Name == overlay.DeviceVXLAN {
-					n.k.links[i].AdminUp = false
+					n.k.links[i].Up = false
 				}
 			}
 		}},
@@ -123,7 +123,7 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) { crossSubnetPeer(n, false) }},
 	{name: "route-shadowed", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
 		breakIt: func(n *fakeNode) {
-			n.k.routes[4] = append(n.k.routes[4], Route{Dst: netip.MustParsePrefix("10.100.1.0/28"), Iface: "eth0", Type: routes.TypeLink, Protocol: 4})
+			n.k.routes[4] = append(n.k.routes[4], Route{Dst: netip.MustParsePrefix("10.100.1.0/28"), Iface: "eth0", Type: routes.TypeLink.KernelType(), Protocol: 4})
 		}},
 	{name: "wrong-mode-given", src: "demo/pod-0", dst: "demo/pod-1", failing: []string{"node"},
 		breakIt: func(n *fakeNode) { n.cfg.Mode = overlay.ModeNone }},
@@ -229,6 +229,6 @@ func crossSubnetPeer(n *fakeNode, programmed bool) {
 	b := netip.MustParsePrefix("10.100.1.0/24")
 	n.k.routes[4] = slices.DeleteFunc(n.k.routes[4], func(r Route) bool { return r.Dst == b })
 	if programmed {
-		n.k.routes[4] = append(n.k.routes[4], Route{Dst: b, Iface: "eth0", Type: routes.TypeGateway, Gateway: netip.MustParseAddr("10.0.1.20"), Protocol: fakeProto})
+		n.k.routes[4] = append(n.k.routes[4], Route{Dst: b, Iface: "eth0", Type: routes.TypeGateway.KernelType(), Gateway: netip.MustParseAddr("10.0.1.20"), Protocol: fakeProto})
 	}
 }
