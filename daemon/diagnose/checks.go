@@ -139,6 +139,7 @@ func (w *world) localPod(role string, e End) []Step {
 	rec.Fact = fmt.Sprintf("pod %s (container %s, %s): %s on %s, netns %s", e.Pod, shortID(wl.ContainerID), wl.IfName, strings.Join(wl.IPs, ", "), wl.HostIface, wl.Netns)
 	if why, refused := w.desired.Refused[e.key]; refused {
 		rec.Status, rec.Problem = Fail, "routeletd refuses this record: "+why
+		rec.Fact += w.daemonSays("workload/"+e.key, "")
 		rec.Fix = "the record was not written by the plugin for this node's blocks; delete the pod and create it again"
 		return []Step{rec}
 	}
@@ -277,6 +278,14 @@ func (w *world) hostRouteStep(role string, e End) []Step {
 			}
 		}
 		st.Fact = strings.Join(facts, "; ")
+		if st.Status == Fail {
+			for _, t := range want {
+				if note := w.daemonSays("", t.CIDR.String()); note != "" {
+					st.Fact += note
+					break
+				}
+			}
+		}
 		out = append(out, st)
 	}
 	return out
@@ -509,11 +518,11 @@ func (w *world) routeStep(f *family, node string, b netip.Prefix, v int) (Step, 
 	got := findRoute(kr, b)
 	switch {
 	case got == nil:
-		st.Fact = fmt.Sprintf("no route %s (want %s, %s)", b, wantDesc, path)
+		st.Fact = fmt.Sprintf("no route %s (want %s, %s)", b, wantDesc, path) + w.daemonSays("", b.String())
 		st.Problem = fmt.Sprintf("route %s to node %s is missing", b, node)
 		st.Fix = w.daemonHint("re-adds it")
 	case !sameRoute(*got, dev, want, w.cfg.RouteProtocol):
-		st.Fact = fmt.Sprintf("%s (want %s, %s)", describeRoute(*got), wantDesc, path)
+		st.Fact = fmt.Sprintf("%s (want %s, %s)", describeRoute(*got), wantDesc, path) + w.daemonSays("", b.String())
 		st.Problem = fmt.Sprintf("route %s to node %s differs from what routeletd wants", b, node)
 		if got.Protocol != w.cfg.RouteProtocol {
 			st.Fix = fmt.Sprintf("that route is not routelet's (proto %d) and routelet never replaces it: ip route del %s", got.Protocol, b)

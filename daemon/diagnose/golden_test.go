@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -25,6 +27,7 @@ var goldenCases = []struct {
 	src, dst string
 	breakIt  func(n *fakeNode)
 	failing  []string // the steps that must fail ("id" or "id/v")
+	opts     Options  // what the daemon's state endpoint answered
 }{
 	{name: "healthy-remote", src: "demo/pod-0", dst: "10.100.1.5"},
 	{name: "healthy-local", src: "demo/pod-0", dst: "demo/pod-1"},
@@ -128,6 +131,23 @@ var goldenCases = []struct {
 	{name: "wrong-mode-given", src: "demo/pod-0", dst: "demo/pod-1", failing: []string{"node"},
 		breakIt: func(n *fakeNode) { n.cfg.Mode = overlay.ModeNone }},
 	{name: "no-pod-at-address", src: "10.244.1.77", dst: "10.100.1.5", failing: []string{"src-record"}},
+	{name: "daemon-down", src: "demo/pod-0", dst: "10.100.1.5", opts: Options{DaemonDown: "routeletd is not running"},
+		breakIt: func(n *fakeNode) {
+			n.st.running, n.st.status.Ready, n.st.status.Reason = false, false, "routeletd stopped"
+		}},
+	{name: "daemon-route-conflict", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
+		opts: Options{Daemon: &debugapi.State{Source: debugapi.SourceDaemon, Errors: []debugapi.ObjectError{
+			{Object: "readiness", Error: "waiting", Since: fakeNow},
+			{Object: "apply", Since: fakeNow, Error: fmt.Sprintf("routes: unreachable 10.244.9.0/24 not programmed: %v\nroutes: %s %s dev %s not programmed, the kernel has %q: %v",
+				routes.ErrForeignRoute, routes.TypeGateway, "10.100.1.0/24", overlay.DeviceVXLAN, "10.100.1.0/24 dev eth0 proto static", routes.ErrForeignRoute)}}}},
+		breakIt: func(n *fakeNode) {
+			n.st.running = false // the lock probe is not asked when the endpoint answers
+			for i, r := range n.k.routes[4] {
+				if r.Dst == netip.MustParsePrefix("10.100.1.0/24") {
+					n.k.routes[4][i] = Route{Dst: r.Dst, Iface: "eth0", Type: routes.TypeLink.KernelType(), Protocol: 4}
+				}
+			}
+		}},
 }
 
 // TestGolden: the text and JSON reports of each case match testdata/
@@ -140,7 +160,7 @@ func TestGolden(t *testing.T) {
 			if tc.breakIt != nil {
 				tc.breakIt(n)
 			}
-			rep, err := Run(n.cfg, n.st, n.k, tc.src, tc.dst, Options{})
+			rep, err := Run(n.cfg, n.st, n.k, tc.src, tc.dst, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
