@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -138,8 +137,9 @@ var goldenCases = []struct {
 	{name: "daemon-route-conflict", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
 		opts: Options{Daemon: &debugapi.State{Source: debugapi.SourceDaemon, Errors: []debugapi.ObjectError{
 			{Object: "readiness", Error: "waiting", Since: fakeNow},
-			{Object: "apply", Since: fakeNow, Error: fmt.Sprintf("routes: unreachable 10.244.9.0/24 not programmed: %v\nroutes: %s %s dev %s not programmed, the kernel has %q: %v",
-				routes.ErrForeignRoute, routes.TypeGateway, "10.100.1.0/24", overlay.DeviceVXLAN, "10.100.1.0/24 dev eth0 proto static", routes.ErrForeignRoute)}}}},
+			{Object: "apply", Since: fakeNow, Error: "routes: unreachable 10.244.9.0/24 not programmed: " + routes.ErrForeignRoute.Error() +
+				"\nroutes: gateway 10.100.1.0/24 dev " + overlay.DeviceVXLAN + ` not programmed, the kernel has "10.100.1.0/24 dev eth0 proto static": ` +
+				routes.ErrForeignRoute.Error()}}}},
 		breakIt: func(n *fakeNode) {
 			n.st.running = false // the lock probe is not asked when the endpoint answers
 			for i, r := range n.k.routes[4] {
