@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/diagnose"
 	"github.com/routelet/routelet/pkg/overlay"
 )
@@ -116,6 +118,10 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
 		return exitFail
 	}
+	opts := diagnose.Options{Probe: d.probe, Prober: diagnose.ICMPProber{}}
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	opts.Daemon, opts.DaemonDown = askDaemon(ctx, cfg.StateDir)
+	cancel()
 	k, closeK, err := diagnose.NewKernel(diagnose.KernelOptions{RouteProtocol: cfg.RouteProtocol, Owned: peerOwned(cfg)})
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
@@ -126,7 +132,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		NodeName: cfg.NodeName, StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		Mode: mode, VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU,
 		PodCIDRs: cfg.PodCIDRs, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs,
-	}, st, k, d.src, d.dst, diagnose.Options{Probe: d.probe, Prober: diagnose.ICMPProber{}})
+	}, st, k, d.src, d.dst, opts)
 	var aerr *diagnose.ArgError
 	if errors.As(err, &aerr) {
 		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
@@ -148,4 +154,17 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// askDaemon asks the daemon of stateDir for its state; when none answers
+// it says why, in the words status uses.
+func askDaemon(ctx context.Context, stateDir string) (*debugapi.State, string) {
+	st, err := debugapi.Get(ctx, stateDir)
+	switch {
+	case err == nil:
+		return st, ""
+	case errors.Is(err, debugapi.ErrNoDaemon):
+		return nil, "routeletd is not running"
+	}
+	return nil, fmt.Sprintf("routeletd does not answer: %v", err)
 }

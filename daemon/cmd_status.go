@@ -65,13 +65,9 @@ func writeStatus(w io.Writer, st *debugapi.State, output string, now time.Time) 
 // collectStatus asks the running daemon; when none answers it builds the
 // state from the state directory and the kernel.
 func collectStatus(ctx context.Context, cfg *config.Config) (*debugapi.State, error) {
-	st, err := debugapi.Get(ctx, cfg.StateDir)
-	if err == nil {
+	st, why := askDaemon(ctx, cfg.StateDir)
+	if st != nil {
 		return st, nil
-	}
-	why := "routeletd is not running"
-	if !errors.Is(err, debugapi.ErrNoDaemon) {
-		why = fmt.Sprintf("routeletd does not answer: %v", err)
 	}
 	if _, err := os.Lstat(cfg.StateDir); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s and state directory %s does not exist (config key state-dir)", why, cfg.StateDir)

@@ -6,6 +6,7 @@
 //	routeletd cleanup [flags]   remove what routelet created on this node
 //	routeletd status [flags]    print this node's status (see docs/daemon.md)
 //	routeletd nodes …           list, show, add, remove peer records (file datastore)
+//	routeletd diagnose SRC DST  walk the path between two pods, IPs or nodes (see docs/daemon.md)
 //	routeletd version           print the version
 //	routeletd etcd init [flags] write the etcd datastore's pools
 //	routeletd leave [flags]     remove this node from the etcd datastore

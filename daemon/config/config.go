@@ -373,7 +373,14 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		fs.Var(&recorder{name: k.name, list: k.list, isBool: k.isBool, def: strings.Join(k.def, ","), into: flagVals}, k.name, k.help)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(usage, "usage: routeletd [flags]\n       routeletd cleanup [flags]\n       routeletd etcd init --pool CIDR [--pool CIDR6] [--block-size 26] [--block-size-v6 122] [flags]\n       routeletd leave [flags]\n       routeletd version\n\n"+
+		fmt.Fprintf(usage, "usage: routeletd [flags]\n"+
+			"       routeletd cleanup [flags]\n"+
+			"       routeletd status [--output text|json] [flags]\n"+
+			"       routeletd nodes list|show|add|remove … [flags]\n"+
+			"       routeletd diagnose [--output text|json] [--probe] [flags] SRC DST\n"+
+			"       routeletd etcd init --pool CIDR [--pool CIDR6] [--block-size 26] [--block-size-v6 122] [flags]\n"+
+			"       routeletd leave [flags]\n"+
+			"       routeletd version\n\n"+
 			"Each flag is also ROUTELET_<NAME> in the environment and <name> in the config file;\n"+
 			"precedence: flag > env > file > default.\n\n")
 		fs.PrintDefaults()

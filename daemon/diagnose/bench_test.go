@@ -19,7 +19,7 @@ var benchPairs = [][2]string{{"demo/pod-0", "10.103.231.5"}, {"fd00:245:3e7::9",
 // runBench diagnoses benchPairs on st and a counted fake kernel and
 // reports the kernel reads per diagnose.
 func runBench(b *testing.B, n *fakeNode, st State) {
-	k := &Counted{K: n.k}
+	k := NewCounted(n.k)
 	runs := 0
 	for b.Loop() {
 		for _, p := range benchPairs {
@@ -33,7 +33,7 @@ func runBench(b *testing.B, n *fakeNode, st State) {
 			runs++
 		}
 	}
-	_, total := k.Reads()
+	_, total := k.ByMethod()
 	b.ReportMetric(float64(total)/float64(runs), "kernel-reads/diagnose")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(runs)/1000, "ms/diagnose")
 }

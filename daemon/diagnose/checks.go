@@ -139,6 +139,7 @@ func (w *world) localPod(role string, e End) []Step {
 	rec.Fact = fmt.Sprintf("pod %s (container %s, %s): %s on %s, netns %s", e.Pod, shortID(wl.ContainerID), wl.IfName, strings.Join(wl.IPs, ", "), wl.HostIface, wl.Netns)
 	if why, refused := w.desired.Refused[e.key]; refused {
 		rec.Status, rec.Problem = Fail, "routeletd refuses this record: "+why
+		rec.Fact += w.daemonSays("workload/"+e.key, "")
 		rec.Fix = "the record was not written by the plugin for this node's blocks; delete the pod and create it again"
 		return []Step{rec}
 	}
@@ -182,7 +183,7 @@ func (w *world) vethStep(role string, e End) (Step, bool) {
 		st.Fact = fmt.Sprintf("%s is a %s link", name, l.Kind)
 		st.Problem = "the record's host interface is not a veth"
 		st.Fix = "re-create the pod"
-	case !l.AdminUp:
+	case !l.Up:
 		st.Fact = fmt.Sprintf("%s is a veth, administratively down, mtu %d", name, l.MTU)
 		st.Problem = fmt.Sprintf("%s is down: the pod's packets are not received and its routes are withdrawn", name)
 		st.Fix = fmt.Sprintf("ip link set %s up; %s", name, w.daemonHint("sets it up again"))
@@ -255,7 +256,7 @@ func (w *world) hostRouteStep(role string, e End) []Step {
 				facts = append(facts, fmt.Sprintf("no route %s", t.CIDR))
 				st.Problem = fmt.Sprintf("route %s dev %s is missing: traffic to the pod follows the block's blackhole", t.CIDR, e.w.HostIface)
 				st.Fix = w.daemonHint("re-adds it")
-			case got.Iface != e.w.HostIface || got.Type != routes.TypeLink || got.Protocol != w.cfg.RouteProtocol:
+			case got.Iface != e.w.HostIface || got.Target() != routes.TypeLink || got.Protocol != w.cfg.RouteProtocol:
 				st.Status = Fail
 				facts = append(facts, describeRoute(*got))
 				st.Problem = fmt.Sprintf("%s is routed %s, not dev %s proto %d", t.CIDR, describeRoute(*got), e.w.HostIface, w.cfg.RouteProtocol)
@@ -277,6 +278,14 @@ func (w *world) hostRouteStep(role string, e End) []Step {
 			}
 		}
 		st.Fact = strings.Join(facts, "; ")
+		if st.Status == Fail {
+			for _, t := range want {
+				if note := w.daemonSays("", t.CIDR.String()); note != "" {
+					st.Fact += note
+					break
+				}
+			}
+		}
 		out = append(out, st)
 	}
 	return out
@@ -285,16 +294,16 @@ func (w *world) hostRouteStep(role string, e End) []Step {
 // staticARP returns "" when dev holds the permanent neighbour ip → mac,
 // else what it holds.
 func (w *world) staticARP(dev string, ip netip.Addr, mac net.HardwareAddr) string {
-	ns, err := w.k.Neighs(dev, 4)
+	ns, err := w.neighs(dev, 4)
 	if err != nil {
 		return err.Error()
 	}
 	for _, n := range ns {
 		if n.IP == ip {
-			if bytes.Equal(n.MAC, mac) && n.Permanent {
+			if n.MAC == mac.String() && n.Permanent() {
 				return ""
 			}
-			return fmt.Sprintf("neighbour %s → %s (permanent %v)", ip, n.MAC, n.Permanent)
+			return fmt.Sprintf("neighbour %s → %s (permanent %v)", ip, n.MAC, n.Permanent())
 		}
 	}
 	return fmt.Sprintf("no neighbour %s on %s", ip, dev)
@@ -313,7 +322,7 @@ func findRoute(rs []Route, dst netip.Prefix) *Route {
 // describeRoute renders a route as ip route prints it.
 func describeRoute(r Route) string {
 	var b strings.Builder
-	switch r.Type {
+	switch r.Target() {
 	case routes.TypeBlackhole:
 		b.WriteString("blackhole ")
 	case routes.TypeUnreachable:
@@ -323,7 +332,7 @@ func describeRoute(r Route) string {
 	if r.Gateway.IsValid() {
 		fmt.Fprintf(&b, " via %s", r.Gateway)
 	}
-	if r.Iface != "" {
+	if r.Iface != "" && r.Iface != routes.InterfaceNone {
 		fmt.Fprintf(&b, " dev %s", r.Iface)
 	}
 	if r.OnLink {
@@ -500,7 +509,7 @@ func (w *world) routeStep(f *family, node string, b netip.Prefix, v int) (Step, 
 	if dev != f.in.Parent {
 		path = "overlay " + dev
 	}
-	wantDesc := describeRoute(Route{Dst: b, Iface: dev, Type: want.Type, Gateway: want.Gateway, OnLink: want.OnLink, MTU: want.MTU, Protocol: w.cfg.RouteProtocol})
+	wantDesc := describeRoute(Route{Dst: b, Iface: dev, Type: want.Type.KernelType(), Gateway: want.Gateway, OnLink: want.OnLink, MTU: want.MTU, Protocol: w.cfg.RouteProtocol})
 	kr, err := w.routes(v)
 	if err != nil {
 		st.Fact, st.Problem = err.Error(), "cannot read the routing table"
@@ -509,11 +518,11 @@ func (w *world) routeStep(f *family, node string, b netip.Prefix, v int) (Step, 
 	got := findRoute(kr, b)
 	switch {
 	case got == nil:
-		st.Fact = fmt.Sprintf("no route %s (want %s, %s)", b, wantDesc, path)
+		st.Fact = fmt.Sprintf("no route %s (want %s, %s)", b, wantDesc, path) + w.daemonSays("", b.String())
 		st.Problem = fmt.Sprintf("route %s to node %s is missing", b, node)
 		st.Fix = w.daemonHint("re-adds it")
 	case !sameRoute(*got, dev, want, w.cfg.RouteProtocol):
-		st.Fact = fmt.Sprintf("%s (want %s, %s)", describeRoute(*got), wantDesc, path)
+		st.Fact = fmt.Sprintf("%s (want %s, %s)", describeRoute(*got), wantDesc, path) + w.daemonSays("", b.String())
 		st.Problem = fmt.Sprintf("route %s to node %s differs from what routeletd wants", b, node)
 		if got.Protocol != w.cfg.RouteProtocol {
 			st.Fix = fmt.Sprintf("that route is not routelet's (proto %d) and routelet never replaces it: ip route del %s", got.Protocol, b)
@@ -555,7 +564,7 @@ func routeProblemFix(msg, node string) string {
 
 // sameRoute reports whether the kernel's route is the wanted one on dev.
 func sameRoute(got Route, dev string, want routes.Target, proto int) bool {
-	return got.Iface == dev && got.Type == want.Type && got.Gateway == want.Gateway && got.OnLink == want.OnLink &&
+	return got.Iface == dev && got.Target() == want.Type && got.Gateway == want.Gateway && got.OnLink == want.OnLink &&
 		got.MTU == want.MTU && got.Protocol == proto
 }
 
@@ -570,7 +579,7 @@ func (w *world) deviceStep(f *family, dev string, v int) Step {
 		return st
 	}
 	state := "up"
-	if !l.AdminUp {
+	if !l.Up {
 		state = "down"
 	}
 	st.Fact = fmt.Sprintf("%s: %s, %s, mtu %d, mac %s", dev, l.Kind, state, l.MTU, l.MAC)
@@ -578,7 +587,7 @@ func (w *world) deviceStep(f *family, dev string, v int) Step {
 		st.Fact += fmt.Sprintf(", vni %d, port %d", l.VNI, l.Port)
 	}
 	var bad []string
-	if !l.AdminUp {
+	if !l.Up {
 		bad = append(bad, "down")
 	}
 	if l.MTU != f.mtu {
@@ -595,7 +604,7 @@ func (w *world) deviceStep(f *family, dev string, v int) Step {
 		if l.VNI != vni || l.Port != port {
 			bad = append(bad, fmt.Sprintf("vni %d port %d (want %d, %d)", l.VNI, l.Port, vni, port))
 		}
-		if mac := overlay.VTEPMAC(w.cfg.NodeName, v); !bytes.Equal(l.MAC, mac) {
+		if mac := overlay.VTEPMAC(w.cfg.NodeName, v); l.MAC != mac.String() {
 			bad = append(bad, fmt.Sprintf("mac %s (want %s, which peers have in their FDB)", l.MAC, mac))
 		}
 	}
@@ -639,15 +648,15 @@ func (w *world) vtepStep(node string, rec peers.Record, ep peers.Endpoint, v int
 
 // arpStep checks the permanent neighbour tunnel IP → VTEP MAC on dev.
 func (w *world) arpStep(dev, node string, ep peers.Endpoint, v int) Step {
-	ns, err := w.k.Neighs(dev, v)
+	ns, err := w.neighs(dev, v)
 	e := l2Entry{id: StepVTEPARP, v: v, err: err, what: "the neighbours",
 		missing: fmt.Sprintf("no neighbour %s on %s", ep.TunnelAddr, dev),
 		absent:  fmt.Sprintf("nothing resolves %s's tunnel address %s to its VTEP MAC %s", node, ep.TunnelAddr, ep.VTEPMAC),
 		wrong:   fmt.Sprintf("the neighbour for %s's tunnel address should be %s, permanent", node, ep.VTEPMAC)}
 	for _, n := range ns {
 		if n.IP == ep.TunnelAddr {
-			e.found, e.ok = true, bytes.Equal(n.MAC, ep.VTEPMAC) && n.Permanent
-			e.fact = fmt.Sprintf("%s lladdr %s on %s (permanent %v)", n.IP, n.MAC, dev, n.Permanent)
+			e.found, e.ok = true, n.MAC == ep.VTEPMAC.String() && n.Permanent()
+			e.fact = fmt.Sprintf("%s lladdr %s on %s (permanent %v)", n.IP, n.MAC, dev, n.Permanent())
 			break
 		}
 	}
@@ -656,14 +665,14 @@ func (w *world) arpStep(dev, node string, ep peers.Endpoint, v int) Step {
 
 // fdbStep checks the FDB entry VTEP MAC → host IP on dev.
 func (w *world) fdbStep(dev, node string, ep peers.Endpoint, v int) Step {
-	es, err := w.k.FDB(dev)
+	es, err := w.fdb(dev)
 	e := l2Entry{id: StepVTEPFDB, v: v, err: err, what: "the FDB",
 		missing: fmt.Sprintf("no FDB entry for %s on %s", ep.VTEPMAC, dev),
 		absent:  fmt.Sprintf("frames for %s's VTEP %s have no underlay destination (%s): they are dropped", node, ep.VTEPMAC, ep.HostIP)}
 	for _, f := range es {
-		if bytes.Equal(f.MAC, ep.VTEPMAC) {
+		if f.MAC == ep.VTEPMAC.String() {
 			e.found, e.ok = true, f.Dst == ep.HostIP
-			e.fact = fmt.Sprintf("%s dst %s on %s (permanent %v)", f.MAC, f.Dst, dev, f.Permanent)
+			e.fact = fmt.Sprintf("%s dst %s on %s (permanent %v)", f.MAC, f.Dst, dev, f.Permanent())
 			e.wrong = fmt.Sprintf("frames for %s's VTEP go to %s, not its host IP %s", node, f.Dst, ep.HostIP)
 			break
 		}
@@ -706,12 +715,12 @@ func (w *world) allowStep(set, encap, node string, host netip.Addr, v int) []Ste
 	st := Step{ID: StepAllowlist, Family: v, Status: Fail}
 	hosts, _ := allowmgr.Members(w.res.Peers, w.local, w.cfg.ExternalNodeCIDRs)
 	wanted := slices.ContainsFunc(hosts, func(p netip.Prefix) bool { return p.Contains(host) })
-	members, err := w.k.SetMembers(set)
+	members, exists, err := w.k.SetMembers(set)
 	far := Step{ID: StepAllowlistFar, Family: v, Status: Info,
 		Fact: fmt.Sprintf("whether node %s lets this node (%s) send %s is in node %s's allowlist", node, w.self.Endpoint(v).HostIP, encap, node),
 		Fix:  fmt.Sprintf("run routeletd diagnose on node %s for the same pods: its step allowlist checks it", node)}
 	switch {
-	case notExist(err):
+	case err == nil && !exists:
 		st.Fact = fmt.Sprintf("no ipset %s", set)
 		st.Problem = fmt.Sprintf("the allowlist set is missing: ROUTELET-INPUT drops %s from every node", encap)
 		st.Fix = w.daemonHint("re-creates it")

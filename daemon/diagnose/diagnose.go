@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -90,11 +92,16 @@ type End struct {
 
 // Report is diagnose's answer.
 type Report struct {
-	Node  string `json:"node"` // where it ran
-	Src   End    `json:"src"`
-	Dst   End    `json:"dst"`
-	Steps []Step `json:"steps"`
-	OK    bool   `json:"ok"` // every step passed (Info steps do not count)
+	Node string `json:"node"` // where it ran
+	// Source is debugapi.SourceDaemon when the running daemon's state
+	// endpoint answered (its errors are in the steps), SourceOffline when
+	// it did not (DaemonDown says why), "" when it was not asked.
+	Source     string `json:"source,omitempty"`
+	DaemonDown string `json:"daemonDown,omitempty"`
+	Src        End    `json:"src"`
+	Dst        End    `json:"dst"`
+	Steps      []Step `json:"steps"`
+	OK         bool   `json:"ok"` // every step passed (Info steps do not count)
 }
 
 // ArgError is a SRC or DST that names nothing diagnose can walk to.
@@ -110,6 +117,13 @@ type Options struct {
 	// Probe sends a DF ping of the pod MTU from the source pod (Prober).
 	Probe  bool
 	Prober Prober
+	// Daemon is what the running daemon's state endpoint answered
+	// (debugapi.Get): its last error about an object on the path is shown
+	// in that object's step. Nil when it was not asked or did not answer.
+	Daemon *debugapi.State
+	// DaemonDown says why no daemon answered ("routeletd is not running");
+	// the report then says so first.
+	DaemonDown string
 }
 
 // Run resolves src and dst and walks the path between them on this node.
@@ -119,6 +133,9 @@ func Run(cfg Config, st State, k Kernel, src, dst string, opts Options) (*Report
 	w, err := load(cfg, st, k)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Daemon != nil {
+		w.running, w.derrs = true, opts.Daemon.Errors
 	}
 	s, err := w.resolve("SRC", src)
 	if err != nil {
@@ -134,7 +151,13 @@ func Run(cfg Config, st State, k Kernel, src, dst string, opts Options) (*Report
 	if s.Kind == d.Kind && s.Node == d.Node && s.Pod == d.Pod && slices.Equal(s.Addrs, d.Addrs) {
 		return nil, &ArgError{Which: "DST", Value: dst, Reason: "is the same as SRC"}
 	}
-	rep := &Report{Node: cfg.NodeName, Src: s, Dst: d}
+	rep := &Report{Node: cfg.NodeName, Src: s, Dst: d, DaemonDown: opts.DaemonDown}
+	switch {
+	case opts.Daemon != nil:
+		rep.Source = debugapi.SourceDaemon
+	case opts.DaemonDown != "":
+		rep.Source = debugapi.SourceOffline
+	}
 	rep.Steps = w.walk(s, d)
 	if opts.Probe {
 		rep.Steps = append(rep.Steps, w.probe(s, d, opts.Prober))
@@ -149,7 +172,8 @@ type world struct {
 	k       Kernel
 	status  *state.DaemonStatus
 	running bool
-	notes   []string // reads that failed but did not stop diagnose
+	notes   []string               // reads that failed but did not stop diagnose
+	derrs   []debugapi.ObjectError // the running daemon's last errors
 
 	selfRec  *peers.Record
 	self     peers.NodeInfo
@@ -230,7 +254,7 @@ func load(cfg Config, st State, k Kernel) (*world, error) {
 	}
 	links, err := k.Links()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list links: %w", err)
 	}
 	w.links = make(map[string]Link, len(links))
 	prefixed := map[string]string{}
@@ -328,10 +352,36 @@ func (w *world) routes(v int) ([]Route, error) {
 	}
 	rs, err := w.k.Routes(v)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list IPv%d routes: %w", v, err)
 	}
 	w.kroute[v] = rs
 	return rs, nil
+}
+
+// neighs dumps the neighbours of family v on dev.
+func (w *world) neighs(dev string, v int) ([]Neigh, error) {
+	l, ok := w.links[dev]
+	if !ok {
+		return nil, fmt.Errorf("link %s: %w", dev, inspect.ErrNotExist)
+	}
+	ns, err := w.k.Neighs(l.Index, v)
+	if err != nil {
+		return nil, fmt.Errorf("list neighbours of %s: %w", dev, err)
+	}
+	return ns, nil
+}
+
+// fdb dumps dev's forwarding database.
+func (w *world) fdb(dev string) ([]FDB, error) {
+	l, ok := w.links[dev]
+	if !ok {
+		return nil, fmt.Errorf("link %s: %w", dev, inspect.ErrNotExist)
+	}
+	es, err := w.k.FDB(l.Index)
+	if err != nil {
+		return nil, fmt.Errorf("list FDB of %s: %w", dev, err)
+	}
+	return es, nil
 }
 
 // blocksOf returns the prefixes of family v.
@@ -375,4 +425,26 @@ func (w *world) daemonHint(what string) string {
 		hint += fmt.Sprintf(" (lastSyncError: %s)", w.status.LastSyncError)
 	}
 	return hint
+}
+
+// daemonSays returns, for a failed step's fact, the running daemon's last
+// error about object (e.g. "workload/<key>") or, line by line, the first
+// of its errors that names mention (a CIDR, say) as a word; "" when it
+// reported none.
+func (w *world) daemonSays(object, mention string) string {
+	for _, e := range w.derrs {
+		if object != "" && e.Object == object {
+			return fmt.Sprintf("; routeletd's last error for %s (since %s): %s", e.Object, e.Since.UTC().Format(time.RFC3339), e.Error)
+		}
+		if mention == "" {
+			continue
+		}
+		for _, line := range strings.Split(e.Error, "\n") {
+			words := strings.FieldsFunc(line, func(r rune) bool { return strings.ContainsRune(" ,;\"'()", r) })
+			if slices.Contains(words, mention) {
+				return fmt.Sprintf("; routeletd's last error (%s, since %s): %s", e.Object, e.Since.UTC().Format(time.RFC3339), line)
+			}
+		}
+	}
+	return ""
 }

@@ -2,11 +2,12 @@ package diagnose
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/netguard"
@@ -35,11 +36,21 @@ func (k *fakeKernel) Links() ([]Link, error) { return slices.Clone(k.links), nil
 
 func (k *fakeKernel) Routes(v int) ([]Route, error) { return k.routes[v], nil }
 
-func (k *fakeKernel) Neighs(dev string, v int) ([]Neigh, error) {
-	return k.neighs[fmt.Sprintf("%s/%d", dev, v)], nil
+func (k *fakeKernel) Neighs(index, v int) ([]Neigh, error) {
+	return k.neighs[fmt.Sprintf("%s/%d", k.name(index), v)], nil
 }
 
-func (k *fakeKernel) FDB(dev string) ([]FDB, error) { return k.fdb[dev], nil }
+func (k *fakeKernel) FDB(index int) ([]FDB, error) { return k.fdb[k.name(index)], nil }
+
+// name returns the name of link index ("" when there is none).
+func (k *fakeKernel) name(index int) string {
+	for _, l := range k.links {
+		if l.Index == index {
+			return l.Name
+		}
+	}
+	return ""
+}
 
 // Sysctl answers what routelet wants unless the test set another value.
 func (k *fakeKernel) Sysctl(key string) (string, error) {
@@ -53,19 +64,16 @@ func (k *fakeKernel) Sysctl(key string) (string, error) {
 	return "1", nil
 }
 
-func (k *fakeKernel) SetMembers(name string) ([]netip.Prefix, error) {
+func (k *fakeKernel) SetMembers(name string) ([]netip.Prefix, bool, error) {
 	m, ok := k.sets[name]
-	if !ok {
-		return nil, fmt.Errorf("ipset %s: %w", name, ErrNotExist)
-	}
-	return m, nil
+	return m, ok, nil
 }
 
 func (k *fakeKernel) PodLink(netnsPath, ifName string) (Link, error) {
 	if l, ok := k.podLinks[netnsPath+"/"+ifName]; ok {
 		return l, nil
 	}
-	return Link{Name: ifName, Kind: "veth", AdminUp: true, LowerUp: true, MTU: k.podMTU}, nil
+	return Link{Name: ifName, Kind: "veth", Up: true, LowerUp: true, MTU: k.podMTU}, nil
 }
 
 func (k *fakeKernel) Conntrack(a, b netip.Addr) ([]Flow, error) {
@@ -169,13 +177,13 @@ func newFakeNode(pods, npeers int) *fakeNode {
 		parents: map[netip.Addr]overlay.Underlay{fakeHost4: p4, fakeHost6: p6},
 		host:    netguard.Host{Addrs: []netip.Prefix{p4.Prefix, p6.Prefix, netip.MustParsePrefix("127.0.0.1/8")}, Uplinks: []string{"eth0"}}}
 	k.links = []Link{
-		{Name: "lo", Index: 1, Kind: "device", AdminUp: true, LowerUp: true, MTU: 65536},
-		{Name: "eth0", Index: 2, Kind: "veth", AdminUp: true, LowerUp: true, MTU: 1500},
-		{Name: overlay.DeviceVXLAN, Index: 3, Kind: "vxlan", AdminUp: true, LowerUp: true, MTU: fakeVXLAN4, MAC: overlay.VTEPMAC("a", 4), VNI: overlay.DefaultVNI, Port: overlay.DefaultPort},
-		{Name: overlay.DeviceVXLANv6, Index: 4, Kind: "vxlan", AdminUp: true, LowerUp: true, MTU: fakeVXLAN6, MAC: overlay.VTEPMAC("a", 6), VNI: overlay.DefaultVNI, Port: overlay.DefaultPort},
+		{Name: "lo", Index: 1, Kind: "device", Up: true, LowerUp: true, MTU: 65536},
+		{Name: "eth0", Index: 2, Kind: "veth", Up: true, LowerUp: true, MTU: 1500},
+		{Name: overlay.DeviceVXLAN, Index: 3, Kind: "vxlan", Up: true, LowerUp: true, MTU: fakeVXLAN4, MAC: overlay.VTEPMAC("a", 4).String(), VNI: overlay.DefaultVNI, Port: overlay.DefaultPort},
+		{Name: overlay.DeviceVXLANv6, Index: 4, Kind: "vxlan", Up: true, LowerUp: true, MTU: fakeVXLAN6, MAC: overlay.VTEPMAC("a", 6).String(), VNI: overlay.DefaultVNI, Port: overlay.DefaultPort},
 	}
 	for v, b := range map[int]netip.Prefix{4: fakeBlock4, 6: fakeBlock6} {
-		k.routes[v] = append(k.routes[v], Route{Dst: b, Type: routes.TypeBlackhole, Protocol: fakeProto})
+		k.routes[v] = append(k.routes[v], Route{Dst: b, Type: routes.TypeBlackhole.KernelType(), Protocol: fakeProto})
 	}
 	for i := range pods {
 		name, id, veth, a4, a6 := fakePod(i)
@@ -183,11 +191,10 @@ func newFakeNode(pods, npeers int) *fakeNode {
 		mac := fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256)
 		st.wl[key] = &state.Workload{Version: 1, ContainerID: id, IfName: "eth0", HostIface: veth, Netns: "/var/run/netns/" + name,
 			IPs: []string{a4.String() + "/32", a6.String() + "/128"}, ContainerMAC: mac, PodNamespace: "demo", PodName: name, Created: fakeNow}
-		k.links = append(k.links, Link{Name: veth, Index: 100 + i, Kind: "veth", AdminUp: true, LowerUp: true, MTU: fakePodMTU})
-		k.routes[4] = append(k.routes[4], Route{Dst: netip.PrefixFrom(a4, 32), Iface: veth, Type: routes.TypeLink, Protocol: fakeProto})
-		k.routes[6] = append(k.routes[6], Route{Dst: netip.PrefixFrom(a6, 128), Iface: veth, Type: routes.TypeLink, Protocol: fakeProto})
-		hw, _ := net.ParseMAC(mac)
-		k.neighs[veth+"/4"] = []Neigh{{IP: a4, MAC: hw, Permanent: true}}
+		k.links = append(k.links, Link{Name: veth, Index: 100 + i, Kind: "veth", Up: true, LowerUp: true, MTU: fakePodMTU})
+		k.routes[4] = append(k.routes[4], Route{Dst: netip.PrefixFrom(a4, 32), Iface: veth, Type: routes.TypeLink.KernelType(), Protocol: fakeProto})
+		k.routes[6] = append(k.routes[6], Route{Dst: netip.PrefixFrom(a6, 128), Iface: veth, Type: routes.TypeLink.KernelType(), Protocol: fakeProto})
+		k.neighs[veth+"/4"] = []Neigh{{IP: a4, MAC: mac, State: unix.NUD_PERMANENT}}
 	}
 	vx4, vx6 := ipset.Name(ipset.VXLANPeers, ipset.IPv4), ipset.Name(ipset.VXLANPeers, ipset.IPv6)
 	k.sets[vx4], k.sets[vx6] = []netip.Prefix{}, []netip.Prefix{}
@@ -197,17 +204,14 @@ func newFakeNode(pods, npeers int) *fakeNode {
 		m4, m6 := overlay.VTEPMAC(name, 4), overlay.VTEPMAC(name, 6)
 		st.nodes = append(st.nodes, peers.Record{Name: name, HostIPv4: h4.String(), HostIPv6: h6.String(), Blocks: []string{b4.String(), b6.String()},
 			VTEPMAC: m4.String(), VTEPMACv6: m6.String(), TunnelIPv4: b4.Addr().String(), TunnelIPv6: b6.Addr().String(), Updated: fakeNow})
-		k.routes[4] = append(k.routes[4], Route{Dst: b4, Iface: overlay.DeviceVXLAN, Type: routes.TypeGateway, Gateway: b4.Addr(), OnLink: true, MTU: fakeVXLAN4, Protocol: fakeProto})
-		k.routes[6] = append(k.routes[6], Route{Dst: b6, Iface: overlay.DeviceVXLANv6, Type: routes.TypeGateway, Gateway: b6.Addr(), OnLink: true, MTU: fakeVXLAN6, Protocol: fakeProto})
-		k.neighs[overlay.DeviceVXLAN+"/4"] = append(k.neighs[overlay.DeviceVXLAN+"/4"], Neigh{IP: b4.Addr(), MAC: m4, Permanent: true})
-		k.neighs[overlay.DeviceVXLANv6+"/6"] = append(k.neighs[overlay.DeviceVXLANv6+"/6"], Neigh{IP: b6.Addr(), MAC: m6, Permanent: true})
-		k.fdb[overlay.DeviceVXLAN] = append(k.fdb[overlay.DeviceVXLAN], FDB{MAC: m4, Dst: h4, Permanent: true})
-		k.fdb[overlay.DeviceVXLANv6] = append(k.fdb[overlay.DeviceVXLANv6], FDB{MAC: m6, Dst: h6, Permanent: true})
+		k.routes[4] = append(k.routes[4], Route{Dst: b4, Iface: overlay.DeviceVXLAN, Type: routes.TypeGateway.KernelType(), Gateway: b4.Addr(), OnLink: true, MTU: fakeVXLAN4, Protocol: fakeProto})
+		k.routes[6] = append(k.routes[6], Route{Dst: b6, Iface: overlay.DeviceVXLANv6, Type: routes.TypeGateway.KernelType(), Gateway: b6.Addr(), OnLink: true, MTU: fakeVXLAN6, Protocol: fakeProto})
+		k.neighs[overlay.DeviceVXLAN+"/4"] = append(k.neighs[overlay.DeviceVXLAN+"/4"], Neigh{IP: b4.Addr(), MAC: m4.String(), State: unix.NUD_PERMANENT})
+		k.neighs[overlay.DeviceVXLANv6+"/6"] = append(k.neighs[overlay.DeviceVXLANv6+"/6"], Neigh{IP: b6.Addr(), MAC: m6.String(), State: unix.NUD_PERMANENT})
+		k.fdb[overlay.DeviceVXLAN] = append(k.fdb[overlay.DeviceVXLAN], FDB{MAC: m4.String(), Dst: h4, State: unix.NUD_PERMANENT})
+		k.fdb[overlay.DeviceVXLANv6] = append(k.fdb[overlay.DeviceVXLANv6], FDB{MAC: m6.String(), Dst: h6, State: unix.NUD_PERMANENT})
 		k.sets[vx4] = append(k.sets[vx4], netip.PrefixFrom(h4, 32))
 		k.sets[vx6] = append(k.sets[vx6], netip.PrefixFrom(h6, 128))
 	}
 	return &fakeNode{cfg: cfg, st: st, k: k}
 }
-
-// parseTestMAC parses a MAC for a test.
-func parseTestMAC(s string) (net.HardwareAddr, error) { return net.ParseMAC(s) }

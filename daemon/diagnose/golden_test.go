@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -25,6 +26,7 @@ var goldenCases = []struct {
 	src, dst string
 	breakIt  func(n *fakeNode)
 	failing  []string // the steps that must fail ("id" or "id/v")
+	opts     Options  // what the daemon's state endpoint answered
 }{
 	{name: "healthy-remote", src: "demo/pod-0", dst: "10.100.1.5"},
 	{name: "healthy-local", src: "demo/pod-0", dst: "demo/pod-1"},
@@ -49,12 +51,12 @@ var goldenCases = []struct {
 			}
 			for i, e := range n.k.neighs[overlay.DeviceVXLAN+"/4"] {
 				if e.IP == netip.MustParseAddr("10.100.1.0") {
-					n.k.neighs[overlay.DeviceVXLAN+"/4"][i].MAC, _ = parseTestMAC("02:00:00:00:0b:04")
+					n.k.neighs[overlay.DeviceVXLAN+"/4"][i].MAC = "02:00:00:00:0b:04"
 				}
 			}
 			for i, e := range n.k.fdb[overlay.DeviceVXLAN] {
 				if e.Dst == netip.MustParseAddr("10.1.0.2") {
-					n.k.fdb[overlay.DeviceVXLAN][i].MAC, _ = parseTestMAC("02:00:00:00:0b:04")
+					n.k.fdb[overlay.DeviceVXLAN][i].MAC = "02:00:00:00:0b:04"
 				}
 			}
 		}},
@@ -79,7 +81,7 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) {
 			for i, r := range n.k.routes[4] {
 				if r.Dst == netip.MustParsePrefix("10.244.1.1/32") {
-					n.k.routes[4][i] = Route{Dst: r.Dst, Iface: "eth0", Type: routes.TypeLink, Protocol: 4}
+					n.k.routes[4][i] = Route{Dst: r.Dst, Iface: "eth0", Type: routes.TypeLink.KernelType(), Protocol: 4}
 				}
 			}
 		}},
@@ -103,7 +105,7 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) {
 			for i := range n.k.links {
 				if n.k.links[i].Name == "cali00000000001" {
-					n.k.links[i].AdminUp, n.k.links[i].LowerUp = false, false
+					n.k.links[i].Up, n.k.links[i].LowerUp = false, false
 				}
 			}
 		}},
@@ -113,7 +115,7 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) {
 			for i := range n.k.links {
 				if n.k.links[i].Name == overlay.DeviceVXLAN {
-					n.k.links[i].AdminUp = false
+					n.k.links[i].Up = false
 				}
 			}
 		}},
@@ -123,11 +125,29 @@ var goldenCases = []struct {
 		breakIt: func(n *fakeNode) { crossSubnetPeer(n, false) }},
 	{name: "route-shadowed", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
 		breakIt: func(n *fakeNode) {
-			n.k.routes[4] = append(n.k.routes[4], Route{Dst: netip.MustParsePrefix("10.100.1.0/28"), Iface: "eth0", Type: routes.TypeLink, Protocol: 4})
+			n.k.routes[4] = append(n.k.routes[4], Route{Dst: netip.MustParsePrefix("10.100.1.0/28"), Iface: "eth0", Type: routes.TypeLink.KernelType(), Protocol: 4})
 		}},
 	{name: "wrong-mode-given", src: "demo/pod-0", dst: "demo/pod-1", failing: []string{"node"},
 		breakIt: func(n *fakeNode) { n.cfg.Mode = overlay.ModeNone }},
 	{name: "no-pod-at-address", src: "10.244.1.77", dst: "10.100.1.5", failing: []string{"src-record"}},
+	{name: "daemon-down", src: "demo/pod-0", dst: "10.100.1.5", opts: Options{DaemonDown: "routeletd is not running"},
+		breakIt: func(n *fakeNode) {
+			n.st.running, n.st.status.Ready, n.st.status.Reason = false, false, "routeletd stopped"
+		}},
+	{name: "daemon-route-conflict", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
+		opts: Options{Daemon: &debugapi.State{Source: debugapi.SourceDaemon, Errors: []debugapi.ObjectError{
+			{Object: "readiness", Error: "waiting", Since: fakeNow},
+			{Object: "apply", Since: fakeNow, Error: "routes: unreachable 10.244.9.0/24 not programmed: " + routes.ErrForeignRoute.Error() +
+				"\nroutes: gateway 10.100.1.0/24 dev " + overlay.DeviceVXLAN + ` not programmed, the kernel has "10.100.1.0/24 dev eth0 proto static": ` +
+				routes.ErrForeignRoute.Error()}}}},
+		breakIt: func(n *fakeNode) {
+			n.st.running = false // the lock probe is not asked when the endpoint answers
+			for i, r := range n.k.routes[4] {
+				if r.Dst == netip.MustParsePrefix("10.100.1.0/24") {
+					n.k.routes[4][i] = Route{Dst: r.Dst, Iface: "eth0", Type: routes.TypeLink.KernelType(), Protocol: 4}
+				}
+			}
+		}},
 }
 
 // TestGolden: the text and JSON reports of each case match testdata/
@@ -140,7 +160,7 @@ func TestGolden(t *testing.T) {
 			if tc.breakIt != nil {
 				tc.breakIt(n)
 			}
-			rep, err := Run(n.cfg, n.st, n.k, tc.src, tc.dst, Options{})
+			rep, err := Run(n.cfg, n.st, n.k, tc.src, tc.dst, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,6 +249,6 @@ func crossSubnetPeer(n *fakeNode, programmed bool) {
 	b := netip.MustParsePrefix("10.100.1.0/24")
 	n.k.routes[4] = slices.DeleteFunc(n.k.routes[4], func(r Route) bool { return r.Dst == b })
 	if programmed {
-		n.k.routes[4] = append(n.k.routes[4], Route{Dst: b, Iface: "eth0", Type: routes.TypeGateway, Gateway: netip.MustParseAddr("10.0.1.20"), Protocol: fakeProto})
+		n.k.routes[4] = append(n.k.routes[4], Route{Dst: b, Iface: "eth0", Type: routes.TypeGateway.KernelType(), Gateway: netip.MustParseAddr("10.0.1.20"), Protocol: fakeProto})
 	}
 }

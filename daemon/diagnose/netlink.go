@@ -1,24 +1,21 @@
 package diagnose
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"runtime"
 
+	"github.com/mdlayher/netlink"
 	"github.com/ti-mo/conntrack"
-	"github.com/vishvananda/netlink"
+	"github.com/ti-mo/netfilter"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/routelet/routelet/internal/nlutil"
-	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
-	"github.com/routelet/routelet/pkg/routes"
 )
 
 // KernelOptions configure the netlink Kernel.
@@ -29,222 +26,60 @@ type KernelOptions struct {
 	Owned         func(netguard.Link) bool
 }
 
-// netlinkKernel reads the calling process's network namespace.
+// netlinkKernel reads the calling process's network namespace: inspect's
+// reads and diagnose's own.
 type netlinkKernel struct {
-	opts  KernelOptions
-	h     *netlink.Handle
-	names map[int]string // index → name, from the last Links
+	*inspect.Netlink
+	opts KernelOptions
 }
 
 // NewKernel returns the Kernel of the current network namespace; Close
 // releases it.
 func NewKernel(opts KernelOptions) (Kernel, func(), error) {
-	h, err := netlink.NewHandle()
+	nl, err := inspect.NewNetlink()
 	if err != nil {
-		return nil, nil, fmt.Errorf("netlink handle: %w", err)
+		return nil, nil, err
 	}
-	return &netlinkKernel{opts: opts, h: h}, h.Close, nil
+	return &netlinkKernel{Netlink: nl, opts: opts}, nl.Close, nil
 }
 
-// Links dumps every link.
-func (k *netlinkKernel) Links() ([]Link, error) {
-	ls, err := nlutil.Retry(k.h.LinkList)
-	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
-	}
-	out := make([]Link, 0, len(ls))
-	k.names = make(map[int]string, len(ls))
-	for _, l := range ls {
-		out = append(out, linkOf(l))
-		k.names[l.Attrs().Index] = l.Attrs().Name
-	}
-	return out, nil
-}
-
-// linkOf converts a netlink link.
-func linkOf(l netlink.Link) Link {
-	a := l.Attrs()
-	out := Link{Name: a.Name, Index: a.Index, Kind: l.Type(), AdminUp: a.Flags&net.FlagUp != 0,
-		LowerUp: a.RawFlags&unix.IFF_LOWER_UP != 0, MTU: a.MTU, MAC: a.HardwareAddr, MasterIndex: a.MasterIndex}
-	if s := a.Statistics; s != nil {
-		out.Stats = LinkStats{RxPackets: s.RxPackets, TxPackets: s.TxPackets, RxDropped: s.RxDropped, TxDropped: s.TxDropped, TxErrors: s.TxErrors}
-	}
-	if v, ok := l.(*netlink.Vxlan); ok {
-		out.VNI, out.Port = v.VxlanId, v.Port
-	}
-	return out
-}
-
-// Routes dumps the main table of family v.
-func (k *netlinkKernel) Routes(v int) ([]Route, error) {
-	rs, err := nlutil.MainRoutes(k.h, v)
-	if err != nil {
-		return nil, fmt.Errorf("list IPv%d routes: %w", v, err)
-	}
-	if k.names == nil {
-		if _, err := k.Links(); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]Route, 0, len(rs))
-	for _, r := range rs {
-		if r.Dst == nil {
-			continue // the default route: never a pod or peer route
-		}
-		dst, ok := prefixOf(r.Dst)
-		if !ok {
-			continue
-		}
-		rt := Route{Dst: dst, Iface: k.names[r.LinkIndex], Protocol: int(r.Protocol), MTU: r.MTU, OnLink: r.Flags&unix.RTNH_F_ONLINK != 0}
-		switch {
-		case r.Type == unix.RTN_BLACKHOLE:
-			rt.Type = routes.TypeBlackhole
-		case r.Type == unix.RTN_UNREACHABLE:
-			rt.Type = routes.TypeUnreachable
-		case r.Gw != nil:
-			rt.Type = routes.TypeGateway
-			rt.Gateway, _ = netip.AddrFromSlice(r.Gw)
-			rt.Gateway = rt.Gateway.Unmap()
-		default:
-			rt.Type = routes.TypeLink
-		}
-		out = append(out, rt)
-	}
-	return out, nil
-}
-
-// prefixOf converts a route destination.
-func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones), true
-}
-
-// link returns dev, not found wrapped in ErrNotExist.
-func (k *netlinkKernel) link(dev string) (netlink.Link, error) {
-	l, err := k.h.LinkByName(dev)
-	if nlutil.LinkNotFound(err) {
-		return nil, fmt.Errorf("link %s: %w", dev, ErrNotExist)
-	}
-	return l, err
-}
-
-// Neighs dumps dev's neighbours of family v.
-func (k *netlinkKernel) Neighs(dev string, v int) ([]Neigh, error) {
-	l, err := k.link(dev)
-	if err != nil {
-		return nil, err
-	}
-	fam := netlink.FAMILY_V4
-	if v == 6 {
-		fam = netlink.FAMILY_V6
-	}
-	ns, err := nlutil.Retry(func() ([]netlink.Neigh, error) { return k.h.NeighList(l.Attrs().Index, fam) })
-	if err != nil {
-		return nil, fmt.Errorf("list neighbours of %s: %w", dev, err)
-	}
-	var out []Neigh
-	for _, n := range ns {
-		a, ok := netip.AddrFromSlice(n.IP)
-		if !ok {
-			continue
-		}
-		out = append(out, Neigh{IP: a.Unmap(), MAC: n.HardwareAddr, Permanent: n.State&netlink.NUD_PERMANENT != 0})
-	}
-	return out, nil
-}
-
-// FDB dumps dev's forwarding database.
-func (k *netlinkKernel) FDB(dev string) ([]FDB, error) {
-	l, err := k.link(dev)
-	if err != nil {
-		return nil, err
-	}
-	ns, err := nlutil.Retry(func() ([]netlink.Neigh, error) { return k.h.NeighList(l.Attrs().Index, unix.AF_BRIDGE) })
-	if err != nil {
-		return nil, fmt.Errorf("list FDB of %s: %w", dev, err)
-	}
-	var out []FDB
-	for _, n := range ns {
-		e := FDB{MAC: n.HardwareAddr, Permanent: n.State&netlink.NUD_PERMANENT != 0}
-		if a, ok := netip.AddrFromSlice(n.IP); ok {
-			e.Dst = a.Unmap()
-		}
-		out = append(out, e)
-	}
-	return out, nil
-}
-
-// Sysctl reads /proc/sys/<key> (the process's network namespace).
-func (k *netlinkKernel) Sysctl(key string) (string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc/sys", filepath.Clean("/"+key)))
-	if err != nil {
-		return "", fmt.Errorf("sysctl %s: %w", key, err)
-	}
-	return string(trimNL(b)), nil
-}
-
-// trimNL drops trailing new lines and spaces.
-func trimNL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-// SetMembers lists an ipset's members.
-func (k *netlinkKernel) SetMembers(name string) ([]netip.Prefix, error) {
-	n, err := ipset.NewNetlink()
-	if err != nil {
-		return nil, err
-	}
-	defer n.Close()
-	info, err := n.List(name)
-	if errors.Is(err, ipset.ErrNotExist) {
-		return nil, fmt.Errorf("ipset %s: %w", name, ErrNotExist)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return info.Members, nil
-}
-
-// PodLink reads ifName inside the namespace at netnsPath.
-func (k *netlinkKernel) PodLink(netnsPath, ifName string) (Link, error) {
-	h, err := netns.GetFromPath(netnsPath)
-	if err != nil {
-		return Link{}, fmt.Errorf("open netns %s: %w", netnsPath, err)
-	}
-	defer h.Close()
-	nh, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return Link{}, fmt.Errorf("netlink in netns %s: %w", netnsPath, err)
-	}
-	defer nh.Close()
-	l, err := nh.LinkByName(ifName)
-	if nlutil.LinkNotFound(err) {
-		return Link{}, fmt.Errorf("link %s in netns %s: %w", ifName, netnsPath, ErrNotExist)
-	}
-	if err != nil {
-		return Link{}, fmt.Errorf("link %s in netns %s: %w", ifName, netnsPath, err)
-	}
-	return linkOf(l), nil
-}
-
-// Conntrack dumps the table and keeps the flows between a and b.
+// Conntrack returns the flows between a and b with as little of the table
+// crossing the socket as the kernel allows. IPv4: two dumps the kernel
+// filters by the original direction's addresses (a → b, b → a). IPv6:
+// one dump the kernel filters by family, the pair picked here — the
+// kernel's IPv6 address filter drops the very entries that match (seen on
+// Linux 6.18), so it is not used.
 func (k *netlinkKernel) Conntrack(a, b netip.Addr) ([]Flow, error) {
-	c, err := conntrack.Dial(nil)
+	if a.Is6() {
+		c, err := conntrack.Dial(nil)
+		if err != nil {
+			return nil, fmt.Errorf("conntrack: %w", err)
+		}
+		defer c.Close()
+		flows, err := c.DumpFilter(conntrack.NewFilter().Family(netfilter.ProtoIPv6), nil)
+		if err != nil {
+			return nil, fmt.Errorf("conntrack dump: %w", err)
+		}
+		return pairOf(flows, a, b), nil
+	}
+	c, err := netfilter.Dial(nil)
 	if err != nil {
 		return nil, fmt.Errorf("conntrack: %w", err)
 	}
 	defer c.Close()
-	flows, err := c.Dump(nil)
-	if err != nil {
-		return nil, fmt.Errorf("conntrack dump: %w", err)
+	var out []Flow
+	for _, p := range [][2]netip.Addr{{a, b}, {b, a}} {
+		fs, err := dumpPair(c, p[0], p[1])
+		if err != nil {
+			return nil, fmt.Errorf("conntrack dump %s → %s: %w", p[0], p[1], err)
+		}
+		out = append(out, fs...)
 	}
+	return out, nil
+}
+
+// pairOf keeps the flows between a and b, either direction.
+func pairOf(flows []conntrack.Flow, a, b netip.Addr) []Flow {
 	var out []Flow
 	for _, f := range flows {
 		o := f.TupleOrig
@@ -255,7 +90,120 @@ func (k *netlinkKernel) Conntrack(a, b netip.Addr) ([]Flow, error) {
 		out = append(out, Flow{Proto: protoName(o.Proto.Protocol), Src: s, Dst: d, SrcPort: o.Proto.SourcePort, DstPort: o.Proto.DestinationPort,
 			Replied: f.Status.SeenReply(), Assured: f.Status.Assured(), TimeoutS: f.Timeout})
 	}
+	return out
+}
+
+// ctnetlink's attributes and filter flags (linux/netfilter/nfnetlink_conntrack.h
+// and nf_conntrack_netlink.c), as far as Conntrack uses them.
+const (
+	ctMsgGet        = 1 // IPCTNL_MSG_CT_GET
+	ctaTupleOrig    = 1
+	ctaStatus       = 3
+	ctaTimeout      = 7
+	ctaFilter       = 25
+	ctaTupleIP      = 1
+	ctaTupleProto   = 2
+	ctaIPv4Src      = 1
+	ctaIPv4Dst      = 2
+	ctaIPv6Src      = 3
+	ctaIPv6Dst      = 4
+	ctaProtoNum     = 1
+	ctaProtoSrcPort = 2
+	ctaProtoDstPort = 3
+	ctaFilterOrig   = 1 // CTA_FILTER_ORIG_FLAGS
+	filterIPSrc     = 1 << 0
+	filterIPDst     = 1 << 1
+	statusSeenReply = 1 << 1 // IPS_SEEN_REPLY
+	statusAssured   = 1 << 2 // IPS_ASSURED
+)
+
+// dumpPair dumps the IPv4 flows whose original direction is src → dst,
+// the kernel filtering them (CTA_FILTER, Linux 5.8 and later).
+func dumpPair(c *netfilter.Conn, src, dst netip.Addr) ([]Flow, error) {
+	req, err := netfilter.MarshalNetlink(netfilter.Header{
+		SubsystemID: netfilter.NFSubsysCTNetlink, MessageType: ctMsgGet, Family: netfilter.ProtoIPv4, Flags: netlink.Request | netlink.Dump,
+	}, []netfilter.Attribute{
+		{Type: ctaTupleOrig, Nested: true, Children: []netfilter.Attribute{{Type: ctaTupleIP, Nested: true,
+			Children: []netfilter.Attribute{{Type: ctaIPv4Src, Data: src.AsSlice()}, {Type: ctaIPv4Dst, Data: dst.AsSlice()}}}}},
+		{Type: ctaFilter, Nested: true, Children: []netfilter.Attribute{
+			{Type: ctaFilterOrig, Data: binary.NativeEndian.AppendUint32(nil, filterIPSrc|filterIPDst)}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := c.Query(req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Flow, 0, len(msgs))
+	for _, m := range msgs {
+		_, attrs, err := netfilter.UnmarshalNetlink(m)
+		if err != nil {
+			return nil, err
+		}
+		if f, ok := flowOf(attrs); ok && f.Src == src && f.Dst == dst {
+			out = append(out, f)
+		}
+	}
 	return out, nil
+}
+
+// flowOf reads a conntrack entry's original tuple, status and timeout.
+func flowOf(attrs []netfilter.Attribute) (Flow, bool) {
+	var f Flow
+	var status uint32
+	ok := false
+	for _, a := range attrs {
+		switch a.Type {
+		case ctaTupleOrig:
+			ok = tupleOf(a.Children, &f)
+		case ctaStatus:
+			if len(a.Data) == 4 {
+				status = binary.BigEndian.Uint32(a.Data)
+			}
+		case ctaTimeout:
+			if len(a.Data) == 4 {
+				f.TimeoutS = binary.BigEndian.Uint32(a.Data)
+			}
+		}
+	}
+	f.Replied, f.Assured = status&statusSeenReply != 0, status&statusAssured != 0
+	return f, ok
+}
+
+// tupleOf fills f's addresses, protocol and ports from a tuple's
+// attributes; false when it has no addresses.
+func tupleOf(attrs []netfilter.Attribute, f *Flow) bool {
+	for _, a := range attrs {
+		switch a.Type {
+		case ctaTupleIP:
+			for _, ip := range a.Children {
+				addr, ok := netip.AddrFromSlice(ip.Data)
+				switch {
+				case !ok:
+				case ip.Type == ctaIPv4Src || ip.Type == ctaIPv6Src:
+					f.Src = addr.Unmap()
+				case ip.Type == ctaIPv4Dst || ip.Type == ctaIPv6Dst:
+					f.Dst = addr.Unmap()
+				}
+			}
+		case ctaTupleProto:
+			for _, p := range a.Children {
+				switch {
+				case p.Type == ctaProtoNum && len(p.Data) == 1:
+					f.Proto = protoName(p.Data[0])
+				case p.Type == ctaProtoSrcPort && len(p.Data) == 2:
+					f.SrcPort = binary.BigEndian.Uint16(p.Data)
+				case p.Type == ctaProtoDstPort && len(p.Data) == 2:
+					f.DstPort = binary.BigEndian.Uint16(p.Data)
+				}
+			}
+		}
+	}
+	if f.Proto == "icmp" || f.Proto == "icmpv6" {
+		f.SrcPort, f.DstPort = 0, 0
+	}
+	return f.Src.IsValid() && f.Dst.IsValid()
 }
 
 // protoNames name the IP protocols conntrack tracks.
@@ -272,7 +220,7 @@ func protoName(p uint8) string {
 
 // NodeSpace reads the node's own address space as the daemon's peer check.
 func (k *netlinkKernel) NodeSpace() (netguard.Host, error) {
-	return netguard.ReadHost(k.h, k.opts.RouteProtocol, k.opts.Owned)
+	return netguard.ReadHost(nil, k.opts.RouteProtocol, k.opts.Owned)
 }
 
 // Parent finds the link holding hostIP.

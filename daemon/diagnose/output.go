@@ -14,6 +14,9 @@ var marks = map[Status]string{Pass: "✓", Fail: "✗", Info: "·"}
 // and the fix under each failed one, and a summary line.
 func WriteText(out io.Writer, r *Report) error {
 	var b strings.Builder
+	if r.DaemonDown != "" {
+		fmt.Fprintf(&b, "%s: the steps below are what the state directory and the kernel show; nothing is repaired until it runs\n", r.DaemonDown)
+	}
 	fmt.Fprintf(&b, "diagnose %s → %s on node %s\n", describeEnd(r.Src), describeEnd(r.Dst), r.Node)
 	failed := 0
 	for _, s := range r.Steps {

@@ -8,4 +8,9 @@
 // neighbour and FDB entries of the overlay devices, the allowlist sets),
 // through a Reader: Netlink on the real kernel, Fake in tests, Counting to
 // count the reads. Compare joins the two; it never touches the kernel.
+//
+// The Reader is also every read `routeletd diagnose` shares with status
+// (links, routes, neighbours, FDB, ipsets, sysctls, a pod's link):
+// daemon/diagnose adds only its own (conntrack, the node's address space,
+// the overlay's parent).
 package inspect

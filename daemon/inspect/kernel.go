@@ -3,11 +3,16 @@ package inspect
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
-	"sync/atomic"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/nlutil"
@@ -15,14 +20,32 @@ import (
 	"github.com/routelet/routelet/pkg/routes"
 )
 
+// ErrNotExist is what a Reader returns (wrapped) for a link or sysctl
+// that does not exist.
+var ErrNotExist = fs.ErrNotExist
+
 // Link is a link as read.
 type Link struct {
-	Index int
-	Name  string
-	Kind  string // netlink kind: "veth", "vxlan", "ipip", …
-	Up    bool
-	MTU   int
-	MAC   string
+	Index       int       `json:"index"`
+	Name        string    `json:"name"`
+	Kind        string    `json:"kind"`    // netlink kind: "veth", "vxlan", "ipip", "device", …
+	Up          bool      `json:"up"`      // administratively up
+	LowerUp     bool      `json:"lowerUp"` // carrier
+	MTU         int       `json:"mtu"`
+	MAC         string    `json:"mac,omitempty"`
+	MasterIndex int       `json:"masterIndex,omitempty"`
+	VNI         int       `json:"vni,omitempty"`  // vxlan
+	Port        int       `json:"port,omitempty"` // vxlan destination port
+	Stats       LinkStats `json:"stats"`
+}
+
+// LinkStats are a link's packet counters.
+type LinkStats struct {
+	RxPackets uint64 `json:"rxPackets"`
+	TxPackets uint64 `json:"txPackets"`
+	RxDropped uint64 `json:"rxDropped"`
+	TxDropped uint64 `json:"txDropped"`
+	TxErrors  uint64 `json:"txErrors"`
 }
 
 // Route is a main-table route as read.
@@ -32,7 +55,22 @@ type Route struct {
 	Type     int // rtm_type
 	Protocol int
 	Gateway  netip.Addr
+	OnLink   bool
 	MTU      int
+}
+
+// Target returns the kind of route r is, as routes.Target names it:
+// blackhole, unreachable, gateway (it has one) or link.
+func (r Route) Target() routes.TargetType {
+	switch {
+	case r.Type == unix.RTN_BLACKHOLE:
+		return routes.TypeBlackhole
+	case r.Type == unix.RTN_UNREACHABLE:
+		return routes.TypeUnreachable
+	case r.Gateway.IsValid():
+		return routes.TypeGateway
+	}
+	return routes.TypeLink
 }
 
 // Neigh is a neighbour (ARP/NDP) entry as read.
@@ -42,20 +80,34 @@ type Neigh struct {
 	State int // NUD_* bits
 }
 
+// Permanent reports whether the entry is NUD_PERMANENT.
+func (n Neigh) Permanent() bool { return n.State&unix.NUD_PERMANENT != 0 }
+
 // FDBEntry is a unicast FDB entry as read.
 type FDBEntry struct {
-	MAC string
-	Dst netip.Addr
+	MAC   string
+	Dst   netip.Addr
+	State int // NUD_* bits
 }
 
-// Reader reads the kernel. Routes returns the main table of family 4 or
-// 6; SetMembers reports ok false when the set does not exist.
+// Permanent reports whether the entry is NUD_PERMANENT.
+func (e FDBEntry) Permanent() bool { return e.State&unix.NUD_PERMANENT != 0 }
+
+// Reader reads the kernel: every read `routeletd status` and `routeletd
+// diagnose` make of links, routes, neighbours, FDB, ipsets and sysctls,
+// each method one dump or one file. Routes returns the main table of
+// family 4 or 6; SetMembers reports ok false when the set does not exist;
+// Sysctl and PodLink return ErrNotExist (wrapped) for what is not there.
 type Reader interface {
 	Links() ([]Link, error)
 	Routes(family int) ([]Route, error)
 	Neighs(index, family int) ([]Neigh, error)
 	FDB(index int) ([]FDBEntry, error)
 	SetMembers(name string) (members []netip.Prefix, ok bool, err error)
+	// Sysctl reads a key under /proc/sys ("net/ipv4/ip_forward").
+	Sysctl(key string) (string, error)
+	// PodLink reads link ifName inside the network namespace at netnsPath.
+	PodLink(netnsPath, ifName string) (Link, error)
 }
 
 // Kernel is one read of what Compare needs.
@@ -150,11 +202,24 @@ func (n *Netlink) Links() ([]Link, error) {
 	out := make([]Link, 0, len(ls))
 	n.names = make(map[int]string, len(ls))
 	for _, l := range ls {
-		a := l.Attrs()
-		n.names[a.Index] = a.Name
-		out = append(out, Link{Index: a.Index, Name: a.Name, Kind: l.Type(), Up: a.Flags&net.FlagUp != 0, MTU: a.MTU, MAC: a.HardwareAddr.String()})
+		n.names[l.Attrs().Index] = l.Attrs().Name
+		out = append(out, linkOf(l))
 	}
 	return out, nil
+}
+
+// linkOf converts a netlink link.
+func linkOf(l netlink.Link) Link {
+	a := l.Attrs()
+	out := Link{Index: a.Index, Name: a.Name, Kind: l.Type(), Up: a.Flags&net.FlagUp != 0, LowerUp: a.RawFlags&unix.IFF_LOWER_UP != 0,
+		MTU: a.MTU, MAC: a.HardwareAddr.String(), MasterIndex: a.MasterIndex}
+	if s := a.Statistics; s != nil {
+		out.Stats = LinkStats{RxPackets: s.RxPackets, TxPackets: s.TxPackets, RxDropped: s.RxDropped, TxDropped: s.TxDropped, TxErrors: s.TxErrors}
+	}
+	if v, ok := l.(*netlink.Vxlan); ok {
+		out.VNI, out.Port = v.VxlanId, v.Port
+	}
+	return out
 }
 
 // Routes implements Reader: the main table of family v. Interfaces are
@@ -187,7 +252,8 @@ func (n *Netlink) Routes(v int) ([]Route, error) {
 			iface = routes.InterfaceNone
 		}
 		gw, _ := netip.AddrFromSlice(r.Gw)
-		out = append(out, Route{Iface: iface, Dst: dst, Type: r.Type, Protocol: int(r.Protocol), Gateway: gw.Unmap(), MTU: r.MTU})
+		out = append(out, Route{Iface: iface, Dst: dst, Type: r.Type, Protocol: int(r.Protocol), Gateway: gw.Unmap(),
+			OnLink: r.Flags&unix.RTNH_F_ONLINK != 0, MTU: r.MTU})
 	}
 	return out, nil
 }
@@ -222,9 +288,41 @@ func (n *Netlink) FDB(index int) ([]FDBEntry, error) {
 		if len(e.HardwareAddr) != 6 || e.HardwareAddr[0]&1 != 0 || !ok {
 			continue
 		}
-		out = append(out, FDBEntry{MAC: e.HardwareAddr.String(), Dst: a.Unmap()})
+		out = append(out, FDBEntry{MAC: e.HardwareAddr.String(), Dst: a.Unmap(), State: e.State})
 	}
 	return out, nil
+}
+
+// Sysctl implements Reader: /proc/sys/<key> (the process's network
+// namespace).
+func (n *Netlink) Sysctl(key string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", filepath.Clean("/"+key)))
+	if err != nil {
+		return "", fmt.Errorf("sysctl %s: %w", key, err)
+	}
+	return strings.TrimRight(string(b), "\n "), nil
+}
+
+// PodLink implements Reader: ifName inside the namespace at netnsPath.
+func (n *Netlink) PodLink(netnsPath, ifName string) (Link, error) {
+	h, err := netns.GetFromPath(netnsPath)
+	if err != nil {
+		return Link{}, fmt.Errorf("open netns %s: %w", netnsPath, err)
+	}
+	defer h.Close()
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return Link{}, fmt.Errorf("netlink in netns %s: %w", netnsPath, err)
+	}
+	defer nh.Close()
+	l, err := nh.LinkByName(ifName)
+	if nlutil.LinkNotFound(err) {
+		return Link{}, fmt.Errorf("link %s in netns %s: %w", ifName, netnsPath, ErrNotExist)
+	}
+	if err != nil {
+		return Link{}, fmt.Errorf("link %s in netns %s: %w", ifName, netnsPath, err)
+	}
+	return linkOf(l), nil
 }
 
 // SetMembers implements Reader.
@@ -242,31 +340,70 @@ func (n *Netlink) SetMembers(name string) ([]netip.Prefix, bool, error) {
 	return info.Members, true, nil
 }
 
-// Counting is a Reader that counts the reads it passes on.
+// Counting is a Reader that counts the reads it passes on, by method.
 type Counting struct {
-	R     Reader
-	reads atomic.Int64
+	R  Reader
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Count records one read named m ("links", "routes", …); wrappers of a
+// wider interface count their own reads with it.
+func (c *Counting) Count(m string) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[m]++
+	c.mu.Unlock()
 }
 
 // Reads returns how many reads were made.
-func (c *Counting) Reads() int64 { return c.reads.Load() }
+func (c *Counting) Reads() int64 {
+	_, total := c.ByMethod()
+	return int64(total)
+}
+
+// ByMethod returns the reads made so far, by method, and their total.
+func (c *Counting) ByMethod() (map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, total := map[string]int{}, 0
+	for k, v := range c.n {
+		out[k] = v
+		total += v
+	}
+	return out, total
+}
 
 // Links implements Reader.
-func (c *Counting) Links() ([]Link, error) { c.reads.Add(1); return c.R.Links() }
+func (c *Counting) Links() ([]Link, error) { c.Count("links"); return c.R.Links() }
 
 // Routes implements Reader.
-func (c *Counting) Routes(v int) ([]Route, error) { c.reads.Add(1); return c.R.Routes(v) }
+func (c *Counting) Routes(v int) ([]Route, error) { c.Count("routes"); return c.R.Routes(v) }
 
 // Neighs implements Reader.
-func (c *Counting) Neighs(index, v int) ([]Neigh, error) { c.reads.Add(1); return c.R.Neighs(index, v) }
+func (c *Counting) Neighs(index, v int) ([]Neigh, error) {
+	c.Count("neighs")
+	return c.R.Neighs(index, v)
+}
 
 // FDB implements Reader.
-func (c *Counting) FDB(index int) ([]FDBEntry, error) { c.reads.Add(1); return c.R.FDB(index) }
+func (c *Counting) FDB(index int) ([]FDBEntry, error) { c.Count("fdb"); return c.R.FDB(index) }
 
 // SetMembers implements Reader.
 func (c *Counting) SetMembers(name string) ([]netip.Prefix, bool, error) {
-	c.reads.Add(1)
+	c.Count("ipset")
 	return c.R.SetMembers(name)
+}
+
+// Sysctl implements Reader.
+func (c *Counting) Sysctl(key string) (string, error) { c.Count("sysctl"); return c.R.Sysctl(key) }
+
+// PodLink implements Reader.
+func (c *Counting) PodLink(netnsPath, ifName string) (Link, error) {
+	c.Count("podlink")
+	return c.R.PodLink(netnsPath, ifName)
 }
 
 // Fake is a Reader over fixed contents (tests).
@@ -276,6 +413,10 @@ type Fake struct {
 	NeighList map[int][]Neigh // by link index
 	FDBList   map[int][]FDBEntry
 	SetList   map[string][]netip.Prefix
+	// Sysctls are the keys that read; every other key does not exist.
+	Sysctls map[string]string
+	// PodLinks are the pods' links by "netnsPath/ifName".
+	PodLinks map[string]Link
 }
 
 // Links implements Reader.
@@ -294,6 +435,22 @@ func (f *Fake) FDB(index int) ([]FDBEntry, error) { return f.FDBList[index], nil
 func (f *Fake) SetMembers(name string) ([]netip.Prefix, bool, error) {
 	m, ok := f.SetList[name]
 	return m, ok, nil
+}
+
+// Sysctl implements Reader.
+func (f *Fake) Sysctl(key string) (string, error) {
+	if v, ok := f.Sysctls[key]; ok {
+		return v, nil
+	}
+	return "", fmt.Errorf("sysctl %s: %w", key, ErrNotExist)
+}
+
+// PodLink implements Reader.
+func (f *Fake) PodLink(netnsPath, ifName string) (Link, error) {
+	if l, ok := f.PodLinks[netnsPath+"/"+ifName]; ok {
+		return l, nil
+	}
+	return Link{}, fmt.Errorf("link %s in netns %s: %w", ifName, netnsPath, ErrNotExist)
 }
 
 // famIndex maps IP version 4 or 6 to the index of [2] arrays.

@@ -7,10 +7,8 @@ package workloads
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 
@@ -60,28 +58,10 @@ func (d *Dir) All() (map[string]*state.Workload, map[string]string, error) {
 }
 
 // Get reads the record under key through the Store, which validates it;
-// the record must be the one that belongs under that key. A record that is
-// gone is state.ErrNotFound (wrapped).
+// the record must be the one that belongs under that key. The file is
+// read once. A record that is gone is state.ErrNotFound (wrapped).
 func (d *Dir) Get(key string) (*state.Workload, error) {
-	data, err := state.ReadFileNoFollow(d.store.WorkloadsDir(), key)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", key, state.ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var id struct {
-		ContainerID string `json:"containerID"`
-		IfName      string `json:"ifName"`
-	}
-	if err := json.Unmarshal(data, &id); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", key, err)
-	}
-	if state.ValidateContainerID(id.ContainerID) != nil || state.ValidateIfName(id.IfName) != nil ||
-		state.AttachmentName(id.ContainerID, id.IfName)+".json" != key {
-		return nil, fmt.Errorf("parse %s: containerID %q / ifName %q do not match the file name", key, id.ContainerID, id.IfName)
-	}
-	return d.store.GetWorkload(id.ContainerID, id.IfName)
+	return d.store.WorkloadFile(key)
 }
 
 // Delete removes w's record (leak collection); missing is success.

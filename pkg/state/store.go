@@ -159,6 +159,16 @@ func (s *Store) loadWorkload(name string) (*Workload, error) {
 	return w, nil
 }
 
+// WorkloadFile reads the record in file name of workloads/ (one read):
+// validated, and it must belong under that name. ErrNotFound (wrapped)
+// when absent.
+func (s *Store) WorkloadFile(name string) (*Workload, error) {
+	if err := validateFileName(name); err != nil {
+		return nil, fmt.Errorf("get workload: %w", err)
+	}
+	return s.loadWorkload(name)
+}
+
 // GetWorkload reads one record; ErrNotFound (wrapped) when absent. The names
 // are validated before any path is built.
 func (s *Store) GetWorkload(containerID, ifName string) (*Workload, error) {

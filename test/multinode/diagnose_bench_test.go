@@ -82,7 +82,7 @@ func BenchmarkDiagnoseScale(b *testing.B) {
 				return err
 			}
 			defer closeK()
-			ck := &diagnose.Counted{K: k}
+			ck := diagnose.NewCounted(k)
 			cfg := diagnose.Config{NodeName: n.Spec.Name, StateDir: n.StateDir, IfacePrefix: "cali", RouteProtocol: routeProto,
 				Mode: overlay.ModeVXLAN, VXLANDevice: overlay.DeviceVXLAN, VNI: overlay.DefaultVNI, Port: overlay.DefaultPort}
 			for b.Loop() {
@@ -95,7 +95,7 @@ func BenchmarkDiagnoseScale(b *testing.B) {
 				}
 				runs++
 			}
-			_, reads = ck.Reads()
+			_, reads = ck.ByMethod()
 			return nil
 		})
 		if err != nil {
