@@ -25,7 +25,12 @@ import (
 
 // RouteTable is the part of *routes.RouteTable the loop drives.
 type RouteTable interface {
-	SetRoutes(iface string, targets []routes.Target)
+	// SetAllRoutes replaces every interface's desired routes (memory only)
+	// and reports whether they changed.
+	SetAllRoutes(byIface map[string][]routes.Target) bool
+	// Wants reports whether dst is one of iface's desired routes: what the
+	// tamper checks compare kernel events against.
+	Wants(iface string, dst netip.Prefix) bool
 	OnIfaceStateChanged(iface string, up bool)
 	MarkDirty(iface string)
 	QueueResync()
@@ -139,14 +144,13 @@ type Agent struct {
 	workloads    map[string]*state.Workload // by source key
 	peerRecords  int                        // peer records at the last read
 	published    bool                       // Self went through Publish
-	desired      [2]map[string][]routes.Target
-	absentSince  map[string]time.Time  // host iface → first seen missing (leak collection)
-	links        map[string]string     // prefix links that exist → kind, from link events and dumps
-	badSeen      map[string]bool       // bad-record messages already logged
-	badFiles     map[string]string     // workload keys that cannot be served → why
-	badNodes     int                   // unreadable peer records at the last full read
-	refused      map[string]string     // workload keys refused by checkWorkload → why (logged)
-	winners      map[netip.Addr]string // addresses several records claim → the key served
+	absentSince  map[string]time.Time       // host iface → first seen missing (leak collection)
+	links        map[string]string          // prefix links that exist → kind, from link events and dumps
+	badSeen      map[string]bool            // bad-record messages already logged
+	badFiles     map[string]string          // workload keys that cannot be served → why
+	badNodes     int                        // unreadable peer records at the last full read
+	refused      map[string]string          // workload keys refused by checkWorkload → why (logged)
+	winners      map[netip.Addr]string      // addresses several records claim → the key served
 	ready        bool
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
@@ -201,7 +205,6 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 		status: status, metrics: metrics, log: log, now: time.Now,
 		kick:        make(chan struct{}, 1),
 		workloads:   map[string]*state.Workload{},
-		desired:     [2]map[string][]routes.Target{{}, {}},
 		absentSince: map[string]time.Time{},
 		links:       map[string]string{},
 		badSeen:     map[string]bool{},
@@ -619,25 +622,11 @@ func (a *Agent) syncDesired() {
 		}
 	}
 	a.winners = d.Contested
-	next := d.Routes
 	for fam, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt == nil {
-			continue
-		}
-		for iface, ts := range next[fam] {
-			if !slices.EqualFunc(a.desired[fam][iface], ts, routes.Target.Equal) {
-				rt.SetRoutes(iface, ts)
-				a.needApply = true
-			}
-		}
-		for iface := range a.desired[fam] {
-			if _, ok := next[fam][iface]; !ok {
-				rt.SetRoutes(iface, nil)
-				a.needApply = true
-			}
+		if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
+			a.needApply = true
 		}
 	}
-	a.desired = next
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
 	a.keeperVeths(d.Owner)
 }
@@ -650,10 +639,9 @@ func (a *Agent) checkRouteEvent(ev RouteEvent) {
 	if ev.Table != 0 && ev.Table != 254 {
 		return
 	}
-	fam := 0
 	rt := a.rt4
 	if ev.IPv6 {
-		fam, rt = 1, a.rt6
+		rt = a.rt6
 	}
 	if rt == nil {
 		return
@@ -661,8 +649,7 @@ func (a *Agent) checkRouteEvent(ev RouteEvent) {
 	if ev.Dst.Addr().Is6() && ev.Dst.Addr().IsLinkLocalUnicast() {
 		return // the kernel's fe80::/64 on every interface; the tables leave it alone
 	}
-	desired := slices.ContainsFunc(a.desired[fam][ev.Iface], func(t routes.Target) bool { return t.CIDR == ev.Dst })
-	if ev.Deleted == desired || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
+	if ev.Deleted == rt.Wants(ev.Iface, ev.Dst) || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
 		a.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
 		rt.MarkDirty(ev.Iface)
 		a.needApply = true
@@ -675,8 +662,7 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 	if !a.opts.StaticARP || !ev.IP.Is4() {
 		return
 	}
-	p := netip.PrefixFrom(ev.IP, 32)
-	if slices.ContainsFunc(a.desired[0][ev.Iface], func(t routes.Target) bool { return t.CIDR == p }) {
+	if a.rt4 != nil && a.rt4.Wants(ev.Iface, netip.PrefixFrom(ev.IP, 32)) {
 		a.rt4.MarkDirty(ev.Iface)
 		a.needApply = true
 	}

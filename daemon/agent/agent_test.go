@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -46,14 +47,23 @@ func newFakeRT() *fakeRT {
 	return &fakeRT{routes: map[string][]routes.Target{}, up: map[string]bool{}, dirty: map[string]int{}}
 }
 
-func (f *fakeRT) SetRoutes(iface string, ts []routes.Target) {
+func (f *fakeRT) SetAllRoutes(all map[string][]routes.Target) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(ts) == 0 {
-		delete(f.routes, iface)
-		return
+	next := map[string][]routes.Target{}
+	for iface, ts := range all {
+		if len(ts) > 0 {
+			next[iface] = slices.Clone(ts)
+		}
 	}
-	f.routes[iface] = append([]routes.Target(nil), ts...)
+	changed := !maps.EqualFunc(f.routes, next, func(a, b []routes.Target) bool { return slices.EqualFunc(a, b, routes.Target.Equal) })
+	f.routes = next
+	return changed
+}
+func (f *fakeRT) Wants(iface string, dst netip.Prefix) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.routes[iface], func(t routes.Target) bool { return t.CIDR == dst })
 }
 func (f *fakeRT) OnIfaceStateChanged(iface string, up bool) {
 	f.mu.Lock()

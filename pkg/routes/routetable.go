@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -291,8 +292,40 @@ func (rt *RouteTable) kindOf(name string) ifaceKind {
 // targets (wrong family, a no-interface type on a real interface, a gateway
 // route without gateway…) are logged and left out.
 func (rt *RouteTable) SetRoutes(iface string, targets []Target) {
+	rt.setRoutes(iface, targets)
+}
+
+// SetAllRoutes replaces the desired routes of the whole table (memory
+// only): each interface in byIface gets its targets as SetRoutes sets them,
+// every other interface wants none. It reports whether the desired state
+// changed, that is whether the next Apply has routes to program. Interfaces
+// are set in name order, so which one wins a contested CIDR does not depend
+// on map order.
+func (rt *RouteTable) SetAllRoutes(byIface map[string][]Target) bool {
+	changed := false
+	for iface := range rt.desired {
+		if _, ok := byIface[iface]; !ok {
+			changed = rt.setRoutes(iface, nil) || changed
+		}
+	}
+	for _, iface := range slices.Sorted(maps.Keys(byIface)) {
+		changed = rt.setRoutes(iface, byIface[iface]) || changed
+	}
+	return changed
+}
+
+// Wants reports whether dst is one of iface's desired routes, as the
+// setters left them (whether or not iface wins the CIDR when another
+// interface wants it too).
+func (rt *RouteTable) Wants(iface string, dst netip.Prefix) bool {
+	_, ok := rt.desired[iface][dst.Masked()]
+	return ok
+}
+
+// setRoutes is SetRoutes, reporting whether iface's desired routes changed.
+func (rt *RouteTable) setRoutes(iface string, targets []Target) bool {
 	if !rt.acceptIface(iface) {
-		return
+		return false
 	}
 	next := make(map[netip.Prefix]Target, len(targets))
 	for _, t := range targets {
@@ -327,6 +360,7 @@ func (rt *RouteTable) SetRoutes(iface string, targets []Target) {
 	if changed {
 		rt.markDirty(iface, needSync)
 	}
+	return changed
 }
 
 // RouteUpdate adds or changes one desired route on iface (memory only).

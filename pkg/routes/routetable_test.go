@@ -544,6 +544,77 @@ func TestConflictNewestClaimWins(t *testing.T) {
 	f.wantDump("10.0.0.1/32 dev caliA proto 80 scope link")
 }
 
+func TestSetAllRoutesAndWants(t *testing.T) {
+	f := newFixture(t, 4, nil)
+	f.nl.AddLink("cali1", true)
+	f.nl.AddLink("cali2", true)
+	all := map[string][]Target{
+		"cali1":       {{CIDR: pfx("10.0.0.1/32")}},
+		"cali2":       {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.9/32")}},
+		InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: TypeBlackhole}},
+	}
+	if !f.rt.SetAllRoutes(all) {
+		t.Fatal("first SetAllRoutes reported no change")
+	}
+	f.apply()
+	f.wantDump(
+		"blackhole 10.0.0.0/24 proto 80",
+		"10.0.0.1/32 dev cali1 proto 80 scope link",
+		"10.0.0.2/32 dev cali2 proto 80 scope link",
+		"10.0.0.9/32 dev cali2 proto 80 scope link",
+	)
+	for _, tc := range []struct {
+		iface string
+		dst   string
+		want  bool
+	}{
+		{"cali1", "10.0.0.1/32", true},
+		{"cali2", "10.0.0.9/32", true},
+		{"cali1", "10.0.0.2/32", false}, // cali2's, not cali1's
+		{InterfaceNone, "10.0.0.0/24", true},
+		{InterfaceNone, "10.0.0.5/24", true}, // compared masked
+		{"cali3", "10.0.0.1/32", false},
+	} {
+		if got := f.rt.Wants(tc.iface, pfx(tc.dst)); got != tc.want {
+			t.Errorf("Wants(%s, %s) = %v, want %v", tc.iface, tc.dst, got, tc.want)
+		}
+	}
+
+	// The same routes again: nothing changed, nothing to do. A target the
+	// table refuses (wrong family) is left out both times.
+	same := map[string][]Target{
+		"cali1":       {{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("fd00::1/128")}},
+		"cali2":       {{CIDR: pfx("10.0.0.9/32")}, {CIDR: pfx("10.0.0.2/32")}},
+		InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: TypeBlackhole}},
+	}
+	if f.rt.SetAllRoutes(same) {
+		t.Error("SetAllRoutes with the same routes reported a change")
+	}
+	if s := f.rt.Stats(); s.DirtyIfaces != 0 {
+		t.Errorf("unchanged SetAllRoutes left %d interfaces dirty", s.DirtyIfaces)
+	}
+
+	// An interface missing from the map wants nothing any more.
+	delete(same, "cali2")
+	if !f.rt.SetAllRoutes(same) {
+		t.Fatal("SetAllRoutes without cali2 reported no change")
+	}
+	if f.rt.Wants("cali2", pfx("10.0.0.2/32")) {
+		t.Error("cali2's route still wanted after SetAllRoutes left it out")
+	}
+	f.apply()
+	f.wantDump(
+		"blackhole 10.0.0.0/24 proto 80",
+		"10.0.0.1/32 dev cali1 proto 80 scope link",
+	)
+
+	// A changed target on one interface is a change.
+	same["cali1"] = []Target{{CIDR: pfx("10.0.0.1/32"), MTU: 1400}}
+	if !f.rt.SetAllRoutes(same) {
+		t.Error("SetAllRoutes with a changed MTU reported no change")
+	}
+}
+
 func TestInterfaceDownUpRename(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	f.nl.AddLink("cali1", true)
