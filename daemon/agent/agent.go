@@ -97,6 +97,19 @@ type Manager interface {
 	Apply() error
 }
 
+// The loop's default periods (routeletd's resync-period, device-check-period
+// and leak-grace-period).
+const (
+	// DefaultResyncPeriod is how often every record and the whole routing
+	// table are re-read: the most a lost event can cost.
+	DefaultResyncPeriod = 90 * time.Second
+	// DefaultTickPeriod is the liveness and leak-check tick.
+	DefaultTickPeriod = 10 * time.Second
+	// DefaultLeakGracePeriod is how long a record's netns and host veth
+	// must be gone before the record is released.
+	DefaultLeakGracePeriod = 15 * time.Minute
+)
+
 // Options configure an Agent. Zero durations take the defaults noted.
 type Options struct {
 	NodeName        string
@@ -106,9 +119,9 @@ type Options struct {
 	Version         string
 	IfacePrefix     string        // default podnet.DefaultPrefix
 	RouteProtocol   int           // default routes.DefaultProtocol
-	ResyncPeriod    time.Duration // default 90s
-	TickPeriod      time.Duration // liveness and leak checks; default 10s
-	LeakGracePeriod time.Duration // default 15m
+	ResyncPeriod    time.Duration // default DefaultResyncPeriod
+	TickPeriod      time.Duration // liveness and leak checks; default DefaultTickPeriod
+	LeakGracePeriod time.Duration // default DefaultLeakGracePeriod
 	Debounce        time.Duration // default 1ms; negative disables
 	// StaticARP programs a permanent neighbour entry with the container MAC
 	// for each IPv4 workload route, as Calico does (saves an ARP round trip).
@@ -189,13 +202,13 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 		opts.RouteProtocol = routes.DefaultProtocol
 	}
 	if opts.ResyncPeriod <= 0 {
-		opts.ResyncPeriod = 90 * time.Second
+		opts.ResyncPeriod = DefaultResyncPeriod
 	}
 	if opts.TickPeriod <= 0 {
-		opts.TickPeriod = 10 * time.Second
+		opts.TickPeriod = DefaultTickPeriod
 	}
 	if opts.LeakGracePeriod <= 0 {
-		opts.LeakGracePeriod = 15 * time.Minute
+		opts.LeakGracePeriod = DefaultLeakGracePeriod
 	}
 	if opts.Debounce == 0 {
 		opts.Debounce = time.Millisecond

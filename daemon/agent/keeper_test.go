@@ -56,8 +56,8 @@ func TestKeeperHook(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{repairs: podnet.Repairs{Sysctls: 2, Links: 1, Neighbours: 3}}
 	f.a.SetKeeper(k, 0)
-	if f.a.keepPeriod != defaultKeepPeriod {
-		t.Fatalf("keep period %s, want %s", f.a.keepPeriod, defaultKeepPeriod)
+	if f.a.keepPeriod != DefaultKeepPeriod {
+		t.Fatalf("keep period %s, want %s", f.a.keepPeriod, DefaultKeepPeriod)
 	}
 	f.a.SetKeeper(k, 10*time.Millisecond)
 	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")

@@ -57,9 +57,13 @@ type Config struct {
 	// RouteProtocol marks routelet's routes; default routes.DefaultProtocol.
 	RouteProtocol int
 	// CheckPeriod is how often the loop runs the device check (QueueCheck);
-	// default 10s.
+	// default DefaultCheckPeriod.
 	CheckPeriod time.Duration
 }
+
+// DefaultCheckPeriod is how often the overlay devices are re-read unless
+// Config says otherwise (routeletd passes its device-check-period).
+const DefaultCheckPeriod = 10 * time.Second
 
 // device is what the manager needs of overlay.VXLAN and overlay.IPIP.
 type device interface {
@@ -123,7 +127,7 @@ func New(nl overlay.Netlink, cfg Config, newTable NewTable) (*Manager, error) {
 		cfg.RouteProtocol = routes.DefaultProtocol
 	}
 	if cfg.CheckPeriod <= 0 {
-		cfg.CheckPeriod = 10 * time.Second
+		cfg.CheckPeriod = DefaultCheckPeriod
 	}
 	m := &Manager{cfg: cfg, nl: nl, log: cfg.Logger.With("component", "overlay"), dirtyIfaces: map[string]bool{}}
 	for _, v := range []int{4, 6} {
