@@ -174,11 +174,7 @@ func addAddr(t *testing.T, pod ns.NetNS, ip string) (remove func()) {
 // outside host receives none. The pod's traffic from its own addresses
 // still gets through: to the outside (masqueraded to the node's address),
 // to another node's host and to another pod (with its own address).
-func TestPodAntiSpoofing(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testPodAntiSpoofing(t, backend) })
-	}
-}
+func TestPodAntiSpoofing(t *testing.T) { eachBackend(t, testPodAntiSpoofing) }
 
 func testPodAntiSpoofing(t *testing.T, backend string) {
 	c := newCluster(t, backend)
@@ -295,13 +291,7 @@ func vxlanFrame(t *testing.T, dstMAC, srcMAC string, inner []byte) []byte {
 // sending VXLAN or IPIP from its own address to the peer's host — which NAT
 // outgoing would masquerade to this node's address, one the peer accepts —
 // is dropped on the node by the encapsulation rule of ROUTELET-PREROUTING.
-func TestPodForgedEncapsulation(t *testing.T) {
-	for _, backend := range backends {
-		for _, encap := range []string{"vxlan", "ipip"} {
-			t.Run(backend+"/"+encap, func(t *testing.T) { testPodForgedEncapsulation(t, backend, encap) })
-		}
-	}
-}
+func TestPodForgedEncapsulation(t *testing.T) { eachBackendAndEncap(t, testPodForgedEncapsulation) }
 
 func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
 	c := newCluster(t, backend)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/cluster"
@@ -39,18 +38,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() != 0 {
-			return m.Run() // every test skips
-		}
-		if _, err := cluster.RemoveStale(mnPrefix); err != nil {
-			fmt.Fprintln(os.Stderr, "multinode:", err)
-		}
-		defer netnstest.RemoveBins()
-		binDir, buildErr = netnstest.BuildBins(netnstest.Routelet, netnstest.Routeletd)
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(netnstest.Privileged{
+		Stale: mnPrefix, RemoveStale: cluster.RemoveStale, Bins: []string{netnstest.Routelet, netnstest.Routeletd},
+		Built: func(dir string, err error) { binDir, buildErr = dir, err },
+	}.Main(m))
 }
 
 // requireRoot skips t without root and fails it when the binaries did not build.
@@ -120,17 +111,7 @@ func newCluster(t *testing.T, flags ...string) *testCluster {
 		}
 	})
 	for _, n := range c.Nodes {
-		h, err := netns.GetFromPath(n.CNI.NS.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		nl, err := netlink.NewHandleAt(h)
-		h.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nl.Close)
-		tc.nodes = append(tc.nodes, &node{Node: n, nl: nl})
+		tc.nodes = append(tc.nodes, &node{Node: n, nl: netnstest.HandleFor(t, n.CNI.NS)})
 	}
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
