@@ -77,19 +77,10 @@ func newTestNode(t testing.TB, withDefault bool) *testNode {
 	t.Cleanup(func() { node.Close() })
 	nl := netnstest.HandleFor(t, node.NS)
 	tn := &testNode{t: t, node: node, nl: nl, stateDir: filepath.Join(t.TempDir(), "state"), podCIDR: "10.244.7.0/24"}
-	if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up1"}); err != nil {
+	up0, err := netnstest.AddVeth(nl, "up0", "up1")
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"lo", "up0", "up1"} {
-		l, err := nl.LinkByName(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nl.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	up0, _ := nl.LinkByName("up0")
 	addr, _ := netlink.ParseAddr("192.0.2.10/24")
 	if err := nl.AddrAdd(up0, addr); err != nil {
 		t.Fatal(err)
@@ -231,17 +222,8 @@ func (tn *testNode) hasRoute(family int, s string) bool { return tn.routes(famil
 // peer) left in the node too, both up: a stand-in for a pod's attachment.
 func (tn *testNode) addVeth(name, peer string) {
 	tn.t.Helper()
-	if err := tn.nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
-		tn.t.Fatalf("add veth %s: %v", name, err)
-	}
-	for _, n := range []string{name, peer} {
-		l, err := tn.nl.LinkByName(n)
-		if err != nil {
-			tn.t.Fatal(err)
-		}
-		if err := tn.nl.LinkSetUp(l); err != nil {
-			tn.t.Fatal(err)
-		}
+	if _, err := netnstest.AddVeth(tn.nl, name, peer); err != nil {
+		tn.t.Fatal(err)
 	}
 }
 

@@ -60,32 +60,29 @@ func NewT(t testing.TB) *NS {
 func NewFor(t testing.TB, prefix string) ns.NetNS {
 	t.Helper()
 	n, err := New(prefix)
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	removeAtCleanup(t, n)
-	return n
+	return forTest(t, n, err)
 }
 
 // NewNamedFor is NewFor with the whole name given (NewNamed).
 func NewNamedFor(t testing.TB, name string) ns.NetNS {
 	t.Helper()
 	n, err := NewNamed(name)
+	return forTest(t, n, err)
+}
+
+// forTest fails t when the namespace could not be made (err); otherwise it
+// removes n when t ends, reporting a failed removal as a test error.
+func forTest(t testing.TB, n ns.NetNS, err error) ns.NetNS {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("new netns: %v", err)
 	}
-	removeAtCleanup(t, n)
-	return n
-}
-
-// removeAtCleanup removes n when t ends, reporting a failure as a test
-// error.
-func removeAtCleanup(t testing.TB, n ns.NetNS) {
 	t.Cleanup(func() {
 		if err := Remove(n); err != nil {
 			t.Errorf("%v", err)
 		}
 	})
+	return n
 }
 
 // HandleFor returns a netlink handle whose sockets are opened inside n,

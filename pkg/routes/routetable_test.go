@@ -33,10 +33,12 @@ type fixture struct {
 	fam   int
 }
 
-func newFixture(t *testing.T, ipVersion int, mod func(*Config)) *fixture {
-	t.Helper()
-	cfg := Config{
-		IPVersion:            ipVersion,
+// usualConfig is a table of IP version v with the usual routelet setup:
+// cali* workload interfaces, a shared vxlan.calico, no-interface routes,
+// external routes removed, no grace period, no logs.
+func usualConfig(v int) Config {
+	return Config{
+		IPVersion:            v,
 		InterfacePrefixes:    []string{"cali"},
 		InterfaceNames:       []string{"vxlan.calico"},
 		IncludeNoInterface:   true,
@@ -44,6 +46,11 @@ func newFixture(t *testing.T, ipVersion int, mod func(*Config)) *fixture {
 		GracePeriod:          -1,
 		Logger:               slog.New(slog.DiscardHandler),
 	}
+}
+
+func newFixture(t *testing.T, ipVersion int, mod func(*Config)) *fixture {
+	t.Helper()
+	cfg := usualConfig(ipVersion)
 	if mod != nil {
 		mod(&cfg)
 	}
