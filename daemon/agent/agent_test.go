@@ -167,6 +167,17 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// run runs the loop until stop is called or t ends; stop returns Run's
+// error, and the loop has returned before t's other cleanups run.
+func (f *fixture) run(t *testing.T) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
 func (f *fixture) put(t *testing.T, cid, iface string, ips ...string) {
 	t.Helper()
 	w := &state.Workload{ContainerID: cid, IfName: "eth0", HostIface: iface, Netns: "/var/run/netns/" + cid,
@@ -227,12 +238,8 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	if ok, _ := f.st.Ready(); ok {
 		t.Fatal("ready before Run")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	// Run watches the records before its first sync.
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	stop := f.run(t)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	ds, err := f.store.ReadDaemonStatus()
 	if err != nil || !ds.Ready || ds.PodMTU != 1450 || len(ds.Blocks) != 2 || ds.DaemonVersion != "test" || ds.RouteProtocol != 80 {
@@ -259,11 +266,9 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	f.store.PutNode(&state.Node{Name: "node-b", HostIPv4: "192.0.2.11", Blocks: []string{"10.244.2.0/24"}})
 	waitFor(t, "peer counted", func() bool { return gauge(f.m.Peers) == 1 })
 
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	done <- nil // for the deferred wait
 	ds, _ = f.store.ReadDaemonStatus()
 	if ds.Ready || ds.Reason == "" {
 		t.Errorf("daemon.json after stop = %+v, want not ready with a reason", ds)
@@ -273,10 +278,7 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 func TestApplyErrorRetriedAndReported(t *testing.T) {
 	f := newFixture(t)
 	f.rt4.applyErr = errors.New("injected: netlink busy")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	f.run(t)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	ds, _ := f.store.ReadDaemonStatus()
 	if ds.LastSyncError == "" || !ds.Ready {
@@ -483,10 +485,7 @@ func TestLeakCheckIdleCostsNothing(t *testing.T) {
 // a running loop keeps being watched (no wait for the resync).
 func TestWatchSurvivesDirectoryRemoval(t *testing.T) {
 	f := newFixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	defer func() { cancel(); <-done }()
-	go func() { done <- f.a.Run(ctx) }()
+	f.run(t)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	if err := os.RemoveAll(f.store.WorkloadsDir()); err != nil {
 		t.Fatal(err)
@@ -512,10 +511,7 @@ func TestNotifyApplyRunsManagers(t *testing.T) {
 	f := newFixture(t)
 	m := &countingManager{}
 	f.a.managers = []Manager{m}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	f.run(t)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	before := m.count()
 	f.a.NotifyApply()
