@@ -167,9 +167,11 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// run runs the loop until stop is called or t ends; stop returns Run's
-// error, and the loop has returned before t's other cleanups run.
-func (f *fixture) run(t *testing.T) (stop func() error) {
+// run runs the loop, driving managers too, until stop is called or t
+// ends; stop returns Run's error, and the loop has returned before t's
+// other cleanups run.
+func (f *fixture) run(t *testing.T, managers ...Manager) (stop func() error) {
+	f.a.managers = managers
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.a.Run(ctx) }()
@@ -510,8 +512,7 @@ func (m *countingManager) count() int               { m.mu.Lock(); defer m.mu.Un
 func TestNotifyApplyRunsManagers(t *testing.T) {
 	f := newFixture(t)
 	m := &countingManager{}
-	f.a.managers = []Manager{m}
-	f.run(t)
+	f.run(t, m)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	before := m.count()
 	f.a.NotifyApply()

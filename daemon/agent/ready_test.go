@@ -25,8 +25,7 @@ func (m *blockingManager) clear()                   { m.mu.Lock(); m.reason = ""
 func TestManagerHoldsNotReady(t *testing.T) {
 	f := newFixture(t)
 	m := &blockingManager{reason: "ipip tunl0: the kernel cannot create ipip links"}
-	f.a.managers = []Manager{m}
-	f.run(t)
+	f.run(t, m)
 	// daemon.json is written first, /readyz follows: wait for both.
 	waitFor(t, "daemon.json and /readyz with the manager's reason", func() bool {
 		st, err := f.store.ReadDaemonStatus()

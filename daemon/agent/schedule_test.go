@@ -67,7 +67,6 @@ func (m *checkingManager) count() int { m.mu.Lock(); defer m.mu.Unlock(); return
 func TestCheckerTicksInTheLoop(t *testing.T) {
 	f := newFixture(t)
 	m := &checkingManager{}
-	f.a.managers = []Manager{m}
-	f.run(t)
+	f.run(t, m)
 	waitFor(t, "three checks applied", func() bool { return m.count() >= 3 })
 }

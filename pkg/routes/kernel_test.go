@@ -324,6 +324,33 @@ func (e *kernelEnv) conntrack() *conntrack.Conn {
 	return c
 }
 
+// addFlow creates a UDP flow src:sport -> dst:53 in c.
+func addFlow(t *testing.T, c *conntrack.Conn, src, dst string, sport uint16) {
+	t.Helper()
+	f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr(dst), sport, 53, 120, 0)
+	if err := c.Create(f); err != nil {
+		t.Fatalf("create flow %s->%s: %v", src, dst, err)
+	}
+}
+
+// flowsLeft applies rt, waits for the conntrack cleanups it started and
+// returns the flows c still holds, each as "src->dst" of its original
+// direction.
+func flowsLeft(t *testing.T, rt *RouteTable, c *conntrack.Conn) []string {
+	t.Helper()
+	mustApply(t, rt)
+	rt.WaitConntrackCleanups()
+	flows, err := c.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, f := range flows {
+		left = append(left, f.TupleOrig.IP.SourceAddress.String()+"->"+f.TupleOrig.IP.DestinationAddress.String())
+	}
+	return left
+}
+
 // TestKernelConntrackCleanup injects flows with ti-mo/conntrack and checks
 // the ones of a removed, and of a moved, pod IP are really gone.
 func TestKernelConntrackCleanup(t *testing.T) {
@@ -335,29 +362,13 @@ func TestKernelConntrackCleanup(t *testing.T) {
 	mustApply(t, rt)
 
 	c := e.conntrack()
-	mk := func(src, dst string, sport uint16) {
-		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr(dst), sport, 53, 120, 0)
-		if err := c.Create(f); err != nil {
-			t.Fatalf("create flow %s->%s: %v", src, dst, err)
-		}
-	}
-	mk("10.0.0.1", "192.0.2.1", 1001) // removed pod, original direction
-	mk("192.0.2.1", "10.0.0.1", 1002) // towards the removed pod (reply source)
-	mk("10.0.0.2", "192.0.2.1", 1003) // pod that moves to cali2
-	mk("10.0.0.3", "192.0.2.1", 1004) // pod that stays
+	addFlow(t, c, "10.0.0.1", "192.0.2.1", 1001) // removed pod, original direction
+	addFlow(t, c, "192.0.2.1", "10.0.0.1", 1002) // towards the removed pod (reply source)
+	addFlow(t, c, "10.0.0.2", "192.0.2.1", 1003) // pod that moves to cali2
+	addFlow(t, c, "10.0.0.3", "192.0.2.1", 1004) // pod that stays
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.3/32")}})
 	rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.2/32")}})
-	mustApply(t, rt)
-	rt.WaitConntrackCleanups()
-	flows, err := c.Dump(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, f := range flows {
-		left = append(left, f.TupleOrig.IP.SourceAddress.String()+"->"+f.TupleOrig.IP.DestinationAddress.String())
-	}
-	if !slices.Equal(left, []string{"10.0.0.3->192.0.2.1"}) {
+	if left := flowsLeft(t, rt, c); !slices.Equal(left, []string{"10.0.0.3->192.0.2.1"}) {
 		t.Fatalf("flows left %v, want only 10.0.0.3's", left)
 	}
 	e.wantIP([]string{"-4", "route", "show", "proto", "80"}, "10.0.0.2 dev cali2 scope link", "10.0.0.3 dev cali1 scope link")
@@ -450,25 +461,11 @@ func TestKernelConntrackCleanupIPv6(t *testing.T) {
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}, {CIDR: pfx("fd00::2/128")}})
 	mustApply(t, rt)
 	c := e.conntrack()
-	for i, src := range []string{"fd00::1", "fd00::2"} {
-		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr("2001:db8::53"), uint16(2000+i), 53, 120, 0)
-		if err := c.Create(f); err != nil {
-			t.Fatalf("create flow from %s: %v", src, err)
-		}
-	}
+	addFlow(t, c, "fd00::1", "2001:db8::53", 2000)
+	addFlow(t, c, "fd00::2", "2001:db8::53", 2001)
 	rt.RouteRemove("cali1", pfx("fd00::1/128"))
-	mustApply(t, rt)
-	rt.WaitConntrackCleanups()
-	flows, err := c.Dump(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, f := range flows {
-		left = append(left, f.TupleOrig.IP.SourceAddress.String())
-	}
-	if !slices.Equal(left, []string{"fd00::2"}) {
-		t.Fatalf("flows left from %v, want only fd00::2", left)
+	if left := flowsLeft(t, rt, c); !slices.Equal(left, []string{"fd00::2->2001:db8::53"}) {
+		t.Fatalf("flows left %v, want only fd00::2's", left)
 	}
 	e.wantIP([]string{"-6", "route", "show", "proto", "80"}, "fd00::2 dev cali1 metric 1024 pref medium")
 }

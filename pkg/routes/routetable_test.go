@@ -430,11 +430,7 @@ func (o *orderedNetlink) RouteReplace(r *netlink.Route) error {
 }
 
 func (o *orderedNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
-	errs := make([]error, len(rs))
-	for i, r := range rs {
-		errs[i] = o.RouteReplace(r)
-	}
-	return errs
+	return oneByOne(rs, o.RouteReplace)
 }
 
 func (o *orderedNetlink) RouteAdd(r *netlink.Route) error {
@@ -444,11 +440,7 @@ func (o *orderedNetlink) RouteAdd(r *netlink.Route) error {
 }
 
 func (o *orderedNetlink) RouteAddMany(rs []*netlink.Route) []error {
-	errs := make([]error, len(rs))
-	for i, r := range rs {
-		errs[i] = o.RouteAdd(r)
-	}
-	return errs
+	return oneByOne(rs, o.RouteAdd)
 }
 
 func (o *orderedNetlink) RouteDel(r *netlink.Route) error {

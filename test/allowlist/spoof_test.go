@@ -96,35 +96,27 @@ func listenUDPOn(t *testing.T, n ns.NetNS, network, port string) net.PacketConn 
 // (host:port).
 func sendUDPFrom(t *testing.T, n ns.NetNS, src, dst string, payload []byte) {
 	t.Helper()
-	err := n.Do(func(ns.NetNS) error {
-		raddr, err := net.ResolveUDPAddr("udp", dst)
-		if err != nil {
-			return err
-		}
-		c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)}, raddr)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write(payload)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sendFrom(t, n, "udp", &net.UDPAddr{IP: net.ParseIP(src)}, dst, payload)
 }
 
 // sendIPIPFrom sends one IPIP packet (protocol 4) carrying inner from src
 // (an address of n) to dst.
 func sendIPIPFrom(t *testing.T, n ns.NetNS, src, dst string, inner []byte) {
 	t.Helper()
+	sendFrom(t, n, "ip4:4", &net.IPAddr{IP: net.ParseIP(src)}, dst, inner)
+}
+
+// sendFrom dials dst over network from local inside n and writes payload
+// once.
+func sendFrom(t *testing.T, n ns.NetNS, network string, local net.Addr, dst string, payload []byte) {
+	t.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		c, err := net.DialIP("ip4:4", &net.IPAddr{IP: net.ParseIP(src)}, &net.IPAddr{IP: net.ParseIP(dst)})
+		c, err := (&net.Dialer{LocalAddr: local}).Dial(network, dst)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		_, err = c.Write(inner)
+		_, err = c.Write(payload)
 		return err
 	})
 	if err != nil {
