@@ -423,9 +423,17 @@ type orderedNetlink struct {
 	flowsAt map[string][]string
 }
 
+// write records a write of r; one that programs a route (add, replace)
+// also notes the conntrack flows at that moment.
+func (o *orderedNetlink) write(op string, r *netlink.Route) {
+	o.ops = append(o.ops, fmt.Sprintf("%s %s if%d", op, r.Dst, r.LinkIndex))
+	if op != "del" {
+		o.flowsAt[r.Dst.String()] = o.ct.Flows()
+	}
+}
+
 func (o *orderedNetlink) RouteReplace(r *netlink.Route) error {
-	o.ops = append(o.ops, fmt.Sprintf("replace %s if%d", r.Dst, r.LinkIndex))
-	o.flowsAt[r.Dst.String()] = o.ct.Flows()
+	o.write("replace", r)
 	return o.FakeNetlink.RouteReplace(r)
 }
 
@@ -434,8 +442,7 @@ func (o *orderedNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
 }
 
 func (o *orderedNetlink) RouteAdd(r *netlink.Route) error {
-	o.ops = append(o.ops, fmt.Sprintf("add %s if%d", r.Dst, r.LinkIndex))
-	o.flowsAt[r.Dst.String()] = o.ct.Flows()
+	o.write("add", r)
 	return o.FakeNetlink.RouteAdd(r)
 }
 
@@ -444,7 +451,7 @@ func (o *orderedNetlink) RouteAddMany(rs []*netlink.Route) []error {
 }
 
 func (o *orderedNetlink) RouteDel(r *netlink.Route) error {
-	o.ops = append(o.ops, fmt.Sprintf("del %s if%d", r.Dst, r.LinkIndex))
+	o.write("del", r)
 	return o.FakeNetlink.RouteDel(r)
 }
 
