@@ -324,18 +324,36 @@ func TestGracePeriod(t *testing.T) {
 	}
 }
 
+// serve adds the up workload interface iface, gives it a route to each of
+// cidrs and applies.
+func (f *fixture) serve(iface string, cidrs ...string) {
+	f.t.Helper()
+	f.nl.AddLink(iface, true)
+	var ts []Target
+	for _, c := range cidrs {
+		ts = append(ts, Target{CIDR: pfx(c)})
+	}
+	f.rt.SetRoutes(iface, ts)
+	f.apply()
+}
+
+// flowsAfterApply applies, waits for the conntrack cleanups that started
+// and returns the flows left.
+func (f *fixture) flowsAfterApply() []string {
+	f.t.Helper()
+	f.apply()
+	f.rt.WaitConntrackCleanups()
+	return f.ct.Flows()
+}
+
 func TestConntrackCleanupOnRemove(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32", "10.0.0.2/32")
 	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1234, 53)              // from the pod
 	f.ct.AddNATFlow(addr("10.9.9.9"), addr("10.96.0.1"), addr("10.0.0.1")) // to the pod via a service
 	f.ct.AddFlow(addr("10.0.0.2"), addr("8.8.8.8"), 1234, 53)              // another pod
 	f.rt.RouteRemove("cali1", pfx("10.0.0.1/32"))
-	f.apply()
-	f.rt.WaitConntrackCleanups()
-	if got := f.ct.Flows(); !slices.Equal(got, []string{"10.0.0.2->8.8.8.8"}) {
+	if got := f.flowsAfterApply(); !slices.Equal(got, []string{"10.0.0.2->8.8.8.8"}) {
 		t.Fatalf("flows left %v, want only the other pod's", got)
 	}
 	if n := f.rt.Stats().ConntrackFlowsDeleted; n != 2 {
@@ -346,9 +364,7 @@ func TestConntrackCleanupOnRemove(t *testing.T) {
 
 func TestConntrackCleanupAfterInterfaceGone(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32")
 	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1234, 53)
 	// CNI DEL removes the veth first; the kernel drops the route with it.
 	if err := f.nl.DelLink("cali1"); err != nil {
@@ -356,18 +372,14 @@ func TestConntrackCleanupAfterInterfaceGone(t *testing.T) {
 	}
 	f.rt.OnIfaceStateChanged("cali1", false)
 	f.rt.SetRoutes("cali1", nil)
-	f.apply()
-	f.rt.WaitConntrackCleanups()
-	if got := f.ct.Flows(); len(got) != 0 {
+	if got := f.flowsAfterApply(); len(got) != 0 {
 		t.Fatalf("flows left %v after the pod went away", got)
 	}
 }
 
 func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("caliA", true)
-	f.rt.SetRoutes("caliA", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("caliA", "10.0.0.1/32")
 	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1, 53)
 	// The old pod goes, a new pod gets the same IP on caliB; the plugin
 	// programs the route before the daemon has caught up.
@@ -378,9 +390,7 @@ func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
 	f.rt.SetRoutes("caliA", nil)
 	f.rt.SetRoutes("caliB", []Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.rt.OnIfaceStateChanged("caliB", true)
-	f.apply()
-	f.rt.WaitConntrackCleanups()
-	if got := f.ct.Flows(); len(got) != 0 {
+	if got := f.flowsAfterApply(); len(got) != 0 {
 		t.Fatalf("old pod's flows %v survived the IP moving to a new pod", got)
 	}
 	f.wantDump("10.0.0.1/32 dev caliB proto 80 scope link")
@@ -388,9 +398,7 @@ func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
 
 func TestConntrackFailureDoesNotBlockRoutes(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32")
 	f.ct.FailDump(errInjected)
 	f.rt.SetRoutes("cali1", nil)
 	f.apply()
@@ -403,9 +411,7 @@ func TestConntrackFailureDoesNotBlockRoutes(t *testing.T) {
 
 func TestHungConntrackDoesNotStopRoutes(t *testing.T) {
 	f := newFixture(t, 4, func(c *Config) { c.NetlinkTimeout = 20 * time.Millisecond })
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32")
 	release := f.ct.HoldDumps()
 	defer release()
 	f.rt.SetRoutes("cali1", nil) // starts a cleanup that hangs
