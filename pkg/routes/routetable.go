@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -308,10 +307,54 @@ func (rt *RouteTable) SetAllRoutes(byIface map[string][]Target) bool {
 			changed = rt.setRoutes(iface, nil) || changed
 		}
 	}
-	for _, iface := range slices.Sorted(maps.Keys(byIface)) {
+	// The loop re-sets the whole table on every pass, usually with one
+	// interface changed or none: the others are compared without building
+	// anything.
+	var set []string
+	for iface, targets := range byIface {
+		if !rt.sameDesired(iface, targets) {
+			set = append(set, iface)
+		}
+	}
+	slices.Sort(set)
+	for _, iface := range set {
 		changed = rt.setRoutes(iface, byIface[iface]) || changed
 	}
 	return changed
+}
+
+// sameDesired reports whether setting targets on iface would leave its
+// desired routes as they are. It answers false (let setRoutes decide) when
+// it cannot tell cheaply: valid targets not in strictly increasing CIDR
+// order (masked), which callers that sort them, as the daemon does, never
+// pass.
+func (rt *RouteTable) sameDesired(iface string, targets []Target) bool {
+	prev := rt.desired[iface]
+	n := 0
+	var last netip.Prefix
+	for _, t := range targets {
+		t, err := rt.normalize(iface, t)
+		if err != nil {
+			continue // setRoutes leaves it out too
+		}
+		if n > 0 && !cidrLess(last, t.CIDR) {
+			return false // maybe a CIDR twice: setRoutes keeps the last
+		}
+		if old, ok := prev[t.CIDR]; !ok || !old.Equal(t) {
+			return false
+		}
+		last = t.CIDR
+		n++
+	}
+	return n == len(prev)
+}
+
+// cidrLess orders prefixes by address, then length.
+func cidrLess(a, b netip.Prefix) bool {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c < 0
+	}
+	return a.Bits() < b.Bits()
 }
 
 // Wants reports whether dst is one of iface's desired routes, as the

@@ -606,6 +606,19 @@ func TestSetAllRoutesAndWants(t *testing.T) {
 		t.Errorf("unchanged SetAllRoutes left %d interfaces dirty", s.DirtyIfaces)
 	}
 
+	// A CIDR given twice counts once: cali2 then wants only 10.0.0.2.
+	twice := map[string][]Target{
+		"cali1":       same["cali1"],
+		"cali2":       {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.2/32")}},
+		InterfaceNone: same[InterfaceNone],
+	}
+	if !f.rt.SetAllRoutes(twice) || f.rt.Wants("cali2", pfx("10.0.0.9/32")) {
+		t.Fatal("a CIDR given twice in place of two hid the change")
+	}
+	if f.rt.SetAllRoutes(twice) {
+		t.Error("the same routes, a CIDR given twice, reported a change")
+	}
+
 	// An interface missing from the map wants nothing any more.
 	delete(same, "cali2")
 	if !f.rt.SetAllRoutes(same) {
