@@ -148,7 +148,7 @@ type fixture struct {
 	m     *health.Metrics
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	s, err := state.Open(filepath.Join(t.TempDir(), "state"))
 	if err != nil {
@@ -180,7 +180,7 @@ func (f *fixture) run(t *testing.T, managers ...Manager) (stop func() error) {
 	return stop
 }
 
-func (f *fixture) put(t *testing.T, cid, iface string, ips ...string) {
+func (f *fixture) put(t testing.TB, cid, iface string, ips ...string) {
 	t.Helper()
 	w := &state.Workload{ContainerID: cid, IfName: "eth0", HostIface: iface, Netns: "/var/run/netns/" + cid,
 		IPs: ips, ContainerMAC: "02:00:00:00:00:01", Created: time.Now()}
