@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +15,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/netnstest"
@@ -79,30 +76,12 @@ func newTestNode(t testing.TB, withDefault bool) *testNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { node.Close() })
-	h, err := netns.GetFromPath(node.NS.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	nl, err := netlink.NewHandleAt(h)
-	h.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
+	nl := netnstest.HandleFor(t, node.NS)
 	tn := &testNode{t: t, node: node, nl: nl, stateDir: filepath.Join(t.TempDir(), "state"), podCIDR: "10.244.7.0/24"}
-	if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up1"}); err != nil {
+	up0, err := netnstest.AddVeth(nl, "up0", "up1")
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"lo", "up0", "up1"} {
-		l, err := nl.LinkByName(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nl.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	up0, _ := nl.LinkByName("up0")
 	addr, _ := netlink.ParseAddr("192.0.2.10/24")
 	if err := nl.AddrAdd(up0, addr); err != nil {
 		t.Fatal(err)
@@ -180,24 +159,7 @@ func (d *daemonProc) kill9(t testing.TB) {
 // get fetches path from the daemon's health server inside the node; the
 // connection is dialled on a thread in the node namespace.
 func (tn *testNode) get(path string) (int, string, error) {
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := tn.node.NS.Do(func(ns.NetNS) error {
-			var err error
-			c, err = (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, addr)
-			return err
-		})
-		return c, err
-	}}
-	defer tr.CloseIdleConnections()
-	cl := &http.Client{Transport: tr, Timeout: 2 * time.Second}
-	resp, err := cl.Get("http://127.0.0.1:9099" + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
+	return netnstest.HTTPGet(tn.node.NS, "http://127.0.0.1:9099"+path)
 }
 
 // metric returns the value line of a metric (e.g. "routelet_workloads").
@@ -206,12 +168,8 @@ func (tn *testNode) metric(name string) string {
 	if err != nil {
 		return ""
 	}
-	for _, l := range strings.Split(body, "\n") {
-		if strings.HasPrefix(l, name+" ") {
-			return strings.TrimPrefix(l, name+" ")
-		}
-	}
-	return ""
+	v, _ := netnstest.MetricValue(body, name)
+	return v
 }
 
 // waitReady polls /readyz until 200.
@@ -265,17 +223,8 @@ func (tn *testNode) hasRoute(family int, s string) bool { return tn.routes(famil
 // peer) left in the node too, both up: a stand-in for a pod's attachment.
 func (tn *testNode) addVeth(name, peer string) {
 	tn.t.Helper()
-	if err := tn.nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
-		tn.t.Fatalf("add veth %s: %v", name, err)
-	}
-	for _, n := range []string{name, peer} {
-		l, err := tn.nl.LinkByName(n)
-		if err != nil {
-			tn.t.Fatal(err)
-		}
-		if err := tn.nl.LinkSetUp(l); err != nil {
-			tn.t.Fatal(err)
-		}
+	if _, err := netnstest.AddVeth(tn.nl, name, peer); err != nil {
+		tn.t.Fatal(err)
 	}
 }
 

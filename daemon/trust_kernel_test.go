@@ -83,6 +83,27 @@ func (tn *testNode) runDaemonArgs(timeout time.Duration, env []string, args ...s
 	}
 }
 
+// wantRefused runs routeletd in the node with exactly args (and env) and
+// checks that it refuses to start: exit 2 within 10s, a message holding
+// each of wants, and the node's routes as they were. what names the case in
+// failures.
+func (tn *testNode) wantRefused(what string, wants, env []string, args ...string) {
+	tn.t.Helper()
+	before := tn.nodeRoutes()
+	code, out, exited := tn.runDaemonArgs(10*time.Second, env, args...)
+	if !exited || code != 2 {
+		tn.t.Errorf("%s: exited %v with %d, want exit 2\n%s", what, exited, code, out)
+	}
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			tn.t.Errorf("%s: message lacks %q:\n%s", what, w, out)
+		}
+	}
+	if after := tn.nodeRoutes(); !slices.Equal(before, after) {
+		tn.t.Errorf("%s changed the node's routes:\nbefore %q\nafter  %q", what, before, after)
+	}
+}
+
 // addLink adds a link of kind (bridge, vxlan) to the node, up; a vxlan
 // link gets VNI 77 on a port of its own.
 func (tn *testNode) addLink(name, kind string) {
@@ -135,7 +156,6 @@ func TestPodCIDRRefused(t *testing.T) {
 			tn := newTestNode(t, true)
 			tn.ip("addr", "add", "2001:db8:7::10/64", "dev", "up0", "nodad")
 			tn.ip("route", "add", "172.31.0.0/16", "dev", "up0", "proto", "static", "scope", "link")
-			before := tn.nodeRoutes()
 			args := []string{"--node-name=node-a", "--state-dir=" + tn.stateDir, "--encapsulation=none", "--health-addr=", "--grace-period=0s"}
 			var env []string
 			switch tc.src {
@@ -150,18 +170,7 @@ func TestPodCIDRRefused(t *testing.T) {
 				}
 				args = append(args, "--config="+path)
 			}
-			code, out, exited := tn.runDaemonArgs(10*time.Second, env, args...)
-			if !exited || code != 2 {
-				t.Errorf("pod-cidr %s: exited %v with %d, want exit 2\n%s", tc.cidr, exited, code, out)
-			}
-			for _, w := range append([]string{`"pod-cidr"`, tc.cidr}, tc.wants...) {
-				if !strings.Contains(out, w) {
-					t.Errorf("pod-cidr %s: message lacks %q:\n%s", tc.cidr, w, out)
-				}
-			}
-			if after := tn.nodeRoutes(); !slices.Equal(before, after) {
-				t.Errorf("pod-cidr %s changed the node's routes:\nbefore %q\nafter  %q", tc.cidr, before, after)
-			}
+			tn.wantRefused("pod-cidr "+tc.cidr, append([]string{`"pod-cidr"`, tc.cidr}, tc.wants...), env, args...)
 		})
 	}
 }
@@ -188,21 +197,10 @@ func TestInterfacePrefixRefused(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(tn)
 			}
-			before := tn.nodeRoutes()
-			code, out, exited := tn.runDaemonArgs(10*time.Second, nil, "--node-name=node-a", "--state-dir="+tn.stateDir,
-				"--pod-cidr="+tn.podCIDR, "--encapsulation=none", "--health-addr=", "--grace-period=0s",
-				"--interface-prefix="+tc.prefix)
-			if !exited || code != 2 {
-				t.Errorf("interface-prefix %s: exited %v with %d, want exit 2\n%s", tc.prefix, exited, code, out)
-			}
-			for _, w := range []string{`"interface-prefix"`, "flag --interface-prefix", `"` + tc.prefix + `"`, tc.want} {
-				if !strings.Contains(out, w) {
-					t.Errorf("interface-prefix %s: message lacks %q:\n%s", tc.prefix, w, out)
-				}
-			}
-			if after := tn.nodeRoutes(); !slices.Equal(before, after) {
-				t.Errorf("interface-prefix %s changed the node's routes:\nbefore %q\nafter  %q", tc.prefix, before, after)
-			}
+			tn.wantRefused("interface-prefix "+tc.prefix,
+				[]string{`"interface-prefix"`, "flag --interface-prefix", `"` + tc.prefix + `"`, tc.want}, nil,
+				"--node-name=node-a", "--state-dir="+tn.stateDir, "--pod-cidr="+tn.podCIDR, "--encapsulation=none",
+				"--health-addr=", "--grace-period=0s", "--interface-prefix="+tc.prefix)
 		})
 	}
 }

@@ -28,29 +28,29 @@ func inPrivateMount(t *testing.T, script string, env ...string) string {
 	return string(out)
 }
 
-// installFixture makes an empty bin dir d, the installed plugin's old
-// content in old (installScript copies it into d first) and the new plugin
-// src holding newPlugin.
-func installFixture(t *testing.T, newPlugin string) (d, old, src string) {
+// installFixture makes a bin dir d, the old plugin (fakePlugin("old"), which
+// installScript copies into the tmpfs it mounts on d) and a new plugin
+// holding newPlugin, and returns d and installScript's D, OLD and SRC
+// settings for them.
+func installFixture(t *testing.T, newPlugin string) (d string, env []string) {
 	t.Helper()
 	base := t.TempDir()
 	d = filepath.Join(base, "bin")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	old, src = filepath.Join(base, "old"), filepath.Join(base, "routelet")
+	old, src := filepath.Join(base, "old"), filepath.Join(base, "routelet")
 	writeFile(t, old, fakePlugin("old"))
 	writeFile(t, src, newPlugin)
-	return d, old, src
+	return d, []string{"D=" + d, "OLD=" + old, "SRC=" + src}
 }
 
 // TestPrivilegedInstallReadOnlyDir: a read-only bin dir (a tmpfs remounted
 // read-only in a private mount namespace) is a clear error and leaves the
 // installed plugin as it was.
 func TestPrivilegedInstallReadOnlyDir(t *testing.T) {
-	d, old, src := installFixture(t, fakePlugin("new"))
-	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=1m",
-		`PRE=mount -o remount,ro `+d)
+	d, env := installFixture(t, fakePlugin("new"))
+	out := inPrivateMount(t, installScript, append(env, "SIZE=1m", `PRE=mount -o remount,ro `+d)...)
 	installer, exit, listing, content := afterInstall(t, out)
 	if exit == "0" {
 		t.Fatalf("install into a read-only dir succeeded:\n%s", out)
@@ -67,8 +67,8 @@ func TestPrivilegedInstallReadOnlyDir(t *testing.T) {
 // small tmpfs in a private mount namespace) is a clear error; the old plugin
 // stays whole and no partial file is left.
 func TestPrivilegedInstallDiskFull(t *testing.T) {
-	d, old, src := installFixture(t, fakePlugin("new")+"# "+strings.Repeat("x", 256<<10)+"\n")
-	out := inPrivateMount(t, installScript, "D="+d, "OLD="+old, "SRC="+src, "SIZE=64k", "PRE=:")
+	_, env := installFixture(t, fakePlugin("new")+"# "+strings.Repeat("x", 256<<10)+"\n")
+	out := inPrivateMount(t, installScript, append(env, "SIZE=64k", "PRE=:")...)
 	installer, exit, listing, content := afterInstall(t, out)
 	if exit == "0" {
 		t.Fatalf("install of 256 KiB into a 64 KiB tmpfs succeeded:\n%s", out)

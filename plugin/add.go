@@ -27,11 +27,7 @@ import (
 // routes. Every step registers its undo; when a later step fails the undos
 // run in reverse, so a failed ADD leaves no address, veth, record or route.
 func cmdAdd(args *skel.CmdArgs) (err error) {
-	c, e := loadConfig(args.StdinData)
-	if e != nil {
-		return e
-	}
-	ka, e := parseCNIArgs(args.Args)
+	c, ka, e := loadCall(args)
 	if e != nil {
 		return e
 	}
@@ -39,9 +35,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if e != nil {
 		return e
 	}
-	store, err := state.Open(c.StateDir)
-	if err != nil {
-		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
+	store, e := c.openStore()
+	if e != nil {
+		return e
 	}
 	node, e := readNodeSettings(c, store)
 	if e != nil {

@@ -48,9 +48,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if e != nil {
 		return e
 	}
-	store, err := state.Open(c.StateDir)
-	if err != nil {
-		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
+	store, e := c.openStore()
+	if e != nil {
+		return e
 	}
 
 	want, e := expectedFromPrev(prev, args, c, ka)

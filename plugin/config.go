@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routelet/routelet/pkg/podnet"
@@ -279,6 +280,29 @@ type cniArgs struct {
 	PodNamespace string
 	PodName      string
 	IPs          []netip.Addr // IP=a[,b]
+}
+
+// loadCall reads what an ADD or DEL is given: the network configuration
+// (loadConfig) and CNI_ARGS (parseCNIArgs).
+func loadCall(args *skel.CmdArgs) (*config, *cniArgs, *types.Error) {
+	c, e := loadConfig(args.StdinData)
+	if e != nil {
+		return nil, nil, e
+	}
+	ka, e := parseCNIArgs(args.Args)
+	if e != nil {
+		return nil, nil, e
+	}
+	return c, ka, nil
+}
+
+// openStore opens the configuration's state directory.
+func (c *config) openStore() (*state.Store, *types.Error) {
+	store, err := state.Open(c.StateDir)
+	if err != nil {
+		return nil, cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
+	}
+	return store, nil
 }
 
 // parseCNIArgs parses CNI_ARGS ("K=V;K2=V2"). Unknown keys are an error unless

@@ -26,17 +26,13 @@ import (
 // touched, and DEL holds the host veth name's lock, waiting for an ADD of
 // the same name to finish.
 func cmdDel(args *skel.CmdArgs) error {
-	c, e := loadConfig(args.StdinData)
+	c, ka, e := loadCall(args)
 	if e != nil {
 		return e
 	}
-	ka, e := parseCNIArgs(args.Args)
+	store, e := c.openStore()
 	if e != nil {
 		return e
-	}
-	store, err := state.Open(c.StateDir)
-	if err != nil {
-		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
 	}
 	host, err := dp.Host(routes.DefaultProtocol, c.Prefix)
 	if err != nil {

@@ -368,18 +368,22 @@ func TestParallelAdds(t *testing.T) {
 	for i := range nss {
 		nss[i] = newNetNS(t).Path()
 	}
-	outs := make([]outcome, pods)
-	var wg sync.WaitGroup
-	for i := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i] = n.run(call{cmd: "ADD", containerID: fmt.Sprintf("par-%02d", i), netns: nss[i], ifName: "eth0", conf: conf})
-		}()
+	// all runs cmd for every pod at once and returns the outcomes by pod.
+	all := func(cmd string) []outcome {
+		outs := make([]outcome, pods)
+		var wg sync.WaitGroup
+		for i := range pods {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outs[i] = n.run(call{cmd: cmd, containerID: fmt.Sprintf("par-%02d", i), netns: nss[i], ifName: "eth0", conf: conf})
+			}()
+		}
+		wg.Wait()
+		return outs
 	}
-	wg.Wait()
 	seen := map[string]bool{}
-	for i, o := range outs {
+	for i, o := range all("ADD") {
 		o.mustOK(t, fmt.Sprintf("parallel ADD %d", i))
 		for _, a := range addrsOf(t, o.stdout) {
 			if seen[a.String()] {
@@ -391,15 +395,7 @@ func TestParallelAdds(t *testing.T) {
 	if len(seen) != 2*pods || len(n.records()) != pods || len(n.hostLinks()) != pods {
 		t.Errorf("%d addresses, %d records, %d links; want %d, %d, %d", len(seen), len(n.records()), len(n.hostLinks()), 2*pods, pods, pods)
 	}
-	for i := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i] = n.run(call{cmd: "DEL", containerID: fmt.Sprintf("par-%02d", i), netns: nss[i], ifName: "eth0", conf: conf})
-		}()
-	}
-	wg.Wait()
-	for i, o := range outs {
+	for i, o := range all("DEL") {
 		o.mustOK(t, fmt.Sprintf("parallel DEL %d", i))
 	}
 	n.assertEmpty("after parallel DEL")

@@ -39,9 +39,9 @@ func cmdGC(args *skel.CmdArgs) error {
 			keep[ipam.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
 		}
 	}
-	store, err := state.Open(c.StateDir)
-	if err != nil {
-		return cniErr(types.ErrIOFailure, "stateDir %s: %v", c.StateDir, err)
+	store, e := c.openStore()
+	if e != nil {
+		return e
 	}
 	host, err := dp.Host(routes.DefaultProtocol, c.Prefix)
 	if err != nil {

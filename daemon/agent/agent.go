@@ -25,7 +25,12 @@ import (
 
 // RouteTable is the part of *routes.RouteTable the loop drives.
 type RouteTable interface {
-	SetRoutes(iface string, targets []routes.Target)
+	// SetAllRoutes replaces every interface's desired routes (memory only)
+	// and reports whether they changed.
+	SetAllRoutes(byIface map[string][]routes.Target) bool
+	// Wants reports whether dst is one of iface's desired routes: what the
+	// tamper checks compare kernel events against.
+	Wants(iface string, dst netip.Prefix) bool
 	OnIfaceStateChanged(iface string, up bool)
 	MarkDirty(iface string)
 	QueueResync()
@@ -92,6 +97,19 @@ type Manager interface {
 	Apply() error
 }
 
+// The loop's default periods (routeletd's resync-period, device-check-period
+// and leak-grace-period).
+const (
+	// DefaultResyncPeriod is how often every record and the whole routing
+	// table are re-read: the most a lost event can cost.
+	DefaultResyncPeriod = 90 * time.Second
+	// DefaultTickPeriod is the liveness and leak-check tick.
+	DefaultTickPeriod = 10 * time.Second
+	// DefaultLeakGracePeriod is how long a record's netns and host veth
+	// must be gone before the record is released.
+	DefaultLeakGracePeriod = 15 * time.Minute
+)
+
 // Options configure an Agent. Zero durations take the defaults noted.
 type Options struct {
 	NodeName        string
@@ -101,9 +119,9 @@ type Options struct {
 	Version         string
 	IfacePrefix     string        // default podnet.DefaultPrefix
 	RouteProtocol   int           // default routes.DefaultProtocol
-	ResyncPeriod    time.Duration // default 90s
-	TickPeriod      time.Duration // liveness and leak checks; default 10s
-	LeakGracePeriod time.Duration // default 15m
+	ResyncPeriod    time.Duration // default DefaultResyncPeriod
+	TickPeriod      time.Duration // liveness and leak checks; default DefaultTickPeriod
+	LeakGracePeriod time.Duration // default DefaultLeakGracePeriod
 	Debounce        time.Duration // default 1ms; negative disables
 	// StaticARP programs a permanent neighbour entry with the container MAC
 	// for each IPv4 workload route, as Calico does (saves an ARP round trip).
@@ -144,14 +162,13 @@ type Agent struct {
 	workloads    map[string]*state.Workload // by source key
 	peerRecords  int                        // peer records at the last read
 	published    bool                       // Self went through Publish
-	desired      [2]map[string][]routes.Target
-	absentSince  map[string]time.Time  // host iface → first seen missing (leak collection)
-	links        map[string]string     // prefix links that exist → kind, from link events and dumps
-	badSeen      map[string]bool       // bad-record messages already logged
-	badFiles     map[string]string     // workload keys that cannot be served → why
-	badNodes     int                   // unreadable peer records at the last full read
-	refused      map[string]string     // workload keys refused by checkWorkload → why (logged)
-	winners      map[netip.Addr]string // addresses several records claim → the key served
+	absentSince  map[string]time.Time       // host iface → first seen missing (leak collection)
+	links        map[string]string          // prefix links that exist → kind, from link events and dumps
+	badSeen      map[string]bool            // bad-record messages already logged
+	badFiles     map[string]string          // workload keys that cannot be served → why
+	badNodes     int                        // unreadable peer records at the last full read
+	refused      map[string]string          // workload keys refused by checkWorkload → why (logged)
+	winners      map[netip.Addr]string      // addresses several records claim → the key served
 	ready        bool
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
@@ -191,13 +208,13 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 		opts.RouteProtocol = routes.DefaultProtocol
 	}
 	if opts.ResyncPeriod <= 0 {
-		opts.ResyncPeriod = 90 * time.Second
+		opts.ResyncPeriod = DefaultResyncPeriod
 	}
 	if opts.TickPeriod <= 0 {
-		opts.TickPeriod = 10 * time.Second
+		opts.TickPeriod = DefaultTickPeriod
 	}
 	if opts.LeakGracePeriod <= 0 {
-		opts.LeakGracePeriod = 15 * time.Minute
+		opts.LeakGracePeriod = DefaultLeakGracePeriod
 	}
 	if opts.Debounce == 0 {
 		opts.Debounce = time.Millisecond
@@ -207,7 +224,6 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 		status: status, metrics: metrics, log: log, now: time.Now,
 		kick:        make(chan struct{}, 1),
 		workloads:   map[string]*state.Workload{},
-		desired:     [2]map[string][]routes.Target{{}, {}},
 		absentSince: map[string]time.Time{},
 		links:       map[string]string{},
 		badSeen:     map[string]bool{},
@@ -632,25 +648,11 @@ func (a *Agent) syncDesired() {
 		}
 	}
 	a.winners = d.Contested
-	next := d.Routes
 	for fam, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt == nil {
-			continue
-		}
-		for iface, ts := range next[fam] {
-			if !slices.EqualFunc(a.desired[fam][iface], ts, routes.Target.Equal) {
-				rt.SetRoutes(iface, ts)
-				a.needApply = true
-			}
-		}
-		for iface := range a.desired[fam] {
-			if _, ok := next[fam][iface]; !ok {
-				rt.SetRoutes(iface, nil)
-				a.needApply = true
-			}
+		if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
+			a.needApply = true
 		}
 	}
-	a.desired = next
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
 	a.keeperVeths(d.Owner)
 }
@@ -663,10 +665,9 @@ func (a *Agent) checkRouteEvent(ev RouteEvent) {
 	if ev.Table != 0 && ev.Table != 254 {
 		return
 	}
-	fam := 0
 	rt := a.rt4
 	if ev.IPv6 {
-		fam, rt = 1, a.rt6
+		rt = a.rt6
 	}
 	if rt == nil {
 		return
@@ -674,8 +675,7 @@ func (a *Agent) checkRouteEvent(ev RouteEvent) {
 	if ev.Dst.Addr().Is6() && ev.Dst.Addr().IsLinkLocalUnicast() {
 		return // the kernel's fe80::/64 on every interface; the tables leave it alone
 	}
-	desired := slices.ContainsFunc(a.desired[fam][ev.Iface], func(t routes.Target) bool { return t.CIDR == ev.Dst })
-	if ev.Deleted == desired || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
+	if ev.Deleted == rt.Wants(ev.Iface, ev.Dst) || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
 		a.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
 		rt.MarkDirty(ev.Iface)
 		a.needApply = true
@@ -689,8 +689,7 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 	if !a.opts.StaticARP || !ev.IP.Is4() {
 		return
 	}
-	p := netip.PrefixFrom(ev.IP, 32)
-	if slices.ContainsFunc(a.desired[0][ev.Iface], func(t routes.Target) bool { return t.CIDR == p }) {
+	if a.rt4 != nil && a.rt4.Wants(ev.Iface, netip.PrefixFrom(ev.IP, 32)) {
 		a.rt4.MarkDirty(ev.Iface)
 		a.needApply = true
 		a.snap.repairs.Add("neigh", ev.IP.String()+" dev "+ev.Iface, 1)

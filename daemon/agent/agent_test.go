@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -46,14 +47,23 @@ func newFakeRT() *fakeRT {
 	return &fakeRT{routes: map[string][]routes.Target{}, up: map[string]bool{}, dirty: map[string]int{}}
 }
 
-func (f *fakeRT) SetRoutes(iface string, ts []routes.Target) {
+func (f *fakeRT) SetAllRoutes(all map[string][]routes.Target) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(ts) == 0 {
-		delete(f.routes, iface)
-		return
+	next := map[string][]routes.Target{}
+	for iface, ts := range all {
+		if len(ts) > 0 {
+			next[iface] = slices.Clone(ts)
+		}
 	}
-	f.routes[iface] = append([]routes.Target(nil), ts...)
+	changed := !maps.EqualFunc(f.routes, next, func(a, b []routes.Target) bool { return slices.EqualFunc(a, b, routes.Target.Equal) })
+	f.routes = next
+	return changed
+}
+func (f *fakeRT) Wants(iface string, dst netip.Prefix) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.routes[iface], func(t routes.Target) bool { return t.CIDR == dst })
 }
 func (f *fakeRT) OnIfaceStateChanged(iface string, up bool) {
 	f.mu.Lock()
@@ -138,7 +148,7 @@ type fixture struct {
 	m     *health.Metrics
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	s, err := state.Open(filepath.Join(t.TempDir(), "state"))
 	if err != nil {
@@ -157,7 +167,20 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) put(t *testing.T, cid, iface string, ips ...string) {
+// run runs the loop, driving managers too, until stop is called or t
+// ends; stop returns Run's error, and the loop has returned before t's
+// other cleanups run.
+func (f *fixture) run(t *testing.T, managers ...Manager) (stop func() error) {
+	f.a.managers = managers
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func (f *fixture) put(t testing.TB, cid, iface string, ips ...string) {
 	t.Helper()
 	w := &state.Workload{ContainerID: cid, IfName: "eth0", HostIface: iface, Netns: "/var/run/netns/" + cid,
 		IPs: ips, ContainerMAC: "02:00:00:00:00:01", Created: time.Now()}
@@ -217,12 +240,8 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	if ok, _ := f.st.Ready(); ok {
 		t.Fatal("ready before Run")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	// Run watches the records before its first sync.
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	stop := f.run(t)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	ds, err := f.store.ReadDaemonStatus()
 	if err != nil || !ds.Ready || ds.PodMTU != 1450 || len(ds.Blocks) != 2 || ds.DaemonVersion != "test" || ds.RouteProtocol != 80 {
@@ -249,11 +268,9 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	f.store.PutNode(&state.Node{Name: "node-b", HostIPv4: "192.0.2.11", Blocks: []string{"10.244.2.0/24"}})
 	waitFor(t, "peer counted", func() bool { return gauge(f.m.Peers) == 1 })
 
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	done <- nil // for the deferred wait
 	ds, _ = f.store.ReadDaemonStatus()
 	if ds.Ready || ds.Reason == "" {
 		t.Errorf("daemon.json after stop = %+v, want not ready with a reason", ds)
@@ -263,10 +280,7 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 func TestApplyErrorRetriedAndReported(t *testing.T) {
 	f := newFixture(t)
 	f.rt4.applyErr = errors.New("injected: netlink busy")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	f.run(t)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	ds, _ := f.store.ReadDaemonStatus()
 	if ds.LastSyncError == "" || !ds.Ready {
@@ -473,10 +487,7 @@ func TestLeakCheckIdleCostsNothing(t *testing.T) {
 // a running loop keeps being watched (no wait for the resync).
 func TestWatchSurvivesDirectoryRemoval(t *testing.T) {
 	f := newFixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	defer func() { cancel(); <-done }()
-	go func() { done <- f.a.Run(ctx) }()
+	f.run(t)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	if err := os.RemoveAll(f.store.WorkloadsDir()); err != nil {
 		t.Fatal(err)
@@ -501,11 +512,7 @@ func (m *countingManager) count() int               { m.mu.Lock(); defer m.mu.Un
 func TestNotifyApplyRunsManagers(t *testing.T) {
 	f := newFixture(t)
 	m := &countingManager{}
-	f.a.managers = []Manager{m}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	f.run(t, m)
 	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
 	before := m.count()
 	f.a.NotifyApply()

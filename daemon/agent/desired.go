@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -50,13 +49,14 @@ type Desired struct {
 // claim one address, it is routed to one of them (see beats), whatever
 // order they come in.
 func DesiredRoutes(in RouteInput) Desired {
+	n := len(in.Workloads)
 	d := Desired{
-		Routes:  [2]map[string][]routes.Target{{}, {}},
-		Refused: map[string]string{}, Owner: map[netip.Addr]string{}, Contested: map[netip.Addr]string{},
+		Routes:  [2]map[string][]routes.Target{make(map[string][]routes.Target, n+1), {}},
+		Refused: map[string]string{}, Owner: make(map[netip.Addr]string, n), Contested: map[netip.Addr]string{},
 	}
-	claims := map[netip.Addr]int{}
-	for _, name := range slices.Sorted(maps.Keys(in.Workloads)) {
-		w := in.Workloads[name]
+	claims := make(map[netip.Addr]int, n)
+	// beats orders any two records, so map order is as good as any.
+	for name, w := range in.Workloads {
 		if err := checkWorkload(in, w); err != nil {
 			d.Refused[name] = err.Error()
 			continue
@@ -142,27 +142,43 @@ func checkWorkload(in RouteInput, w *state.Workload) error {
 		if why := netguard.SpecialRange(host); why != "" {
 			return fmt.Errorf("address %s is in %s", addr, why)
 		}
-		var blocks []netip.Prefix
+		// One pass over the blocks (this runs for every record on every
+		// pass of the loop): the one holding addr, and whether the family
+		// has any.
+		var block netip.Prefix
+		familyHasBlocks := false
 		for _, b := range in.LocalBlocks {
 			if b.Addr().Is4() == addr.Is4() {
-				blocks = append(blocks, b)
+				familyHasBlocks = true
+				if b.Contains(addr) {
+					block = b
+					break
+				}
 			}
 		}
-		if len(blocks) == 0 {
+		switch {
+		case !familyHasBlocks:
 			if what := in.NodeSpace.Overlap(host); what != "" {
 				return fmt.Errorf("address %s overlaps %s", addr, what)
 			}
-			continue
-		}
-		i := slices.IndexFunc(blocks, func(b netip.Prefix) bool { return b.Contains(addr) })
-		if i < 0 {
-			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocks)
-		}
-		if b := blocks[i]; netguard.Reserved(b, addr) {
-			return fmt.Errorf("address %s is reserved in block %s", addr, b)
+		case !block.IsValid():
+			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocksOf(in.LocalBlocks, addr.Is4()))
+		case netguard.Reserved(block, addr):
+			return fmt.Errorf("address %s is reserved in block %s", addr, block)
 		}
 	}
 	return nil
+}
+
+// blocksOf returns the blocks of one family.
+func blocksOf(blocks []netip.Prefix, v4 bool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, b := range blocks {
+		if b.Addr().Is4() == v4 {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // beats reports whether record x, rather than y, gets an address both

@@ -2,7 +2,9 @@
 // records into desired routes, hands them to the RouteTables and keeps the
 // kernel in line.
 //
-// One goroutine (Run) owns every RouteTable and all desired state. Watchers
+// One goroutine (Run) owns every RouteTable and all desired state; the
+// desired routes live only in the RouteTables (SetAllRoutes each pass,
+// Wants for the tamper checks). Watchers
 // (fsnotify on workloads/ and nodes/; the one netlink event source,
 // daemon/netwatch, to which the agent is a Handler for the interfaces it
 // owns) run in their own goroutines and only queue hints through the

@@ -22,16 +22,16 @@ type Keeper interface {
 	Check(sysctls bool) (podnet.Repairs, error)
 }
 
-// defaultKeepPeriod is how often the sysctls of owned veths are read: they
-// have no change events.
-const defaultKeepPeriod = time.Second
+// DefaultKeepPeriod is how often, at most, the sysctls of owned veths are
+// read: they have no change events.
+const DefaultKeepPeriod = time.Second
 
 // SetKeeper makes the loop keep the workloads' veths with k: sysctls every
 // period (at most 1s; 0 means 1s), links and neighbours when their events
 // arrive, everything on each full sync. Call it before Run.
 func (a *Agent) SetKeeper(k Keeper, period time.Duration) {
-	if period <= 0 || period > defaultKeepPeriod {
-		period = defaultKeepPeriod
+	if period <= 0 || period > DefaultKeepPeriod {
+		period = DefaultKeepPeriod
 	}
 	a.keeper, a.keepPeriod = k, period
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -56,17 +55,14 @@ func TestKeeperHook(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{repairs: podnet.Repairs{Sysctls: 2, Links: 1, Neighbours: 3}}
 	f.a.SetKeeper(k, 0)
-	if f.a.keepPeriod != defaultKeepPeriod {
-		t.Fatalf("keep period %s, want %s", f.a.keepPeriod, defaultKeepPeriod)
+	if f.a.keepPeriod != DefaultKeepPeriod {
+		t.Fatalf("keep period %s, want %s", f.a.keepPeriod, DefaultKeepPeriod)
 	}
 	f.a.SetKeeper(k, 10*time.Millisecond)
 	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
 	f.put(t, "c3", "eth9", "10.244.1.4/32")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	f.run(t)
 	waitFor(t, "veths handed over", func() bool { k.mu.Lock(); defer k.mu.Unlock(); return len(k.veths) == 2 })
 	k.mu.Lock()
 	v := k.veths

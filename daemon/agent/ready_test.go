@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -26,11 +25,7 @@ func (m *blockingManager) clear()                   { m.mu.Lock(); m.reason = ""
 func TestManagerHoldsNotReady(t *testing.T) {
 	f := newFixture(t)
 	m := &blockingManager{reason: "ipip tunl0: the kernel cannot create ipip links"}
-	f.a.managers = []Manager{m}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	f.run(t, m)
 	// daemon.json is written first, /readyz follows: wait for both.
 	waitFor(t, "daemon.json and /readyz with the manager's reason", func() bool {
 		st, err := f.store.ReadDaemonStatus()

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"reflect"
 	"sync"
 	"testing"
@@ -68,10 +67,6 @@ func (m *checkingManager) count() int { m.mu.Lock(); defer m.mu.Unlock(); return
 func TestCheckerTicksInTheLoop(t *testing.T) {
 	f := newFixture(t)
 	m := &checkingManager{}
-	f.a.managers = []Manager{m}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	f.run(t, m)
 	waitFor(t, "three checks applied", func() bool { return m.count() >= 3 })
 }

@@ -43,12 +43,17 @@ type Options struct {
 	// (nat-outgoing-pool); empty: every pool.
 	NATPools []netip.Prefix
 	// CheckPeriod is how often the loop queues the check (re-read and
-	// repair); default 1s.
+	// repair); default DefaultCheckPeriod.
 	CheckPeriod time.Duration
 	// OnRepair, when set, is called with the number of sets, chains and
 	// jumps each check repaired (when it repaired any).
 	OnRepair func(n int)
 }
+
+// DefaultCheckPeriod is how often routelet's sets and chains are re-read
+// and repaired unless Options say otherwise (routeletd's
+// allowlist-check-period).
+const DefaultCheckPeriod = time.Second
 
 // Manager feeds an Allowlist from node records. Every method belongs to
 // the loop goroutine (agent.Manager and agent.Checker).
@@ -76,7 +81,7 @@ func New(al Allowlist, opts Options, log *slog.Logger) (*Manager, error) {
 		log = slog.Default()
 	}
 	if opts.CheckPeriod <= 0 {
-		opts.CheckPeriod = time.Second
+		opts.CheckPeriod = DefaultCheckPeriod
 	}
 	if err := al.SetConfig(opts.Rules); err != nil {
 		return nil, err

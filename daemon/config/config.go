@@ -17,6 +17,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -268,7 +270,7 @@ func keys() []key {
 		{name: "iptables-backend", help: "iptables binaries: auto (whatever iptables is) | nft | legacy", def: []string{IptablesAuto}, set: func(c *Config, v []string) error {
 			return oneOf(&c.IptablesBackend, strings.ToLower(v[0]), IptablesAuto, IptablesNFT, IptablesLegacy)
 		}},
-		{name: "allowlist-check-period", help: "how often routelet's ipsets and iptables chains are checked and repaired", def: []string{"1s"}, set: func(c *Config, v []string) error {
+		{name: "allowlist-check-period", help: "how often routelet's ipsets and iptables chains are checked and repaired", def: []string{durationDefault(allowmgr.DefaultCheckPeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.AllowlistCheckPeriod, v[0], 100*time.Millisecond)
 		}},
 		{name: "route-protocol", help: "route protocol number stamped on every route routelet programs (5-255)", def: []string{strconv.Itoa(routes.DefaultProtocol)}, set: func(c *Config, v []string) error {
@@ -284,16 +286,16 @@ func keys() []key {
 			c.IfacePrefix = p
 			return nil
 		}},
-		{name: "resync-period", help: "full re-read of records and routes", def: []string{"90s"}, set: func(c *Config, v []string) error {
+		{name: "resync-period", help: "full re-read of records and routes", def: []string{durationDefault(agent.DefaultResyncPeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.ResyncPeriod, v[0], time.Millisecond)
 		}},
-		{name: "device-check-period", help: "leak checks and liveness tick", def: []string{"10s"}, set: func(c *Config, v []string) error {
+		{name: "device-check-period", help: "leak checks and liveness tick", def: []string{durationDefault(agent.DefaultTickPeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.DeviceCheckPeriod, v[0], time.Millisecond)
 		}},
-		{name: "grace-period", help: "leave unexpected routes on a newly seen interface alone this long (0 = remove at once)", def: []string{routes.DefaultGracePeriod.String()}, set: func(c *Config, v []string) error {
+		{name: "grace-period", help: "leave unexpected routes on a newly seen interface alone this long (0 = remove at once)", def: []string{durationDefault(routes.DefaultGracePeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.GracePeriod, v[0], 0)
 		}},
-		{name: "leak-grace-period", help: "release a record whose netns and host veth have been gone this long", def: []string{"15m"}, set: func(c *Config, v []string) error {
+		{name: "leak-grace-period", help: "release a record whose netns and host veth have been gone this long", def: []string{durationDefault(agent.DefaultLeakGracePeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.LeakGracePeriod, v[0], time.Millisecond)
 		}},
 		{name: "health-addr", help: "HOST:PORT serving /healthz, /readyz and /metrics; empty disables", def: []string{"127.0.0.1:9099"}, set: func(c *Config, v []string) error {
@@ -615,6 +617,19 @@ func parseInt(dst *int, v string, lo, hi int) error {
 	return nil
 }
 
+// durationDefault spells a default duration the way an operator writes it:
+// "15m", "90s" (not "15m0s", "1m30s").
+func durationDefault(d time.Duration) string {
+	switch {
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+// parseDuration sets dst to the duration v, refusing one below min.
 func parseDuration(dst *time.Duration, v string, min time.Duration) error {
 	d, err := time.ParseDuration(strings.TrimSpace(v))
 	if err != nil {

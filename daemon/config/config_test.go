@@ -54,6 +54,17 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+func TestDurationDefault(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		90 * time.Second: "90s", 15 * time.Minute: "15m", time.Second: "1s",
+		1500 * time.Millisecond: "1.5s", 0: "0s",
+	} {
+		if got := durationDefault(d); got != want {
+			t.Errorf("durationDefault(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
 // TestPodCIDRNeverABlock: pod CIDRs that can never be pod blocks are refused
 // while loading, naming the key, the layer and the value.
 func TestPodCIDRNeverABlock(t *testing.T) {

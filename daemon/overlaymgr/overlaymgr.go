@@ -57,7 +57,7 @@ type Config struct {
 	// RouteProtocol marks routelet's routes; default routes.DefaultProtocol.
 	RouteProtocol int
 	// CheckPeriod is how often the loop runs the device check (QueueCheck);
-	// default 10s.
+	// default DefaultCheckPeriod.
 	CheckPeriod time.Duration
 	// OnDrift, when set, is called (from the event goroutine) when an
 	// event shows something the manager wants was taken away behind its
@@ -65,6 +65,10 @@ type Config struct {
 	// Apply repairs it.
 	OnDrift func(object, detail string)
 }
+
+// DefaultCheckPeriod is how often the overlay devices are re-read unless
+// Config says otherwise (routeletd passes its device-check-period).
+const DefaultCheckPeriod = 10 * time.Second
 
 // device is what the manager needs of overlay.VXLAN and overlay.IPIP.
 type device interface {
@@ -129,7 +133,7 @@ func New(nl overlay.Netlink, cfg Config, newTable NewTable) (*Manager, error) {
 		cfg.RouteProtocol = routes.DefaultProtocol
 	}
 	if cfg.CheckPeriod <= 0 {
-		cfg.CheckPeriod = 10 * time.Second
+		cfg.CheckPeriod = DefaultCheckPeriod
 	}
 	m := &Manager{cfg: cfg, nl: nl, log: cfg.Logger.With("component", "overlay"), dirtyIfaces: map[string]bool{}}
 	for _, v := range []int{4, 6} {

@@ -81,3 +81,42 @@ func RemoveBins() {
 		bins.dir, bins.built = "", nil
 	}
 }
+
+// Privileged is the TestMain of a package whose tests all need root (the
+// packages under test/): Main runs the package's tests with everything they
+// share set up once.
+type Privileged struct {
+	// Stale is the namespace prefix (without the PID) of the package's
+	// namespaces; what crashed earlier runs left under it is removed first.
+	Stale string
+	// RemoveStale removes them; nil means this package's RemoveStale.
+	RemoveStale func(prefix string) ([]string, error)
+	// Bins are built once before the tests (BuildBins).
+	Bins []string
+	// Built receives the binaries' directory and why their build failed
+	// (nil when it did not), before any test runs.
+	Built func(dir string, err error)
+}
+
+// Main runs m and returns its exit code. As an ordinary user it only runs
+// m (every test skips on its own; nothing is built). As root it removes
+// the stale namespaces (a failure is printed, not fatal), builds p.Bins,
+// runs m, and removes the binaries.
+func (p Privileged) Main(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		return m.Run()
+	}
+	remove := p.RemoveStale
+	if remove == nil {
+		remove = RemoveStale
+	}
+	if _, err := remove(p.Stale); err != nil {
+		fmt.Fprintf(os.Stderr, "remove stale namespaces %s*: %v\n", p.Stale, err)
+	}
+	defer RemoveBins()
+	dir, err := BuildBins(p.Bins...)
+	if p.Built != nil {
+		p.Built(dir, err)
+	}
+	return m.Run()
+}

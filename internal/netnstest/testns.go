@@ -2,6 +2,7 @@ package netnstest
 
 import (
 	"os"
+	"os/exec"
 	"sync"
 	"testing"
 
@@ -49,7 +50,30 @@ func NewT(t testing.TB) *NS {
 			t.Logf("removed stale test namespaces %v", removed)
 		}
 	})
-	n, err := New(OwnedPrefix(TestPrefix))
+	n := NewFor(t, OwnedPrefix(TestPrefix))
+	return &NS{NetNS: n, Name: Name(n), Handle: HandleFor(t, n)}
+}
+
+// NewFor creates a namespace named prefix followed by random hex digits
+// (New) for t and removes it in t.Cleanup. A failed creation fails t; a
+// failed removal is a test error.
+func NewFor(t testing.TB, prefix string) ns.NetNS {
+	t.Helper()
+	n, err := New(prefix)
+	return forTest(t, n, err)
+}
+
+// NewNamedFor is NewFor with the whole name given (NewNamed).
+func NewNamedFor(t testing.TB, name string) ns.NetNS {
+	t.Helper()
+	n, err := NewNamed(name)
+	return forTest(t, n, err)
+}
+
+// forTest fails t when the namespace could not be made (err); otherwise it
+// removes n when t ends, reporting a failed removal as a test error.
+func forTest(t testing.TB, n ns.NetNS, err error) ns.NetNS {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("new netns: %v", err)
 	}
@@ -58,14 +82,32 @@ func NewT(t testing.TB) *NS {
 			t.Errorf("%v", err)
 		}
 	})
-	// The handle's sockets are opened inside the namespace; the descriptor
-	// is only needed for that and stays owned by n.
+	return n
+}
+
+// HandleFor returns a netlink handle whose sockets are opened inside n,
+// closed in t.Cleanup. n's descriptor is only needed to open them and stays
+// owned by n.
+func HandleFor(t testing.TB, n ns.NetNS) *netlink.Handle {
+	t.Helper()
 	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()))
 	if err != nil {
 		t.Fatalf("netlink handle in netns %s: %v", Name(n), err)
 	}
 	t.Cleanup(h.Close)
-	return &NS{NetNS: n, Name: Name(n), Handle: h}
+	return h
+}
+
+// SkipUnlessInstalled skips t unless every tool is on PATH, naming the
+// missing one and debs, the Debian packages that have the tools (e.g.
+// "ipset, iptables").
+func SkipUnlessInstalled(t testing.TB, debs string, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (Debian packages %s): %v", tool, debs, err)
+		}
+	}
 }
 
 // Do runs f on an OS thread locked inside the namespace. Processes that f

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -19,16 +17,7 @@ import (
 func newTestNS(t *testing.T) ns.NetNS {
 	t.Helper()
 	netnstest.SkipUnlessRoot(t, "creates network namespaces and ipsets")
-	n, err := netnstest.New("rlipset-")
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := netnstest.Remove(n); err != nil {
-			t.Errorf("remove netns: %v", err)
-		}
-	})
-	return n
+	return netnstest.NewFor(t, "rlipset-")
 }
 
 // newTestNetlink opens a Netlink bound to a fresh namespace.
@@ -46,9 +35,7 @@ func newTestNetlink(t *testing.T) (*Netlink, ns.NetNS) {
 // ipsetCLI runs the ipset binary inside n, skipping when it is missing.
 func ipsetCLI(t *testing.T, n ns.NetNS, args ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath("ipset"); err != nil {
-		t.Skip("ipset binary not installed (apt-get install ipset); needed to inspect sets")
-	}
+	netnstest.SkipUnlessInstalled(t, "ipset", "ipset") // to inspect the sets
 	out, err := netnstest.Exec(context.Background(), n, "ipset", args...)
 	if err != nil {
 		t.Fatalf("ipset %v: %v", args, err)
@@ -59,18 +46,11 @@ func ipsetCLI(t *testing.T, n ns.NetNS, args ...string) string {
 // cliMembers returns the members `ipset list` shows for name, sorted.
 func cliMembers(t *testing.T, n ns.NetNS, name string) []string {
 	t.Helper()
-	out := ipsetCLI(t, n, "list", name)
-	var members []string
-	in := false
-	for _, l := range strings.Split(out, "\n") {
-		if in && strings.TrimSpace(l) != "" {
-			members = append(members, strings.TrimSpace(l))
-		}
-		if strings.HasPrefix(l, "Members:") {
-			in = true
-		}
+	netnstest.SkipUnlessInstalled(t, "ipset", "ipset") // to inspect the sets
+	members, err := netnstest.IPSetMembers(n, name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(members)
 	return members
 }
 

@@ -86,14 +86,7 @@ func BenchmarkVXLAN1000Peers(b *testing.B) {
 		}
 		b.StartTimer()
 
-		m, err := NewVXLAN(k, VXLANConfig{HostIP: netip.MustParseAddr("10.0.0.1"), NodeName: "bench", TunnelAddr: netip.MustParseAddr("10.127.0.0"), Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
-		m.SetPeers(peers)
-		if err := m.Apply(); err != nil {
-			b.Fatal(err)
-		}
+		benchVXLAN(b, k, peers)
 		byIface, problems := Routes(in)
 		if len(problems) != 0 {
 			b.Fatal(problems)
@@ -111,14 +104,7 @@ func BenchmarkVXLAN1000Peers(b *testing.B) {
 // change nothing.
 func BenchmarkVXLANCheck1000Peers(b *testing.B) {
 	n, k, peers := benchNode(b)
-	m, err := NewVXLAN(k, VXLANConfig{HostIP: netip.MustParseAddr("10.0.0.1"), NodeName: "bench", TunnelAddr: netip.MustParseAddr("10.127.0.0"), Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.SetPeers(peers)
-	if err := m.Apply(); err != nil {
-		b.Fatal(err)
-	}
+	m := benchVXLAN(b, k, peers)
 	for b.Loop() {
 		m.QueueCheck()
 		if err := m.Apply(); err != nil {
@@ -150,4 +136,18 @@ func checkBenchL2(b *testing.B, n *netnsT, want int) {
 	if arp != want || len(fdb) != want {
 		b.Fatalf("device holds %d ARP and %d FDB entries, want %d each", arp, len(fdb), want)
 	}
+}
+
+// benchVXLAN creates the bench node's VXLAN device with peers programmed.
+func benchVXLAN(b *testing.B, k *Kernel, peers []Peer) *VXLAN {
+	b.Helper()
+	m, err := NewVXLAN(k, VXLANConfig{HostIP: netip.MustParseAddr("10.0.0.1"), NodeName: "bench", TunnelAddr: netip.MustParseAddr("10.127.0.0"), Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.SetPeers(peers)
+	if err := m.Apply(); err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

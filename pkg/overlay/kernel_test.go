@@ -97,6 +97,17 @@ func (e *netnsT) run(name string, args ...string) (string, error) {
 	return string(out), err
 }
 
+// mustIP runs `ip` once per argument list, in order, inside the namespace,
+// failing t at the first error.
+func (e *netnsT) mustIP(t *testing.T, cmds ...[]string) {
+	t.Helper()
+	for _, args := range cmds {
+		if out, err := e.run("ip", args...); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+}
+
 // defaultVia adds a default route via gw.
 func (e *netnsT) defaultVia(gw string) {
 	e.t.Helper()
@@ -464,9 +475,7 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	})
 
 	t.Run("mtu changed by hand", func(t *testing.T) {
-		if out, err := a.run("ip", "link", "set", DeviceVXLAN, "mtu", "1300"); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
+		a.mustIP(t, []string{"link", "set", DeviceVXLAN, "mtu", "1300"})
 		a.vx.OnLinkUpdate(DeviceVXLAN)
 		mustApply(t, a.vx)
 		if mtu := a.link(DeviceVXLAN).Attrs().MTU; mtu != 1450 {
@@ -478,14 +487,7 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	})
 
 	t.Run("enslaved to a bridge", func(t *testing.T) {
-		for _, args := range [][]string{
-			{"link", "add", "br0", "type", "bridge"},
-			{"link", "set", DeviceVXLAN, "master", "br0"},
-		} {
-			if out, err := a.run("ip", args...); err != nil {
-				t.Fatalf("ip %v: %v: %s", args, err, out)
-			}
-		}
+		a.mustIP(t, []string{"link", "add", "br0", "type", "bridge"}, []string{"link", "set", DeviceVXLAN, "master", "br0"})
 		if a.link(DeviceVXLAN).Attrs().MasterIndex == 0 {
 			t.Fatal("setup: device not enslaved")
 		}
@@ -503,15 +505,10 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	})
 
 	t.Run("down, extra address, foreign entries", func(t *testing.T) {
-		for _, args := range [][]string{
-			{"link", "set", DeviceVXLAN, "down"},
-			{"addr", "add", "192.168.77.1/24", "dev", DeviceVXLAN},
-			{"neigh", "add", "10.244.77.0", "lladdr", "02:77:77:77:77:77", "dev", DeviceVXLAN, "nud", "permanent"},
-		} {
-			if out, err := a.run("ip", args...); err != nil {
-				t.Fatalf("ip %v: %v: %s", args, err, out)
-			}
-		}
+		a.mustIP(t,
+			[]string{"link", "set", DeviceVXLAN, "down"},
+			[]string{"addr", "add", "192.168.77.1/24", "dev", DeviceVXLAN},
+			[]string{"neigh", "add", "10.244.77.0", "lladdr", "02:77:77:77:77:77", "dev", DeviceVXLAN, "nud", "permanent"})
 		if out, err := a.run("bridge", "fdb", "append", "00:00:00:00:00:00", "dev", DeviceVXLAN, "dst", "10.1.0.99"); err != nil {
 			t.Logf("bridge fdb append (skipped): %v: %s", err, out)
 		}
@@ -539,9 +536,7 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 		if err := a.h.LinkDel(a.link(DeviceVXLAN)); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := a.run("ip", "link", "add", DeviceVXLAN, "type", "vxlan", "id", "7", "dstport", "4789", "dev", "eth0", "learning"); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
+		a.mustIP(t, []string{"link", "add", DeviceVXLAN, "type", "vxlan", "id", "7", "dstport", "4789", "dev", "eth0", "learning"})
 		a.vx.OnLinkUpdate(DeviceVXLAN)
 		mustApply(t, a.vx)
 		v, ok := a.link(DeviceVXLAN).(*netlink.Vxlan)

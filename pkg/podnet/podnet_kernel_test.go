@@ -185,14 +185,7 @@ func TestSetupConfiguresBothSides(t *testing.T) {
 		if err := Teardown("calitest00001"); err != nil {
 			t.Errorf("second Teardown: %v, want nil", err)
 		}
-		hv, err := InspectHost("calitest00001")
-		if err != nil {
-			return err
-		}
-		if hv.Exists {
-			t.Errorf("host veth still exists after Teardown")
-		}
-		return nil
+		return wantHostVethGone(t, "calitest00001", "Teardown")
 	})
 	if pv, err := InspectPod(pod.Path(), "eth0"); err != nil || pv.Exists {
 		t.Errorf("pod eth0 after Teardown: exists=%v err=%v, want gone", pv != nil && pv.Exists, err)
@@ -253,15 +246,22 @@ func TestSetupRollsBackWhenPodIfaceTaken(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "eth0") {
 			t.Errorf("Setup with eth0 taken: err = %v, want an error naming eth0", err)
 		}
-		hv, err := InspectHost("calitestroll01")
-		if err != nil {
-			return err
-		}
-		if hv.Exists {
-			t.Errorf("host veth left behind after failed Setup")
-		}
-		return nil
+		return wantHostVethGone(t, "calitestroll01", "a failed Setup")
 	})
+}
+
+// wantHostVethGone reports a test error when the host veth name exists in
+// the calling thread's namespace; after says after what it should be gone.
+func wantHostVethGone(t *testing.T, name, after string) error {
+	t.Helper()
+	hv, err := InspectHost(name)
+	if err != nil {
+		return err
+	}
+	if hv.Exists {
+		t.Errorf("host veth %s still exists after %s", name, after)
+	}
+	return nil
 }
 
 func TestSetupReplacesStaleVethButNotForeignLink(t *testing.T) {

@@ -2,7 +2,9 @@
 // table (one IP family) with what the kernel actually holds.
 //
 // Callers describe the desired routes per interface with SetRoutes,
-// RouteUpdate and RouteRemove; those only change memory. Apply is the only
+// RouteUpdate and RouteRemove, or those of the whole table with
+// SetAllRoutes; those only change memory, and Wants answers whether a route
+// is desired (so a caller keeps no copy of its own). Apply is the only
 // path to the kernel: the first call, and any call after QueueResync, reads
 // the interface list and the whole table once (one dump per table, not one
 // per interface) and repairs every difference; other calls only revisit the

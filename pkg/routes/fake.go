@@ -381,14 +381,21 @@ func (f *FakeNetlink) RouteReplace(r *netlink.Route) error {
 	return nil
 }
 
+// oneByOne is a Netlink's RouteReplaceMany or RouteAddMany done without
+// pipelining: write (RouteReplace, RouteAdd) for each route in order, one
+// error per route. Fakes and wrappers of the Netlink seam use it.
+func oneByOne(rs []*netlink.Route, write func(*netlink.Route) error) []error {
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = write(r)
+	}
+	return errs
+}
+
 // RouteReplaceMany implements Netlink: each route counts as one
 // "RouteReplace" call (for failure injection) and one write.
 func (f *FakeNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
-	errs := make([]error, len(rs))
-	for i, r := range rs {
-		errs[i] = f.RouteReplace(r)
-	}
-	return errs
+	return oneByOne(rs, f.RouteReplace)
 }
 
 // RouteAdd implements Netlink: like NLM_F_CREATE|NLM_F_EXCL, it fails with
@@ -414,11 +421,7 @@ func (f *FakeNetlink) RouteAdd(r *netlink.Route) error {
 // RouteAddMany implements Netlink: each route counts as one "RouteAdd" call
 // (for failure injection) and one write.
 func (f *FakeNetlink) RouteAddMany(rs []*netlink.Route) []error {
-	errs := make([]error, len(rs))
-	for i, r := range rs {
-		errs[i] = f.RouteAdd(r)
-	}
-	return errs
+	return oneByOne(rs, f.RouteAdd)
 }
 
 // RouteDel implements Netlink. Like the kernel it matches the key, then every

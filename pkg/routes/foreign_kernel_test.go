@@ -74,7 +74,7 @@ func TestKernelForeignRoutesSurvive(t *testing.T) {
 		for _, path := range []string{"full", "incremental"} {
 			t.Run(c.name+"/"+path, func(t *testing.T) {
 				e := foreignKernelEnv(t)
-				rt := e.table(kernelConfig(c.v), nil)
+				rt := e.table(usualConfig(c.v), nil)
 				if path == "incremental" {
 					mustApply(t, rt)
 				}
@@ -134,7 +134,7 @@ func TestKernelForeignRoutesSurvive(t *testing.T) {
 // are still replaced in place.
 func TestKernelForeignRoutesPipelined(t *testing.T) {
 	e := foreignKernelEnv(t)
-	rt := e.table(kernelConfig(4), nil)
+	rt := e.table(usualConfig(4), nil)
 	mustApply(t, rt)
 	// Ours, written behind the table's back (as the CNI plugin does).
 	e.ip("route", "add", "10.244.0.1/32", "dev", "cali1", "proto", "80", "scope", "link", "mtu", "1400")

@@ -41,19 +41,7 @@ func newKernelEnv(t testing.TB) *kernelEnv {
 // veth creates a veth pair, both ends up, and returns the first end.
 func (e *kernelEnv) veth(name, peer string) netlink.Link {
 	e.t.Helper()
-	if err := e.h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
-		e.t.Fatalf("add veth %s: %v", name, err)
-	}
-	for _, n := range []string{name, peer} {
-		l, err := e.h.LinkByName(n)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if err := e.h.LinkSetUp(l); err != nil {
-			e.t.Fatalf("set %s up: %v", n, err)
-		}
-	}
-	l, err := e.h.LinkByName(name)
+	l, err := netnstest.AddVeth(e.h, name, peer)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -131,14 +119,16 @@ func mustApply(t *testing.T, rt *RouteTable) {
 	}
 }
 
-func kernelConfig(v int) Config {
-	return Config{
-		IPVersion:            v,
-		InterfacePrefixes:    []string{"cali"},
-		InterfaceNames:       []string{"vxlan.calico"},
-		IncludeNoInterface:   true,
-		RemoveExternalRoutes: true,
-		GracePeriod:          -1,
+// noWritesIn fails t when the Applies that resync, run after a full resync
+// was queued, make any netlink write: what is already programmed is left
+// alone. what names the check.
+func noWritesIn(t *testing.T, rt *RouteTable, what string, resync func()) {
+	t.Helper()
+	before := rt.Stats().Writes
+	rt.QueueResync()
+	resync()
+	if w := rt.Stats().Writes - before; w != 0 {
+		t.Fatalf("%s made %d writes on the real kernel", what, w)
 	}
 }
 
@@ -149,7 +139,7 @@ func TestKernelProgramsRoutesIPv4(t *testing.T) {
 	if err := e.h.AddrAdd(mustLink(t, e.h, "pod1"), &netlink.Addr{IPNet: ipnet("192.168.50.1/24")}); err != nil {
 		t.Fatal(err)
 	}
-	rt := e.table(kernelConfig(4), nil)
+	rt := e.table(usualConfig(4), nil)
 	rt.SetRoutes("cali1", []Target{
 		{CIDR: pfx("10.0.0.1/32")},
 		{CIDR: pfx("10.0.0.2/32"), Src: addr("192.168.50.1"), MTU: 1400, DestMAC: net.HardwareAddr{0xee, 0xee, 0, 0, 0, 2}},
@@ -174,19 +164,14 @@ func TestKernelProgramsRoutesIPv4(t *testing.T) {
 	e.wantIP([]string{"-4", "neigh", "show", "dev", "cali1"}, "10.0.0.2 lladdr ee:ee:00:00:00:02 PERMANENT")
 
 	// A no-change resync reads the kernel and writes nothing.
-	before := rt.Stats().Writes
-	rt.QueueResync()
-	mustApply(t, rt)
-	if w := rt.Stats().Writes - before; w != 0 {
-		t.Fatalf("no-change resync made %d writes on the real kernel", w)
-	}
+	noWritesIn(t, rt, "no-change resync", func() { mustApply(t, rt) })
 }
 
 func TestKernelProgramsRoutesIPv6(t *testing.T) {
 	e := newKernelEnv(t)
 	e.veth("cali1", "pod1")
 	e.dummy("vxlan.calico")
-	rt := e.table(kernelConfig(6), nil)
+	rt := e.table(usualConfig(6), nil)
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}, {CIDR: pfx("fd00::2/128"), MTU: 1400}})
 	rt.SetRoutes("vxlan.calico", []Target{{CIDR: pfx("fd00:1::/122"), Type: TypeGateway, Gateway: addr("fd00:1::"), OnLink: true}})
 	rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("fd00::/122"), Type: TypeBlackhole}, {CIDR: pfx("fd00:2::/122"), Type: TypeUnreachable}})
@@ -202,12 +187,7 @@ func TestKernelProgramsRoutesIPv6(t *testing.T) {
 	if out := e.ip("-6", "route", "show", "dev", "cali1"); !strings.Contains(out, "fe80::/64") {
 		t.Fatalf("fe80::/64 on cali1 was removed:\n%s", out)
 	}
-	before := rt.Stats().Writes
-	rt.QueueResync()
-	mustApply(t, rt)
-	if w := rt.Stats().Writes - before; w != 0 {
-		t.Fatalf("no-change IPv6 resync made %d writes on the real kernel", w)
-	}
+	noWritesIn(t, rt, "no-change IPv6 resync", func() { mustApply(t, rt) })
 	// Removal works for every type (IPv6 reports no-device routes on lo).
 	rt.SetRoutes("cali1", nil)
 	rt.SetRoutes("vxlan.calico", nil)
@@ -247,7 +227,7 @@ func TestKernelOwnership(t *testing.T) {
 			t.Fatalf("add foreign route %s: %v", r.Dst, err)
 		}
 	}
-	rt := e.table(kernelConfig(4), nil)
+	rt := e.table(usualConfig(4), nil)
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
 	mustApply(t, rt)
 	e.wantIP([]string{"-4", "route", "show"},
@@ -264,7 +244,7 @@ func TestKernelGracePeriod(t *testing.T) {
 	e := newKernelEnv(t)
 	cali := e.veth("cali1", "pod1")
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	cfg := kernelConfig(4)
+	cfg := usualConfig(4)
 	cfg.GracePeriod = 10 * time.Second
 	rt := e.table(cfg, clock)
 	// The plugin programmed the pod's route; the daemon does not know yet.
@@ -285,7 +265,7 @@ func TestKernelGracePeriod(t *testing.T) {
 func TestKernelTamperingRepaired(t *testing.T) {
 	e := newKernelEnv(t)
 	e.veth("cali1", "pod1")
-	rt := e.table(kernelConfig(4), nil)
+	rt := e.table(usualConfig(4), nil)
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.3/32")}})
 	mustApply(t, rt)
 	e.ip("route", "del", "10.0.0.1/32", "dev", "cali1")
@@ -305,7 +285,7 @@ func TestKernelTamperingRepaired(t *testing.T) {
 func TestKernelInterfaceDownUp(t *testing.T) {
 	e := newKernelEnv(t)
 	cali := e.veth("cali1", "pod1")
-	rt := e.table(kernelConfig(4), nil)
+	rt := e.table(usualConfig(4), nil)
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
 	rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.2/32")}})
 	mustApply(t, rt) // cali2 does not exist yet: no error
@@ -344,29 +324,20 @@ func (e *kernelEnv) conntrack() *conntrack.Conn {
 	return c
 }
 
-// TestKernelConntrackCleanup injects flows with ti-mo/conntrack and checks
-// the ones of a removed, and of a moved, pod IP are really gone.
-func TestKernelConntrackCleanup(t *testing.T) {
-	e := newKernelEnv(t)
-	e.veth("cali1", "pod1")
-	e.veth("cali2", "pod2")
-	rt := e.table(kernelConfig(4), nil)
-	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.3/32")}})
-	mustApply(t, rt)
-
-	c := e.conntrack()
-	mk := func(src, dst string, sport uint16) {
-		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr(dst), sport, 53, 120, 0)
-		if err := c.Create(f); err != nil {
-			t.Fatalf("create flow %s->%s: %v", src, dst, err)
-		}
+// addFlow creates a UDP flow src:sport -> dst:53 in c.
+func addFlow(t *testing.T, c *conntrack.Conn, src, dst string, sport uint16) {
+	t.Helper()
+	f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr(dst), sport, 53, 120, 0)
+	if err := c.Create(f); err != nil {
+		t.Fatalf("create flow %s->%s: %v", src, dst, err)
 	}
-	mk("10.0.0.1", "192.0.2.1", 1001) // removed pod, original direction
-	mk("192.0.2.1", "10.0.0.1", 1002) // towards the removed pod (reply source)
-	mk("10.0.0.2", "192.0.2.1", 1003) // pod that moves to cali2
-	mk("10.0.0.3", "192.0.2.1", 1004) // pod that stays
-	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.3/32")}})
-	rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.2/32")}})
+}
+
+// flowsLeft applies rt, waits for the conntrack cleanups it started and
+// returns the flows c still holds, each as "src->dst" of its original
+// direction.
+func flowsLeft(t *testing.T, rt *RouteTable, c *conntrack.Conn) []string {
+	t.Helper()
 	mustApply(t, rt)
 	rt.WaitConntrackCleanups()
 	flows, err := c.Dump(nil)
@@ -377,7 +348,27 @@ func TestKernelConntrackCleanup(t *testing.T) {
 	for _, f := range flows {
 		left = append(left, f.TupleOrig.IP.SourceAddress.String()+"->"+f.TupleOrig.IP.DestinationAddress.String())
 	}
-	if !slices.Equal(left, []string{"10.0.0.3->192.0.2.1"}) {
+	return left
+}
+
+// TestKernelConntrackCleanup injects flows with ti-mo/conntrack and checks
+// the ones of a removed, and of a moved, pod IP are really gone.
+func TestKernelConntrackCleanup(t *testing.T) {
+	e := newKernelEnv(t)
+	e.veth("cali1", "pod1")
+	e.veth("cali2", "pod2")
+	rt := e.table(usualConfig(4), nil)
+	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.3/32")}})
+	mustApply(t, rt)
+
+	c := e.conntrack()
+	addFlow(t, c, "10.0.0.1", "192.0.2.1", 1001) // removed pod, original direction
+	addFlow(t, c, "192.0.2.1", "10.0.0.1", 1002) // towards the removed pod (reply source)
+	addFlow(t, c, "10.0.0.2", "192.0.2.1", 1003) // pod that moves to cali2
+	addFlow(t, c, "10.0.0.3", "192.0.2.1", 1004) // pod that stays
+	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.3/32")}})
+	rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.2/32")}})
+	if left := flowsLeft(t, rt, c); !slices.Equal(left, []string{"10.0.0.3->192.0.2.1"}) {
 		t.Fatalf("flows left %v, want only 10.0.0.3's", left)
 	}
 	e.wantIP([]string{"-4", "route", "show", "proto", "80"}, "10.0.0.2 dev cali2 scope link", "10.0.0.3 dev cali1 scope link")
@@ -417,7 +408,7 @@ func TestKernelOtherTable(t *testing.T) {
 	if err := e.h.RouteAdd(&netlink.Route{Dst: ipnet("10.0.0.9/32"), LinkIndex: cali.Attrs().Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_BOOT}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := kernelConfig(4)
+	cfg := usualConfig(4)
 	cfg.Table = 300
 	rt := e.table(cfg, nil)
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32"), MTU: 1300}})
@@ -427,14 +418,11 @@ func TestKernelOtherTable(t *testing.T) {
 		"10.0.0.2 dev cali1 proto 80 scope link mtu 1300",
 	)
 	e.wantIP([]string{"-4", "route", "show", "table", "main"}, "10.0.0.9 dev cali1 scope link")
-	before := rt.Stats().Writes
-	rt.QueueResync()
-	mustApply(t, rt)
-	rt.MarkDirty("cali1")
-	mustApply(t, rt)
-	if w := rt.Stats().Writes - before; w != 0 {
-		t.Fatalf("no-change resync of table 300 made %d writes", w)
-	}
+	noWritesIn(t, rt, "no-change resync of table 300", func() {
+		mustApply(t, rt)
+		rt.MarkDirty("cali1")
+		mustApply(t, rt)
+	})
 }
 
 // TestKernelBatchErrors checks that pipelined writes report each failure on
@@ -443,7 +431,7 @@ func TestKernelBatchErrors(t *testing.T) {
 	e := newKernelEnv(t)
 	e.veth("cali1", "pod1")
 	e.dummy("vxlan.calico")
-	rt := e.table(kernelConfig(4), nil)
+	rt := e.table(usualConfig(4), nil)
 	var ts []Target
 	for i := 1; i <= 100; i++ {
 		ts = append(ts, Target{CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 32)})
@@ -469,29 +457,15 @@ func TestKernelBatchErrors(t *testing.T) {
 func TestKernelConntrackCleanupIPv6(t *testing.T) {
 	e := newKernelEnv(t)
 	e.veth("cali1", "pod1")
-	rt := e.table(kernelConfig(6), nil)
+	rt := e.table(usualConfig(6), nil)
 	rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}, {CIDR: pfx("fd00::2/128")}})
 	mustApply(t, rt)
 	c := e.conntrack()
-	for i, src := range []string{"fd00::1", "fd00::2"} {
-		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, addr(src), addr("2001:db8::53"), uint16(2000+i), 53, 120, 0)
-		if err := c.Create(f); err != nil {
-			t.Fatalf("create flow from %s: %v", src, err)
-		}
-	}
+	addFlow(t, c, "fd00::1", "2001:db8::53", 2000)
+	addFlow(t, c, "fd00::2", "2001:db8::53", 2001)
 	rt.RouteRemove("cali1", pfx("fd00::1/128"))
-	mustApply(t, rt)
-	rt.WaitConntrackCleanups()
-	flows, err := c.Dump(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, f := range flows {
-		left = append(left, f.TupleOrig.IP.SourceAddress.String())
-	}
-	if !slices.Equal(left, []string{"fd00::2"}) {
-		t.Fatalf("flows left from %v, want only fd00::2", left)
+	if left := flowsLeft(t, rt, c); !slices.Equal(left, []string{"fd00::2->2001:db8::53"}) {
+		t.Fatalf("flows left %v, want only fd00::2's", left)
 	}
 	e.wantIP([]string{"-6", "route", "show", "proto", "80"}, "fd00::2 dev cali1 metric 1024 pref medium")
 }

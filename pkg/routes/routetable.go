@@ -291,8 +291,84 @@ func (rt *RouteTable) kindOf(name string) ifaceKind {
 // targets (wrong family, a no-interface type on a real interface, a gateway
 // route without gateway…) are logged and left out.
 func (rt *RouteTable) SetRoutes(iface string, targets []Target) {
+	rt.setRoutes(iface, targets)
+}
+
+// SetAllRoutes replaces the desired routes of the whole table (memory
+// only): each interface in byIface gets its targets as SetRoutes sets them,
+// every other interface wants none. It reports whether the desired state
+// changed, that is whether the next Apply has routes to program. Interfaces
+// are set in name order, so which one wins a contested CIDR does not depend
+// on map order.
+func (rt *RouteTable) SetAllRoutes(byIface map[string][]Target) bool {
+	changed := false
+	for iface := range rt.desired {
+		if _, ok := byIface[iface]; !ok {
+			changed = rt.setRoutes(iface, nil) || changed
+		}
+	}
+	// The loop re-sets the whole table on every pass, usually with one
+	// interface changed or none: the others are compared without building
+	// anything.
+	var set []string
+	for iface, targets := range byIface {
+		if !rt.sameDesired(iface, targets) {
+			set = append(set, iface)
+		}
+	}
+	slices.Sort(set)
+	for _, iface := range set {
+		changed = rt.setRoutes(iface, byIface[iface]) || changed
+	}
+	return changed
+}
+
+// sameDesired reports whether setting targets on iface would leave its
+// desired routes as they are. It answers false (let setRoutes decide) when
+// it cannot tell cheaply: valid targets not in strictly increasing CIDR
+// order (masked), which callers that sort them, as the daemon does, never
+// pass.
+func (rt *RouteTable) sameDesired(iface string, targets []Target) bool {
+	prev := rt.desired[iface]
+	n := 0
+	var last netip.Prefix
+	for _, t := range targets {
+		t, err := rt.normalize(iface, t)
+		if err != nil {
+			continue // setRoutes leaves it out too
+		}
+		if n > 0 && !cidrLess(last, t.CIDR) {
+			return false // maybe a CIDR twice: setRoutes keeps the last
+		}
+		if old, ok := prev[t.CIDR]; !ok || !old.Equal(t) {
+			return false
+		}
+		last = t.CIDR
+		n++
+	}
+	return n == len(prev)
+}
+
+// cidrLess orders prefixes by address, then length.
+func cidrLess(a, b netip.Prefix) bool {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c < 0
+	}
+	return a.Bits() < b.Bits()
+}
+
+// Wants reports whether dst is one of iface's desired routes, as the
+// setters left them (whether or not iface wins the CIDR when another
+// interface wants it too).
+func (rt *RouteTable) Wants(iface string, dst netip.Prefix) bool {
+	_, ok := rt.desired[iface][dst.Masked()]
+	return ok
+}
+
+// setRoutes is SetRoutes, reporting whether iface's desired routes changed.
+func (rt *RouteTable) setRoutes(iface string, targets []Target) bool {
 	if !rt.acceptIface(iface) {
-		return
+		return false
 	}
 	next := make(map[netip.Prefix]Target, len(targets))
 	for _, t := range targets {
@@ -327,6 +403,7 @@ func (rt *RouteTable) SetRoutes(iface string, targets []Target) {
 	if changed {
 		rt.markDirty(iface, needSync)
 	}
+	return changed
 }
 
 // RouteUpdate adds or changes one desired route on iface (memory only).

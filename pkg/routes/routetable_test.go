@@ -33,10 +33,12 @@ type fixture struct {
 	fam   int
 }
 
-func newFixture(t *testing.T, ipVersion int, mod func(*Config)) *fixture {
-	t.Helper()
-	cfg := Config{
-		IPVersion:            ipVersion,
+// usualConfig is a table of IP version v with the usual routelet setup:
+// cali* workload interfaces, a shared vxlan.calico, no-interface routes,
+// external routes removed, no grace period, no logs.
+func usualConfig(v int) Config {
+	return Config{
+		IPVersion:            v,
 		InterfacePrefixes:    []string{"cali"},
 		InterfaceNames:       []string{"vxlan.calico"},
 		IncludeNoInterface:   true,
@@ -44,6 +46,11 @@ func newFixture(t *testing.T, ipVersion int, mod func(*Config)) *fixture {
 		GracePeriod:          -1,
 		Logger:               slog.New(slog.DiscardHandler),
 	}
+}
+
+func newFixture(t *testing.T, ipVersion int, mod func(*Config)) *fixture {
+	t.Helper()
+	cfg := usualConfig(ipVersion)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -317,18 +324,36 @@ func TestGracePeriod(t *testing.T) {
 	}
 }
 
+// serve adds the up workload interface iface, gives it a route to each of
+// cidrs and applies.
+func (f *fixture) serve(iface string, cidrs ...string) {
+	f.t.Helper()
+	f.nl.AddLink(iface, true)
+	var ts []Target
+	for _, c := range cidrs {
+		ts = append(ts, Target{CIDR: pfx(c)})
+	}
+	f.rt.SetRoutes(iface, ts)
+	f.apply()
+}
+
+// flowsAfterApply applies, waits for the conntrack cleanups that started
+// and returns the flows left.
+func (f *fixture) flowsAfterApply() []string {
+	f.t.Helper()
+	f.apply()
+	f.rt.WaitConntrackCleanups()
+	return f.ct.Flows()
+}
+
 func TestConntrackCleanupOnRemove(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32", "10.0.0.2/32")
 	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1234, 53)              // from the pod
 	f.ct.AddNATFlow(addr("10.9.9.9"), addr("10.96.0.1"), addr("10.0.0.1")) // to the pod via a service
 	f.ct.AddFlow(addr("10.0.0.2"), addr("8.8.8.8"), 1234, 53)              // another pod
 	f.rt.RouteRemove("cali1", pfx("10.0.0.1/32"))
-	f.apply()
-	f.rt.WaitConntrackCleanups()
-	if got := f.ct.Flows(); !slices.Equal(got, []string{"10.0.0.2->8.8.8.8"}) {
+	if got := f.flowsAfterApply(); !slices.Equal(got, []string{"10.0.0.2->8.8.8.8"}) {
 		t.Fatalf("flows left %v, want only the other pod's", got)
 	}
 	if n := f.rt.Stats().ConntrackFlowsDeleted; n != 2 {
@@ -339,9 +364,7 @@ func TestConntrackCleanupOnRemove(t *testing.T) {
 
 func TestConntrackCleanupAfterInterfaceGone(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32")
 	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1234, 53)
 	// CNI DEL removes the veth first; the kernel drops the route with it.
 	if err := f.nl.DelLink("cali1"); err != nil {
@@ -349,18 +372,14 @@ func TestConntrackCleanupAfterInterfaceGone(t *testing.T) {
 	}
 	f.rt.OnIfaceStateChanged("cali1", false)
 	f.rt.SetRoutes("cali1", nil)
-	f.apply()
-	f.rt.WaitConntrackCleanups()
-	if got := f.ct.Flows(); len(got) != 0 {
+	if got := f.flowsAfterApply(); len(got) != 0 {
 		t.Fatalf("flows left %v after the pod went away", got)
 	}
 }
 
 func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("caliA", true)
-	f.rt.SetRoutes("caliA", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("caliA", "10.0.0.1/32")
 	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1, 53)
 	// The old pod goes, a new pod gets the same IP on caliB; the plugin
 	// programs the route before the daemon has caught up.
@@ -371,9 +390,7 @@ func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
 	f.rt.SetRoutes("caliA", nil)
 	f.rt.SetRoutes("caliB", []Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.rt.OnIfaceStateChanged("caliB", true)
-	f.apply()
-	f.rt.WaitConntrackCleanups()
-	if got := f.ct.Flows(); len(got) != 0 {
+	if got := f.flowsAfterApply(); len(got) != 0 {
 		t.Fatalf("old pod's flows %v survived the IP moving to a new pod", got)
 	}
 	f.wantDump("10.0.0.1/32 dev caliB proto 80 scope link")
@@ -381,9 +398,7 @@ func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
 
 func TestConntrackFailureDoesNotBlockRoutes(t *testing.T) {
 	f := newFixture(t, 4, nil)
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32")
 	f.ct.FailDump(errInjected)
 	f.rt.SetRoutes("cali1", nil)
 	f.apply()
@@ -396,9 +411,7 @@ func TestConntrackFailureDoesNotBlockRoutes(t *testing.T) {
 
 func TestHungConntrackDoesNotStopRoutes(t *testing.T) {
 	f := newFixture(t, 4, func(c *Config) { c.NetlinkTimeout = 20 * time.Millisecond })
-	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.apply()
+	f.serve("cali1", "10.0.0.1/32")
 	release := f.ct.HoldDumps()
 	defer release()
 	f.rt.SetRoutes("cali1", nil) // starts a cleanup that hangs
@@ -416,36 +429,35 @@ type orderedNetlink struct {
 	flowsAt map[string][]string
 }
 
+// write records a write of r; one that programs a route (add, replace)
+// also notes the conntrack flows at that moment.
+func (o *orderedNetlink) write(op string, r *netlink.Route) {
+	o.ops = append(o.ops, fmt.Sprintf("%s %s if%d", op, r.Dst, r.LinkIndex))
+	if op != "del" {
+		o.flowsAt[r.Dst.String()] = o.ct.Flows()
+	}
+}
+
 func (o *orderedNetlink) RouteReplace(r *netlink.Route) error {
-	o.ops = append(o.ops, fmt.Sprintf("replace %s if%d", r.Dst, r.LinkIndex))
-	o.flowsAt[r.Dst.String()] = o.ct.Flows()
+	o.write("replace", r)
 	return o.FakeNetlink.RouteReplace(r)
 }
 
 func (o *orderedNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
-	errs := make([]error, len(rs))
-	for i, r := range rs {
-		errs[i] = o.RouteReplace(r)
-	}
-	return errs
+	return oneByOne(rs, o.RouteReplace)
 }
 
 func (o *orderedNetlink) RouteAdd(r *netlink.Route) error {
-	o.ops = append(o.ops, fmt.Sprintf("add %s if%d", r.Dst, r.LinkIndex))
-	o.flowsAt[r.Dst.String()] = o.ct.Flows()
+	o.write("add", r)
 	return o.FakeNetlink.RouteAdd(r)
 }
 
 func (o *orderedNetlink) RouteAddMany(rs []*netlink.Route) []error {
-	errs := make([]error, len(rs))
-	for i, r := range rs {
-		errs[i] = o.RouteAdd(r)
-	}
-	return errs
+	return oneByOne(rs, o.RouteAdd)
 }
 
 func (o *orderedNetlink) RouteDel(r *netlink.Route) error {
-	o.ops = append(o.ops, fmt.Sprintf("del %s if%d", r.Dst, r.LinkIndex))
+	o.write("del", r)
 	return o.FakeNetlink.RouteDel(r)
 }
 
@@ -542,6 +554,90 @@ func TestConflictNewestClaimWins(t *testing.T) {
 	f.rt.SetRoutes("caliB", nil)
 	f.apply()
 	f.wantDump("10.0.0.1/32 dev caliA proto 80 scope link")
+}
+
+func TestSetAllRoutesAndWants(t *testing.T) {
+	f := newFixture(t, 4, nil)
+	f.nl.AddLink("cali1", true)
+	f.nl.AddLink("cali2", true)
+	all := map[string][]Target{
+		"cali1":       {{CIDR: pfx("10.0.0.1/32")}},
+		"cali2":       {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.9/32")}},
+		InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: TypeBlackhole}},
+	}
+	if !f.rt.SetAllRoutes(all) {
+		t.Fatal("first SetAllRoutes reported no change")
+	}
+	f.apply()
+	f.wantDump(
+		"blackhole 10.0.0.0/24 proto 80",
+		"10.0.0.1/32 dev cali1 proto 80 scope link",
+		"10.0.0.2/32 dev cali2 proto 80 scope link",
+		"10.0.0.9/32 dev cali2 proto 80 scope link",
+	)
+	for _, tc := range []struct {
+		iface string
+		dst   string
+		want  bool
+	}{
+		{"cali1", "10.0.0.1/32", true},
+		{"cali2", "10.0.0.9/32", true},
+		{"cali1", "10.0.0.2/32", false}, // cali2's, not cali1's
+		{InterfaceNone, "10.0.0.0/24", true},
+		{InterfaceNone, "10.0.0.5/24", true}, // compared masked
+		{"cali3", "10.0.0.1/32", false},
+	} {
+		if got := f.rt.Wants(tc.iface, pfx(tc.dst)); got != tc.want {
+			t.Errorf("Wants(%s, %s) = %v, want %v", tc.iface, tc.dst, got, tc.want)
+		}
+	}
+
+	// The same routes again: nothing changed, nothing to do. A target the
+	// table refuses (wrong family) is left out both times.
+	same := map[string][]Target{
+		"cali1":       {{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("fd00::1/128")}},
+		"cali2":       {{CIDR: pfx("10.0.0.9/32")}, {CIDR: pfx("10.0.0.2/32")}},
+		InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: TypeBlackhole}},
+	}
+	if f.rt.SetAllRoutes(same) {
+		t.Error("SetAllRoutes with the same routes reported a change")
+	}
+	if s := f.rt.Stats(); s.DirtyIfaces != 0 {
+		t.Errorf("unchanged SetAllRoutes left %d interfaces dirty", s.DirtyIfaces)
+	}
+
+	// A CIDR given twice counts once: cali2 then wants only 10.0.0.2.
+	twice := map[string][]Target{
+		"cali1":       same["cali1"],
+		"cali2":       {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.2/32")}},
+		InterfaceNone: same[InterfaceNone],
+	}
+	if !f.rt.SetAllRoutes(twice) || f.rt.Wants("cali2", pfx("10.0.0.9/32")) {
+		t.Fatal("a CIDR given twice in place of two hid the change")
+	}
+	if f.rt.SetAllRoutes(twice) {
+		t.Error("the same routes, a CIDR given twice, reported a change")
+	}
+
+	// An interface missing from the map wants nothing any more.
+	delete(same, "cali2")
+	if !f.rt.SetAllRoutes(same) {
+		t.Fatal("SetAllRoutes without cali2 reported no change")
+	}
+	if f.rt.Wants("cali2", pfx("10.0.0.2/32")) {
+		t.Error("cali2's route still wanted after SetAllRoutes left it out")
+	}
+	f.apply()
+	f.wantDump(
+		"blackhole 10.0.0.0/24 proto 80",
+		"10.0.0.1/32 dev cali1 proto 80 scope link",
+	)
+
+	// A changed target on one interface is a change.
+	same["cali1"] = []Target{{CIDR: pfx("10.0.0.1/32"), MTU: 1400}}
+	if !f.rt.SetAllRoutes(same) {
+		t.Error("SetAllRoutes with a changed MTU reported no change")
+	}
 }
 
 func TestInterfaceDownUpRename(t *testing.T) {

@@ -99,11 +99,7 @@ func sourceOf(t *testing.T, l net.PacketConn, payload string) string {
 // node's address (NAT outgoing, on by default), while pod-to-pod traffic
 // keeps the pod's address; with --nat-outgoing=false the outside sees the
 // pod's own address.
-func TestForwardAndNATOutgoing(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testForwardAndNAT(t, backend) })
-	}
-}
+func TestForwardAndNATOutgoing(t *testing.T) { eachBackend(t, testForwardAndNAT) }
 
 func testForwardAndNAT(t *testing.T, backend string) {
 	c := newCluster(t, backend)

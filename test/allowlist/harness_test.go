@@ -7,11 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -40,32 +37,39 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		if os.Geteuid() != 0 {
-			return m.Run() // every test skips
-		}
-		if _, err := netnstest.RemoveStale(nsBase); err != nil {
-			fmt.Fprintln(os.Stderr, "allowlist e2e:", err)
-		}
-		defer netnstest.RemoveBins()
-		binDir, buildErr = netnstest.BuildBins(netnstest.Routelet, netnstest.Routeletd)
-		return m.Run()
-	}())
+	os.Exit(netnstest.Privileged{
+		Stale: nsBase, Bins: []string{netnstest.Routelet, netnstest.Routeletd},
+		Built: func(dir string, err error) { binDir, buildErr = dir, err },
+	}.Main(m))
 }
 
 // backends are the iptables backends every scenario runs with.
 var backends = []string{rules.BackendNFT, rules.BackendLegacy}
+
+// eachBackend runs test once per iptables backend, as a subtest named for
+// the backend.
+func eachBackend(t *testing.T, test func(t *testing.T, backend string)) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) { test(t, backend) })
+	}
+}
+
+// eachBackendAndEncap runs test once per iptables backend and overlay
+// encapsulation (vxlan, ipip), as subtests named backend/encap.
+func eachBackendAndEncap(t *testing.T, test func(t *testing.T, backend, encap string)) {
+	for _, backend := range backends {
+		for _, encap := range []string{"vxlan", "ipip"} {
+			t.Run(backend+"/"+encap, func(t *testing.T) { test(t, backend, encap) })
+		}
+	}
+}
 
 // requireRoot skips t without root or without the tools it inspects the
 // kernel with, and fails it when the binaries did not build.
 func requireRoot(t *testing.T, backend string) {
 	t.Helper()
 	netnstest.SkipUnlessRoot(t, "creates network namespaces, iptables rules and ipsets, and runs routeletd")
-	for _, tool := range []string{"ipset", "iptables-" + backend, "ip6tables-" + backend} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (Debian packages ipset, iptables): %v", tool, err)
-		}
-	}
+	netnstest.SkipUnlessInstalled(t, "ipset, iptables", "ipset", "iptables-"+backend, "ip6tables-"+backend)
 	if buildErr != nil {
 		t.Fatalf("building routeletd and the plugin: %v", buildErr)
 	}
@@ -157,16 +161,7 @@ func newCluster(t *testing.T, backend string) *cluster {
 // newNS creates a namespace removed when t ends.
 func newNS(t *testing.T, role string) ns.NetNS {
 	t.Helper()
-	n, err := netnstest.NewNamed(nsPrefix + role)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netnstest.Remove(n); err != nil {
-			t.Errorf("remove netns: %v", err)
-		}
-	})
-	return n
+	return netnstest.NewNamedFor(t, nsPrefix+role)
 }
 
 // sh runs a command (split on spaces) inside n and returns its output.
@@ -212,19 +207,12 @@ func (c *cluster) chain(table, chain string) string {
 // setMembers returns the members of an ipset in the node, as `ipset list`
 // prints them; ok is false when the set does not exist.
 func (c *cluster) setMembers(name string) (members []string, ok bool) {
-	out, err := netnstest.Exec(context.Background(), c.node.NS, "ipset", "list", name)
+	listed, err := netnstest.IPSetMembers(c.node.NS, name)
 	if err != nil {
 		return nil, false
 	}
-	_, after, found := strings.Cut(out, "Members:\n")
-	if !found {
-		return nil, true
-	}
-	for _, l := range strings.Split(strings.TrimSpace(after), "\n") {
-		l = strings.TrimSpace(l)
+	for _, l := range listed {
 		switch {
-		case l == "":
-			continue
 		case !strings.Contains(l, "/") && strings.Contains(l, ":"):
 			l += "/128" // ipset prints host entries without their length
 		case !strings.Contains(l, "/"):
@@ -466,33 +454,17 @@ func (c *cluster) metric(name string) float64 {
 // not serve name (yet).
 func (c *cluster) metricValue(name string) (float64, bool) {
 	c.t.Helper()
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := c.node.NS.Do(func(ns.NetNS) error {
-			var err error
-			conn, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
-			return err
-		})
-		return conn, err
-	}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://127.0.0.1:9099/metrics")
+	_, body, err := netnstest.HTTPGet(c.node.NS, "http://127.0.0.1:9099/metrics")
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	v, ok := netnstest.MetricValue(body, name)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v, 64)
 	if err != nil {
-		c.t.Fatal(err)
+		c.t.Fatalf("metric %s: %q: %v", name, v, err)
 	}
-	for _, l := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(l, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				c.t.Fatalf("metric %s: %q: %v", name, v, err)
-			}
-			return f, true
-		}
-	}
-	return 0, false
+	return f, true
 }

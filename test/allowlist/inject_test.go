@@ -34,11 +34,7 @@ func fakeVTEP(t *testing.T, host ns.NetNS, hostIP, mac, src string, nodeRec *sta
 // device sends to a pod on the node "from" a pod address of a real peer:
 // the node drops it (the DROP counter shows it) and the pod receives
 // nothing. The real peer, with the same setup, reaches the pod.
-func TestVXLANPodInjection(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testVXLANPodInjection(t, backend) })
-	}
-}
+func TestVXLANPodInjection(t *testing.T) { eachBackend(t, testVXLANPodInjection) }
 
 func testVXLANPodInjection(t *testing.T, backend string) {
 	c := newCluster(t, backend)

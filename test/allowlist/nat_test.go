@@ -65,11 +65,7 @@ func (c *cluster) conntrackCount(t *testing.T) string {
 // ROUTELET-POSTROUTING chain or a jump to it. Switched off across a restart
 // after a run with NAT, the chain and its jump are removed, and with nft
 // the nat tables routelet had made are gone too.
-func TestNATOutgoingOff(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testNATOutgoingOff(t, backend) })
-	}
-}
+func TestNATOutgoingOff(t *testing.T) { eachBackend(t, testNATOutgoingOff) }
 
 func testNATOutgoingOff(t *testing.T, backend string) {
 	c := newCluster(t, backend)
@@ -136,11 +132,7 @@ func testNATOutgoingOff(t *testing.T, backend string) {
 // two pod CIDRs, a pod of that pool reaches the outside with the node's
 // address and a pod of the other with its own; naming the other pool
 // instead (after a restart) swaps that.
-func TestNATOutgoingPerPool(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testNATOutgoingPerPool(t, backend) })
-	}
-}
+func TestNATOutgoingPerPool(t *testing.T) { eachBackend(t, testNATOutgoingPerPool) }
 
 func testNATOutgoingPerPool(t *testing.T, backend string) {
 	const otherBlock = "10.244.3.0/24"

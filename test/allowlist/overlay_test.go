@@ -17,13 +17,7 @@ import (
 // counts it and nothing reaches the host; the same traffic from a peer
 // (whose record is in nodes/) is accepted. Writing a node record for the
 // attacker makes its traffic accepted; deleting the record blocks it again.
-func TestOverlayAllowlist(t *testing.T) {
-	for _, backend := range backends {
-		for _, encap := range []string{"vxlan", "ipip"} {
-			t.Run(backend+"/"+encap, func(t *testing.T) { testOverlayAllowlist(t, backend, encap) })
-		}
-	}
-}
+func TestOverlayAllowlist(t *testing.T) { eachBackendAndEncap(t, testOverlayAllowlist) }
 
 func testOverlayAllowlist(t *testing.T, backend, encap string) {
 	c := newCluster(t, backend)
@@ -127,11 +121,7 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 // IPv6 address that is no node's is dropped by ip6tables' ROUTELET-INPUT;
 // a peer's hostIPv6 (routelet-vxlan-peers-v6) is accepted, and so is the
 // attacker's once its record carries its IPv6 address.
-func TestOverlayAllowlistIPv6(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testOverlayAllowlistIPv6(t, backend) })
-	}
-}
+func TestOverlayAllowlistIPv6(t *testing.T) { eachBackend(t, testOverlayAllowlistIPv6) }
 
 func testOverlayAllowlistIPv6(t *testing.T, backend string) {
 	c := newCluster(t, backend)

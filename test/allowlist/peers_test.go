@@ -15,11 +15,7 @@ import (
 // block and host IP are members as usual; a record carrying the node's own
 // host IP is refused whole and adds no member. Both are named in
 // routelet_peer_values_refused.
-func TestHostilePeerRecordFirewall(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testHostilePeerRecordFirewall(t, backend) })
-	}
-}
+func TestHostilePeerRecordFirewall(t *testing.T) { eachBackend(t, testHostilePeerRecordFirewall) }
 
 func testHostilePeerRecordFirewall(t *testing.T, backend string) {
 	c := newCluster(t, backend)

@@ -96,35 +96,27 @@ func listenUDPOn(t *testing.T, n ns.NetNS, network, port string) net.PacketConn 
 // (host:port).
 func sendUDPFrom(t *testing.T, n ns.NetNS, src, dst string, payload []byte) {
 	t.Helper()
-	err := n.Do(func(ns.NetNS) error {
-		raddr, err := net.ResolveUDPAddr("udp", dst)
-		if err != nil {
-			return err
-		}
-		c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)}, raddr)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write(payload)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sendFrom(t, n, "udp", &net.UDPAddr{IP: net.ParseIP(src)}, dst, payload)
 }
 
 // sendIPIPFrom sends one IPIP packet (protocol 4) carrying inner from src
 // (an address of n) to dst.
 func sendIPIPFrom(t *testing.T, n ns.NetNS, src, dst string, inner []byte) {
 	t.Helper()
+	sendFrom(t, n, "ip4:4", &net.IPAddr{IP: net.ParseIP(src)}, dst, inner)
+}
+
+// sendFrom dials dst over network from local inside n and writes payload
+// once.
+func sendFrom(t *testing.T, n ns.NetNS, network string, local net.Addr, dst string, payload []byte) {
+	t.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		c, err := net.DialIP("ip4:4", &net.IPAddr{IP: net.ParseIP(src)}, &net.IPAddr{IP: net.ParseIP(dst)})
+		c, err := (&net.Dialer{LocalAddr: local}).Dial(network, dst)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		_, err = c.Write(inner)
+		_, err = c.Write(payload)
 		return err
 	})
 	if err != nil {
@@ -174,11 +166,7 @@ func addAddr(t *testing.T, pod ns.NetNS, ip string) (remove func()) {
 // outside host receives none. The pod's traffic from its own addresses
 // still gets through: to the outside (masqueraded to the node's address),
 // to another node's host and to another pod (with its own address).
-func TestPodAntiSpoofing(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testPodAntiSpoofing(t, backend) })
-	}
-}
+func TestPodAntiSpoofing(t *testing.T) { eachBackend(t, testPodAntiSpoofing) }
 
 func testPodAntiSpoofing(t *testing.T, backend string) {
 	c := newCluster(t, backend)
@@ -295,13 +283,7 @@ func vxlanFrame(t *testing.T, dstMAC, srcMAC string, inner []byte) []byte {
 // sending VXLAN or IPIP from its own address to the peer's host — which NAT
 // outgoing would masquerade to this node's address, one the peer accepts —
 // is dropped on the node by the encapsulation rule of ROUTELET-PREROUTING.
-func TestPodForgedEncapsulation(t *testing.T) {
-	for _, backend := range backends {
-		for _, encap := range []string{"vxlan", "ipip"} {
-			t.Run(backend+"/"+encap, func(t *testing.T) { testPodForgedEncapsulation(t, backend, encap) })
-		}
-	}
-}
+func TestPodForgedEncapsulation(t *testing.T) { eachBackendAndEncap(t, testPodForgedEncapsulation) }
 
 func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
 	c := newCluster(t, backend)

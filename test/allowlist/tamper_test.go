@@ -39,11 +39,7 @@ func (c *cluster) snapshot() string {
 // flushed ROUTELET-INPUT, a deleted jump, a deleted peer member and a
 // destroyed set are each counted as a repair and put back (the time it took
 // is logged), without anyone touching a record.
-func TestTamperRepair(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testTamperRepair(t, backend) })
-	}
-}
+func TestTamperRepair(t *testing.T) { eachBackend(t, testTamperRepair) }
 
 func testTamperRepair(t *testing.T, backend string) {
 	c := newCluster(t, backend)
@@ -132,11 +128,7 @@ func testTamperRepair(t *testing.T, backend string) {
 // TestCleanup: `routeletd cleanup` after the daemon stopped removes the
 // jumps, the ROUTELET-* chains (IPv4 and IPv6) and the routelet- sets, and
 // leaves everyone else's rules, chains and sets exactly as they were.
-func TestCleanup(t *testing.T) {
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) { testCleanup(t, backend) })
-	}
-}
+func TestCleanup(t *testing.T) { eachBackend(t, testCleanup) }
 
 func testCleanup(t *testing.T, backend string) {
 	c := newCluster(t, backend)

@@ -46,19 +46,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() != 0 {
-			return m.Run() // every test skips
-		}
-		// Namespaces of earlier test runs that crashed before their cleanup.
-		if _, err := netnstest.RemoveStale(e2ePrefix); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-		}
-		defer netnstest.RemoveBins()
-		pluginDir, buildErr = netnstest.BuildBins(netnstest.Routelet, netnstest.PortmapPackage)
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(netnstest.Privileged{
+		Stale: e2ePrefix, Bins: []string{netnstest.Routelet, netnstest.PortmapPackage},
+		Built: func(dir string, err error) { pluginDir, buildErr = dir, err },
+	}.Main(m))
 }
 
 // routeletdBin builds routeletd beside the plugins on first use and returns
@@ -141,15 +132,7 @@ type pod struct {
 // newPod creates a pod namespace, removed when t ends.
 func newPod(t *testing.T, name string) *pod {
 	t.Helper()
-	n, err := netnstest.New(nsPrefix + "pod-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netnstest.Remove(n); err != nil {
-			t.Errorf("removing pod netns: %v", err)
-		}
-	})
+	n := netnstest.NewFor(t, nsPrefix+"pod-")
 	return &pod{ns: n, name: name, rt: &libcni.RuntimeConf{
 		ContainerID: "ctr-" + name + "-" + netnstest.Name(n)[len(nsPrefix)+4:],
 		NetNS:       n.Path(),

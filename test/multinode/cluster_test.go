@@ -38,18 +38,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() != 0 {
-			return m.Run() // every test skips
-		}
-		if _, err := cluster.RemoveStale(mnPrefix); err != nil {
-			fmt.Fprintln(os.Stderr, "multinode:", err)
-		}
-		defer netnstest.RemoveBins()
-		binDir, buildErr = netnstest.BuildBins(netnstest.Routelet, netnstest.Routeletd)
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(netnstest.Privileged{
+		Stale: mnPrefix, RemoveStale: cluster.RemoveStale, Bins: []string{netnstest.Routelet, netnstest.Routeletd},
+		Built: func(dir string, err error) { binDir, buildErr = dir, err },
+	}.Main(m))
 }
 
 // requireRoot skips t without root and fails it when the binaries did not build.
@@ -154,14 +146,8 @@ func routeletd(n *node, args ...string) (string, error) {
 }
 
 // newNode wraps n with a netlink handle inside it, closed at cleanup.
-func newNode(t *testing.T, n *cluster.Node) *node {
-	t.Helper()
-	nl, err := handleInNode(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
-	return &node{Node: n, nl: nl}
+func newNode(t testing.TB, n *cluster.Node) *node {
+	return &node{Node: n, nl: netnstest.HandleFor(t, n.CNI.NS)}
 }
 
 // node returns the node called name.

@@ -3,7 +3,6 @@ package multinode
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -29,25 +28,7 @@ import (
 var healthArgs = []string{"--health-addr=127.0.0.1:9099"}
 
 // httpGet fetches url from inside n and returns the status code and body.
-func httpGet(n ns.NetNS, url string) (int, string, error) {
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := n.Do(func(ns.NetNS) error {
-			var err error
-			conn, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
-			return err
-		})
-		return conn, err
-	}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
-}
+var httpGet = netnstest.HTTPGet
 
 // metricLine reports whether n's /metrics serves exactly line.
 func (n *node) metricLine(line string) bool {
@@ -94,18 +75,7 @@ func (n *node) baseRoutes() ([]string, error) {
 
 // setMembers returns the members of ipset name in n.
 func (n *node) setMembers(name string) []string {
-	out, err := netnstest.Exec(context.Background(), n.CNI.NS, "ipset", "list", name)
-	if err != nil {
-		return nil
-	}
-	_, after, _ := strings.Cut(out, "Members:\n")
-	var m []string
-	for _, l := range strings.Split(strings.TrimSpace(after), "\n") {
-		if f := strings.Fields(l); len(f) > 0 {
-			m = append(m, f[0])
-		}
-	}
-	slices.Sort(m)
+	m, _ := netnstest.IPSetMembers(n.CNI.NS, name)
 	return m
 }
 
@@ -332,24 +302,7 @@ func startLone(t testing.TB) (*cluster.Cluster, *node) {
 			t.Errorf("cluster cleanup: %v", err)
 		}
 	})
-	n := c.Nodes[0]
-	h, err := handleInNode(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	return c, &node{Node: n, nl: h}
-}
-
-// handleInNode opens a netlink handle inside n's namespace.
-func handleInNode(n *cluster.Node) (*netlink.Handle, error) {
-	var h *netlink.Handle
-	err := n.CNI.NS.Do(func(ns.NetNS) error {
-		var err error
-		h, err = netlink.NewHandle()
-		return err
-	})
-	return h, err
+	return c, newNode(t, c.Nodes[0])
 }
 
 // runDaemon starts routeletd in n with args (after the node's identity

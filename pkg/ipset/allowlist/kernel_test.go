@@ -2,7 +2,6 @@ package allowlist
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -16,20 +15,8 @@ import (
 // gone, and Cleanup leaves nothing of routelet behind.
 func TestManagerKernel(t *testing.T) {
 	netnstest.SkipUnlessRoot(t, "network namespaces, ipsets, iptables")
-	for _, bin := range []string{"iptables", "ipset"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed (Debian package %s)", bin, bin)
-		}
-	}
-	n, err := netnstest.New("rlallow-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netnstest.Remove(n); err != nil {
-			t.Errorf("remove netns: %v", err)
-		}
-	})
+	netnstest.SkipUnlessInstalled(t, "iptables, ipset", "iptables", "ipset")
+	n := netnstest.NewFor(t, "rlallow-")
 	k, err := ipset.NewNetlinkAt(n.Path())
 	if err != nil {
 		t.Fatal(err)

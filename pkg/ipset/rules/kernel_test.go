@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -61,18 +60,8 @@ func newFixture(t *testing.T, backend string, family ipset.Family, cfg Config, m
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := exec.LookPath(bin); err != nil {
-		t.Skipf("%s not installed (apt-get install iptables): %v", bin, err)
-	}
-	n, err := netnstest.New("rlrules-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netnstest.Remove(n); err != nil {
-			t.Errorf("remove netns: %v", err)
-		}
-	})
+	netnstest.SkipUnlessInstalled(t, "iptables", bin)
+	n := netnstest.NewFor(t, "rlrules-")
 	ipt, err := NewIPTables(family, backend)
 	if err != nil {
 		t.Fatal(err)

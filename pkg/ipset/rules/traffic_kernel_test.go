@@ -40,16 +40,7 @@ func sysctl(t *testing.T, n ns.NetNS, key, value string) {
 // newNS creates a namespace removed at cleanup.
 func newNS(t *testing.T) ns.NetNS {
 	t.Helper()
-	n, err := netnstest.New("rltraf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netnstest.Remove(n); err != nil {
-			t.Errorf("remove netns: %v", err)
-		}
-	})
-	return n
+	return netnstest.NewFor(t, "rltraf-")
 }
 
 // link connects a (device aDev, address aAddr) and b (bDev, bAddr) with a
