@@ -27,10 +27,11 @@ const (
 // overlay.DeviceVXLAN, overlay.DeviceIPIP and podnet.DefaultPrefix.
 type Config struct {
 	// VXLAN enables the VXLAN allow/drop rules and forwarding for
-	// VXLANDevice.
-	VXLAN       bool
-	VXLANPort   int
-	VXLANDevice string
+	// VXLANDevice (IPv4 rules) and VXLANDeviceV6 (IPv6 rules).
+	VXLAN         bool
+	VXLANPort     int
+	VXLANDevice   string
+	VXLANDeviceV6 string
 	// IPIP enables the IPIP allow/drop rules and forwarding for IPIPDevice
 	// (IPv4 only).
 	IPIP       bool
@@ -52,6 +53,9 @@ func (c Config) withDefaults() Config {
 	if c.VXLANDevice == "" {
 		c.VXLANDevice = overlay.DeviceVXLAN
 	}
+	if c.VXLANDeviceV6 == "" {
+		c.VXLANDeviceV6 = overlay.DeviceVXLANv6
+	}
 	if c.IPIPDevice == "" {
 		c.IPIPDevice = overlay.DeviceIPIP
 	}
@@ -69,7 +73,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rules config: VXLAN port %d out of range 1..65535", c.VXLANPort)
 	}
 	for _, d := range []struct{ what, name string }{
-		{"VXLAN device", c.VXLANDevice}, {"IPIP device", c.IPIPDevice}, {"interface prefix", c.InterfacePrefix},
+		{"VXLAN device", c.VXLANDevice}, {"IPv6 VXLAN device", c.VXLANDeviceV6}, {"IPIP device", c.IPIPDevice}, {"interface prefix", c.InterfacePrefix},
 	} {
 		if len(d.name) > 15 || strings.ContainsAny(d.name, " \t\n/!+\x00") {
 			return fmt.Errorf("rules config: %s %q: not a valid interface name", d.what, d.name)
@@ -188,10 +192,14 @@ func Known() []Chain {
 	}
 }
 
-// overlayDevices returns the enabled overlay devices of family.
+// overlayDevices returns the enabled overlay devices of family: IPv6
+// rides vxlan-v6.calico, never the IPv4 device.
 func overlayDevices(cfg Config, v6 bool) []string {
 	var devs []string
-	if cfg.VXLAN {
+	switch {
+	case cfg.VXLAN && v6:
+		devs = append(devs, cfg.VXLANDeviceV6)
+	case cfg.VXLAN:
 		devs = append(devs, cfg.VXLANDevice)
 	}
 	if cfg.IPIP && !v6 {
