@@ -3,6 +3,7 @@ package peers
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -252,6 +253,94 @@ func TestValidatorLedger(t *testing.T) {
 	}
 }
 
+// TestValidatorLedgerOnlyOnChange: re-validating records that changed
+// nothing leaves the ledger file alone; a record whose block moved adds a
+// claim, the ledger is rewritten, and after a restart the moved block is
+// b's established claim against a newcomer whose record claims an earlier
+// time.
+func TestValidatorLedgerOnlyOnChange(t *testing.T) {
+	dir := t.TempDir()
+	now := t0
+	clock := func() time.Time { now = now.Add(time.Second); return now }
+	path := filepath.Join(dir, LedgerFile)
+	stat := func() os.FileInfo {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	v := New(Options{Self: self, StateDir: dir, Now: clock})
+	v.Validate([]Record{b, c})
+	before := stat()
+	for range 3 {
+		v.Validate([]Record{c, b})
+	}
+	if !os.SameFile(before, stat()) {
+		t.Errorf("the ledger was rewritten by re-validations that changed nothing")
+	}
+
+	moved := b
+	moved.Blocks = []string{"10.244.20.0/24", "fd00:244:2::/120"}
+	moved.Updated = t0 // later than the newcomer's claimed time below
+	v.Validate([]Record{moved, c})
+	if os.SameFile(before, stat()) {
+		t.Fatalf("the ledger was not rewritten when b's block moved")
+	}
+	seen, err := ReadLedger(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := seen[Claim{Node: "b", Field: FieldBlock, Value: "10.244.20.0/24"}]; !ok || !s.Gone.IsZero() {
+		t.Errorf("moved block in the ledger = %+v, %v; want present", s, ok)
+	}
+	if s, ok := seen[Claim{Node: "b", Field: FieldBlock, Value: "10.244.2.0/24"}]; !ok || s.Gone.IsZero() {
+		t.Errorf("old block in the ledger = %+v, %v; want kept as gone", s, ok)
+	}
+	if !maps.EqualFunc(seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		t.Errorf("the ledger holds %d claims, the validator %d, or their times differ", len(seen), len(v.seen))
+	}
+
+	intruder := Record{Name: "a0", HostIPv4: "10.0.1.78", Blocks: []string{"10.244.20.0/24"}, Updated: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ps := New(Options{Self: self, StateDir: dir, Now: clock}).Validate([]Record{intruder, moved, c})
+	if n, _ := find(ps, "b"); !slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.20.0/24")) {
+		t.Errorf("after a restart b = %+v, want its moved block", n)
+	}
+	if n, _ := find(ps, "a0"); len(n.Blocks) != 0 {
+		t.Errorf("after a restart the newcomer a0 = %+v, want its block refused", n)
+	}
+}
+
+// TestLedgerRoundTrip: what writeLedger writes, readLedger reads back the
+// same, gone times and values that JSON must escape included.
+func TestLedgerRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	seen := map[Claim]Sighting{
+		{Node: "b", Field: FieldBlock, Value: "10.244.2.0/24"}:       {First: t0},
+		{Node: "b", Field: FieldHostIPv4, Value: "10.0.1.11"}:        {First: t0.Add(time.Nanosecond), Gone: t0.Add(time.Hour)},
+		{Node: "c", Field: FieldVTEPMAC, Value: "02:cc:00:00:00:04"}: {First: t0.Add(time.Nanosecond)},
+		{Node: "q\"u\\o<t>e&\x01é", Field: FieldBlock, Value: "\n"}:  {First: t0.In(time.FixedZone("x", 3600))},
+	}
+	buf, err := writeLedger(dir, seen, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadLedger(dir)
+	if err != nil {
+		t.Fatalf("%v in:\n%s", err, buf)
+	}
+	if !maps.EqualFunc(got, seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		t.Errorf("read back %v, want %v", got, seen)
+	}
+	if _, err := writeLedger(dir, map[Claim]Sighting{}, buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadLedger(dir); err != nil || len(got) != 0 {
+		t.Errorf("empty ledger read back as %v, %v", got, err)
+	}
+}
+
 // FuzzResolve: whatever a newcomer's record holds, Resolve does not panic,
 // the established peer b keeps everything, and nothing accepted is special
 // space, the node's own space, ours, or overlapping another accepted claim.
@@ -318,6 +407,39 @@ func BenchmarkResolve1000(b *testing.B) {
 	for b.Loop() {
 		if res := Resolve(Input{Self: self, Host: host, Records: recs, Seen: seen, Now: t0}); len(res.Peers) != 1000 || len(res.Refused) != 0 {
 			b.Fatalf("%d peers, refused %v", len(res.Peers), res.Refused[:min(3, len(res.Refused))])
+		}
+	}
+}
+
+// benchRecords is n single-stack peers, each with one block (moved to
+// another pool when moved[i]).
+func benchRecords(n int, moved map[int]bool) []Record {
+	recs := make([]Record, 0, n)
+	for i := range n {
+		pool := 100
+		if moved[i] {
+			pool = 101
+		}
+		recs = append(recs, Record{Name: fmt.Sprintf("n%04d", i), HostIPv4: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1),
+			Blocks:  []string{fmt.Sprintf("10.%d.%d.%d/26", pool, i/4, 64*(i%4))},
+			VTEPMAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256), TunnelIPv4: fmt.Sprintf("10.%d.%d.%d", pool, i/4, 64*(i%4))})
+	}
+	return recs
+}
+
+// BenchmarkValidateChange1000: one of 1,000 peers moves its block and the
+// Validator re-validates every record and records the new claim in its
+// ledger, as every peer change in the daemon does.
+func BenchmarkValidateChange1000(b *testing.B) {
+	v := New(Options{Self: self, StateDir: b.TempDir()})
+	moved := map[int]bool{}
+	v.Validate(benchRecords(1000, moved))
+	i := 0
+	for b.Loop() {
+		moved[i%1000] = !moved[i%1000]
+		i++
+		if ps := v.Validate(benchRecords(1000, moved)); len(ps) != 1000 {
+			b.Fatalf("%d peers", len(ps))
 		}
 	}
 }

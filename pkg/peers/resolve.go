@@ -68,9 +68,22 @@ type Result struct {
 // fieldOrder ranks the fields of one record among values first seen
 // together: identity before blocks, so a record's own block cannot push
 // out its own host IP.
-var fieldOrder = map[string]int{
-	FieldHostIPv4: 0, FieldHostIPv6: 1, FieldVTEPMAC: 2, FieldVTEPMACv6: 3,
-	FieldTunnelIPv4: 4, FieldTunnelIPv6: 5, FieldBlock: 6,
+func fieldOrder(field string) int {
+	switch field {
+	case FieldHostIPv4:
+		return 0
+	case FieldHostIPv6:
+		return 1
+	case FieldVTEPMAC:
+		return 2
+	case FieldVTEPMACv6:
+		return 3
+	case FieldTunnelIPv4:
+		return 4
+	case FieldTunnelIPv6:
+		return 5
+	}
+	return 6
 }
 
 // item is one claimed value on its way through Resolve.
@@ -161,13 +174,14 @@ func (s *space) overlap(p netip.Prefix) (owner, bool) {
 // Resolve decides which values of the records are used, as the package
 // doc describes. It is pure: it reads nothing but in.
 func Resolve(in Input) Result {
-	res := Result{Seen: map[Claim]Sighting{}}
+	res := Result{Seen: make(map[Claim]Sighting, len(in.Seen))}
 	recs := slices.Clone(in.Records)
 	slices.SortStableFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 
-	var infos []*NodeInfo
-	var items []*item
-	byName := map[string]bool{}
+	infos := make([]*NodeInfo, 0, len(recs))
+	items := make([]*item, 0, 4*len(recs))
+	outs := make([]NodeInfo, len(recs)) // infos point into it
+	byName := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		n, refused := Parse(r)
 		res.Refused = append(res.Refused, refused...)
@@ -186,7 +200,8 @@ func Resolve(in Input) Result {
 			continue
 		}
 		byName[n.Name] = true
-		out := &NodeInfo{Name: n.Name}
+		out := &outs[len(infos)]
+		out.Name = n.Name
 		infos = append(infos, out)
 		for _, it := range its {
 			it.node = out
@@ -265,13 +280,22 @@ func (it *item) space() (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// claims lists the values a parsed record claims.
+// claims lists the values a parsed record claims (one allocation for the
+// items, one for the pointers).
 func claims(n NodeInfo, updated time.Time) []*item {
-	var out []*item
+	count := len(n.Blocks)
+	for _, ep := range []Endpoint{n.IPv4, n.IPv6} {
+		for _, set := range []bool{ep.HostIP.IsValid(), ep.VTEPMAC != nil, ep.TunnelAddr.IsValid()} {
+			if set {
+				count++
+			}
+		}
+	}
+	all := make([]item, 0, count)
 	add := func(field, value string, it item) {
 		it.Claim = Claim{Node: n.Name, Field: field, Value: value}
 		it.updated = updated
-		out = append(out, &it)
+		all = append(all, it)
 	}
 	for _, f := range []struct {
 		host, tunnel string
@@ -290,6 +314,10 @@ func claims(n NodeInfo, updated time.Time) []*item {
 	}
 	for _, b := range n.Blocks {
 		add(FieldBlock, b.String(), item{block: b})
+	}
+	out := make([]*item, len(all))
+	for i := range all {
+		out[i] = &all[i]
 	}
 	return out
 }
@@ -357,7 +385,7 @@ func stamp(items []*item, in Input) {
 // field and value.
 func compareItems(a, b *item) int {
 	return cmp.Or(a.seen.Compare(b.seen), a.updated.Compare(b.updated), strings.Compare(a.Node, b.Node),
-		cmp.Compare(fieldOrder[a.Field], fieldOrder[b.Field]), strings.Compare(a.Value, b.Value))
+		cmp.Compare(fieldOrder(a.Field), fieldOrder(b.Field)), strings.Compare(a.Value, b.Value))
 }
 
 // conflict returns why it cannot be accepted given what was accepted

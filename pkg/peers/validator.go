@@ -53,6 +53,7 @@ type Validator struct {
 	logged  map[string]bool      // refusals already logged, by message
 	refused []Refusal            // current refusals
 	gauge   *prometheus.GaugeVec // routelet_peer_values_refused
+	buf     []byte               // the ledger's encoding, reused across writes
 }
 
 // New returns a Validator, loading the ledger from opts.StateDir. An
@@ -112,7 +113,8 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 	if !maps.EqualFunc(res.Seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
 		v.seen = res.Seen
 		if v.opts.StateDir != "" {
-			if err := writeLedger(v.opts.StateDir, v.seen); err != nil {
+			var err error
+			if v.buf, err = writeLedger(v.opts.StateDir, v.seen, v.buf); err != nil {
 				v.log.Error("cannot write the peer claim ledger; established claims are kept in memory only", "err", err)
 			}
 		}
@@ -187,22 +189,82 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 	return seen, nil
 }
 
-// writeLedger writes LedgerFile atomically, entries sorted.
-func writeLedger(dir string, seen map[Claim]Sighting) error {
-	l := ledger{Version: state.RecordVersion, Claims: []ledgerEntry{}}
+// writeLedger writes LedgerFile atomically, entries sorted by first-seen
+// time, one claim per line. Validate calls it only when a sighting changed
+// (a value appeared, went, or was forgotten), so a re-validation that
+// changes nothing writes nothing. The encoding is appended by hand into one
+// buffer (json.Marshal of a few thousand entries with their times cost
+// milliseconds per peer change); readLedger parses it with encoding/json.
+//
+// Crash reasoning: the file is replaced by rename, so a reader (the next
+// daemon, status) sees the old ledger or the new one, never a mix. The
+// state directory is normally a tmpfs under /run, where the fsyncs
+// WriteFileAtomic makes cost nothing and a process crash loses nothing
+// already written; a reboot empties the tmpfs and the records with it. On
+// a state directory on disk the fsyncs keep the rename durable, so an
+// established claim is not lost to a power cut after it was recorded.
+func writeLedger(dir string, seen map[Claim]Sighting, buf []byte) ([]byte, error) {
+	// Sorted by the first-seen instant as an integer (all but the ties of
+	// a clock that stood still differ there), then by claim. The sort moves
+	// pointer-free keys, not the entries.
+	type entry struct {
+		c Claim
+		s Sighting
+	}
+	type key struct {
+		first int64
+		i     int
+	}
+	entries := make([]entry, 0, len(seen))
+	keys := make([]key, 0, len(seen))
 	for c, s := range seen {
-		e := ledgerEntry{Node: c.Node, Field: c.Field, Value: c.Value, FirstSeen: s.First.UTC()}
-		if !s.Gone.IsZero() {
-			e.Gone = s.Gone.UTC()
+		keys = append(keys, key{first: s.First.UnixNano(), i: len(entries)})
+		entries = append(entries, entry{c: c, s: s})
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.first != b.first {
+			return cmp.Compare(a.first, b.first)
 		}
-		l.Claims = append(l.Claims, e)
-	}
-	slices.SortFunc(l.Claims, func(a, b ledgerEntry) int {
-		return cmp.Or(a.FirstSeen.Compare(b.FirstSeen), strings.Compare(a.Node, b.Node), strings.Compare(a.Field, b.Field), strings.Compare(a.Value, b.Value))
+		x, y := entries[a.i].c, entries[b.i].c
+		return cmp.Or(strings.Compare(x.Node, y.Node), strings.Compare(x.Field, y.Field), strings.Compare(x.Value, y.Value))
 	})
-	data, err := json.MarshalIndent(&l, "", "  ")
-	if err != nil {
-		return err
+	buf = fmt.Appendf(buf[:0], "{\"version\":%d,\"claims\":[", state.RecordVersion)
+	for i, k := range keys {
+		e := &entries[k.i]
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, "\n{\"node\":"...)
+		buf = appendJSONString(buf, e.c.Node)
+		buf = append(buf, ",\"field\":"...)
+		buf = appendJSONString(buf, e.c.Field)
+		buf = append(buf, ",\"value\":"...)
+		buf = appendJSONString(buf, e.c.Value)
+		buf = append(buf, ",\"firstSeen\":\""...)
+		buf = e.s.First.UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = append(buf, '"')
+		if !e.s.Gone.IsZero() {
+			buf = append(buf, ",\"gone\":\""...)
+			buf = e.s.Gone.UTC().AppendFormat(buf, time.RFC3339Nano)
+			buf = append(buf, '"')
+		}
+		buf = append(buf, '}')
 	}
-	return state.WriteFileAtomic(dir, LedgerFile, data)
+	buf = append(buf, "\n]}\n"...)
+	return buf, state.WriteFileAtomic(dir, LedgerFile, buf)
+}
+
+// appendJSONString appends s as a JSON string. Claims hold parsed names,
+// addresses and prefixes, which need no escaping; anything else goes
+// through encoding/json.
+func appendJSONString(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(buf, q...)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
 }
