@@ -226,8 +226,11 @@ func Resolve(in Input) Result {
 
 	// Established first; ties (values first seen together) by record time,
 	// name, field, value.
+	// (node, field, value) is unique among live items (one record per
+	// name, one claim per value), so compareItems is a total order and an
+	// unstable sort decides the same.
 	live := slices.DeleteFunc(slices.Clone(items), func(it *item) bool { return it.node == nil })
-	slices.SortStableFunc(live, compareItems)
+	slices.SortFunc(live, compareItems)
 	// Accepted blocks and host IPs, ours first.
 	var ours, candidates []netip.Prefix
 	for _, b := range in.Self.Blocks {
