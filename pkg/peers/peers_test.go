@@ -341,6 +341,43 @@ func TestLedgerRoundTrip(t *testing.T) {
 	}
 }
 
+// TestValidatorCacheMatchesResolve: a Validator that re-validates records
+// it parsed before (changed, unchanged, gone, duplicated, hostile) decides
+// exactly as Resolve does from scratch with the same sightings.
+func TestValidatorCacheMatchesResolve(t *testing.T) {
+	now := t0
+	v := New(Options{Self: self, Now: func() time.Time { return now }, Retain: time.Minute})
+	moved := b
+	moved.Blocks = []string{"10.244.20.0/24"}
+	hostile := newcomer(func(r *Record) { r.Blocks = append(r.Blocks, "10.244.20.0/25", "0.0.0.0/0"); r.HostIPv4 = "10.0.1.11" })
+	dup := c
+	dup.HostIPv4 = "10.0.2.99"
+	steps := [][]Record{
+		{b, c},
+		{b, c},
+		{b, c, hostile},
+		{moved, c, hostile},
+		{hostile, c, dup},
+		{c},
+		{b, c, newcomer(nil)},
+		{b, {Name: "Bad_Name"}, c},
+	}
+	for i, recs := range steps {
+		now = now.Add(time.Second)
+		want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: time.Minute})
+		got := v.Validate(recs)
+		if !slices.EqualFunc(got, want.Peers, nodeEqual) {
+			t.Errorf("step %d: peers\n%+v\nwant\n%+v", i, got, want.Peers)
+		}
+		if !slices.Equal(v.Refused(), want.Refused) {
+			t.Errorf("step %d: refused\n%v\nwant\n%v", i, v.Refused(), want.Refused)
+		}
+		if !maps.EqualFunc(v.seen, want.Seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+			t.Errorf("step %d: sightings differ", i)
+		}
+	}
+}
+
 // FuzzResolve: whatever a newcomer's record holds, Resolve does not panic,
 // the established peer b keeps everything, and nothing accepted is special
 // space, the node's own space, ours, or overlapping another accepted claim.

@@ -53,6 +53,8 @@ type Input struct {
 	// Now stamps new values (at least 1 ns after every time in Seen, so a
 	// clock that went back cannot make a newcomer established).
 	Now time.Time
+
+	cache *parseCache // the Validator's per-record results; nil: parse all
 }
 
 // Result is Resolve's decision.
@@ -182,13 +184,16 @@ func Resolve(in Input) Result {
 	items := make([]*item, 0, 4*len(recs))
 	outs := make([]NodeInfo, len(recs)) // infos point into it
 	byName := make(map[string]bool, len(recs))
+	if in.cache != nil {
+		in.cache.begin()
+		defer in.cache.end()
+	}
 	for _, r := range recs {
-		n, refused := Parse(r)
+		n, refused, its := in.cache.parse(r)
 		res.Refused = append(res.Refused, refused...)
 		if n.Name == "" {
 			continue
 		}
-		its := claims(n, r.Updated)
 		for _, it := range its {
 			if s, ok := in.Seen[it.Claim]; ok {
 				it.seen = s.First

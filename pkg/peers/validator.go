@@ -54,6 +54,7 @@ type Validator struct {
 	refused []Refusal            // current refusals
 	gauge   *prometheus.GaugeVec // routelet_peer_values_refused
 	buf     []byte               // the ledger's encoding, reused across writes
+	cache   parseCache           // records parsed by earlier passes
 }
 
 // New returns a Validator, loading the ledger from opts.StateDir. An
@@ -95,7 +96,9 @@ func (v *Validator) Register(reg prometheus.Registerer) error { return reg.Regis
 
 // Validate checks records (every peer record the datastore holds now) and
 // returns the validated peers, sorted by name. Refusals are logged once
-// each and exported while they last; first-seen times are recorded.
+// each and exported while they last; first-seen times are recorded. Every
+// record is checked against this node and the others at every call; a
+// record identical to one of the last call is not parsed again.
 func (v *Validator) Validate(records []Record) []NodeInfo {
 	if v.opts.ReadHost != nil {
 		h, err := v.opts.ReadHost()
@@ -109,7 +112,7 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 			v.host, v.hostErr = h, ""
 		}
 	}
-	res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: v.opts.Now(), Retain: v.opts.Retain})
+	res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: v.opts.Now(), Retain: v.opts.Retain, cache: &v.cache})
 	if !maps.EqualFunc(res.Seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
 		v.seen = res.Seen
 		if v.opts.StateDir != "" {
