@@ -263,13 +263,16 @@ func etcdBench(b *testing.B) *peerBench {
 }
 
 // start writes the peers, starts the daemon with args and returns how long
-// it took until every peer's route was in the kernel.
+// it took until every peer's route was in the kernel. The device check
+// runs at its default period: the harness's test-sized 200 ms would re-read
+// every peer's ARP and FDB entries and routes five times a second, and the
+// changes would measure that check rather than their own path.
 func (pb *peerBench) start(b *testing.B, args ...string) time.Duration {
 	for i := range benchPeers {
 		pb.put(benchPeer(i, false))
 	}
 	t0 := time.Now()
-	pb.d = pb.tn.startDaemon(append([]string{"--log-level=info", "--encapsulation=vxlan"}, args...)...)
+	pb.d = pb.tn.startDaemon(append([]string{"--log-level=info", "--encapsulation=vxlan", "--device-check-period=10s"}, args...)...)
 	deadline := time.Now().Add(2 * time.Minute)
 	for vxlanRoutes(pb.tn) < benchPeers {
 		if time.Now().After(deadline) {
@@ -338,6 +341,8 @@ func BenchmarkEtcdPeers1000(b *testing.B) {
 		b.ReportMetric(etcdStart.Seconds()*1000, "etcd-start-ms")
 		b.ReportMetric(fileStart.Seconds()*1000, "file-start-ms")
 		b.ReportMetric(ratio, "etcd/file")
+		b.ReportMetric(float64(quantile(etcdLat, 0.5).Microseconds())/1000, "etcd-change-p50-ms")
+		b.ReportMetric(float64(quantile(fileLat, 0.5).Microseconds())/1000, "file-change-p50-ms")
 		b.ReportMetric(float64(quantile(etcdLat, 0.99).Microseconds())/1000, "etcd-change-p99-ms")
 		b.ReportMetric(float64(quantile(fileLat, 0.99).Microseconds())/1000, "file-change-p99-ms")
 		b.ReportMetric(float64(etcdRSS)/1024, "etcd-rss-MiB")
