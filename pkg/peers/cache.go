@@ -3,53 +3,56 @@ package peers
 import "slices"
 
 // parseCache keeps what Resolve derives from one record on its own (Parse
-// and the claims), so a Validator re-validating 1,000 records after one
-// changed parses one. Entries are checked against the whole record before
-// use and dropped when their record is gone. Cached values are only read:
-// Resolve copies the claim items it changes. Not safe for concurrent use.
+// and the claims' value strings), so a Validator re-validating 1,000
+// records after one changed parses and formats one. Entries are checked
+// against the whole record before use and dropped when their record is
+// gone. Cached values are only read. Not safe for concurrent use.
 type parseCache struct {
 	gen     uint64
 	entries map[string]*parsed // by record name
 }
 
-// parsed is one record's Parse and claims result.
+// parsed is one record's Parse result and its claims' value strings.
 type parsed struct {
 	rec     Record
 	n       NodeInfo
 	refused []Refusal
-	items   []item // claims(n, rec.Updated), never handed out
-	gen     uint64 // the pass that last used it
+	values  []string // the claims' Value, in claims order
+	gen     uint64   // the pass that last used it
 }
 
-// parse returns r's Parse result and fresh copies of its claims, from the
-// cache when it holds this exact record. c may be nil (no caching).
+// parse returns r's Parse result and its claims, from the cache when it
+// holds this exact record. c may be nil (no caching).
 func (c *parseCache) parse(r Record) (NodeInfo, []Refusal, []*item) {
 	if c == nil {
 		n, refused := Parse(r)
 		if n.Name == "" {
 			return n, refused, nil
 		}
-		return n, refused, claims(n, r.Updated)
+		return n, refused, claims(n, r.Updated, nil)
 	}
 	p := c.entries[r.Name]
 	if p == nil || !sameRecord(p.rec, r) {
 		p = &parsed{rec: r}
 		p.rec.Blocks = slices.Clone(r.Blocks)
 		p.n, p.refused = Parse(r)
-		if p.n.Name != "" {
-			for _, it := range claims(p.n, r.Updated) {
-				p.items = append(p.items, *it)
-			}
-		}
 		c.entries[r.Name] = p
+		p.gen = c.gen
+		if p.n.Name == "" {
+			return p.n, p.refused, nil
+		}
+		its := claims(p.n, r.Updated, nil)
+		p.values = make([]string, len(its))
+		for i, it := range its {
+			p.values[i] = it.Value
+		}
+		return p.n, p.refused, its
 	}
 	p.gen = c.gen
-	items := slices.Clone(p.items)
-	out := make([]*item, len(items))
-	for i := range items {
-		out[i] = &items[i]
+	if p.n.Name == "" {
+		return p.n, p.refused, nil
 	}
-	return p.n, p.refused, out
+	return p.n, p.refused, claims(p.n, r.Updated, p.values)
 }
 
 // begin starts a pass; end drops the entries the pass did not use.

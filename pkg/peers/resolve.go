@@ -289,8 +289,10 @@ func (it *item) space() (netip.Prefix, bool) {
 }
 
 // claims lists the values a parsed record claims (one allocation for the
-// items, one for the pointers).
-func claims(n NodeInfo, updated time.Time) []*item {
+// items, one for the pointers). values, when not nil, are the claims'
+// value strings of an earlier call for the same n, in order, so they are
+// not formatted again.
+func claims(n NodeInfo, updated time.Time, values []string) []*item {
 	count := len(n.Blocks)
 	for _, ep := range []Endpoint{n.IPv4, n.IPv6} {
 		for _, set := range []bool{ep.HostIP.IsValid(), ep.VTEPMAC != nil, ep.TunnelAddr.IsValid()} {
@@ -305,23 +307,45 @@ func claims(n NodeInfo, updated time.Time) []*item {
 		it.updated = updated
 		all = append(all, it)
 	}
+	// known returns the next earlier value string, ok false without one.
+	known := func() (string, bool) {
+		if len(all) < len(values) {
+			return values[len(all)], true
+		}
+		return "", false
+	}
+	addr := func(field string, a netip.Addr) {
+		v, ok := known()
+		if !ok {
+			v = a.String()
+		}
+		add(field, v, item{addr: a})
+	}
 	for _, f := range []struct {
 		host, tunnel string
 		mac          string
 		ep           Endpoint
 	}{{FieldHostIPv4, FieldTunnelIPv4, FieldVTEPMAC, n.IPv4}, {FieldHostIPv6, FieldTunnelIPv6, FieldVTEPMACv6, n.IPv6}} {
 		if f.ep.HostIP.IsValid() {
-			add(f.host, f.ep.HostIP.String(), item{addr: f.ep.HostIP})
+			addr(f.host, f.ep.HostIP)
 		}
 		if f.ep.VTEPMAC != nil {
-			add(f.mac, f.ep.VTEPMAC.String(), item{mac: f.ep.VTEPMAC})
+			v, ok := known()
+			if !ok {
+				v = f.ep.VTEPMAC.String()
+			}
+			add(f.mac, v, item{mac: f.ep.VTEPMAC})
 		}
 		if f.ep.TunnelAddr.IsValid() {
-			add(f.tunnel, f.ep.TunnelAddr.String(), item{addr: f.ep.TunnelAddr})
+			addr(f.tunnel, f.ep.TunnelAddr)
 		}
 	}
 	for _, b := range n.Blocks {
-		add(FieldBlock, b.String(), item{block: b})
+		v, ok := known()
+		if !ok {
+			v = b.String()
+		}
+		add(FieldBlock, v, item{block: b})
 	}
 	out := make([]*item, len(all))
 	for i := range all {

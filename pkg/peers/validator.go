@@ -53,7 +53,6 @@ type Validator struct {
 	logged  map[string]bool      // refusals already logged, by message
 	refused []Refusal            // current refusals
 	gauge   *prometheus.GaugeVec // routelet_peer_values_refused
-	buf     []byte               // the ledger's encoding, reused across writes
 	cache   parseCache           // records parsed by earlier passes
 }
 
@@ -116,8 +115,7 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 	if !maps.EqualFunc(res.Seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
 		v.seen = res.Seen
 		if v.opts.StateDir != "" {
-			var err error
-			if v.buf, err = writeLedger(v.opts.StateDir, v.seen, v.buf); err != nil {
+			if err := writeLedger(v.opts.StateDir, v.seen); err != nil {
 				v.log.Error("cannot write the peer claim ledger; established claims are kept in memory only", "err", err)
 			}
 		}
@@ -196,8 +194,9 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 // time, one claim per line. Validate calls it only when a sighting changed
 // (a value appeared, went, or was forgotten), so a re-validation that
 // changes nothing writes nothing. The encoding is appended by hand into one
-// buffer (json.Marshal of a few thousand entries with their times cost
-// milliseconds per peer change); readLedger parses it with encoding/json.
+// buffer sized up front (json.Marshal of a few thousand entries with their
+// times cost milliseconds per peer change); readLedger parses it with
+// encoding/json.
 //
 // Crash reasoning: the file is replaced by rename, so a reader (the next
 // daemon, status) sees the old ledger or the new one, never a mix. The
@@ -206,7 +205,7 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 // already written; a reboot empties the tmpfs and the records with it. On
 // a state directory on disk the fsyncs keep the rename durable, so an
 // established claim is not lost to a power cut after it was recorded.
-func writeLedger(dir string, seen map[Claim]Sighting, buf []byte) ([]byte, error) {
+func writeLedger(dir string, seen map[Claim]Sighting) error {
 	// Sorted by the first-seen instant as an integer (all but the ties of
 	// a clock that stood still differ there), then by claim. The sort moves
 	// pointer-free keys, not the entries.
@@ -231,7 +230,8 @@ func writeLedger(dir string, seen map[Claim]Sighting, buf []byte) ([]byte, error
 		x, y := entries[a.i].c, entries[b.i].c
 		return cmp.Or(strings.Compare(x.Node, y.Node), strings.Compare(x.Field, y.Field), strings.Compare(x.Value, y.Value))
 	})
-	buf = fmt.Appendf(buf[:0], "{\"version\":%d,\"claims\":[", state.RecordVersion)
+	// About 130 bytes a claim: names, a /26 or an address, two times.
+	buf := fmt.Appendf(make([]byte, 0, 64+160*len(keys)), "{\"version\":%d,\"claims\":[", state.RecordVersion)
 	for i, k := range keys {
 		e := &entries[k.i]
 		if i > 0 {
@@ -254,7 +254,7 @@ func writeLedger(dir string, seen map[Claim]Sighting, buf []byte) ([]byte, error
 		buf = append(buf, '}')
 	}
 	buf = append(buf, "\n]}\n"...)
-	return buf, state.WriteFileAtomic(dir, LedgerFile, buf)
+	return state.WriteFileAtomic(dir, LedgerFile, buf)
 }
 
 // appendJSONString appends s as a JSON string. Claims hold parsed names,
