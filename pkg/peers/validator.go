@@ -230,7 +230,7 @@ func writeLedger(dir string, seen map[Claim]Sighting) error {
 		x, y := entries[a.i].c, entries[b.i].c
 		return cmp.Or(strings.Compare(x.Node, y.Node), strings.Compare(x.Field, y.Field), strings.Compare(x.Value, y.Value))
 	})
-	// About 130 bytes a claim: names, a /26 or an address, two times.
+	// Room for 160 bytes a claim: its names, a prefix or address, two times.
 	buf := fmt.Appendf(make([]byte, 0, 64+160*len(keys)), "{\"version\":%d,\"claims\":[", state.RecordVersion)
 	for i, k := range keys {
 		e := &entries[k.i]
