@@ -3,6 +3,7 @@ package peers
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
@@ -312,6 +313,20 @@ func TestValidatorLedgerOnlyOnChange(t *testing.T) {
 	}
 }
 
+// TestValidatorInvalidUTF8: values that are not UTF-8 (a datastore that
+// does not decode JSON may hand them over) are refused and exported, not a
+// panic of the refusal gauge.
+func TestValidatorInvalidUTF8(t *testing.T) {
+	v := New(Options{Self: self, Logger: slog.New(slog.DiscardHandler)})
+	ps := v.Validate([]Record{b, {Name: "x", HostIPv4: "\x9b", Blocks: []string{"10.244.9.0/24\xff"}}})
+	if n, ok := find(ps, "x"); !ok || n.IPv4.HostIP.IsValid() || len(n.Blocks) != 0 {
+		t.Errorf("x = %+v, %v; want its host IP and block refused", n, ok)
+	}
+	if r := v.Refused(); len(r) != 2 {
+		t.Errorf("refused %v, want x's host IP and block", r)
+	}
+}
+
 // TestLedgerRoundTrip: what writeLedger writes, readLedger reads back the
 // same, gone times and values that JSON must escape included.
 func TestLedgerRoundTrip(t *testing.T) {
@@ -417,6 +432,28 @@ func FuzzResolve(f *testing.F) {
 					}
 				}
 				accepted = append(accepted, p)
+			}
+		}
+	})
+}
+
+// FuzzValidatorCache: a Validator that sees a record change back and forth
+// (and a second record with the same name) decides as Resolve from
+// scratch with the same sightings.
+func FuzzValidatorCache(f *testing.F) {
+	f.Add("x", "10.0.1.77", "10.244.77.0/24", "10.244.2.0/24", "02:77:00:00:00:04", "x")
+	f.Add("b", "10.0.1.11", "10.244.2.0/25", "bogus", "02:bb:00:00:00:04", "y")
+	f.Fuzz(func(t *testing.T, name, h4, b1, b2, m4, name2 string) {
+		now := t0
+		v := New(Options{Self: self, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+		x1 := Record{Name: name, HostIPv4: h4, Blocks: []string{b1}, VTEPMAC: m4}
+		x2 := Record{Name: name, HostIPv4: h4, Blocks: []string{b1, b2}, VTEPMAC: m4, Updated: t0}
+		y := Record{Name: name2, Blocks: []string{b2}}
+		for i, recs := range [][]Record{{b, x1}, {b, x2}, {x1, b, y}, {b, x1}, {y, x2}} {
+			now = now.Add(time.Second)
+			want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: DefaultRetain})
+			if got := v.Validate(recs); !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) {
+				t.Fatalf("pass %d: %+v refused %v, want %+v refused %v", i, got, v.Refused(), want.Peers, want.Refused)
 			}
 		}
 	})

@@ -135,7 +135,10 @@ func (v *Validator) report(refused []Refusal) {
 	for _, r := range refused {
 		msg := r.Error()
 		now[msg] = true
-		v.gauge.WithLabelValues(r.Node, r.Field, r.Value).Set(1)
+		// A label must be UTF-8 (WithLabelValues panics otherwise); a
+		// record's bytes need not be.
+		label := func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+		v.gauge.WithLabelValues(label(r.Node), r.Field, label(r.Value)).Set(1)
 		if !v.logged[msg] {
 			v.log.Warn("refusing a node record value", "node", r.Node, "field", r.Field, "value", r.Value, "reason", r.Reason)
 		}
