@@ -46,12 +46,10 @@ func (m *Manager) want(f *family, ps []overlay.Peer, rs map[string][]routes.Targ
 }
 
 // drifted reports to OnDrift a deleted route (dst) or neighbour or FDB
-// entry (ip) on iface that the manager still wants (event goroutine).
-// Deletions the manager made itself are of things it no longer wants.
-func (m *Manager) drifted(iface string, ip netip.Addr, dst netip.Prefix) {
-	if m.cfg.OnDrift == nil {
-		return
-	}
+// entry (ip) on iface that the manager still wants (event goroutine), and
+// returns whether it was wanted. Deletions the manager made itself are of
+// things it no longer wants.
+func (m *Manager) drifted(iface string, ip netip.Addr, dst netip.Prefix) bool {
 	m.mu.Lock()
 	object := ""
 	switch {
@@ -61,12 +59,13 @@ func (m *Manager) drifted(iface string, ip netip.Addr, dst netip.Prefix) {
 		object = m.wanted.l2[iface][ip.Unmap()]
 	}
 	m.mu.Unlock()
-	if object == "" {
-		return
+	if object == "" || m.cfg.OnDrift == nil {
+		return object != ""
 	}
 	what := dst.String()
 	if ip.IsValid() {
 		what = ip.String()
 	}
 	m.cfg.OnDrift(object, what+" dev "+iface)
+	return true
 }

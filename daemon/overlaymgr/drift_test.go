@@ -43,3 +43,31 @@ func TestDriftReported(t *testing.T) {
 		t.Errorf("drift after b left = %q, want none", got)
 	}
 }
+
+// TestOwnDeleteNoReread: the echo of a route the manager deleted itself
+// (one it no longer wants) does not make the next Apply re-read the
+// interface; the deletion of a wanted route does.
+func TestOwnDeleteNoReread(t *testing.T) {
+	_, m, tables := setup(t, overlay.ModeVXLAN, "10.244.1.0/24")
+	m.OnNodes(testPeers())
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	woken := 0
+	h := m.Events(func() { woken++ })
+	before := tables[4].dirty["vxlan.calico"]
+	h.OnRoute(netwatch.RouteEvent{Iface: "vxlan.calico", Dst: netip.MustParsePrefix("10.244.99.0/24"), Protocol: 80, Deleted: true})
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tables[4].dirty["vxlan.calico"]; got != before || woken != 0 {
+		t.Errorf("an unwanted route's deletion: %d re-reads, %d wakes; want none", got-before, woken)
+	}
+	h.OnRoute(netwatch.RouteEvent{Iface: "vxlan.calico", Dst: netip.MustParsePrefix("10.244.3.0/24"), Protocol: 80, Deleted: true})
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tables[4].dirty["vxlan.calico"]; got != before+1 || woken != 1 {
+		t.Errorf("a wanted route's deletion: %d re-reads, %d wakes; want 1 each", got-before, woken)
+	}
+}

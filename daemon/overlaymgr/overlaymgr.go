@@ -1,6 +1,7 @@
 package overlaymgr
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,10 @@ type family struct {
 	created map[string]int // device name → DeviceInfo.Created last seen
 	// problems is the last set of route problems logged (logged on change).
 	problems string
+	// l2 is what was last handed to vxlan.SetPeers, as its neighbour and
+	// FDB entries see it (handed: at least once).
+	l2     []overlay.Peer
+	handed bool
 }
 
 // Manager is the overlay's agent.Manager. OnNodes and Apply run on the
@@ -250,6 +255,15 @@ func Peers(nodes []peers.NodeInfo, v int) []overlay.Peer {
 	return ps
 }
 
+// sameL2 reports whether two peer lists give a VXLAN device the same
+// neighbour and FDB entries: the same peers in the same order with the same
+// host IP, VTEP MAC and tunnel IP (blocks do not matter there).
+func sameL2(a, b []overlay.Peer) bool {
+	return slices.EqualFunc(a, b, func(x, y overlay.Peer) bool {
+		return x.Name == y.Name && x.HostIP == y.HostIP && x.TunnelIP == y.TunnelIP && bytes.Equal(x.VTEPMAC, y.VTEPMAC)
+	})
+}
+
 // blocksOf returns the prefixes of one family.
 func blocksOf(ps []netip.Prefix, v int) []netip.Prefix {
 	var out []netip.Prefix
@@ -304,8 +318,11 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
 		ps := Peers(nodes, f.v)
 		var problems []string
-		if f.vxlan != nil {
+		if f.vxlan != nil && (!f.handed || !sameL2(f.l2, ps)) {
+			// A peer change that moves only blocks (the common one) leaves
+			// the ARP and FDB entries alone: no re-read of either table.
 			f.vxlan.SetPeers(ps)
+			f.l2, f.handed = ps, true
 		}
 		in := f.in
 		in.Peers = ps
@@ -487,8 +504,8 @@ func (m *Manager) Interest() netwatch.Interest {
 // records a hint and calls wake (the loop's NotifyApply); the repair
 // happens in Apply on the loop goroutine. Relevant: a link event for an
 // overlay device, its parent or another owned interface (deleted, down,
-// MTU or MAC changed); a routelet-protocol route deleted from an owned
-// interface; any neighbour or FDB change on a VXLAN device (our own writes
+// MTU or MAC changed); a routelet-protocol route the manager wants deleted
+// from an owned interface (the echo of its own deletes is not); any neighbour or FDB change on a VXLAN device (our own writes
 // echo back once and cost one re-read that finds nothing to do). Lost
 // events (Rescan) queue the full device check.
 func (m *Manager) Events(wake func()) netwatch.Handler { return events{m, wake} }
@@ -505,15 +522,20 @@ func (e events) OnLink(ev netwatch.LinkEvent) {
 	}
 }
 
-// OnRoute implements netwatch.Handler.
+// OnRoute implements netwatch.Handler. The deletion of a route the
+// manager does not want (the echo of its own delete when a peer's block
+// moves or goes) leaves the kernel as wanted: no re-read of the interface.
 func (e events) OnRoute(ev netwatch.RouteEvent) {
-	if e.m.owns(ev.Iface) {
-		if ev.Deleted {
-			e.m.drifted(ev.Iface, netip.Addr{}, ev.Dst)
-		}
-		e.m.markIface(ev.Iface)
-		e.wake()
+	if !e.m.owns(ev.Iface) {
+		return
 	}
+	if ev.Deleted {
+		if !e.m.drifted(ev.Iface, netip.Addr{}, ev.Dst) {
+			return
+		}
+	}
+	e.m.markIface(ev.Iface)
+	e.wake()
 }
 
 // OnNeigh implements netwatch.Handler.

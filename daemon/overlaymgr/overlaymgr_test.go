@@ -254,3 +254,35 @@ func TestModeNoneRemovesVXLAN(t *testing.T) {
 		t.Errorf("host-gw routes = %v, want b's and d's blocks", got)
 	}
 }
+
+// TestBlockMoveKeepsL2: a peer change that only moves a block changes its
+// route and leaves the ARP and FDB tables unread; a changed tunnel address
+// re-syncs them.
+func TestBlockMoveKeepsL2(t *testing.T) {
+	nl, m, tables := setup(t, overlay.ModeVXLAN, "10.244.1.0/24")
+	m.OnNodes(testPeers())
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	reads := nl.Calls("NeighList")
+	ps := testPeers()
+	ps[1].Blocks = []netip.Prefix{netip.MustParsePrefix("10.244.30.0/24")} // c's block moves
+	m.OnNodes(ps)
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tables[4].render(); !slices.Contains(got, "vxlan.calico: 10.244.30.0/24 via 10.244.3.0 onlink mtu 1450") {
+		t.Errorf("routes after c's block moved:\n%s", strings.Join(got, "\n"))
+	}
+	if n := nl.Calls("NeighList"); n != reads {
+		t.Errorf("a block move re-read the neighbour tables (%d NeighList calls, want %d)", n, reads)
+	}
+	ps[1].IPv4.TunnelAddr = netip.MustParseAddr("10.244.30.0")
+	m.OnNodes(ps)
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := neighbours(t, nl, "vxlan.calico", netlink.FAMILY_V4); !slices.Equal(got, []string{"10.244.2.0 02:00:00:00:00:0b", "10.244.30.0 02:00:00:00:00:0c"}) {
+		t.Errorf("ARP after c's tunnel address moved = %v", got)
+	}
+}

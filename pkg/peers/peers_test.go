@@ -3,6 +3,8 @@ package peers
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -252,6 +254,145 @@ func TestValidatorLedger(t *testing.T) {
 	}
 }
 
+// TestValidatorLedgerOnlyOnChange: re-validating records that changed
+// nothing leaves the ledger file alone; a record whose block moved adds a
+// claim, the ledger is rewritten, and after a restart the moved block is
+// b's established claim against a newcomer whose record claims an earlier
+// time.
+func TestValidatorLedgerOnlyOnChange(t *testing.T) {
+	dir := t.TempDir()
+	now := t0
+	clock := func() time.Time { now = now.Add(time.Second); return now }
+	path := filepath.Join(dir, LedgerFile)
+	stat := func() os.FileInfo {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	v := New(Options{Self: self, StateDir: dir, Now: clock})
+	v.Validate([]Record{b, c})
+	before := stat()
+	for range 3 {
+		v.Validate([]Record{c, b})
+	}
+	if !os.SameFile(before, stat()) {
+		t.Errorf("the ledger was rewritten by re-validations that changed nothing")
+	}
+
+	moved := b
+	moved.Blocks = []string{"10.244.20.0/24", "fd00:244:2::/120"}
+	moved.Updated = t0 // later than the newcomer's claimed time below
+	v.Validate([]Record{moved, c})
+	if os.SameFile(before, stat()) {
+		t.Fatalf("the ledger was not rewritten when b's block moved")
+	}
+	seen, err := ReadLedger(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := seen[Claim{Node: "b", Field: FieldBlock, Value: "10.244.20.0/24"}]; !ok || !s.Gone.IsZero() {
+		t.Errorf("moved block in the ledger = %+v, %v; want present", s, ok)
+	}
+	if s, ok := seen[Claim{Node: "b", Field: FieldBlock, Value: "10.244.2.0/24"}]; !ok || s.Gone.IsZero() {
+		t.Errorf("old block in the ledger = %+v, %v; want kept as gone", s, ok)
+	}
+	if !maps.EqualFunc(seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		t.Errorf("the ledger holds %d claims, the validator %d, or their times differ", len(seen), len(v.seen))
+	}
+
+	intruder := Record{Name: "a0", HostIPv4: "10.0.1.78", Blocks: []string{"10.244.20.0/24"}, Updated: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ps := New(Options{Self: self, StateDir: dir, Now: clock}).Validate([]Record{intruder, moved, c})
+	if n, _ := find(ps, "b"); !slices.Contains(n.Blocks, netip.MustParsePrefix("10.244.20.0/24")) {
+		t.Errorf("after a restart b = %+v, want its moved block", n)
+	}
+	if n, _ := find(ps, "a0"); len(n.Blocks) != 0 {
+		t.Errorf("after a restart the newcomer a0 = %+v, want its block refused", n)
+	}
+}
+
+// TestValidatorInvalidUTF8: values that are not UTF-8 (a datastore that
+// does not decode JSON may hand them over) are refused and exported, not a
+// panic of the refusal gauge.
+func TestValidatorInvalidUTF8(t *testing.T) {
+	v := New(Options{Self: self, Logger: slog.New(slog.DiscardHandler)})
+	ps := v.Validate([]Record{b, {Name: "x", HostIPv4: "\x9b", Blocks: []string{"10.244.9.0/24\xff"}}})
+	if n, ok := find(ps, "x"); !ok || n.IPv4.HostIP.IsValid() || len(n.Blocks) != 0 {
+		t.Errorf("x = %+v, %v; want its host IP and block refused", n, ok)
+	}
+	if r := v.Refused(); len(r) != 2 {
+		t.Errorf("refused %v, want x's host IP and block", r)
+	}
+}
+
+// TestLedgerRoundTrip: what writeLedger writes, readLedger reads back the
+// same, gone times and values that JSON must escape included.
+func TestLedgerRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	seen := map[Claim]Sighting{
+		{Node: "b", Field: FieldBlock, Value: "10.244.2.0/24"}:       {First: t0},
+		{Node: "b", Field: FieldHostIPv4, Value: "10.0.1.11"}:        {First: t0.Add(time.Nanosecond), Gone: t0.Add(time.Hour)},
+		{Node: "c", Field: FieldVTEPMAC, Value: "02:cc:00:00:00:04"}: {First: t0.Add(time.Nanosecond)},
+		{Node: "q\"u\\o<t>e&\x01é", Field: FieldBlock, Value: "\n"}:  {First: t0.In(time.FixedZone("x", 3600))},
+	}
+	if err := writeLedger(dir, seen); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadLedger(dir)
+	if err != nil {
+		data, _ := os.ReadFile(filepath.Join(dir, LedgerFile))
+		t.Fatalf("%v in:\n%s", err, data)
+	}
+	if !maps.EqualFunc(got, seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		t.Errorf("read back %v, want %v", got, seen)
+	}
+	if err := writeLedger(dir, map[Claim]Sighting{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadLedger(dir); err != nil || len(got) != 0 {
+		t.Errorf("empty ledger read back as %v, %v", got, err)
+	}
+}
+
+// TestValidatorCacheMatchesResolve: a Validator that re-validates records
+// it parsed before (changed, unchanged, gone, duplicated, hostile) decides
+// exactly as Resolve does from scratch with the same sightings.
+func TestValidatorCacheMatchesResolve(t *testing.T) {
+	now := t0
+	v := New(Options{Self: self, Now: func() time.Time { return now }, Retain: time.Minute})
+	moved := b
+	moved.Blocks = []string{"10.244.20.0/24"}
+	hostile := newcomer(func(r *Record) { r.Blocks = append(r.Blocks, "10.244.20.0/25", "0.0.0.0/0"); r.HostIPv4 = "10.0.1.11" })
+	dup := c
+	dup.HostIPv4 = "10.0.2.99"
+	steps := [][]Record{
+		{b, c},
+		{b, c},
+		{b, c, hostile},
+		{moved, c, hostile},
+		{hostile, c, dup},
+		{c},
+		{b, c, newcomer(nil)},
+		{b, {Name: "Bad_Name"}, c},
+	}
+	for i, recs := range steps {
+		now = now.Add(time.Second)
+		want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: time.Minute})
+		got := v.Validate(recs)
+		if !slices.EqualFunc(got, want.Peers, nodeEqual) {
+			t.Errorf("step %d: peers\n%+v\nwant\n%+v", i, got, want.Peers)
+		}
+		if !slices.Equal(v.Refused(), want.Refused) {
+			t.Errorf("step %d: refused\n%v\nwant\n%v", i, v.Refused(), want.Refused)
+		}
+		if !maps.EqualFunc(v.seen, want.Seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+			t.Errorf("step %d: sightings differ", i)
+		}
+	}
+}
+
 // FuzzResolve: whatever a newcomer's record holds, Resolve does not panic,
 // the established peer b keeps everything, and nothing accepted is special
 // space, the node's own space, ours, or overlapping another accepted claim.
@@ -296,6 +437,28 @@ func FuzzResolve(f *testing.F) {
 	})
 }
 
+// FuzzValidatorCache: a Validator that sees a record change back and forth
+// (and a second record with the same name) decides as Resolve from
+// scratch with the same sightings.
+func FuzzValidatorCache(f *testing.F) {
+	f.Add("x", "10.0.1.77", "10.244.77.0/24", "10.244.2.0/24", "02:77:00:00:00:04", "x")
+	f.Add("b", "10.0.1.11", "10.244.2.0/25", "bogus", "02:bb:00:00:00:04", "y")
+	f.Fuzz(func(t *testing.T, name, h4, b1, b2, m4, name2 string) {
+		now := t0
+		v := New(Options{Self: self, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+		x1 := Record{Name: name, HostIPv4: h4, Blocks: []string{b1}, VTEPMAC: m4}
+		x2 := Record{Name: name, HostIPv4: h4, Blocks: []string{b1, b2}, VTEPMAC: m4, Updated: t0}
+		y := Record{Name: name2, Blocks: []string{b2}}
+		for i, recs := range [][]Record{{b, x1}, {b, x2}, {x1, b, y}, {b, x1}, {y, x2}} {
+			now = now.Add(time.Second)
+			want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: DefaultRetain})
+			if got := v.Validate(recs); !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) {
+				t.Fatalf("pass %d: %+v refused %v, want %+v refused %v", i, got, v.Refused(), want.Peers, want.Refused)
+			}
+		}
+	})
+}
+
 // nodeEqual compares two NodeInfo values.
 func nodeEqual(x, y NodeInfo) bool {
 	ep := func(a, b Endpoint) bool {
@@ -318,6 +481,39 @@ func BenchmarkResolve1000(b *testing.B) {
 	for b.Loop() {
 		if res := Resolve(Input{Self: self, Host: host, Records: recs, Seen: seen, Now: t0}); len(res.Peers) != 1000 || len(res.Refused) != 0 {
 			b.Fatalf("%d peers, refused %v", len(res.Peers), res.Refused[:min(3, len(res.Refused))])
+		}
+	}
+}
+
+// benchRecords is n single-stack peers, each with one block (moved to
+// another pool when moved[i]).
+func benchRecords(n int, moved map[int]bool) []Record {
+	recs := make([]Record, 0, n)
+	for i := range n {
+		pool := 100
+		if moved[i] {
+			pool = 101
+		}
+		recs = append(recs, Record{Name: fmt.Sprintf("n%04d", i), HostIPv4: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1),
+			Blocks:  []string{fmt.Sprintf("10.%d.%d.%d/26", pool, i/4, 64*(i%4))},
+			VTEPMAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256), TunnelIPv4: fmt.Sprintf("10.%d.%d.%d", pool, i/4, 64*(i%4))})
+	}
+	return recs
+}
+
+// BenchmarkValidateChange1000: one of 1,000 peers moves its block and the
+// Validator re-validates every record and records the new claim in its
+// ledger, as every peer change in the daemon does.
+func BenchmarkValidateChange1000(b *testing.B) {
+	v := New(Options{Self: self, StateDir: b.TempDir()})
+	moved := map[int]bool{}
+	v.Validate(benchRecords(1000, moved))
+	i := 0
+	for b.Loop() {
+		moved[i%1000] = !moved[i%1000]
+		i++
+		if ps := v.Validate(benchRecords(1000, moved)); len(ps) != 1000 {
+			b.Fatalf("%d peers", len(ps))
 		}
 	}
 }

@@ -53,6 +53,8 @@ type Input struct {
 	// Now stamps new values (at least 1 ns after every time in Seen, so a
 	// clock that went back cannot make a newcomer established).
 	Now time.Time
+
+	cache *parseCache // the Validator's per-record results; nil: parse all
 }
 
 // Result is Resolve's decision.
@@ -68,9 +70,22 @@ type Result struct {
 // fieldOrder ranks the fields of one record among values first seen
 // together: identity before blocks, so a record's own block cannot push
 // out its own host IP.
-var fieldOrder = map[string]int{
-	FieldHostIPv4: 0, FieldHostIPv6: 1, FieldVTEPMAC: 2, FieldVTEPMACv6: 3,
-	FieldTunnelIPv4: 4, FieldTunnelIPv6: 5, FieldBlock: 6,
+func fieldOrder(field string) int {
+	switch field {
+	case FieldHostIPv4:
+		return 0
+	case FieldHostIPv6:
+		return 1
+	case FieldVTEPMAC:
+		return 2
+	case FieldVTEPMACv6:
+		return 3
+	case FieldTunnelIPv4:
+		return 4
+	case FieldTunnelIPv6:
+		return 5
+	}
+	return 6
 }
 
 // item is one claimed value on its way through Resolve.
@@ -161,20 +176,24 @@ func (s *space) overlap(p netip.Prefix) (owner, bool) {
 // Resolve decides which values of the records are used, as the package
 // doc describes. It is pure: it reads nothing but in.
 func Resolve(in Input) Result {
-	res := Result{Seen: map[Claim]Sighting{}}
+	res := Result{Seen: make(map[Claim]Sighting, len(in.Seen))}
 	recs := slices.Clone(in.Records)
 	slices.SortStableFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 
-	var infos []*NodeInfo
-	var items []*item
-	byName := map[string]bool{}
+	infos := make([]*NodeInfo, 0, len(recs))
+	items := make([]*item, 0, 4*len(recs))
+	outs := make([]NodeInfo, len(recs)) // infos point into it
+	byName := make(map[string]bool, len(recs))
+	if in.cache != nil {
+		in.cache.begin()
+		defer in.cache.end()
+	}
 	for _, r := range recs {
-		n, refused := Parse(r)
+		n, refused, its := in.cache.parse(r)
 		res.Refused = append(res.Refused, refused...)
 		if n.Name == "" {
 			continue
 		}
-		its := claims(n, r.Updated)
 		for _, it := range its {
 			if s, ok := in.Seen[it.Claim]; ok {
 				it.seen = s.First
@@ -186,7 +205,8 @@ func Resolve(in Input) Result {
 			continue
 		}
 		byName[n.Name] = true
-		out := &NodeInfo{Name: n.Name}
+		out := &outs[len(infos)]
+		out.Name = n.Name
 		infos = append(infos, out)
 		for _, it := range its {
 			it.node = out
@@ -211,8 +231,11 @@ func Resolve(in Input) Result {
 
 	// Established first; ties (values first seen together) by record time,
 	// name, field, value.
+	// (node, field, value) is unique among live items (one record per
+	// name, one claim per value), so compareItems is a total order and an
+	// unstable sort decides the same.
 	live := slices.DeleteFunc(slices.Clone(items), func(it *item) bool { return it.node == nil })
-	slices.SortStableFunc(live, compareItems)
+	slices.SortFunc(live, compareItems)
 	// Accepted blocks and host IPs, ours first.
 	var ours, candidates []netip.Prefix
 	for _, b := range in.Self.Blocks {
@@ -265,13 +288,38 @@ func (it *item) space() (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// claims lists the values a parsed record claims.
-func claims(n NodeInfo, updated time.Time) []*item {
-	var out []*item
+// claims lists the values a parsed record claims (one allocation for the
+// items, one for the pointers). values, when not nil, are the claims'
+// value strings of an earlier call for the same n, in order, so they are
+// not formatted again.
+func claims(n NodeInfo, updated time.Time, values []string) []*item {
+	count := len(n.Blocks)
+	for _, ep := range []Endpoint{n.IPv4, n.IPv6} {
+		for _, set := range []bool{ep.HostIP.IsValid(), ep.VTEPMAC != nil, ep.TunnelAddr.IsValid()} {
+			if set {
+				count++
+			}
+		}
+	}
+	all := make([]item, 0, count)
 	add := func(field, value string, it item) {
 		it.Claim = Claim{Node: n.Name, Field: field, Value: value}
 		it.updated = updated
-		out = append(out, &it)
+		all = append(all, it)
+	}
+	// known returns the next earlier value string, ok false without one.
+	known := func() (string, bool) {
+		if len(all) < len(values) {
+			return values[len(all)], true
+		}
+		return "", false
+	}
+	addr := func(field string, a netip.Addr) {
+		v, ok := known()
+		if !ok {
+			v = a.String()
+		}
+		add(field, v, item{addr: a})
 	}
 	for _, f := range []struct {
 		host, tunnel string
@@ -279,17 +327,29 @@ func claims(n NodeInfo, updated time.Time) []*item {
 		ep           Endpoint
 	}{{FieldHostIPv4, FieldTunnelIPv4, FieldVTEPMAC, n.IPv4}, {FieldHostIPv6, FieldTunnelIPv6, FieldVTEPMACv6, n.IPv6}} {
 		if f.ep.HostIP.IsValid() {
-			add(f.host, f.ep.HostIP.String(), item{addr: f.ep.HostIP})
+			addr(f.host, f.ep.HostIP)
 		}
 		if f.ep.VTEPMAC != nil {
-			add(f.mac, f.ep.VTEPMAC.String(), item{mac: f.ep.VTEPMAC})
+			v, ok := known()
+			if !ok {
+				v = f.ep.VTEPMAC.String()
+			}
+			add(f.mac, v, item{mac: f.ep.VTEPMAC})
 		}
 		if f.ep.TunnelAddr.IsValid() {
-			add(f.tunnel, f.ep.TunnelAddr.String(), item{addr: f.ep.TunnelAddr})
+			addr(f.tunnel, f.ep.TunnelAddr)
 		}
 	}
 	for _, b := range n.Blocks {
-		add(FieldBlock, b.String(), item{block: b})
+		v, ok := known()
+		if !ok {
+			v = b.String()
+		}
+		add(FieldBlock, v, item{block: b})
+	}
+	out := make([]*item, len(all))
+	for i := range all {
+		out[i] = &all[i]
 	}
 	return out
 }
@@ -357,7 +417,7 @@ func stamp(items []*item, in Input) {
 // field and value.
 func compareItems(a, b *item) int {
 	return cmp.Or(a.seen.Compare(b.seen), a.updated.Compare(b.updated), strings.Compare(a.Node, b.Node),
-		cmp.Compare(fieldOrder[a.Field], fieldOrder[b.Field]), strings.Compare(a.Value, b.Value))
+		cmp.Compare(fieldOrder(a.Field), fieldOrder(b.Field)), strings.Compare(a.Value, b.Value))
 }
 
 // conflict returns why it cannot be accepted given what was accepted

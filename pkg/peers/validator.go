@@ -53,6 +53,7 @@ type Validator struct {
 	logged  map[string]bool      // refusals already logged, by message
 	refused []Refusal            // current refusals
 	gauge   *prometheus.GaugeVec // routelet_peer_values_refused
+	cache   parseCache           // records parsed by earlier passes
 }
 
 // New returns a Validator, loading the ledger from opts.StateDir. An
@@ -94,7 +95,9 @@ func (v *Validator) Register(reg prometheus.Registerer) error { return reg.Regis
 
 // Validate checks records (every peer record the datastore holds now) and
 // returns the validated peers, sorted by name. Refusals are logged once
-// each and exported while they last; first-seen times are recorded.
+// each and exported while they last; first-seen times are recorded. Every
+// record is checked against this node and the others at every call; a
+// record identical to one of the last call is not parsed again.
 func (v *Validator) Validate(records []Record) []NodeInfo {
 	if v.opts.ReadHost != nil {
 		h, err := v.opts.ReadHost()
@@ -108,7 +111,7 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 			v.host, v.hostErr = h, ""
 		}
 	}
-	res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: v.opts.Now(), Retain: v.opts.Retain})
+	res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: v.opts.Now(), Retain: v.opts.Retain, cache: &v.cache})
 	if !maps.EqualFunc(res.Seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
 		v.seen = res.Seen
 		if v.opts.StateDir != "" {
@@ -132,7 +135,10 @@ func (v *Validator) report(refused []Refusal) {
 	for _, r := range refused {
 		msg := r.Error()
 		now[msg] = true
-		v.gauge.WithLabelValues(r.Node, r.Field, r.Value).Set(1)
+		// A label must be UTF-8 (WithLabelValues panics otherwise); a
+		// record's bytes need not be.
+		label := func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+		v.gauge.WithLabelValues(label(r.Node), r.Field, label(r.Value)).Set(1)
 		if !v.logged[msg] {
 			v.log.Warn("refusing a node record value", "node", r.Node, "field", r.Field, "value", r.Value, "reason", r.Reason)
 		}
@@ -187,22 +193,84 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 	return seen, nil
 }
 
-// writeLedger writes LedgerFile atomically, entries sorted.
+// writeLedger writes LedgerFile atomically, entries sorted by first-seen
+// time, one claim per line. Validate calls it only when a sighting changed
+// (a value appeared, went, or was forgotten), so a re-validation that
+// changes nothing writes nothing. The encoding is appended by hand into one
+// buffer sized up front (json.Marshal of a few thousand entries with their
+// times cost milliseconds per peer change); readLedger parses it with
+// encoding/json.
+//
+// Crash reasoning: the file is replaced by rename, so a reader (the next
+// daemon, status) sees the old ledger or the new one, never a mix. The
+// state directory is normally a tmpfs under /run, where the fsyncs
+// WriteFileAtomic makes cost nothing and a process crash loses nothing
+// already written; a reboot empties the tmpfs and the records with it. On
+// a state directory on disk the fsyncs keep the rename durable, so an
+// established claim is not lost to a power cut after it was recorded.
 func writeLedger(dir string, seen map[Claim]Sighting) error {
-	l := ledger{Version: state.RecordVersion, Claims: []ledgerEntry{}}
+	// Sorted by the first-seen instant as an integer (all but the ties of
+	// a clock that stood still differ there), then by claim. The sort moves
+	// pointer-free keys, not the entries.
+	type entry struct {
+		c Claim
+		s Sighting
+	}
+	type key struct {
+		first int64
+		i     int
+	}
+	entries := make([]entry, 0, len(seen))
+	keys := make([]key, 0, len(seen))
 	for c, s := range seen {
-		e := ledgerEntry{Node: c.Node, Field: c.Field, Value: c.Value, FirstSeen: s.First.UTC()}
-		if !s.Gone.IsZero() {
-			e.Gone = s.Gone.UTC()
+		keys = append(keys, key{first: s.First.UnixNano(), i: len(entries)})
+		entries = append(entries, entry{c: c, s: s})
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.first != b.first {
+			return cmp.Compare(a.first, b.first)
 		}
-		l.Claims = append(l.Claims, e)
-	}
-	slices.SortFunc(l.Claims, func(a, b ledgerEntry) int {
-		return cmp.Or(a.FirstSeen.Compare(b.FirstSeen), strings.Compare(a.Node, b.Node), strings.Compare(a.Field, b.Field), strings.Compare(a.Value, b.Value))
+		x, y := entries[a.i].c, entries[b.i].c
+		return cmp.Or(strings.Compare(x.Node, y.Node), strings.Compare(x.Field, y.Field), strings.Compare(x.Value, y.Value))
 	})
-	data, err := json.MarshalIndent(&l, "", "  ")
-	if err != nil {
-		return err
+	// Room for 160 bytes a claim: its names, a prefix or address, two times.
+	buf := fmt.Appendf(make([]byte, 0, 64+160*len(keys)), "{\"version\":%d,\"claims\":[", state.RecordVersion)
+	for i, k := range keys {
+		e := &entries[k.i]
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, "\n{\"node\":"...)
+		buf = appendJSONString(buf, e.c.Node)
+		buf = append(buf, ",\"field\":"...)
+		buf = appendJSONString(buf, e.c.Field)
+		buf = append(buf, ",\"value\":"...)
+		buf = appendJSONString(buf, e.c.Value)
+		buf = append(buf, ",\"firstSeen\":\""...)
+		buf = e.s.First.UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = append(buf, '"')
+		if !e.s.Gone.IsZero() {
+			buf = append(buf, ",\"gone\":\""...)
+			buf = e.s.Gone.UTC().AppendFormat(buf, time.RFC3339Nano)
+			buf = append(buf, '"')
+		}
+		buf = append(buf, '}')
 	}
-	return state.WriteFileAtomic(dir, LedgerFile, data)
+	buf = append(buf, "\n]}\n"...)
+	return state.WriteFileAtomic(dir, LedgerFile, buf)
+}
+
+// appendJSONString appends s as a JSON string. Claims hold parsed names,
+// addresses and prefixes, which need no escaping; anything else goes
+// through encoding/json.
+func appendJSONString(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(buf, q...)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
 }
