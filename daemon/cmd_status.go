@@ -155,9 +155,20 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		IfacePrefix: cfg.IfacePrefix, StaticARP: true})
 	d.WorkloadRoutes, d.Refused = dr.Routes, dr.Refused
 
-	self := offlinePeers(cfg, store, d, now)
 	d.Allowlist = allowmgr.PeerSet(allowRules(cfg))
-	if err := offlineOverlay(cfg, self, blocks, onl, d); err != nil {
+	unknown := ""
+	if cfg.Datastore == config.DatastoreFile {
+		self := offlinePeers(cfg, store, d, now)
+		err = offlineOverlay(cfg, self, blocks, onl, d)
+	} else {
+		unknown = peersUnknown(cfg.Datastore)
+		d.Datastore = debugapi.DatastoreHealth{Error: unknown}
+		if c, ok := onl.(io.Closer); ok {
+			c.Close()
+		}
+		err = fmt.Errorf("unknown: this node's own record (host IPs, VTEP) is in the %s datastore, which only the running daemon reads", cfg.Datastore)
+	}
+	if err != nil {
 		d.Errors = append(d.Errors, debugapi.ObjectError{Object: "overlay", Error: err.Error(), Since: now})
 	}
 	k, err := inspect.Read(r, d)
@@ -165,8 +176,14 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		return nil, err
 	}
 	st := inspect.Compare(d, k, now)
-	st.Source = debugapi.SourceOffline
+	st.Source, st.PeersUnknown = debugapi.SourceOffline, unknown
 	return st, nil
+}
+
+// peersUnknown says why the peers of a datastore other than file are not
+// known while no daemon answers.
+func peersUnknown(datastore string) string {
+	return fmt.Sprintf("unknown — the daemon is down and the datastore is %s; only the running daemon reads its peers (start routeletd, or see the datastore itself)", datastore)
 }
 
 // offlinePeers reads nodes/ into d's peers and datastore health (each

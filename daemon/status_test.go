@@ -134,3 +134,54 @@ func BenchmarkStatusFake(b *testing.B) {
 	}
 	b.ReportMetric(float64(c.Reads())/float64(b.N), "kernel-reads/op")
 }
+
+// TestStatusGoldenDatastores: with a datastore other than file, a node
+// whose daemon is down says its peers are unknown (not "no peers"); a
+// running daemon's view shows the datastore's health: reachable or not,
+// failed requests, liveness per peer.
+func TestStatusGoldenDatastores(t *testing.T) {
+	n := newFakeStatusNode(t, 3, 3)
+	n.program(t)
+	n.cfg.Datastore = "etcd"
+	st := n.status(t, nil)
+	text, js := rendered(t, st)
+	golden(t, "status-etcd-down.golden", text)
+	golden(t, "status-etcd-down.json.golden", js)
+	for _, want := range []string{
+		"Peers: unknown — the daemon is down and the datastore is etcd",
+		"Datastore:       etcd: unknown (only the running daemon reads it)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status text lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "Peers: 0") || st.PeersUnknown == "" {
+		t.Errorf("status of a node whose daemon is down with etcd reports no peers instead of unknown ones:\n%s", text)
+	}
+
+	n.cfg.Datastore = "file"
+	st = n.status(t, nil)
+	up := false
+	st.Source, st.Loop, st.LastResync = debugapi.SourceDaemon, true, statusNow.Add(-40*time.Second)
+	st.Readiness = debugapi.Readiness{Ready: true, Updated: statusNow}
+	st.Node.Datastore = "etcd"
+	st.Datastore.Reachable = &up
+	st.Datastore.RequestErrors = map[string]int{"keepalive": 3, "watch": 1}
+	st.Datastore.Liveness, st.Datastore.Live = true, []string{"node-0000", "node-0002"}
+	for i := range st.Peers {
+		live := i != 1
+		st.Peers[i].Live = &live
+	}
+	text, js = rendered(t, st)
+	golden(t, "status-etcd.golden", text)
+	golden(t, "status-etcd.json.golden", js)
+	for _, want := range []string{
+		"Datastore:       etcd UNREACHABLE (the last known peers are kept): ok: 3 peer records",
+		"4 failed requests since start (keepalive 3, watch 1); 2/3 peers live",
+		"LIVE",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status text lacks %q:\n%s", want, text)
+		}
+	}
+}
