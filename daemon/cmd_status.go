@@ -17,6 +17,7 @@ import (
 	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/diagnose"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/daemon/workloads"
@@ -161,7 +162,7 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		self := offlinePeers(cfg, store, d, now)
 		err = offlineOverlay(cfg, self, blocks, onl, d)
 	} else {
-		unknown = peersUnknown(cfg.Datastore)
+		unknown = diagnose.PeersUnknown(cfg.Datastore)
 		d.Datastore = debugapi.DatastoreHealth{Error: unknown}
 		if c, ok := onl.(io.Closer); ok {
 			c.Close()
@@ -178,12 +179,6 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 	st := inspect.Compare(d, k, now)
 	st.Source, st.PeersUnknown = debugapi.SourceOffline, unknown
 	return st, nil
-}
-
-// peersUnknown says why the peers of a datastore other than file are not
-// known while no daemon answers.
-func peersUnknown(datastore string) string {
-	return fmt.Sprintf("unknown — the daemon is down and the datastore is %s; only the running daemon reads its peers (start routeletd, or see the datastore itself)", datastore)
 }
 
 // offlinePeers reads nodes/ into d's peers and datastore health (each
