@@ -43,20 +43,12 @@ func fromDaemon(st *debugapi.State) (self peers.Record, recs map[string]peers.Re
 		if !ok {
 			r = peers.Record{Name: rf.Node}
 		}
-		switch rf.Field {
-		case peers.FieldHostIPv4:
-			r.HostIPv4 = rf.Value
-		case peers.FieldHostIPv6:
-			r.HostIPv6 = rf.Value
-		case peers.FieldVTEPMAC:
-			r.VTEPMAC = rf.Value
-		case peers.FieldVTEPMACv6:
-			r.VTEPMACv6 = rf.Value
-		case peers.FieldTunnelIPv4:
-			r.TunnelIPv4 = rf.Value
-		case peers.FieldTunnelIPv6:
-			r.TunnelIPv6 = rf.Value
-		case peers.FieldBlock:
+		field := map[string]*string{peers.FieldHostIPv4: &r.HostIPv4, peers.FieldHostIPv6: &r.HostIPv6,
+			peers.FieldVTEPMAC: &r.VTEPMAC, peers.FieldVTEPMACv6: &r.VTEPMACv6,
+			peers.FieldTunnelIPv4: &r.TunnelIPv4, peers.FieldTunnelIPv6: &r.TunnelIPv6}
+		if f, ok := field[rf.Field]; ok {
+			*f = rf.Value
+		} else if rf.Field == peers.FieldBlock {
 			r.Blocks = append(append([]string(nil), r.Blocks...), rf.Value)
 		}
 		if rf.Node != "" && rf.Node != n.Name {
