@@ -108,8 +108,8 @@ func (w *world) nodeStep() Step {
 	}
 	switch {
 	case w.selfRec == nil && w.peersUnknown != "":
-		st.Status, st.Problem = Fail, fmt.Sprintf("this node's own record is in the %s datastore: unknown while routeletd is down", w.datastore())
-		st.Fix = "start routeletd with this configuration"
+		st.Status, st.Problem = Fail, fmt.Sprintf("this node's own record is in the %s datastore: unknown until routeletd runs and has read it", w.datastore())
+		st.Fix = "start routeletd with this configuration, and let it become ready"
 	case w.selfRec == nil:
 		st.Status, st.Problem = Fail, fmt.Sprintf("this node's record %s/nodes/%s.json is missing: peers cannot reach its pods and nothing here knows its VTEP", w.cfg.StateDir, w.cfg.NodeName)
 		st.Fix = "routeletd writes it once it knows the node IP; check --node-name and --state-dir match the daemon's, and that it is running"

@@ -80,7 +80,11 @@ func (w *world) datastore() string {
 
 // unknownPeersStep says plainly that the peers cannot be known.
 func (w *world) unknownPeersStep() Step {
-	return Step{ID: StepPeers, Status: Fail, Fact: "peers: " + w.peersUnknown,
+	st := Step{ID: StepPeers, Status: Fail, Fact: "peers: " + w.peersUnknown,
 		Problem: fmt.Sprintf("diagnose cannot check anything towards other nodes: their records are in the %s datastore", w.datastore()),
 		Fix:     fmt.Sprintf("start routeletd on node %s: diagnose reads the peers from its state endpoint (%s)", w.cfg.NodeName, debugapi.SocketName)}
+	if w.running {
+		st.Fix = "routeletd reads them once it is ready (routeletd status says why it is not); run diagnose again then"
+	}
+	return st
 }

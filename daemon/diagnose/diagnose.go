@@ -273,6 +273,10 @@ func (w *world) loadPeers(st State, daemon *debugapi.State) error {
 		w.local = w.localBlocks()
 		w.self, _ = peers.Parse(self)
 		return nil
+	case w.datastore() != DatastoreFile && daemon != nil:
+		w.peersUnknown = fmt.Sprintf("unknown — routeletd runs but has not read the %s datastore yet (not ready: %s)", w.datastore(), daemon.Readiness.Reason)
+		w.local = w.localBlocks()
+		return nil
 	case w.datastore() != DatastoreFile:
 		w.peersUnknown = PeersUnknown(w.datastore())
 		w.local = w.localBlocks()

@@ -167,6 +167,12 @@ var goldenCases = []struct {
 			n.daemon = nil
 			n.st.running, n.st.status.Ready, n.st.status.Reason = false, false, "routeletd stopped"
 		}},
+	{name: "kubernetes-daemon-waiting", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"node", "peers", "peer-record/4"},
+		breakIt: func(n *fakeNode) {
+			fromEndpoint(n, "kubernetes")
+			n.daemon = &debugapi.State{Source: debugapi.SourceDaemon, Readiness: debugapi.Readiness{Reason: "waiting for spec.podCIDRs on node a"}}
+			n.st.status.Ready, n.st.status.Reason = false, "waiting for spec.podCIDRs on node a"
+		}},
 }
 
 // fromEndpoint makes n's peers and own record live in datastore ds (no
