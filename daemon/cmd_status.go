@@ -17,6 +17,7 @@ import (
 	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/diagnose"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/daemon/workloads"
@@ -155,9 +156,20 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		IfacePrefix: cfg.IfacePrefix, StaticARP: true})
 	d.WorkloadRoutes, d.Refused = dr.Routes, dr.Refused
 
-	self := offlinePeers(cfg, store, d, now)
 	d.Allowlist = allowmgr.PeerSet(allowRules(cfg))
-	if err := offlineOverlay(cfg, self, blocks, onl, d); err != nil {
+	unknown := ""
+	if cfg.Datastore == config.DatastoreFile {
+		self := offlinePeers(cfg, store, d, now)
+		err = offlineOverlay(cfg, self, blocks, onl, d)
+	} else {
+		unknown = diagnose.PeersUnknown(cfg.Datastore)
+		d.Datastore = debugapi.DatastoreHealth{Error: unknown}
+		if c, ok := onl.(io.Closer); ok {
+			c.Close()
+		}
+		err = fmt.Errorf("unknown: this node's own record (host IPs, VTEP) is in the %s datastore, which only the running daemon reads", cfg.Datastore)
+	}
+	if err != nil {
 		d.Errors = append(d.Errors, debugapi.ObjectError{Object: "overlay", Error: err.Error(), Since: now})
 	}
 	k, err := inspect.Read(r, d)
@@ -165,7 +177,7 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		return nil, err
 	}
 	st := inspect.Compare(d, k, now)
-	st.Source = debugapi.SourceOffline
+	st.Source, st.PeersUnknown = debugapi.SourceOffline, unknown
 	return st, nil
 }
 

@@ -130,6 +130,7 @@ func (r refusals) Snapshot(d *inspect.Desired) {
 	byNode := map[string][]string{}
 	for _, rf := range r.v.Refused() {
 		d.Datastore.Refused = append(d.Datastore.Refused, rf.Error())
+		d.Datastore.Refusals = append(d.Datastore.Refusals, debugapi.Refusal{Node: rf.Node, Field: rf.Field, Value: rf.Value, Reason: rf.Reason})
 		byNode[rf.Node] = append(byNode[rf.Node], rf.Field+" "+rf.Value+" refused: "+rf.Reason)
 	}
 	for i := range d.Peers {

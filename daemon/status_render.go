@@ -32,6 +32,7 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 	}
 	fmt.Fprintf(w, "Ready:\t%s\n", ready)
 	if !st.Loop && st.Source == debugapi.SourceDaemon {
+		fmt.Fprintf(w, "Datastore:\t%s: not read yet (the apply loop starts once this node has its blocks)\n", orDash(n.Datastore))
 		fmt.Fprintf(w, "\t(the apply loop is not running yet: nothing else to show)\n")
 		for _, e := range st.Errors {
 			fmt.Fprintf(w, "\t✗ %s: %s\n", e.Object, e.Error)
@@ -39,7 +40,7 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 		w.Flush()
 		return b.String()
 	}
-	fmt.Fprintf(w, "Datastore:\t%s\n", datastoreLine(st.Datastore, now))
+	fmt.Fprintf(w, "Datastore:\t%s\n", datastoreLine(n.Datastore, st, now))
 	fmt.Fprintf(w, "Blocks:\t%s\n", blocksLine(st.Blocks))
 	fmt.Fprintf(w, "Pods:\t%s\n", podsLine(st.Workloads))
 	fmt.Fprintf(w, "Routes:\t%s\n", tablesLine(st.Tables))
@@ -53,13 +54,26 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 	}
 	w.Flush()
 
-	fmt.Fprintf(&b, "\nPeers: %s\n", peersSummary(st.Peers))
+	switch {
+	case st.PeersUnknown != "":
+		fmt.Fprintf(&b, "\nPeers: %s\n", st.PeersUnknown)
+	default:
+		fmt.Fprintf(&b, "\nPeers: %s\n", peersSummary(st.Peers))
+	}
 	if len(st.Peers) > 0 {
 		w = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tHOST IP\tPATH\tDEVICE\tROUTES\tARP\tFDB\tALLOWLIST\tLAST CHANGE")
+		head := "NAME\tHOST IP\tPATH\tDEVICE\tROUTES\tARP\tFDB\tALLOWLIST\tLAST CHANGE"
+		if st.Datastore.Liveness {
+			head += "\tLIVE"
+		}
+		fmt.Fprintln(w, head)
 		for _, p := range st.Peers {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, orDash(strings.Join(nonEmpty(p.HostIPv4, p.HostIPv6), ",")),
+			row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", p.Name, orDash(strings.Join(nonEmpty(p.HostIPv4, p.HostIPv6), ",")),
 				p.Path, orDash(p.Device), mark(p.Routes), mark(p.ARP), mark(p.FDB), mark(p.Allowlist), ago(p.LastChange, now))
+			if st.Datastore.Liveness {
+				row += "\t" + map[bool]string{true: "yes", false: "NO"}[p.Live != nil && *p.Live]
+			}
+			fmt.Fprintln(w, row)
 		}
 		w.Flush()
 	}
@@ -116,16 +130,48 @@ func ago(t, now time.Time) string {
 	return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339), d.Round(time.Second))
 }
 
-func datastoreLine(ds debugapi.DatastoreHealth, now time.Time) string {
-	if !ds.OK {
-		return "FAILING: " + orDash(ds.Error)
+// datastoreLine is the datastore's health: its name, whether it answers
+// (when it tells), the last read of the peers, its failed requests and
+// its liveness of the peers.
+func datastoreLine(name string, st *debugapi.State, now time.Time) string {
+	ds := st.Datastore
+	s := orDash(name)
+	switch {
+	case st.PeersUnknown != "":
+		return s + ": unknown (only the running daemon reads it)"
+	case ds.Reachable != nil && *ds.Reachable:
+		s += " reachable"
+	case ds.Reachable != nil:
+		s += " UNREACHABLE (the last known peers are kept)"
 	}
-	s := fmt.Sprintf("ok: %d peer records, %d valid peers, last read %s", ds.Records, ds.Valid, ago(ds.LastRead, now))
+	if !ds.OK {
+		s += ": FAILING: " + orDash(ds.Error)
+	} else {
+		s += fmt.Sprintf(": ok: %d peer records, %d valid peers, last read %s", ds.Records, ds.Valid, ago(ds.LastRead, now))
+	}
 	if n := len(ds.Unreadable); n > 0 {
 		s += fmt.Sprintf("; %d unreadable", n)
 	}
 	if n := len(ds.Refused); n > 0 {
 		s += fmt.Sprintf("; %d values refused", n)
+	}
+	if len(ds.RequestErrors) > 0 {
+		var parts []string
+		total := 0
+		for _, op := range slices.Sorted(maps.Keys(ds.RequestErrors)) {
+			parts = append(parts, fmt.Sprintf("%s %d", op, ds.RequestErrors[op]))
+			total += ds.RequestErrors[op]
+		}
+		s += fmt.Sprintf("; %d failed requests since start (%s)", total, strings.Join(parts, ", "))
+	}
+	if ds.Liveness {
+		live := 0
+		for _, p := range st.Peers {
+			if p.Live != nil && *p.Live {
+				live++
+			}
+		}
+		s += fmt.Sprintf("; %d/%d peers live", live, len(st.Peers))
 	}
 	return s
 }

@@ -51,6 +51,16 @@ func rendered(t *testing.T, st *debugapi.State) (text, js string) {
 	return tb.String(), jb.String()
 }
 
+// goldenStatus compares st's text and JSON with testdata/<name>.golden and
+// <name>.json.golden and returns the text.
+func goldenStatus(t *testing.T, name string, st *debugapi.State) string {
+	t.Helper()
+	text, js := rendered(t, st)
+	golden(t, name+".golden", text)
+	golden(t, name+".json.golden", js)
+	return text
+}
+
 // TestStatusGoldenHealthy: a healthy node's status, offline, on fakes.
 func TestStatusGoldenHealthy(t *testing.T) {
 	n := newFakeStatusNode(t, 3, 3)
@@ -67,9 +77,7 @@ func TestStatusGoldenHealthy(t *testing.T) {
 // TestStatusGoldenBroken: every broken thing is named, in text and JSON.
 func TestStatusGoldenBroken(t *testing.T) {
 	st := brokenStatusNode(t).status(t, nil)
-	text, js := rendered(t, st)
-	golden(t, "status-broken.golden", text)
-	golden(t, "status-broken.json.golden", js)
+	text := goldenStatus(t, "status-broken", st)
 	for _, want := range []string{
 		"routeletd is NOT RUNNING",
 		"pod default/pod-1: routes: 10.244.7.2/32 dev cali0001 missing",
@@ -79,9 +87,15 @@ func TestStatusGoldenBroken(t *testing.T) {
 		"peer node-0002: ARP: 10.100.0.128 lladdr 66:00:00:00:00:02 REACHABLE, want 66:00:00:00:00:02 PERMANENT",
 		`vtepMAC 01:00:5e:00:00:01 refused`,
 	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("status text lacks %q:\n%s", want, text)
-		}
+		wantText(t, text, want)
+	}
+}
+
+// wantText fails t unless the status text holds want.
+func wantText(t *testing.T, text, want string) {
+	t.Helper()
+	if !strings.Contains(text, want) {
+		t.Errorf("status text lacks %q:\n%s", want, text)
 	}
 }
 
@@ -133,4 +147,47 @@ func BenchmarkStatusFake(b *testing.B) {
 		b.Fatalf("status of the fake node: %d workloads, %d peers", len(st.Workloads), len(st.Peers))
 	}
 	b.ReportMetric(float64(c.Reads())/float64(b.N), "kernel-reads/op")
+}
+
+// TestStatusGoldenDatastores: with a datastore other than file, a node
+// whose daemon is down says its peers are unknown (not "no peers"); a
+// running daemon's view shows the datastore's health: reachable or not,
+// failed requests, liveness per peer.
+func TestStatusGoldenDatastores(t *testing.T) {
+	n := newFakeStatusNode(t, 3, 3)
+	n.program(t)
+	n.cfg.Datastore = "etcd"
+	st := n.status(t, nil)
+	text := goldenStatus(t, "status-etcd-down", st)
+	for _, want := range []string{
+		"Peers: unknown — the daemon is down and the datastore is etcd",
+		"Datastore:       etcd: unknown (only the running daemon reads it)",
+	} {
+		wantText(t, text, want)
+	}
+	if strings.Contains(text, "Peers: 0") || st.PeersUnknown == "" {
+		t.Errorf("status of a node whose daemon is down with etcd reports no peers instead of unknown ones:\n%s", text)
+	}
+
+	n.cfg.Datastore = "file"
+	st = n.status(t, nil)
+	up := false
+	st.Source, st.Loop, st.LastResync = debugapi.SourceDaemon, true, statusNow.Add(-40*time.Second)
+	st.Readiness = debugapi.Readiness{Ready: true, Updated: statusNow}
+	st.Node.Datastore = "etcd"
+	st.Datastore.Reachable = &up
+	st.Datastore.RequestErrors = map[string]int{"keepalive": 3, "watch": 1}
+	st.Datastore.Liveness, st.Datastore.Live = true, []string{"node-0000", "node-0002"}
+	for i := range st.Peers {
+		live := i != 1
+		st.Peers[i].Live = &live
+	}
+	text = goldenStatus(t, "status-etcd", st)
+	for _, want := range []string{
+		"Datastore:       etcd UNREACHABLE (the last known peers are kept): ok: 3 peer records",
+		"4 failed requests since start (keepalive 3, watch 1); 2/3 peers live",
+		"LIVE",
+	} {
+		wantText(t, text, want)
+	}
 }

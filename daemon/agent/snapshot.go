@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/pkg/peers"
@@ -30,6 +33,8 @@ type snapState struct {
 	lastResync time.Time
 	ds         debugapi.DatastoreHealth
 	peers      []inspect.Peer
+	dsMetrics  *prometheus.Registry            // the datastore's own metrics (nil: none)
+	dsChecked  bool                            // dsMetrics was looked for
 	errs       map[string]debugapi.ObjectError // by object
 }
 
@@ -76,6 +81,7 @@ func (a *Agent) snapshot() *inspect.Desired {
 		Loop: true, IfacePrefix: a.opts.IfacePrefix, LastResync: a.snap.lastResync.UTC(), Repairs: a.snap.repairs.List(),
 		Node: debugapi.Node{
 			Name: a.opts.NodeName, Version: a.opts.Version, HostIPv4: a.opts.Self.HostIPv4, HostIPv6: a.opts.Self.HostIPv6,
+			VTEPMAC: a.opts.Self.VTEPMAC, VTEPMACv6: a.opts.Self.VTEPMACv6, TunnelIPv4: a.opts.Self.TunnelIPv4, TunnelIPv6: a.opts.Self.TunnelIPv6,
 			PodMTU: a.opts.PodMTU, RouteProtocol: a.opts.RouteProtocol, LocalBlocks: blocks,
 		},
 		Datastore: a.snap.ds,
@@ -88,6 +94,7 @@ func (a *Agent) snapshot() *inspect.Desired {
 	})
 	d.WorkloadRoutes, d.Refused = dr.Routes, dr.Refused
 	d.Datastore.Unreadable = slices.Clone(d.Datastore.Unreadable)
+	a.snap.datastoreHealth(a.ds, &d.Datastore)
 	for _, e := range a.snap.errs {
 		d.Errors = append(d.Errors, e)
 	}
@@ -182,4 +189,72 @@ func (a *Agent) noteErrors() {
 			s.errs[obj] = debugapi.ObjectError{Object: obj, Error: msg, Since: now}
 		}
 	}
+}
+
+// datastoreHealth adds to h what the datastore itself tells of its
+// health: liveness (a Live method, the etcd datastore's) and, from its
+// own metrics, whether its last request reached it and how many failed.
+func (s *snapState) datastoreHealth(src PeerSource, h *debugapi.DatastoreHealth) {
+	p, ok := src.(datastore.Peers)
+	if !ok {
+		return
+	}
+	if l, ok := p.DS.(interface{ Live() []string }); ok {
+		h.Liveness, h.Live = true, l.Live()
+	}
+	if !s.dsChecked {
+		s.dsChecked = true
+		s.dsMetrics = datastoreRegistry(p.DS)
+	}
+	if s.dsMetrics == nil {
+		return
+	}
+	mfs, err := s.dsMetrics.Gather()
+	if err != nil {
+		return
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "routelet_datastore_up":
+			for _, m := range mf.GetMetric() {
+				up := m.GetGauge().GetValue() == 1
+				h.Reachable = &up
+			}
+		case "routelet_datastore_errors_total", "routelet_kubernetes_api_errors_total":
+			for _, m := range mf.GetMetric() {
+				op := "request"
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "op" {
+						op = l.GetValue()
+					}
+				}
+				if h.RequestErrors == nil {
+					h.RequestErrors = map[string]int{}
+				}
+				h.RequestErrors[op] += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+}
+
+// datastoreRegistry registers ds's metrics (a Register method, or a
+// prometheus.Collector) in a registry of their own, which snapshots read;
+// nil when ds has none.
+func datastoreRegistry(ds datastore.Datastore) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	switch m := ds.(type) {
+	case interface {
+		Register(prometheus.Registerer) error
+	}:
+		if m.Register(reg) != nil {
+			return nil
+		}
+	case prometheus.Collector:
+		if reg.Register(m) != nil {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return reg
 }

@@ -52,10 +52,14 @@ type State struct {
 	// Tables compares desired and programmed routes per route table:
 	// TableWorkloadsV4/V6 (pod routes and blackholes), TableOverlayV4/V6
 	// (routes to peers' blocks).
-	Tables    []RouteTable `json:"tables"`
-	Devices   []Device     `json:"devices"`
-	Peers     []Peer       `json:"peers"`
-	Workloads []Workload   `json:"workloads"`
+	Tables  []RouteTable `json:"tables"`
+	Devices []Device     `json:"devices"`
+	Peers   []Peer       `json:"peers"`
+	// PeersUnknown says why Peers is not known ("" when it is): offline,
+	// only the file datastore's peers can be read from the state
+	// directory; the others' are the running daemon's to tell.
+	PeersUnknown string     `json:"peersUnknown,omitempty"`
+	Workloads    []Workload `json:"workloads"`
 	// Errors is the last error per object (a record, a table, the apply
 	// pass), oldest first.
 	Errors []ObjectError `json:"errors"`
@@ -72,12 +76,18 @@ const MaxRepairs = 1024
 
 // Node is this node's identity and mode.
 type Node struct {
-	Name          string   `json:"name"`
-	Version       string   `json:"version,omitempty"` // the daemon's version
-	Datastore     string   `json:"datastore"`         // config key datastore, e.g. "file"
-	Mode          string   `json:"mode"`              // overlay mode, e.g. "vxlan", "vxlan-cross-subnet", "none"
-	HostIPv4      string   `json:"hostIPv4,omitempty"`
-	HostIPv6      string   `json:"hostIPv6,omitempty"`
+	Name      string `json:"name"`
+	Version   string `json:"version,omitempty"` // the daemon's version
+	Datastore string `json:"datastore"`         // config key datastore, e.g. "file"
+	Mode      string `json:"mode"`              // overlay mode, e.g. "vxlan", "vxlan-cross-subnet", "none"
+	HostIPv4  string `json:"hostIPv4,omitempty"`
+	HostIPv6  string `json:"hostIPv6,omitempty"`
+	// The overlay facts this node publishes in its own record (VXLAN
+	// VTEP MACs, tunnel addresses); empty when it publishes none.
+	VTEPMAC       string   `json:"vtepMAC,omitempty"`
+	VTEPMACv6     string   `json:"vtepMACv6,omitempty"`
+	TunnelIPv4    string   `json:"tunnelIPv4,omitempty"`
+	TunnelIPv6    string   `json:"tunnelIPv6,omitempty"`
 	PodMTU        int      `json:"podMTU,omitempty"`
 	RouteProtocol int      `json:"routeProtocol"`
 	StateDir      string   `json:"stateDir"`
@@ -104,6 +114,31 @@ type DatastoreHealth struct {
 	Valid      int      `json:"valid"`
 	Unreadable []string `json:"unreadable,omitempty"`
 	Refused    []string `json:"refused,omitempty"`
+	// Refusals are Refused as data: every value the peer validator
+	// refused, by node and field (what diagnose explains).
+	Refusals []Refusal `json:"refusals,omitempty"`
+	// Reachable says whether the datastore's last request reached it
+	// (etcd); nil when the datastore does not tell.
+	Reachable *bool `json:"reachable,omitempty"`
+	// RequestErrors counts the datastore's failed requests since the
+	// daemon started, per operation (etcd: "list", "watch", …;
+	// kubernetes: "list-watch"); nil when it does not count them.
+	RequestErrors map[string]int `json:"requestErrors,omitempty"`
+	// Live names the nodes whose liveness the datastore holds (etcd:
+	// the liveness keys), sorted; nil when it has no liveness. Liveness
+	// is reported only; it never removes a peer.
+	Live []string `json:"live,omitempty"`
+	// Liveness is true when the datastore keeps liveness (then a peer
+	// missing from Live is not live).
+	Liveness bool `json:"liveness,omitempty"`
+}
+
+// Refusal is one refused value of one node's record.
+type Refusal struct {
+	Node   string `json:"node"`
+	Field  string `json:"field"` // "record" (the whole record), "hostIPv4", "vtepMAC", "block", …
+	Value  string `json:"value"`
+	Reason string `json:"reason"`
 }
 
 // Block is one local block and its IPAM use.
@@ -180,8 +215,17 @@ type Peer struct {
 	HostIPv4 string   `json:"hostIPv4,omitempty"`
 	HostIPv6 string   `json:"hostIPv6,omitempty"`
 	Blocks   []string `json:"blocks"`
-	Path     string   `json:"path"`             // PathOverlay, PathDirect or PathNone (IPv4 first)
-	Device   string   `json:"device,omitempty"` // the interface its routes use
+	// The rest of the validated record: what the daemon programs towards
+	// the peer (only accepted values; refused ones are in Problem).
+	VTEPMAC    string `json:"vtepMAC,omitempty"`
+	VTEPMACv6  string `json:"vtepMACv6,omitempty"`
+	TunnelIPv4 string `json:"tunnelIPv4,omitempty"`
+	TunnelIPv6 string `json:"tunnelIPv6,omitempty"`
+	// Live: the datastore holds the peer's liveness (nil when the
+	// datastore has no liveness, see DatastoreHealth.Live).
+	Live   *bool  `json:"live,omitempty"`
+	Path   string `json:"path"`             // PathOverlay, PathDirect or PathNone (IPv4 first)
+	Device string `json:"device,omitempty"` // the interface its routes use
 	// Routes, ARP, FDB and Allowlist: wanted and present. ARP and FDB are
 	// wanted only towards a VXLAN peer; Allowlist whenever the peer has a
 	// host IP and the mode encapsulates.

@@ -19,6 +19,7 @@ import (
 // Step IDs (docs/daemon.md lists each with its fix).
 const (
 	StepNode          = "node"
+	StepPeers         = "peers"       // whether the peers can be known at all
 	StepRecord        = "record"      // prefixed src- / dst-
 	StepVeth          = "veth"        // prefixed
 	StepSysctls       = "sysctls"     // prefixed
@@ -41,6 +42,9 @@ const (
 // walk lists the steps of the path from s to d through this node.
 func (w *world) walk(s, d End) []Step {
 	steps := []Step{w.nodeStep()}
+	if w.peersUnknown != "" {
+		steps = append(steps, w.unknownPeersStep())
+	}
 	fams := intersect(w.families(s), w.families(d))
 	if s.Kind == KindPod {
 		steps = append(steps, w.localPod("src-", s)...)
@@ -103,6 +107,9 @@ func (w *world) nodeStep() Step {
 		st.Fact += "; " + strings.Join(w.notes, "; ")
 	}
 	switch {
+	case w.selfRec == nil && w.peersUnknown != "":
+		st.Status, st.Problem = Fail, fmt.Sprintf("this node's own record is in the %s datastore: unknown until routeletd runs and has read it", w.datastore())
+		st.Fix = "start routeletd with this configuration, and let it become ready"
 	case w.selfRec == nil:
 		st.Status, st.Problem = Fail, fmt.Sprintf("this node's record %s/nodes/%s.json is missing: peers cannot reach its pods and nothing here knows its VTEP", w.cfg.StateDir, w.cfg.NodeName)
 		st.Fix = "routeletd writes it once it knows the node IP; check --node-name and --state-dir match the daemon's, and that it is running"
@@ -371,14 +378,23 @@ func (w *world) podMTUStep(role string, e End) Step {
 // allowlists and the MTU along the path.
 func (w *world) remote(e End, v int) []Step {
 	pr := Step{ID: StepPeerRecord, Family: v, Status: Pass}
+	if w.peersUnknown != "" {
+		pr.Status, pr.Fact = Fail, "peers: "+w.peersUnknown
+		pr.Problem = fmt.Sprintf("whether a node claims %s is unknown", addrList(e.Addrs))
+		pr.Fix = fmt.Sprintf("start routeletd on node %s and run diagnose again", w.cfg.NodeName)
+		return []Step{pr}
+	}
 	if e.Kind == KindUnknown {
 		pr.Status = Fail
-		pr.Fact = fmt.Sprintf("no node record in %s/nodes claims a block holding %s (%d peers known)", w.cfg.StateDir, addrList(e.Addrs), len(w.records))
+		pr.Fact = fmt.Sprintf("no node record in %s claims a block holding %s (%d peers known)", w.peerSource(), addrList(e.Addrs), len(w.records))
 		if len(w.badNodes) > 0 {
 			pr.Fact += fmt.Sprintf("; unreadable records: %v", w.badNodes)
 		}
 		pr.Problem = fmt.Sprintf("node %s does not know the node of %s: its peer record is missing", w.cfg.NodeName, addrList(e.Addrs))
 		pr.Fix = fmt.Sprintf("copy that node's nodes/<name>.json into %s/nodes/ (routeletd picks it up at once)", w.cfg.StateDir)
+		if w.datastore() != DatastoreFile {
+			pr.Fix = fmt.Sprintf("that node's routeletd publishes its record to the %s datastore: check that it runs there and is ready", w.datastore())
+		}
 		return []Step{pr}
 	}
 	rec := w.records[e.Node]

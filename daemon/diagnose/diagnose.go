@@ -41,6 +41,9 @@ type Config struct {
 	// and daemon.json name none.
 	PodCIDRs          []netip.Prefix
 	ExternalNodeCIDRs []netip.Prefix
+	// Datastore is config key datastore ("" is DatastoreFile). With
+	// another datastore the peers come from the running daemon only.
+	Datastore string
 	// Now stamps new claims in peers.Resolve (default time.Now()).
 	Now time.Time
 }
@@ -130,12 +133,9 @@ type Options struct {
 // An *ArgError means a bad argument; any other error means the state or
 // the kernel could not be read at all.
 func Run(cfg Config, st State, k Kernel, src, dst string, opts Options) (*Report, error) {
-	w, err := load(cfg, st, k)
+	w, err := load(cfg, st, k, opts.Daemon)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Daemon != nil {
-		w.running, w.derrs = true, opts.Daemon.Errors
 	}
 	s, err := w.resolve("SRC", src)
 	if err != nil {
@@ -174,6 +174,11 @@ type world struct {
 	running bool
 	notes   []string               // reads that failed but did not stop diagnose
 	derrs   []debugapi.ObjectError // the running daemon's last errors
+	// daemonPeers: the peers (and this node's record) are the running
+	// daemon's, from its state endpoint; peersUnknown says why there are
+	// none to know (no daemon, and a datastore other than file).
+	daemonPeers  bool
+	peersUnknown string
 
 	selfRec  *peers.Record
 	self     peers.NodeInfo
@@ -205,7 +210,10 @@ type family struct {
 }
 
 // load reads the state and the kernel and computes the desired state.
-func load(cfg Config, st State, k Kernel) (*world, error) {
+// With daemon (its loop running) the peers are the daemon's: its
+// validated peers and refusals; without, they are nodes/ validated as the
+// daemon would (file datastore) or unknown (any other).
+func load(cfg Config, st State, k Kernel, daemon *debugapi.State) (*world, error) {
 	if cfg.Now.IsZero() {
 		cfg.Now = time.Now()
 	}
@@ -220,35 +228,12 @@ func load(cfg Config, st State, k Kernel) (*world, error) {
 	if w.running, err = st.DaemonRunning(); err != nil {
 		w.notes = append(w.notes, err.Error())
 	}
-	recs, bad, err := st.Nodes()
-	if err != nil {
+	if daemon != nil {
+		w.running, w.derrs = true, daemon.Errors
+	}
+	if err := w.loadPeers(st, daemon); err != nil {
 		return nil, err
 	}
-	w.badNodes = bad
-	var others []peers.Record
-	for _, r := range recs {
-		if r.Name == cfg.NodeName {
-			w.selfRec = &r
-			continue
-		}
-		w.records[r.Name] = r
-		others = append(others, r)
-	}
-	w.local = w.localBlocks()
-	if w.selfRec != nil {
-		w.self, _ = peers.Parse(*w.selfRec)
-	}
-	if w.host, err = k.NodeSpace(); err != nil {
-		return nil, fmt.Errorf("read the node's addresses: %w", err)
-	}
-	seen, err := st.Ledger()
-	if err != nil {
-		w.notes = append(w.notes, fmt.Sprintf("peer claim ledger unreadable (values count as first seen together): %v", err))
-	}
-	w.res = peers.Resolve(peers.Input{
-		Self: peers.Self{Name: cfg.NodeName, IPv4: w.self.IPv4, IPv6: w.self.IPv6, Blocks: w.local},
-		Host: w.host, Records: others, Seen: seen, Now: cfg.Now, Retain: peers.DefaultRetain,
-	})
 	for _, n := range w.res.Peers {
 		w.valid[n.Name] = n
 	}
@@ -271,6 +256,59 @@ func load(cfg Config, st State, k Kernel) (*world, error) {
 		Workloads: w.wl, Links: prefixed, LocalBlocks: w.local, NodeSpace: w.host, IfacePrefix: cfg.IfacePrefix, StaticARP: true,
 	})
 	return w, nil
+}
+
+// loadPeers reads this node's record and the peers: from the running
+// daemon when its loop answered, else from nodes/ (file datastore, checked
+// with peers.Resolve as the daemon does), else none (unknown).
+func (w *world) loadPeers(st State, daemon *debugapi.State) error {
+	var err error
+	if w.host, err = w.k.NodeSpace(); err != nil {
+		return fmt.Errorf("read the node's addresses: %w", err)
+	}
+	switch {
+	case daemon != nil && daemon.Loop:
+		self, recs, res, bad := fromDaemon(daemon)
+		w.daemonPeers, w.selfRec, w.records, w.res, w.badNodes = true, &self, recs, res, bad
+		w.local = w.localBlocks()
+		w.self, _ = peers.Parse(self)
+		return nil
+	case w.datastore() != DatastoreFile && daemon != nil:
+		w.peersUnknown = fmt.Sprintf("unknown — routeletd runs but has not read the %s datastore yet (not ready: %s)", w.datastore(), daemon.Readiness.Reason)
+		w.local = w.localBlocks()
+		return nil
+	case w.datastore() != DatastoreFile:
+		w.peersUnknown = PeersUnknown(w.datastore())
+		w.local = w.localBlocks()
+		return nil
+	}
+	recs, bad, err := st.Nodes()
+	if err != nil {
+		return err
+	}
+	w.badNodes = bad
+	var others []peers.Record
+	for _, r := range recs {
+		if r.Name == w.cfg.NodeName {
+			w.selfRec = &r
+			continue
+		}
+		w.records[r.Name] = r
+		others = append(others, r)
+	}
+	w.local = w.localBlocks()
+	if w.selfRec != nil {
+		w.self, _ = peers.Parse(*w.selfRec)
+	}
+	seen, err := st.Ledger()
+	if err != nil {
+		w.notes = append(w.notes, fmt.Sprintf("peer claim ledger unreadable (values count as first seen together): %v", err))
+	}
+	w.res = peers.Resolve(peers.Input{
+		Self: peers.Self{Name: w.cfg.NodeName, IPv4: w.self.IPv4, IPv6: w.self.IPv6, Blocks: w.local},
+		Host: w.host, Records: others, Seen: seen, Now: w.cfg.Now, Retain: peers.DefaultRetain,
+	})
+	return nil
 }
 
 // localBlocks are this node's blocks: its record's, else daemon.json's,

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -101,6 +102,9 @@ type fakeState struct {
 	running bool
 	wl      map[string]*state.Workload
 	nodes   []peers.Record
+	// nodesErr, when set, is what reading nodes/ fails with (a datastore
+	// other than file has no nodes/ to read).
+	nodesErr error
 }
 
 func (s *fakeState) DaemonStatus() (*state.DaemonStatus, error) { return s.status, nil }
@@ -108,7 +112,12 @@ func (s *fakeState) DaemonRunning() (bool, error)               { return s.runni
 func (s *fakeState) Workloads() (map[string]*state.Workload, map[string]string, error) {
 	return s.wl, map[string]string{}, nil
 }
-func (s *fakeState) Nodes() ([]peers.Record, []error, error) { return s.nodes, nil, nil }
+func (s *fakeState) Nodes() ([]peers.Record, []error, error) {
+	if s.nodesErr != nil {
+		return nil, nil, s.nodesErr
+	}
+	return s.nodes, nil, nil
+}
 func (s *fakeState) Ledger() (map[peers.Claim]peers.Sighting, error) {
 	return map[peers.Claim]peers.Sighting{}, nil
 }
@@ -120,6 +129,9 @@ type fakeNode struct {
 	cfg Config
 	st  *fakeState
 	k   *fakeKernel
+	// daemon is what the running daemon's state endpoint answers (nil:
+	// not asked).
+	daemon *debugapi.State
 }
 
 // the fake node's constants.

@@ -148,6 +148,52 @@ var goldenCases = []struct {
 				}
 			}
 		}},
+	{name: "kubernetes-daemon-healthy", src: "demo/pod-0", dst: "10.100.1.5", breakIt: func(n *fakeNode) { fromEndpoint(n, "kubernetes") }},
+	{name: "kubernetes-daemon-node", src: "demo/pod-1", dst: "node-0002", breakIt: func(n *fakeNode) { fromEndpoint(n, "kubernetes") }},
+	{name: "etcd-daemon-refused-block", src: "demo/pod-0", dst: "10.244.1.200", failing: []string{"route/4"},
+		breakIt: func(n *fakeNode) {
+			fromEndpoint(n, "etcd", debugapi.Refusal{Node: fakePeerName(1), Field: peers.FieldBlock, Value: "10.244.1.128/25",
+				Reason: "overlaps this node's block 10.244.1.0/24"})
+		}},
+	{name: "etcd-daemon-no-record", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"peer-record/4"},
+		breakIt: func(n *fakeNode) {
+			fromEndpoint(n, "etcd")
+			n.daemon.Peers = slices.DeleteFunc(n.daemon.Peers, func(p debugapi.Peer) bool { return p.Name == fakePeerName(1) })
+		}},
+	{name: "kubernetes-daemon-down", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"node", "peers", "peer-record/4"},
+		opts: Options{DaemonDown: "routeletd is not running"},
+		breakIt: func(n *fakeNode) {
+			fromEndpoint(n, "kubernetes")
+			n.daemon = nil
+			n.st.running, n.st.status.Ready, n.st.status.Reason = false, false, "routeletd stopped"
+		}},
+	{name: "kubernetes-daemon-waiting", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"node", "peers", "peer-record/4"},
+		breakIt: func(n *fakeNode) {
+			fromEndpoint(n, "kubernetes")
+			n.daemon = &debugapi.State{Source: debugapi.SourceDaemon, Readiness: debugapi.Readiness{Reason: "waiting for spec.podCIDRs on node a"}}
+			n.st.status.Ready, n.st.status.Reason = false, "waiting for spec.podCIDRs on node a"
+		}},
+}
+
+// fromEndpoint makes n's peers and own record live in datastore ds (no
+// nodes/ to read) and the running daemon serve them on its state
+// endpoint, validated, with the given refusals.
+func fromEndpoint(n *fakeNode, ds string, refused ...debugapi.Refusal) {
+	n.cfg.Datastore = ds
+	n.st.nodesErr = errors.New("node records: open /run/routelet/nodes: no such file or directory")
+	st := &debugapi.State{Source: debugapi.SourceDaemon, Loop: true, Errors: []debugapi.ObjectError{}}
+	st.Datastore.Refusals = refused
+	for _, r := range n.st.nodes {
+		if r.Name == n.cfg.NodeName {
+			st.Node = debugapi.Node{Name: r.Name, Datastore: ds, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, LocalBlocks: r.Blocks,
+				VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6, PodMTU: fakePodMTU}
+			continue
+		}
+		st.Peers = append(st.Peers, debugapi.Peer{Name: r.Name, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, Blocks: r.Blocks,
+			VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6, LastChange: r.Updated})
+	}
+	n.st.nodes = nil
+	n.daemon = st
 }
 
 // TestGolden: the text and JSON reports of each case match testdata/
@@ -160,7 +206,11 @@ func TestGolden(t *testing.T) {
 			if tc.breakIt != nil {
 				tc.breakIt(n)
 			}
-			rep, err := Run(n.cfg, n.st, n.k, tc.src, tc.dst, tc.opts)
+			opts := tc.opts
+			if n.daemon != nil {
+				opts.Daemon = n.daemon
+			}
+			rep, err := Run(n.cfg, n.st, n.k, tc.src, tc.dst, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -257,6 +258,12 @@ func (c *comparer) peers() []debugapi.Peer {
 		for _, b := range p.Blocks {
 			row.Blocks = append(row.Blocks, b.String())
 		}
+		row.VTEPMAC, row.TunnelIPv4 = macString(p.IPv4.VTEPMAC), addrString(p.IPv4.TunnelAddr)
+		row.VTEPMACv6, row.TunnelIPv6 = macString(p.IPv6.VTEPMAC), addrString(p.IPv6.TunnelAddr)
+		if c.d.Datastore.Liveness {
+			live := slices.Contains(c.d.Datastore.Live, p.Name)
+			row.Live = &live
+		}
 		var routeFacts, arpFacts, fdbFacts, allowFacts []string
 		var problems []string
 		if p.Problem != "" {
@@ -429,4 +436,20 @@ func (c *comparer) workloads() []debugapi.Workload {
 		out = append(out, row)
 	}
 	return out
+}
+
+// macString is mac as text, "" for none.
+func macString(mac net.HardwareAddr) string {
+	if len(mac) == 0 {
+		return ""
+	}
+	return mac.String()
+}
+
+// addrString is a as text, "" for the zero address.
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
 }

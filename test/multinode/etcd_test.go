@@ -112,6 +112,23 @@ func TestEtcdDatastore(t *testing.T) {
 	if bad := tc.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
 		t.Fatalf("pods that should reach each other do not:\n%s", strings.Join(bad, "\n"))
 	}
+	// status and diagnose take the peers from the running daemon; status
+	// shows etcd's health and the peers' liveness.
+	etcdFlags := append([]string{"--encapsulation=vxlan"}, etcdArgs...)
+	diagnoseAcross(t, tc, etcdFlags)
+	netnstest.WaitFor(t, 30*time.Second, "status on a: etcd reachable, both peers live", func() error {
+		args := append([]string{"status", "--node-name=a", "--state-dir=" + a.StateDir}, etcdFlags...)
+		out, err := routeletd(a, args...)
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, out)
+		}
+		for _, want := range []string{"etcd reachable: ok: 2 peer records, 2 valid peers", "2/2 peers live", "Peers: 2 (2 ok, 0 with problems)"} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("status lacks %q:\n%s", want, out)
+			}
+		}
+		return nil
+	})
 
 	parent := t
 	// The helpers fail the subtest running them.

@@ -26,6 +26,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	k8sds "github.com/routelet/routelet/daemon/datastore/kubernetes"
+	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/k8stest"
 	"github.com/routelet/routelet/internal/netnstest"
@@ -207,8 +208,11 @@ func TestKubernetesDatastore(t *testing.T) {
 	waitReadyFile(t, a)
 	waitReadyFile(t, b)
 
-	// c has no podCIDRs yet: not ready, and says why.
+	// c has no podCIDRs yet: not ready, and says why; so does
+	// `routeletd status` on c, from the running daemon.
 	waitNotReady(t, cn, "waiting for spec.podCIDRs on node c")
+	k8sFlags := []string{"--datastore=kubernetes", "--kubeconfig=" + kubeconfig, "--encapsulation=vxlan"}
+	wantStatus(t, cn, k8sFlags, "routeletd is running", "NO: waiting for spec.podCIDRs on node c", "kubernetes: not read yet")
 	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q,%q]}}`, cn.Spec.Block4, cn.Spec.Block4, cn.Spec.Block6)
 	if _, err := admin.CoreV1().Nodes().Patch(context.Background(), "c", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -230,6 +234,11 @@ func TestKubernetesDatastore(t *testing.T) {
 	if bad := tc.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
 		t.Fatalf("pods that should reach each other do not:\n%s", strings.Join(bad, "\n"))
 	}
+	// With the Kubernetes datastore (no nodes/), status and diagnose take
+	// the peers from the running daemon: pods on different nodes
+	// diagnose clean.
+	diagnoseAcross(t, tc, k8sFlags)
+	wantStatus(t, a, k8sFlags, "Ready:", "kubernetes: ok: 2 peer records, 2 valid peers", "Peers: 2 (2 ok, 0 with problems)")
 
 	t.Run("a deleted Node's routes, ARP, FDB and allowlist entries go", func(t *testing.T) {
 		tc := tc.in(t)
@@ -301,6 +310,39 @@ func TestKubernetesDatastore(t *testing.T) {
 			tc.waitDataplane(n, time.Minute, "after Node d was created past the outage", expected(n, "vxlan", append(tc.peersOf(n), d)))
 		}
 	})
+}
+
+// wantStatus runs `routeletd status` on n with the daemon's flags and
+// fails t unless its text holds every one of wants.
+func wantStatus(t *testing.T, n *node, flags []string, wants ...string) {
+	t.Helper()
+	args := append([]string{"status", "--node-name=" + n.Spec.Name, "--state-dir=" + n.StateDir}, flags...)
+	out, err := routeletd(n, args...)
+	if err != nil {
+		t.Fatalf("routeletd status on %s: %v\n%s", n.Spec.Name, err, out)
+	}
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("routeletd status on %s lacks %q:\n%s", n.Spec.Name, want, out)
+		}
+	}
+}
+
+// diagnoseAcross diagnoses, on the source's node, each node's first pod
+// to the next node's over IPv4 and IPv6 with the daemon's flags: every
+// run exits 0 with the running daemon as its source.
+func diagnoseAcross(t *testing.T, tc *testCluster, flags []string) {
+	t.Helper()
+	for i, n := range tc.nodes {
+		m := tc.nodes[(i+1)%len(tc.nodes)]
+		for _, v := range []int{4, 6} {
+			src, dst := podRef(n, n, n.Pods[0], v), podRef(n, m, m.Pods[0], v)
+			r := diagnoseMode(t, n, flags, src, dst)
+			if r.code != 0 || r.rep.Source != debugapi.SourceDaemon {
+				t.Errorf("diagnose %s → %s on %s: exit %d, source %q, failing %v:\n%s", src, dst, n.Spec.Name, r.code, r.rep.Source, r.failing(), r.out)
+			}
+		}
+	}
 }
 
 // in returns c for subtest t (its waits fail t).
