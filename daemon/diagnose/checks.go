@@ -659,7 +659,7 @@ func (w *world) vtepStep(node string, rec peers.Record, ep peers.Endpoint, v int
 		st.Problem = fmt.Sprintf("peer record for %s has VTEP MAC %s, but routeletd on %s derives %s from its name for its device: frames sent to %s are dropped there", node, ep.VTEPMAC, node, derived, ep.VTEPMAC)
 		st.Fix = fmt.Sprintf("the record was edited or comes from elsewhere: copy %s's own nodes/%s.json again", node, node)
 		if w.datastore() != DatastoreFile {
-			st.Fix = fmt.Sprintf("the %s datastore holds a VTEP MAC %s's routeletd did not publish: restart routeletd on %s so it publishes its own again", w.datastore(), node, node)
+			st.Fix = fmt.Sprintf("routeletd on %s rewrites its own record in the %s datastore when it is altered: check that it runs there and that nothing else writes %s's record", node, w.datastore(), node)
 		}
 	}
 	return st, true
