@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
+	"os"
+	"os/signal"
+	"runtime/debug"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,11 +20,16 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore/kubernetes"
 	"github.com/routelet/routelet/internal/k8stest"
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -47,6 +57,7 @@ type benchResult struct {
 	allPeers time.Duration // daemon start → every peer's route in the kernel
 	p50, p99 time.Duration // one peer's change → its route updated
 	rssKiB   int64
+	mem      memBreakdown
 }
 
 // overlayRouteWatch counts routes on vxlan.calico and reports route
@@ -147,6 +158,7 @@ func benchFile(b *testing.B) benchResult {
 	})
 	time.Sleep(2 * time.Second) // let the work settle before reading RSS
 	r.rssKiB = rssKiB(b, d.proc.Cmd.Process.Pid)
+	r.mem = readMem(b, tn, d)
 	return r
 }
 
@@ -236,41 +248,139 @@ func benchKubernetes(b *testing.B) (benchResult, *k8stest.Cluster, *testNode) {
 	})
 	time.Sleep(2 * time.Second) // let the work settle before reading RSS
 	r.rssKiB = rssKiB(b, d.proc.Cmd.Process.Pid)
+	r.mem = readMem(b, tn, d)
 	return r, api, tn
 }
 
-// cacheHeap returns the Go heap (after GC) a Kubernetes datastore holds
-// once it has listed the API server's Nodes, with or without its transform.
-func cacheHeap(b *testing.B, api *k8stest.Cluster, noTransform bool) int64 {
-	cs, err := k8s.NewForConfig(api.Config)
+// memBreakdown is where a daemon's resident memory goes: the kernel's
+// view (/proc/PID/smaps_rollup) and the Go runtime's (its /metrics).
+type memBreakdown struct {
+	rss, anon, file int64 // KiB: Rss, Anonymous, and Rss − Anonymous (the binary and libraries mapped from files)
+	// Bytes, from go_memstats_*: heap spans in use, heap held but free and
+	// not returned to the OS, heap returned, goroutine stacks, the next
+	// collection's heap target, everything the runtime mapped.
+	heapInuse, heapIdleKept, heapReleased, stacks, nextGC, sys int64
+	gogc                                                       string // go_gc_gogc_percent
+}
+
+// readMem reads d's memory breakdown; tn is its node.
+func readMem(b *testing.B, tn *testNode, d *daemonProc) memBreakdown {
+	pid := d.proc.Cmd.Process.Pid
+	var m memBreakdown
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
-	heap := func() int64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Rss:":
+			m.rss = v
+		case "Anonymous:":
+			m.anon = v
+		}
 	}
-	before := heap()
-	d, err := kubernetes.New(kubernetes.Options{Client: cs, NodeName: "node-a", NoTransform: noTransform})
+	m.file = m.rss - m.anon
+	_, body, err := tn.get("/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer d.Close()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		recs, _, err := d.Peers()
-		if err == nil && len(recs) == benchPeers {
-			break
+	vals := map[string]string{}
+	for _, l := range strings.Split(body, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && !strings.HasPrefix(l, "#") {
+			vals[f[0]] = f[1]
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("datastore did not list %d peers: %d, %v", benchPeers, len(recs), err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	return heap() - before
+	num := func(name string) int64 {
+		v, _ := strconv.ParseFloat(vals[name], 64)
+		return int64(v)
+	}
+	m.heapInuse = num("go_memstats_heap_inuse_bytes")
+	m.heapReleased = num("go_memstats_heap_released_bytes")
+	m.heapIdleKept = num("go_memstats_heap_idle_bytes") - m.heapReleased
+	m.stacks = num("go_memstats_stack_inuse_bytes")
+	m.nextGC = num("go_memstats_next_gc_bytes")
+	m.sys = num("go_memstats_sys_bytes")
+	m.gogc = vals["go_gc_gogc_percent"]
+	return m
+}
+
+// String is the breakdown in MiB.
+func (m memBreakdown) String() string {
+	return fmt.Sprintf("RSS %.1f MiB = anon %.1f + file-backed %.1f; Go: heap in use %.1f, free heap kept %.1f, released %.1f, stacks %.1f, next GC at %.1f, mapped %.1f; GOGC %s",
+		float64(m.rss)/1024, float64(m.anon)/1024, float64(m.file)/1024, mib(m.heapInuse), mib(m.heapIdleKept), mib(m.heapReleased),
+		mib(m.stacks), mib(m.nextGC), mib(m.sys), m.gogc)
+}
+
+// The Node informer child of BenchmarkNodes1000: the test binary run
+// again in the bench node with informerChildEnv set ("transform" or
+// "whole") and the kubeconfig in informerKubeconfigEnv.
+const (
+	informerChildEnv      = "ROUTELET_BENCH_INFORMER_CHILD"
+	informerKubeconfigEnv = "ROUTELET_BENCH_KUBECONFIG"
+)
+
+// TestInformerChild is the informer child (skipped otherwise): the
+// Kubernetes datastore's Node informer, with its transform or keeping whole
+// Nodes, at the daemon's default GC percent; once synced and settled it
+// prints "synced N" and waits for SIGTERM, so the parent can read its RSS.
+func TestInformerChild(t *testing.T) {
+	mode := os.Getenv(informerChildEnv)
+	if mode == "" {
+		t.Skip("run by BenchmarkNodes1000")
+	}
+	debug.SetGCPercent(config.DefaultGoGCPercent)
+	rc, err := kubernetes.ClientConfig(os.Getenv(informerKubeconfigEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := k8s.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {
+			return cs.CoreV1().Nodes().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Nodes().Watch(ctx, o)
+		},
+	}, cs), &corev1.Node{}, 0, cache.Indexers{})
+	if mode == "transform" {
+		if err := inf.SetTransform(kubernetes.Transform); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+	time.Sleep(2 * time.Second) // settle as the daemon is let settle before its RSS is read
+	fmt.Printf("synced %d\n", len(inf.GetStore().List()))
+	<-ctx.Done()
+}
+
+// informerRSS runs the informer child in tn against kubeconfig's API
+// server, in mode "transform" or "whole", and returns its RSS in KiB once
+// it has synced want Nodes.
+func informerRSS(b *testing.B, tn *testNode, kubeconfig, mode string, want int) int64 {
+	b.Setenv(informerChildEnv, mode)
+	b.Setenv(informerKubeconfigEnv, kubeconfig)
+	b.Setenv(netnstest.PrebuiltEnv, binDir) // the child's TestMain copies the binaries instead of building them
+	out := &netnstest.Buffer{}
+	p, err := netnstest.StartIn(tn.node.NS, out, os.Args[0], "-test.run=^TestInformerChild$")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Stop(10 * time.Second) }()
+	netnstest.Eventually(b, 2*time.Minute, "informer child synced", func() bool { return strings.Contains(out.String(), fmt.Sprintf("synced %d\n", want)) })
+	return rssKiB(b, p.Cmd.Process.Pid)
 }
 
 // BenchmarkNodes1000 compares the Kubernetes datastore (a real
@@ -278,28 +388,31 @@ func cacheHeap(b *testing.B, api *k8stest.Cluster, noTransform bool) int64 {
 // datastore (1,000 node records) in one run: daemon start → all 1,000 peer
 // routes in the kernel; one peer's change (annotation patch, or record
 // rewrite) → its route updated, p50/p99 over 100 changes; the daemon's
-// RSS; and the Go heap of the Node cache with and without the informer's
-// transform. Run with -benchtime=1x.
+// RSS and where it goes; and the RSS of a child process running the Node
+// informer with and without the transform, whose difference is what the
+// transform saves the daemon. Run with -benchtime=1x.
 func BenchmarkNodes1000(b *testing.B) {
 	needRoot(b)
 	k8stest.Binaries(b)
 	for it := 0; it < b.N; it++ {
 		f := benchFile(b)
-		k, api, _ := benchKubernetes(b)
-		withT := cacheHeap(b, api, false)
-		withoutT := cacheHeap(b, api, true)
+		k, api, tn := benchKubernetes(b)
+		withT := informerRSS(b, tn, api.Kubeconfig, "transform", benchPeers+1)
+		withoutT := informerRSS(b, tn, api.Kubeconfig, "whole", benchPeers+1)
 		b.Logf("file:       all peers %s, change p50 %s p99 %s, RSS %.1f MiB", f.allPeers, f.p50, f.p99, float64(f.rssKiB)/1024)
 		b.Logf("kubernetes: all peers %s, change p50 %s p99 %s, RSS %.1f MiB", k.allPeers, k.p50, k.p99, float64(k.rssKiB)/1024)
 		b.Logf("kubernetes/file: all peers %.2fx, p99 %.2fx, RSS %.2fx", ratio(k.allPeers, f.allPeers), ratio(k.p99, f.p99), float64(k.rssKiB)/float64(f.rssKiB))
-		b.Logf("Node cache heap: with transform %.1f MiB, without %.1f MiB (%.2fx)", mib(withT), mib(withoutT), float64(withoutT)/float64(withT))
+		b.Logf("file memory:       %s", f.mem)
+		b.Logf("kubernetes memory: %s", k.mem)
+		b.Logf("Node informer alone (child process): RSS with transform %.1f MiB, keeping whole Nodes %.1f MiB; daemon without the transform ≈ %.1f MiB",
+			float64(withT)/1024, float64(withoutT)/1024, float64(k.rssKiB+withoutT-withT)/1024)
 		b.ReportMetric(k.allPeers.Seconds(), "k8s-all-peers-s")
 		b.ReportMetric(f.allPeers.Seconds(), "file-all-peers-s")
 		b.ReportMetric(float64(k.p99.Microseconds())/1000, "k8s-p99-ms")
 		b.ReportMetric(float64(f.p99.Microseconds())/1000, "file-p99-ms")
 		b.ReportMetric(float64(k.rssKiB)/1024, "k8s-rss-MiB")
+		b.ReportMetric(float64(k.rssKiB+withoutT-withT)/1024, "k8s-untransformed-rss-MiB")
 		b.ReportMetric(float64(f.rssKiB)/1024, "file-rss-MiB")
-		b.ReportMetric(mib(withT), "cache-MiB")
-		b.ReportMetric(mib(withoutT), "cache-untransformed-MiB")
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 
-	k8s "k8s.io/client-go/kubernetes"
-
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/datastore/kubernetes"
@@ -23,7 +21,7 @@ func newKubernetes(_ context.Context, cfg *config.Config, _ *state.Store, log *s
 		return nil, cfg.KeyError("kubeconfig", cfg.Kubeconfig, err)
 	}
 	rc.UserAgent = "routeletd/" + fullVersion()
-	client, err := k8s.NewForConfig(rc)
+	client, err := kubernetes.NewNodeClient(rc)
 	if err != nil {
 		return nil, cfg.KeyError("kubeconfig", cfg.Kubeconfig, err)
 	}

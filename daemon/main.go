@@ -94,6 +94,8 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "routeletd: config key %q: value %q is not supported by this version\n", "datastore", cfg.Datastore)
 		return exitConfig
 	}
+	g := cfg.ApplyGoRuntime(os.LookupEnv)
+	log.Info("go runtime memory settings", "gcPercent", g.GCPercent, "gcFrom", g.GCSource, "memoryLimitBytes", g.MemoryLimit, "memoryLimitFrom", g.MemoryLimitSource)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := daemon(ctx, cfg, log); err != nil {

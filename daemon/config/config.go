@@ -84,6 +84,10 @@ type Config struct {
 	// Etcd is the etcd datastore's connection (the etcd-* keys).
 	Etcd Etcd
 
+	// GoRuntime is the Go runtime's GC percent and memory limit (the go-*
+	// keys, config_goruntime.go).
+	GoRuntime GoRuntime
+
 	HealthAddr string // health-addr: serves /healthz, /readyz, /metrics; "" disables
 	LogLevel   string // log-level: debug | info | warn | error
 	LogFormat  string // log-format: text | json
@@ -321,6 +325,7 @@ func keys() []key {
 	ks = append(ks, cniKeys()...)
 	ks = append(ks, etcdKeys()...)
 	ks = append(ks, kubernetesKeys()...)
+	ks = append(ks, goRuntimeKeys()...)
 	return ks
 }
 

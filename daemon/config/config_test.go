@@ -45,7 +45,7 @@ func TestDefaults(t *testing.T) {
 		GracePeriod: 10 * time.Second, LeakGracePeriod: 15 * time.Minute,
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
 		CNIConfName: DefaultCNIConfName,
-		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second, Etcd: Etcd{Prefix: "/routelet"},
+		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second, Etcd: Etcd{Prefix: "/routelet"}, GoRuntime: GoRuntime{GCPercent: 40},
 	}
 	got := *c
 	got.sources = nil
@@ -167,6 +167,7 @@ func TestEveryKey(t *testing.T) {
 		{"cni-conf-name", "05-routelet.conflist", func(c *Config) bool { return c.CNIConfName == "05-routelet.conflist" }, "../x.conflist"},
 	}
 	cases = append(cases, etcdKeyCases...)
+	cases = append(cases, goRuntimeKeyCases...)
 	covered := map[string]bool{}
 	for _, tc := range cases {
 		covered[tc.key] = true

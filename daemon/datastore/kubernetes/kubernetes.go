@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	k8s "k8s.io/client-go/kubernetes"
 	listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -60,8 +59,9 @@ const ConditionReason = "RouteletIsUp"
 
 // Options configure a Datastore.
 type Options struct {
-	// Client talks to the API server (a real or a fake clientset).
-	Client k8s.Interface
+	// Client talks to the API server: NewNodeClient's, or a fake
+	// clientset's CoreV1().Nodes().
+	Client NodeClient
 	// NodeName is this node's Node.
 	NodeName string
 	// Logger; nil is slog.Default().
@@ -69,9 +69,6 @@ type Options struct {
 	// Backoff bounds the retry delay of failed patches (first retry after
 	// a second, doubling up to Backoff); 0 is 30 s.
 	Backoff time.Duration
-	// NoTransform keeps whole Node objects in the cache (for measuring
-	// what the transform saves).
-	NoTransform bool
 }
 
 // Datastore is the Kubernetes datastore of one node.
@@ -181,18 +178,16 @@ func New(opts Options) (*Datastore, error) {
 	}
 	d.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			l, err := opts.Client.CoreV1().Nodes().List(ctx, o)
+			l, err := opts.Client.List(ctx, o)
 			return l, d.apiResult(ctx, "list", err)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := opts.Client.CoreV1().Nodes().Watch(ctx, o)
+			w, err := opts.Client.Watch(ctx, o)
 			return w, d.apiResult(ctx, "watch", err)
 		},
 	}, opts.Client), &corev1.Node{}, 0, cache.Indexers{})
-	if !opts.NoTransform {
-		if err := d.informer.SetTransform(Transform); err != nil {
-			return nil, fmt.Errorf("kubernetes datastore: %w", err)
-		}
+	if err := d.informer.SetTransform(Transform); err != nil {
+		return nil, fmt.Errorf("kubernetes datastore: %w", err)
 	}
 	d.lister = listers.NewNodeLister(d.informer.GetIndexer())
 	own := func(obj any) {
@@ -391,7 +386,7 @@ func (d *Datastore) sync(ctx context.Context) error {
 			return err
 		}
 		if patch != nil {
-			if _, err := d.opts.Client.CoreV1().Nodes().Patch(ctx, d.opts.NodeName, mergePatch, patch, metav1.PatchOptions{}); err != nil {
+			if _, err := d.opts.Client.Patch(ctx, d.opts.NodeName, mergePatch, patch, metav1.PatchOptions{}); err != nil {
 				d.apiErrors.WithLabelValues("patch").Inc()
 				return fmt.Errorf("patch annotations of node %s: %w", d.opts.NodeName, err)
 			}

@@ -35,10 +35,18 @@ func node(name, ip string, cidrs ...string) *corev1.Node {
 	}
 }
 
+// fakeNodes is a fake clientset's Nodes as a NodeClient, telling the
+// informer (as the clientset does) that it cannot serve a streaming list.
+type fakeNodes struct{ NodeClient }
+
+// IsWatchListSemanticsUnSupported is true: the fake answers only a plain
+// list.
+func (fakeNodes) IsWatchListSemanticsUnSupported() bool { return true }
+
 // open starts a datastore for node "self" on client, closed at cleanup.
 func open(t *testing.T, client *fake.Clientset) *Datastore {
 	t.Helper()
-	d, err := New(Options{Client: client, NodeName: "self", Backoff: 50 * time.Millisecond})
+	d, err := New(Options{Client: fakeNodes{client.CoreV1().Nodes()}, NodeName: "self", Backoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func (d *Datastore) patchCondition(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("marshal the NetworkUnavailable patch: %w", err)
 	}
-	if _, err := d.opts.Client.CoreV1().Nodes().Patch(ctx, d.opts.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := d.opts.Client.Patch(ctx, d.opts.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("patch NetworkUnavailable of node %s (nodes/status): %w", d.opts.NodeName, err)
 	}
 	return nil
