@@ -8,20 +8,22 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/podnet"
 )
 
 // fakeKeeper records what the loop hands the keeper and reports canned
 // repairs.
 type fakeKeeper struct {
-	mu      sync.Mutex
-	veths   []podnet.HostVeth
-	links   []string
-	neighs  []string
-	all     int
-	checks  int
-	sysctls int // Checks with sysctls set
-	repairs podnet.Repairs
+	mu          sync.Mutex
+	veths       []podnet.HostVeth
+	links       []string
+	neighs      []string
+	sysctlHints []string // SysctlsChanged names
+	all         int
+	checks      int
+	sysctls     int // Checks with sysctls set
+	repairs     podnet.Repairs
 }
 
 func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) { k.mu.Lock(); k.veths = vs; k.mu.Unlock() }
@@ -35,12 +37,17 @@ func (k *fakeKeeper) NeighChanged(name string) {
 	k.neighs = append(k.neighs, name)
 	k.mu.Unlock()
 }
+func (k *fakeKeeper) SysctlsChanged(name string) {
+	k.mu.Lock()
+	k.sysctlHints = append(k.sysctlHints, name)
+	k.mu.Unlock()
+}
 func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.mu.Unlock() }
-func (k *fakeKeeper) Check(sysctls bool) (podnet.Repairs, error) {
+func (k *fakeKeeper) Check(poll bool) (podnet.Repairs, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.checks++
-	if sysctls {
+	if poll {
 		k.sysctls++
 	}
 	r := k.repairs
@@ -49,8 +56,9 @@ func (k *fakeKeeper) Check(sysctls bool) (podnet.Repairs, error) {
 }
 
 // TestKeeperHook: the loop hands the prefixed workloads' veths (with their
-// IPv6 addresses and MAC) to the keeper, forwards link and neighbour events
-// and full syncs, ticks the sysctl check, and counts the repairs.
+// IPv6 addresses and MAC) to the keeper, forwards link, neighbour and
+// netconf events (of workload interfaces and the node) and full syncs,
+// ticks the sysctl poll, and counts the repairs.
 func TestKeeperHook(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{repairs: podnet.Repairs{Sysctls: 2, Links: 1, Neighbours: 3}}
@@ -73,11 +81,20 @@ func TestKeeperHook(t *testing.T) {
 	}
 	f.a.NotifyLink("cali1", "veth", false, true)
 	f.a.NotifyNeigh(NeighEvent{Iface: "cali1", Deleted: true})
+	f.a.OnNetconf(netwatch.NetconfEvent{Iface: "cali2"})
+	f.a.OnNetconf(netwatch.NetconfEvent{Iface: "eth9"})
+	f.a.OnNetconf(netwatch.NetconfEvent{IPv6: true})
 	waitFor(t, "events forwarded", func() bool {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		return slices.Contains(k.links, "cali1") && slices.Contains(k.neighs, "cali1") && k.all >= 1 && k.sysctls >= 2
+		return slices.Contains(k.links, "cali1") && slices.Contains(k.neighs, "cali1") && k.all >= 1 && k.sysctls >= 2 &&
+			slices.Contains(k.sysctlHints, "cali2") && slices.Contains(k.sysctlHints, "")
 	})
+	k.mu.Lock()
+	if slices.Contains(k.sysctlHints, "eth9") {
+		t.Errorf("sysctl hint for an interface without the prefix: %q", k.sysctlHints)
+	}
+	k.mu.Unlock()
 	waitFor(t, "repairs counted", func() bool {
 		return repairs(f, "sysctl") == 2 && repairs(f, "link") == 1 && repairs(f, "neigh") == 3
 	})
