@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -17,16 +18,22 @@ import (
 type fakeKeeper struct {
 	mu          sync.Mutex
 	veths       []podnet.HostVeth
+	sets        int // SetVeths calls
 	links       []string
 	neighs      []string
 	sysctlHints []string // SysctlsChanged names
 	all         int
 	checks      int
-	sysctls     int // Checks with sysctls set
+	sysctls     int // Checks with poll set
 	repairs     podnet.Repairs
 }
 
-func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) { k.mu.Lock(); k.veths = vs; k.mu.Unlock() }
+func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) {
+	k.mu.Lock()
+	k.veths = vs
+	k.sets++
+	k.mu.Unlock()
+}
 func (k *fakeKeeper) LinkChanged(name string) {
 	k.mu.Lock()
 	k.links = append(k.links, name)
@@ -98,6 +105,48 @@ func TestKeeperHook(t *testing.T) {
 	waitFor(t, "repairs counted", func() bool {
 		return repairs(f, "sysctl") == 2 && repairs(f, "link") == 1 && repairs(f, "neigh") == 3
 	})
+}
+
+// TestKeeperVethsOnlyWhenRecordsChange: the loop hands the veths over
+// again only when what it would hand changed — a record added, changed,
+// removed or refused, an IPv6 address routed elsewhere — and not on a pass
+// that changed nothing of it.
+func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
+	f := newFixture(t)
+	k := &fakeKeeper{}
+	f.a.SetKeeper(k, 0)
+	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.fullSync()
+	names := func() []string {
+		var out []string
+		for _, v := range k.veths {
+			out = append(out, fmt.Sprintf("%s%v", v.Name, v.Neighbours))
+		}
+		return out
+	}
+	step := func(what string, sets int, want ...string) {
+		t.Helper()
+		if k.sets != sets || !slices.Equal(names(), want) {
+			t.Fatalf("%s: %d hand-overs of %v; want %d of %v", what, k.sets, names(), sets, want)
+		}
+	}
+	step("first sync", 1, "cali1[fd00:1::2]", "cali2[]")
+	f.a.syncDesired()
+	step("a pass with nothing changed", 1, "cali1[fd00:1::2]", "cali2[]")
+	f.put(t, "c3", "cali3", "10.244.1.4/32", "fd00:1::2/128") // claims c1's IPv6 address, created later: wins it
+	f.a.NotifyWorkload("c3_eth0.json")
+	f.a.processPending()
+	step("a record claiming an address", 2, "cali1[]", "cali2[]", "cali3[fd00:1::2]")
+	f.a.links["cali2"] = "bridge" // refused: not a veth
+	f.a.syncDesired()
+	step("a record refused", 3, "cali1[]", "cali3[fd00:1::2]")
+	if err := f.store.DeleteWorkload("c3", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	f.a.NotifyWorkload("c3_eth0.json")
+	f.a.processPending()
+	step("a record removed", 4, "cali1[fd00:1::2]")
 }
 
 // repairs reads routelet_repairs_total{object}.
