@@ -246,12 +246,16 @@ func (a *Agent) wake() {
 
 // NotifyWorkload records that the workload record under key was created,
 // changed or removed.
-func (a *Agent) NotifyWorkload(key string) {
+func (a *Agent) NotifyWorkload(key string) { a.notifyKey(&a.pending.workloads, key) }
+
+// notifyKey adds key to the pending set *set (a field of a.pending) and
+// wakes the loop.
+func (a *Agent) notifyKey(set *map[string]struct{}, key string) {
 	a.mu.Lock()
-	if a.pending.workloads == nil {
-		a.pending.workloads = map[string]struct{}{}
+	if *set == nil {
+		*set = map[string]struct{}{}
 	}
-	a.pending.workloads[key] = struct{}{}
+	(*set)[key] = struct{}{}
 	a.mu.Unlock()
 	a.wake()
 }

@@ -47,13 +47,7 @@ func (a *Agent) NotifySysctls(iface string) {
 	if iface != "" && !strings.HasPrefix(iface, a.opts.IfacePrefix) {
 		return
 	}
-	a.mu.Lock()
-	if a.pending.sysctls == nil {
-		a.pending.sysctls = map[string]struct{}{}
-	}
-	a.pending.sysctls[iface] = struct{}{}
-	a.mu.Unlock()
-	a.wake()
+	a.notifyKey(&a.pending.sysctls, iface)
 }
 
 // keptVeth is what keeperVeths last derived from one record: the veth

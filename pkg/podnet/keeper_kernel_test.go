@@ -18,15 +18,7 @@ import (
 // Check with nothing changed writes nothing; a prefixed link that is not a
 // veth and a veth without the prefix are never touched.
 func TestKeeperRepairs(t *testing.T) {
-	needRoot(t)
-	node, pod := newNS(t), newNS(t)
-	att := attach(t, node, pod, "calikeep00001", "10.77.0.7", "fd77::7")
-	inNS(t, node, func() error {
-		k, err := NewKeeper("cali", slog.New(slog.DiscardHandler))
-		if err != nil {
-			return err
-		}
-		defer k.Close()
+	withKeeper(t, "calikeep00001", []string{"10.77.0.7", "fd77::7"}, func(k *Keeper, att *Attached) error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err
@@ -144,15 +136,7 @@ func TestKeeperRepairs(t *testing.T) {
 // and a Check with poll reads the settings that change silently
 // (accept_ra here), on every kept veth.
 func TestKeeperReadsWhatMayHaveChanged(t *testing.T) {
-	needRoot(t)
-	node, pod := newNS(t), newNS(t)
-	att := attach(t, node, pod, "calikeep00002", "10.77.0.8", "fd77::8")
-	inNS(t, node, func() error {
-		k, err := NewKeeper("cali", slog.New(slog.DiscardHandler))
-		if err != nil {
-			return err
-		}
-		defer k.Close()
+	withKeeper(t, "calikeep00002", []string{"10.77.0.8", "fd77::8"}, func(k *Keeper, att *Attached) error {
 		k.SetVeths([]HostVeth{{Name: "calikeep00002", IPv6: true, Neighbours: []netip.Addr{netip.MustParseAddr("fd77::8")}, MAC: att.ContMAC}})
 		if rep, err := k.Check(false); err != nil || rep != (Repairs{}) {
 			t.Fatalf("first Check after ADD: %+v, %v; want nothing to repair", rep, err)
@@ -196,5 +180,23 @@ func TestKeeperReadsWhatMayHaveChanged(t *testing.T) {
 			t.Fatalf("Check after the node's hint: %+v, %v, ip_forward %s; want it repaired", rep, err, read(ipForward))
 		}
 		return nil
+	})
+}
+
+// withKeeper attaches a pod with addrs on host veth host (Setup, fresh node
+// and pod namespaces) and runs f in the node namespace with a Keeper for
+// the "cali" prefix.
+func withKeeper(t *testing.T, host string, addrs []string, f func(k *Keeper, att *Attached) error) {
+	t.Helper()
+	needRoot(t)
+	node, pod := newNS(t), newNS(t)
+	att := attach(t, node, pod, host, addrs...)
+	inNS(t, node, func() error {
+		k, err := NewKeeper("cali", slog.New(slog.DiscardHandler))
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		return f(k, att)
 	})
 }
