@@ -43,9 +43,10 @@ type Repairs struct {
 // configured prefix. It reads only what may have changed: a veth's link,
 // neighbours and all its sysctls when an event named it (LinkChanged,
 // NeighChanged, SysctlsChanged) or after CheckAll, the node's sysctls after
-// SysctlsChanged("") or any veth sysctl read; the sysctls whose changes the
-// kernel does not announce (not Announced) of every veth on each Check with
-// poll set. It is not safe for concurrent use.
+// SysctlsChanged("") or any veth sysctl read; on each Check with poll set,
+// the sysctls whose changes the kernel does not announce (not Announced)
+// of every veth, and all sysctls of the veths new since the last poll. It
+// is not safe for concurrent use.
 type Keeper struct {
 	prefix string
 	h      *netlink.Handle
@@ -54,9 +55,10 @@ type Keeper struct {
 	names  []string // the keys of veths, sorted
 	any6   bool     // some kept veth has IPv6 (NodeSysctls' argument)
 	// links, neighs and sysctls name the veths whose link, neighbours or
-	// sysctls the next Check reads; node: the next Check reads NodeSysctls.
-	links, neighs, sysctls map[string]bool
-	node                   bool
+	// sysctls the next Check reads, fresh those whose sysctls the next
+	// polling Check reads; node: the next Check reads NodeSysctls.
+	links, neighs, sysctls, fresh map[string]bool
+	node                          bool
 	// veth holds the kept names last read as an existing veth: only those
 	// get their sysctls written.
 	veth map[string]bool
@@ -84,16 +86,18 @@ func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 		log = slog.Default()
 	}
 	return &Keeper{prefix: prefix, h: h, log: log, veths: map[string]keptVeth{},
-		links: map[string]bool{}, neighs: map[string]bool{}, sysctls: map[string]bool{}, veth: map[string]bool{}}, nil
+		links: map[string]bool{}, neighs: map[string]bool{}, sysctls: map[string]bool{}, fresh: map[string]bool{},
+		veth: map[string]bool{}}, nil
 }
 
 // Close releases the netlink handle.
 func (k *Keeper) Close() { k.h.Close() }
 
 // SetVeths replaces the veths kept; names without the prefix are ignored.
-// A veth that is new or changed has its link, neighbours and sysctls read
-// by the next Check, and then the node's sysctls too. Handing over the same
-// veths again costs one comparison each.
+// A veth that is new or changed has its link and neighbours read by the
+// next Check and its sysctls, and then the node's, by the next polling
+// Check (ADD has just written them; a change is announced or polled).
+// Handing over the same veths again costs one comparison each.
 func (k *Keeper) SetVeths(vs []HostVeth) {
 	next := make(map[string]keptVeth, len(vs))
 	changed := false
@@ -114,7 +118,7 @@ func (k *Keeper) SetVeths(vs []HostVeth) {
 			}
 		}
 		next[v.Name] = kv
-		k.links[v.Name], k.neighs[v.Name], k.sysctls[v.Name] = true, true, true
+		k.links[v.Name], k.neighs[v.Name], k.fresh[v.Name] = true, true, true
 	}
 	if !changed && len(next) == len(k.veths) {
 		return
@@ -122,6 +126,11 @@ func (k *Keeper) SetVeths(vs []HostVeth) {
 	for name := range k.veth {
 		if _, ok := next[name]; !ok {
 			delete(k.veth, name)
+		}
+	}
+	for name := range k.fresh {
+		if _, ok := next[name]; !ok {
+			delete(k.fresh, name)
 		}
 	}
 	k.veths = next
@@ -132,7 +141,6 @@ func (k *Keeper) SetVeths(vs []HostVeth) {
 		k.any6 = k.any6 || v.IPv6
 	}
 	slices.Sort(k.names)
-	k.node = true
 }
 
 // sameVeth compares two HostVeth values.
@@ -182,7 +190,8 @@ func (k *Keeper) CheckAll() {
 // Check repairs what differs: the link, neighbours and sysctls of the veths
 // hinted since the last Check, the NodeSysctls the pods need when hinted or
 // when a veth's sysctls were read, and with poll the not Announced
-// HostSysctls of every kept veth. A veth that no longer exists, or a link of
+// HostSysctls of every kept veth and all of those of the veths new since the
+// last poll. A veth that no longer exists, or a link of
 // that name that is not a veth, is skipped (its record is the agent's
 // business). Errors are joined; what failed is hinted again for the next
 // Check.
@@ -206,7 +215,7 @@ func (k *Keeper) Check(poll bool) (Repairs, error) {
 	}
 	if len(k.sysctls) > 0 || poll {
 		for _, name := range k.names {
-			hinted := k.sysctls[name]
+			hinted := k.sysctls[name] || (poll && k.fresh[name])
 			if (!hinted && !poll) || !k.veth[name] {
 				continue
 			}
@@ -224,6 +233,9 @@ func (k *Keeper) Check(poll bool) (Repairs, error) {
 			}
 		}
 		clear(k.sysctls)
+		if poll {
+			clear(k.fresh)
+		}
 	}
 	if k.node && len(k.veths) > 0 {
 		k.node = false

@@ -130,17 +130,13 @@ func TestKeeperRepairs(t *testing.T) {
 	})
 }
 
-// TestKeeperReadsWhatMayHaveChanged: after the first Check of a new veth, a
-// Check reads a veth's Announced sysctls only when SysctlsChanged named it
+// TestKeeperReadsWhatMayHaveChanged: the first poll after a veth is handed
+// over reads all its sysctls; after that a Check reads a veth's Announced sysctls only when SysctlsChanged named it
 // (the hint of a netconf event), the node's only after SysctlsChanged(""),
 // and a Check with poll reads the settings that change silently
 // (accept_ra here), on every kept veth.
 func TestKeeperReadsWhatMayHaveChanged(t *testing.T) {
 	withKeeper(t, "calikeep00002", []string{"10.77.0.8", "fd77::8"}, func(k *Keeper, att *Attached) error {
-		k.SetVeths([]HostVeth{{Name: "calikeep00002", IPv6: true, Neighbours: []netip.Addr{netip.MustParseAddr("fd77::8")}, MAC: att.ContMAC}})
-		if rep, err := k.Check(false); err != nil || rep != (Repairs{}) {
-			t.Fatalf("first Check after ADD: %+v, %v; want nothing to repair", rep, err)
-		}
 		const proxyARP, acceptRA, ipForward = "net/ipv4/conf/calikeep00002/proxy_arp", "net/ipv6/conf/calikeep00002/accept_ra", "net/ipv4/ip_forward"
 		read := func(key string) string {
 			v, err := ReadSysctl(key)
@@ -148,6 +144,15 @@ func TestKeeperReadsWhatMayHaveChanged(t *testing.T) {
 				t.Fatal(err)
 			}
 			return v
+		}
+		// Changed before the keeper knew the veth: the first poll reads all
+		// of a new veth's sysctls.
+		if err := writeSysctl(proxyARP, "0"); err != nil {
+			return err
+		}
+		k.SetVeths([]HostVeth{{Name: "calikeep00002", IPv6: true, Neighbours: []netip.Addr{netip.MustParseAddr("fd77::8")}, MAC: att.ContMAC}})
+		if rep, err := k.Check(true); err != nil || rep != (Repairs{Sysctls: 1}) || read(proxyARP) != "1" {
+			t.Fatalf("first poll after ADD: %+v, %v, proxy_arp %s; want proxy_arp alone repaired", rep, err, read(proxyARP))
 		}
 		for _, key := range []string{proxyARP, ipForward} {
 			if err := writeSysctl(key, "0"); err != nil {
