@@ -34,19 +34,14 @@ func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) {
 	k.sets++
 	k.mu.Unlock()
 }
-func (k *fakeKeeper) LinkChanged(name string) {
+func (k *fakeKeeper) LinkChanged(name string)    { k.note(&k.links, name) }
+func (k *fakeKeeper) NeighChanged(name string)   { k.note(&k.neighs, name) }
+func (k *fakeKeeper) SysctlsChanged(name string) { k.note(&k.sysctlHints, name) }
+
+// note appends a hinted name to one of k's lists.
+func (k *fakeKeeper) note(list *[]string, name string) {
 	k.mu.Lock()
-	k.links = append(k.links, name)
-	k.mu.Unlock()
-}
-func (k *fakeKeeper) NeighChanged(name string) {
-	k.mu.Lock()
-	k.neighs = append(k.neighs, name)
-	k.mu.Unlock()
-}
-func (k *fakeKeeper) SysctlsChanged(name string) {
-	k.mu.Lock()
-	k.sysctlHints = append(k.sysctlHints, name)
+	*list = append(*list, name)
 	k.mu.Unlock()
 }
 func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.mu.Unlock() }

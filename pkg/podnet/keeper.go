@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -123,16 +124,9 @@ func (k *Keeper) SetVeths(vs []HostVeth) {
 	if !changed && len(next) == len(k.veths) {
 		return
 	}
-	for name := range k.veth {
-		if _, ok := next[name]; !ok {
-			delete(k.veth, name)
-		}
-	}
-	for name := range k.fresh {
-		if _, ok := next[name]; !ok {
-			delete(k.fresh, name)
-		}
-	}
+	gone := func(name string, _ bool) bool { _, ok := next[name]; return !ok }
+	maps.DeleteFunc(k.veth, gone)
+	maps.DeleteFunc(k.fresh, gone)
 	k.veths = next
 	k.names = k.names[:0]
 	k.any6 = false
