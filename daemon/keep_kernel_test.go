@@ -233,3 +233,43 @@ func TestDaemonLeavesForeignRoutes(t *testing.T) {
 		t.Fatalf("connected route or conflict count changed: %v, %s", tn.routes(v4), tn.metric(name))
 	}
 }
+
+// TestDaemonRepairsSysctlsOnEventsAndPolls: with the default
+// device-check-period (10s, the poll of the sysctls without change events)
+// and no full resync during the test, a pod veth's proxy_arp and IPv4
+// forwarding changed by hand are put back on their netconf events, well
+// within one poll period, and its accept_ra, which changes silently, within
+// the poll period (docs/daemon.md, "Upkeep of what ADD set up").
+func TestDaemonRepairsSysctlsOnEventsAndPolls(t *testing.T) {
+	tn := newTestNode(t, true)
+	tn.startDaemon("--device-check-period=10s", "--resync-period=10m")
+	tn.waitReady()
+	p := tn.addPod("keep2")
+	netnstest.Eventually(t, 5*time.Second, "daemon serving the pod", func() bool { return tn.metric("routelet_workloads") == "1" })
+	for _, tc := range []struct {
+		key, flip, want string
+		within          time.Duration
+	}{
+		// An event is handled in milliseconds; 5s is half a poll period.
+		{"net/ipv4/conf/" + p.iface + "/proxy_arp", "0", "1", 5 * time.Second},
+		{"net/ipv4/conf/" + p.iface + "/forwarding", "0", "1", 5 * time.Second},
+		// One poll period, the time to the first poll after start-up, and slack.
+		{"net/ipv6/conf/" + p.iface + "/accept_ra", "1", "0", 25 * time.Second},
+	} {
+		if got, err := netnstest.Sysctl(tn.node.NS, tc.key, ""); err != nil || got != tc.want {
+			t.Fatalf("%s = %q (%v) after ADD, want %s", tc.key, got, err, tc.want)
+		}
+		before := tn.metricValue(`routelet_repairs_total{object="sysctl"}`)
+		if _, err := netnstest.Sysctl(tn.node.NS, tc.key, tc.flip); err != nil {
+			t.Fatal(err)
+		}
+		took := netnstest.Eventually(t, tc.within, tc.key+" repaired", func() bool {
+			v, err := netnstest.Sysctl(tn.node.NS, tc.key, "")
+			return err == nil && v == tc.want
+		})
+		netnstest.Eventually(t, 10*time.Second, "the repair counted", func() bool {
+			return tn.metricValue(`routelet_repairs_total{object="sysctl"}`) > before
+		})
+		t.Logf("%s repaired after %s", tc.key, took.Round(time.Millisecond))
+	}
+}

@@ -178,7 +178,8 @@ type Agent struct {
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
 	keepPeriod   time.Duration
-	snap         *snapState // snapshots for the state endpoint (snapshot.go)
+	kept         map[string]keptVeth // by record key: what the keeper was last handed (keeperVeths)
+	snap         *snapState          // snapshots for the state endpoint (snapshot.go)
 }
 
 // pending collects watcher hints between two loop passes.
@@ -189,7 +190,8 @@ type pending struct {
 	links     map[string]linkState // latest state per workload iface
 	routeEvs  []RouteEvent
 	neighEvs  []NeighEvent
-	apply     bool // a manager asked for an Apply pass (NotifyApply)
+	sysctls   map[string]struct{} // workload ifaces whose sysctls changed; "": the node's
+	apply     bool                // a manager asked for an Apply pass (NotifyApply)
 }
 
 type linkState struct {
@@ -244,12 +246,16 @@ func (a *Agent) wake() {
 
 // NotifyWorkload records that the workload record under key was created,
 // changed or removed.
-func (a *Agent) NotifyWorkload(key string) {
+func (a *Agent) NotifyWorkload(key string) { a.notifyKey(&a.pending.workloads, key) }
+
+// notifyKey adds key to the pending set *set (a field of a.pending) and
+// wakes the loop.
+func (a *Agent) notifyKey(set *map[string]struct{}, key string) {
 	a.mu.Lock()
-	if a.pending.workloads == nil {
-		a.pending.workloads = map[string]struct{}{}
+	if *set == nil {
+		*set = map[string]struct{}{}
 	}
-	a.pending.workloads[key] = struct{}{}
+	(*set)[key] = struct{}{}
 	a.mu.Unlock()
 	a.wake()
 }
@@ -437,8 +443,8 @@ func (a *Agent) newSchedule(ctx context.Context) *schedule {
 		}
 	}
 	if a.keeper != nil {
-		// Sysctls have no change events: read them on their own tick,
-		// without a pass of their own.
+		// The sysctls without change events are polled on their own
+		// tick, without a pass of their own.
 		s.add("keeper", a.keepPeriod, now, func() bool { a.keep(true); return false })
 	}
 	return s
@@ -522,6 +528,11 @@ func (a *Agent) processPending() {
 		a.checkNeighEvent(ev)
 		if a.keeper != nil {
 			a.keeper.NeighChanged(ev.Iface)
+		}
+	}
+	if a.keeper != nil {
+		for name := range p.sysctls {
+			a.keeper.SysctlsChanged(name)
 		}
 	}
 }

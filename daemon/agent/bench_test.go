@@ -3,9 +3,11 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"testing"
 
 	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // BenchmarkPassOneRecord measures one pass of the loop for one changed
@@ -34,5 +36,43 @@ func BenchmarkPassOneRecord(b *testing.B) {
 	for b.Loop() {
 		f.a.NotifyWorkload("c5_eth0.json")
 		f.a.processPending()
+	}
+}
+
+// bench200 returns 200 dual-stack workload records on veths that exist.
+func bench200() (map[string]*state.Workload, map[string]string) {
+	ws, links := map[string]*state.Workload{}, map[string]string{}
+	for i := range 200 {
+		iface := fmt.Sprintf("cali%d", i)
+		ws[fmt.Sprintf("c%d_eth0.json", i)] = &state.Workload{ContainerID: fmt.Sprintf("c%d", i), IfName: "eth0", HostIface: iface,
+			IPs: []string{fmt.Sprintf("10.244.1.%d/32", i+1), fmt.Sprintf("fd00:1::%x/128", i+1)}, ContainerMAC: "02:00:00:00:00:01"}
+		links[iface] = "veth"
+	}
+	return ws, links
+}
+
+// BenchmarkDesiredRoutes200: one derivation of the desired routes from 200
+// dual-stack records (every loop pass that syncs pays it).
+func BenchmarkDesiredRoutes200(b *testing.B) {
+	ws, links := bench200()
+	in := RouteInput{Workloads: ws, Links: links, IfacePrefix: "cali", StaticARP: true,
+		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1::/120")}}
+	b.ReportAllocs()
+	for b.Loop() {
+		DesiredRoutes(in)
+	}
+}
+
+// BenchmarkKeeperVeths200: handing 200 unchanged records' veths to the
+// keeper again (a pass after a link event).
+func BenchmarkKeeperVeths200(b *testing.B) {
+	f := newFixture(b)
+	f.a.SetKeeper(&fakeKeeper{}, 0)
+	ws, links := bench200()
+	f.a.workloads, f.a.links = ws, links
+	d := DesiredRoutes(RouteInput{Workloads: ws, Links: links, IfacePrefix: "cali", LocalBlocks: f.a.opts.LocalBlocks})
+	b.ReportAllocs()
+	for b.Loop() {
+		f.a.keeperVeths(d.Owner)
 	}
 }

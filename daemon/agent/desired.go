@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/routelet/routelet/pkg/netguard"
@@ -52,9 +51,8 @@ func DesiredRoutes(in RouteInput) Desired {
 	n := len(in.Workloads)
 	d := Desired{
 		Routes:  [2]map[string][]routes.Target{make(map[string][]routes.Target, n+1), {}},
-		Refused: map[string]string{}, Owner: make(map[netip.Addr]string, n), Contested: map[netip.Addr]string{},
+		Refused: map[string]string{}, Owner: make(map[netip.Addr]string, 2*n), Contested: map[netip.Addr]string{},
 	}
-	claims := make(map[netip.Addr]int, n)
 	// beats orders any two records, so map order is as good as any.
 	for name, w := range in.Workloads {
 		if err := checkWorkload(in, w); err != nil {
@@ -62,17 +60,20 @@ func DesiredRoutes(in RouteInput) Desired {
 			continue
 		}
 		for _, addr := range workloadAddrs(w) {
-			claims[addr]++
-			if cur, ok := d.Owner[addr]; !ok || beats(in, w, in.Workloads[cur]) {
+			cur, ok := d.Owner[addr]
+			if ok {
+				d.Contested[addr] = "" // the winner is set below
+			}
+			if !ok || beats(in, w, in.Workloads[cur]) {
 				d.Owner[addr] = name
 			}
 		}
 	}
+	for addr := range d.Contested {
+		d.Contested[addr] = d.Owner[addr]
+	}
 	for addr, name := range d.Owner {
 		w := in.Workloads[name]
-		if claims[addr] > 1 {
-			d.Contested[addr] = name
-		}
 		t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
 		fam := 0
 		if addr.Is6() {
@@ -108,7 +109,7 @@ func ownVeth(prefix string, links map[string]string, name string) bool {
 // workloadAddrs returns the addresses of a record's IPs (the Store
 // validated them as CIDRs).
 func workloadAddrs(w *state.Workload) []netip.Addr {
-	var out []netip.Addr
+	out := make([]netip.Addr, 0, len(w.IPs))
 	for _, s := range w.IPs {
 		if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Addr()) {
 			out = append(out, p.Addr())
@@ -201,10 +202,13 @@ func beats(in RouteInput, x, y *state.Workload) bool {
 
 // sortTargets orders targets by address, then prefix length.
 func sortTargets(ts []routes.Target) {
-	sort.Slice(ts, func(i, j int) bool {
-		if c := ts[i].CIDR.Addr().Compare(ts[j].CIDR.Addr()); c != 0 {
-			return c < 0
+	if len(ts) < 2 {
+		return
+	}
+	slices.SortFunc(ts, func(a, b routes.Target) int {
+		if c := a.CIDR.Addr().Compare(b.CIDR.Addr()); c != 0 {
+			return c
 		}
-		return ts[i].CIDR.Bits() < ts[j].CIDR.Bits()
+		return a.CIDR.Bits() - b.CIDR.Bits()
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // Keeper is the part of *podnet.Keeper the loop drives: it re-asserts the
@@ -18,17 +19,21 @@ type Keeper interface {
 	SetVeths(vs []podnet.HostVeth)
 	LinkChanged(name string)
 	NeighChanged(name string)
+	SysctlsChanged(name string)
 	CheckAll()
-	Check(sysctls bool) (podnet.Repairs, error)
+	Check(poll bool) (podnet.Repairs, error)
 }
 
-// DefaultKeepPeriod is how often, at most, the sysctls of owned veths are
-// read: they have no change events.
-const DefaultKeepPeriod = time.Second
+// DefaultKeepPeriod is how often, at most, the owned veths' sysctls whose
+// changes the kernel does not announce (proxy_delay, accept_ra,
+// accept_dad) are read: the longest such a change stays. The announced
+// ones are read on their netconf events.
+const DefaultKeepPeriod = DefaultTickPeriod
 
-// SetKeeper makes the loop keep the workloads' veths with k: sysctls every
-// period (at most 1s; 0 means 1s), links and neighbours when their events
-// arrive, everything on each full sync. Call it before Run.
+// SetKeeper makes the loop keep the workloads' veths with k: the silent
+// sysctls every period (at most DefaultKeepPeriod; 0 means that), the
+// announced sysctls, links and neighbours when their events arrive,
+// everything on each full sync. Call it before Run.
 func (a *Agent) SetKeeper(k Keeper, period time.Duration) {
 	if period <= 0 || period > DefaultKeepPeriod {
 		period = DefaultKeepPeriod
@@ -36,42 +41,101 @@ func (a *Agent) SetKeeper(k Keeper, period time.Duration) {
 	a.keeper, a.keepPeriod = k, period
 }
 
+// NotifySysctls records that a device configuration event named the
+// workload interface iface, or with iface "" the node.
+func (a *Agent) NotifySysctls(iface string) {
+	if iface != "" && !strings.HasPrefix(iface, a.opts.IfacePrefix) {
+		return
+	}
+	a.notifyKey(&a.pending.sysctls, iface)
+}
+
+// keptVeth is what keeperVeths last derived from one record: the veth
+// handed to the keeper and the record's IPv6 addresses.
+type keptVeth struct {
+	w  *state.Workload
+	v  podnet.HostVeth
+	v6 []netip.Addr
+}
+
+// current reports whether kv still holds for the record name: its
+// neighbours are exactly the IPv6 addresses routed to it (owner).
+func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
+	i := 0
+	for _, addr := range kv.v6 {
+		if owner[addr] != name {
+			continue
+		}
+		if i >= len(kv.v.Neighbours) || kv.v.Neighbours[i] != addr {
+			return false
+		}
+		i++
+	}
+	return i == len(kv.v.Neighbours)
+}
+
 // keeperVeths hands the served workloads' host veths to the keeper: only
 // records syncDesired accepted, each with the IPv6 addresses routed to it
-// (owner: address → record file).
+// (owner: address → record file). It derives a veth again only for a record
+// that changed (another record read, refused or routed other addresses) and
+// hands the list over only when one did.
 func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 	if a.keeper == nil {
 		return
 	}
-	var vs []podnet.HostVeth
-	for _, name := range slices.Sorted(maps.Keys(a.workloads)) {
-		w := a.workloads[name]
+	if a.kept == nil {
+		a.kept = map[string]keptVeth{}
+	}
+	changed, served := false, 0
+	for name, w := range a.workloads {
 		if _, bad := a.refused[name]; bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
 			continue
 		}
-		v := podnet.HostVeth{Name: w.HostIface}
-		v.MAC, _ = net.ParseMAC(w.ContainerMAC)
+		served++
+		if kv, ok := a.kept[name]; ok && kv.w == w && kv.current(owner, name) {
+			continue
+		}
+		kv := keptVeth{w: w, v: podnet.HostVeth{Name: w.HostIface}}
+		kv.v.MAC, _ = net.ParseMAC(w.ContainerMAC)
 		for _, addr := range workloadAddrs(w) {
 			if addr.Is6() {
-				v.IPv6 = true
+				kv.v.IPv6 = true
+				kv.v6 = append(kv.v6, addr)
 				if owner[addr] == name {
-					v.Neighbours = append(v.Neighbours, addr)
+					kv.v.Neighbours = append(kv.v.Neighbours, addr)
 				}
 			}
 		}
-		vs = append(vs, v)
+		a.kept[name] = kv
+		changed = true
+	}
+	if served != len(a.kept) {
+		// Every served record is in kept now; the others are gone or refused.
+		for name, kv := range a.kept {
+			if _, bad := a.refused[name]; bad || a.workloads[name] != kv.w {
+				delete(a.kept, name)
+			}
+		}
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	vs := make([]podnet.HostVeth, 0, len(a.kept))
+	for _, name := range slices.Sorted(maps.Keys(a.kept)) {
+		vs = append(vs, a.kept[name].v)
 	}
 	a.keeper.SetVeths(vs)
 }
 
-// keep runs the keeper: the sysctls when due, the hinted links and
-// neighbours always. Repairs are counted in routelet_repairs_total; errors
+// keep runs the keeper: the silent sysctls when due (poll), the hinted
+// sysctls, links and neighbours always. Repairs are counted in routelet_repairs_total; errors
 // are logged (the keeper retries them on its next run).
-func (a *Agent) keep(sysctls bool) {
+func (a *Agent) keep(poll bool) {
 	if a.keeper == nil {
 		return
 	}
-	rep, err := a.keeper.Check(sysctls)
+	rep, err := a.keeper.Check(poll)
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
 	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))
 	a.metrics.Repairs.WithLabelValues("neigh").Add(float64(rep.Neighbours))

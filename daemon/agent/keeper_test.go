@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -8,39 +9,47 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/podnet"
 )
 
 // fakeKeeper records what the loop hands the keeper and reports canned
 // repairs.
 type fakeKeeper struct {
-	mu      sync.Mutex
-	veths   []podnet.HostVeth
-	links   []string
-	neighs  []string
-	all     int
-	checks  int
-	sysctls int // Checks with sysctls set
-	repairs podnet.Repairs
+	mu          sync.Mutex
+	veths       []podnet.HostVeth
+	sets        int // SetVeths calls
+	links       []string
+	neighs      []string
+	sysctlHints []string // SysctlsChanged names
+	all         int
+	checks      int
+	sysctls     int // Checks with poll set
+	repairs     podnet.Repairs
 }
 
-func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) { k.mu.Lock(); k.veths = vs; k.mu.Unlock() }
-func (k *fakeKeeper) LinkChanged(name string) {
+func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) {
 	k.mu.Lock()
-	k.links = append(k.links, name)
+	k.veths = vs
+	k.sets++
 	k.mu.Unlock()
 }
-func (k *fakeKeeper) NeighChanged(name string) {
+func (k *fakeKeeper) LinkChanged(name string)    { k.note(&k.links, name) }
+func (k *fakeKeeper) NeighChanged(name string)   { k.note(&k.neighs, name) }
+func (k *fakeKeeper) SysctlsChanged(name string) { k.note(&k.sysctlHints, name) }
+
+// note appends a hinted name to one of k's lists.
+func (k *fakeKeeper) note(list *[]string, name string) {
 	k.mu.Lock()
-	k.neighs = append(k.neighs, name)
+	*list = append(*list, name)
 	k.mu.Unlock()
 }
 func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.mu.Unlock() }
-func (k *fakeKeeper) Check(sysctls bool) (podnet.Repairs, error) {
+func (k *fakeKeeper) Check(poll bool) (podnet.Repairs, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.checks++
-	if sysctls {
+	if poll {
 		k.sysctls++
 	}
 	r := k.repairs
@@ -49,8 +58,9 @@ func (k *fakeKeeper) Check(sysctls bool) (podnet.Repairs, error) {
 }
 
 // TestKeeperHook: the loop hands the prefixed workloads' veths (with their
-// IPv6 addresses and MAC) to the keeper, forwards link and neighbour events
-// and full syncs, ticks the sysctl check, and counts the repairs.
+// IPv6 addresses and MAC) to the keeper, forwards link, neighbour and
+// netconf events (of workload interfaces and the node) and full syncs,
+// ticks the sysctl poll, and counts the repairs.
 func TestKeeperHook(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{repairs: podnet.Repairs{Sysctls: 2, Links: 1, Neighbours: 3}}
@@ -73,14 +83,65 @@ func TestKeeperHook(t *testing.T) {
 	}
 	f.a.NotifyLink("cali1", "veth", false, true)
 	f.a.NotifyNeigh(NeighEvent{Iface: "cali1", Deleted: true})
+	f.a.OnNetconf(netwatch.NetconfEvent{Iface: "cali2"})
+	f.a.OnNetconf(netwatch.NetconfEvent{Iface: "eth9"})
+	f.a.OnNetconf(netwatch.NetconfEvent{IPv6: true})
 	waitFor(t, "events forwarded", func() bool {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		return slices.Contains(k.links, "cali1") && slices.Contains(k.neighs, "cali1") && k.all >= 1 && k.sysctls >= 2
+		return slices.Contains(k.links, "cali1") && slices.Contains(k.neighs, "cali1") && k.all >= 1 && k.sysctls >= 2 &&
+			slices.Contains(k.sysctlHints, "cali2") && slices.Contains(k.sysctlHints, "")
 	})
+	k.mu.Lock()
+	if slices.Contains(k.sysctlHints, "eth9") {
+		t.Errorf("sysctl hint for an interface without the prefix: %q", k.sysctlHints)
+	}
+	k.mu.Unlock()
 	waitFor(t, "repairs counted", func() bool {
 		return repairs(f, "sysctl") == 2 && repairs(f, "link") == 1 && repairs(f, "neigh") == 3
 	})
+}
+
+// TestKeeperVethsOnlyWhenRecordsChange: the loop hands the veths over
+// again only when what it would hand changed — a record added, changed,
+// removed or refused, an IPv6 address routed elsewhere — and not on a pass
+// that changed nothing of it.
+func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
+	f := newFixture(t)
+	k := &fakeKeeper{}
+	f.a.SetKeeper(k, 0)
+	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.fullSync()
+	names := func() []string {
+		var out []string
+		for _, v := range k.veths {
+			out = append(out, fmt.Sprintf("%s%v", v.Name, v.Neighbours))
+		}
+		return out
+	}
+	step := func(what string, sets int, want ...string) {
+		t.Helper()
+		if k.sets != sets || !slices.Equal(names(), want) {
+			t.Fatalf("%s: %d hand-overs of %v; want %d of %v", what, k.sets, names(), sets, want)
+		}
+	}
+	step("first sync", 1, "cali1[fd00:1::2]", "cali2[]")
+	f.a.syncDesired()
+	step("a pass with nothing changed", 1, "cali1[fd00:1::2]", "cali2[]")
+	f.put(t, "c3", "cali3", "10.244.1.4/32", "fd00:1::2/128") // claims c1's IPv6 address, created later: wins it
+	f.a.NotifyWorkload("c3_eth0.json")
+	f.a.processPending()
+	step("a record claiming an address", 2, "cali1[]", "cali2[]", "cali3[fd00:1::2]")
+	f.a.links["cali2"] = "bridge" // refused: not a veth
+	f.a.syncDesired()
+	step("a record refused", 3, "cali1[]", "cali3[fd00:1::2]")
+	if err := f.store.DeleteWorkload("c3", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	f.a.NotifyWorkload("c3_eth0.json")
+	f.a.processPending()
+	step("a record removed", 4, "cali1[fd00:1::2]")
 }
 
 // repairs reads routelet_repairs_total{object}.

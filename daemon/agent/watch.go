@@ -13,10 +13,12 @@ import (
 // Interest is what the agent owns in the netlink event stream: links and
 // routes on workload interfaces (the interface prefix), routes without a
 // device (the local blocks' blackholes), and neighbour deletions on
-// workload interfaces (a static ARP entry removed). The keeper's link and
-// neighbour hints ride on the same events.
+// workload interfaces (a static ARP entry removed), and device
+// configuration changes of workload interfaces and of the node (the
+// keeper's sysctl hints). The keeper's link and neighbour hints ride on the
+// same events.
 func (a *Agent) Interest() netwatch.Interest {
-	return netwatch.Interest{Prefixes: []string{a.opts.IfacePrefix}, NoInterface: true, NeighDeletesOnly: true}
+	return netwatch.Interest{Prefixes: []string{a.opts.IfacePrefix}, NoInterface: true, NeighDeletesOnly: true, Netconf: true}
 }
 
 // OnLink implements netwatch.Handler.
@@ -33,10 +35,16 @@ func (a *Agent) OnNeigh(ev netwatch.NeighEvent) {
 	}
 }
 
+// OnNetconf implements netwatch.NetconfHandler.
+func (a *Agent) OnNetconf(ev netwatch.NetconfEvent) { a.NotifySysctls(ev.Iface) }
+
 // Rescan implements netwatch.Handler: events were lost, re-read everything.
 func (a *Agent) Rescan() { a.NotifyRescan() }
 
-var _ netwatch.Handler = (*Agent)(nil)
+var (
+	_ netwatch.Handler        = (*Agent)(nil)
+	_ netwatch.NetconfHandler = (*Agent)(nil)
+)
 
 // KernelHost is the real Host: netlink of the calling process's namespace
 // and the filesystem for netns paths.

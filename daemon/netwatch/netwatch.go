@@ -1,9 +1,10 @@
 // Package netwatch is routeletd's one netlink event source. A Watcher holds
 // every subscription of the daemon's network namespace (links, routes,
-// neighbours and FDB entries, IPv4 and IPv6), the one index→name cache, and
-// re-subscription with backoff after a socket error or overflow. It reduces
-// every notification to a typed event (LinkEvent, RouteEvent, NeighEvent)
-// and hands it only to the owners whose Interest covers it.
+// neighbours and FDB entries, device configuration (netconf), IPv4 and
+// IPv6), the one index→name cache, and re-subscription with backoff after a
+// socket error or overflow. It reduces every notification to a typed event
+// (LinkEvent, RouteEvent, NeighEvent, NetconfEvent) and hands it only to the
+// owners whose Interest covers it.
 //
 // Owners (the agent's workload tables, the overlay manager) say what they
 // own — interface name prefixes and names, routes without a device, route
@@ -73,6 +74,9 @@ type Interest struct {
 	// RouteDeletesOnly and NeighDeletesOnly drop additions and changes.
 	RouteDeletesOnly bool
 	NeighDeletesOnly bool
+	// Netconf: the owner's Handler is also a NetconfHandler and receives
+	// the netconf events of its interfaces and the node-wide ones.
+	Netconf bool
 }
 
 // iface reports whether name is an interface the interest covers.
@@ -163,7 +167,7 @@ func kernelName(i int) (string, bool) {
 // daemon has anyway.
 const rcvbuf = 8 << 20
 
-// Start subscribes to links, routes and neighbours, reports every existing
+// Start subscribes to links, routes, neighbours and netconf, reports every existing
 // link to the owners before it returns (so the first sync knows which
 // interfaces exist and are up), and pumps events until ctx is done. A
 // subscription whose socket fails (e.g. ENOBUFS when a burst overflows it)
@@ -188,6 +192,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 		return netlink.NeighSubscribeWithOptions(ch, done, netlink.NeighSubscribeOptions{
 			ErrorCallback: onErr("neigh"), ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
 	}
+	netconfSub := netconfSubscribe(onErr("netconf"))
 	// Subscribe before listing, so no change between the two is missed.
 	linkCh, linkDone, err := subscribe(linkSub, 256)
 	if err != nil {
@@ -204,11 +209,19 @@ func (w *Watcher) Start(ctx context.Context) error {
 		close(routeDone)
 		return fmt.Errorf("subscribe to neighbours: %w", err)
 	}
+	netconfCh, netconfDone, err := subscribe(netconfSub, 1024)
+	if err != nil {
+		close(linkDone)
+		close(routeDone)
+		close(neighDone)
+		return fmt.Errorf("subscribe to device configuration: %w", err)
+	}
 	links, err := netlink.LinkList()
 	if err != nil {
 		close(linkDone)
 		close(routeDone)
 		close(neighDone)
+		close(netconfDone)
 		return fmt.Errorf("list links: %w", err)
 	}
 	for _, l := range links {
@@ -217,6 +230,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 	go pump(ctx, w, "link", linkCh, linkDone, linkSub, w.Link)
 	go pump(ctx, w, "route", routeCh, routeDone, routeSub, w.Route)
 	go pump(ctx, w, "neigh", neighCh, neighDone, neighSub, w.Neigh)
+	go pump(ctx, w, "netconf", netconfCh, netconfDone, netconfSub, w.netconf)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -40,21 +41,35 @@ type Repairs struct {
 // otherwise: the veth's HostSysctls, the node's NodeSysctls, the veth's
 // administrative state (up) and the permanent neighbour entry for each of
 // the pod's IPv6 addresses. It only touches veths whose name has the
-// configured prefix. Sysctls have no change events, so every Check with
-// sysctls set reads them (only the veths' own files); links and neighbours
-// are read when an event named the veth (LinkChanged, NeighChanged) or after
-// CheckAll. It is not safe for concurrent use.
+// configured prefix. It reads only what may have changed: a veth's link,
+// neighbours and all its sysctls when an event named it (LinkChanged,
+// NeighChanged, SysctlsChanged) or after CheckAll, the node's sysctls after
+// SysctlsChanged("") or any veth sysctl read; on each Check with poll set,
+// the sysctls whose changes the kernel does not announce (not Announced)
+// of every veth, and all sysctls of the veths new since the last poll. It
+// is not safe for concurrent use.
 type Keeper struct {
 	prefix string
 	h      *netlink.Handle
 	log    *slog.Logger
-	veths  map[string]HostVeth
-	// links and neighs name the veths whose link or neighbours the next
-	// Check reads.
-	links, neighs map[string]bool
+	veths  map[string]keptVeth
+	names  []string // the keys of veths, sorted
+	any6   bool     // some kept veth has IPv6 (NodeSysctls' argument)
+	// links, neighs and sysctls name the veths whose link, neighbours or
+	// sysctls the next Check reads, fresh those whose sysctls the next
+	// polling Check reads; node: the next Check reads NodeSysctls.
+	links, neighs, sysctls, fresh map[string]bool
+	node                          bool
 	// veth holds the kept names last read as an existing veth: only those
 	// get their sysctls written.
 	veth map[string]bool
+}
+
+// keptVeth is one kept veth with its HostSysctls, all and the polled
+// (not Announced) ones.
+type keptVeth struct {
+	HostVeth
+	all, polled []Sysctl
 }
 
 // NewKeeper opens a netlink handle in the calling thread's namespace for
@@ -71,8 +86,9 @@ func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Keeper{prefix: prefix, h: h, log: log, veths: map[string]HostVeth{},
-		links: map[string]bool{}, neighs: map[string]bool{}, veth: map[string]bool{}}, nil
+	return &Keeper{prefix: prefix, h: h, log: log, veths: map[string]keptVeth{},
+		links: map[string]bool{}, neighs: map[string]bool{}, sysctls: map[string]bool{}, fresh: map[string]bool{},
+		veth: map[string]bool{}}, nil
 }
 
 // Close releases the netlink handle.
@@ -80,24 +96,45 @@ func (k *Keeper) Close() { k.h.Close() }
 
 // SetVeths replaces the veths kept; names without the prefix are ignored.
 // A veth that is new or changed has its link and neighbours read by the
-// next Check.
+// next Check and its sysctls, and then the node's, by the next polling
+// Check (ADD has just written them; a change is announced or polled).
+// Handing over the same veths again costs one comparison each.
 func (k *Keeper) SetVeths(vs []HostVeth) {
-	next := make(map[string]HostVeth, len(vs))
+	next := make(map[string]keptVeth, len(vs))
+	changed := false
 	for _, v := range vs {
 		if !strings.HasPrefix(v.Name, k.prefix) {
 			continue
 		}
-		next[v.Name] = v
-		if old, ok := k.veths[v.Name]; !ok || !sameVeth(old, v) {
-			k.links[v.Name], k.neighs[v.Name] = true, true
+		if old, ok := k.veths[v.Name]; ok && sameVeth(old.HostVeth, v) {
+			next[v.Name] = old
+			continue
 		}
-	}
-	for name := range k.veth {
-		if _, ok := next[name]; !ok {
-			delete(k.veth, name)
+		changed = true
+		all := HostSysctls(v.Name, v.IPv6)
+		kv := keptVeth{HostVeth: v, all: all}
+		for _, s := range all {
+			if !s.Announced {
+				kv.polled = append(kv.polled, s)
+			}
 		}
+		next[v.Name] = kv
+		k.links[v.Name], k.neighs[v.Name], k.fresh[v.Name] = true, true, true
 	}
+	if !changed && len(next) == len(k.veths) {
+		return
+	}
+	gone := func(name string, _ bool) bool { _, ok := next[name]; return !ok }
+	maps.DeleteFunc(k.veth, gone)
+	maps.DeleteFunc(k.fresh, gone)
 	k.veths = next
+	k.names = k.names[:0]
+	k.any6 = false
+	for name, v := range next {
+		k.names = append(k.names, name)
+		k.any6 = k.any6 || v.IPv6
+	}
+	slices.Sort(k.names)
 }
 
 // sameVeth compares two HostVeth values.
@@ -106,10 +143,11 @@ func sameVeth(a, b HostVeth) bool {
 }
 
 // LinkChanged is the hint for a link event naming name: the next Check
-// reads its state, and its neighbours (a link that went down lost them).
+// reads its state, its neighbours (a link that went down lost them) and its
+// sysctls (a veth made again under the name starts from the defaults).
 func (k *Keeper) LinkChanged(name string) {
 	if _, ok := k.veths[name]; ok {
-		k.links[name], k.neighs[name] = true, true
+		k.links[name], k.neighs[name], k.sysctls[name] = true, true, true
 	}
 }
 
@@ -120,31 +158,48 @@ func (k *Keeper) NeighChanged(name string) {
 	}
 }
 
-// CheckAll makes the next Check read every veth's link and neighbours
-// (after lost events, or on the periodic resync).
-func (k *Keeper) CheckAll() {
-	for name := range k.veths {
-		k.links[name], k.neighs[name] = true, true
+// SysctlsChanged is the hint for a device configuration (netconf) event:
+// the next Check reads every sysctl of the veth name, or with name "" the
+// node's.
+func (k *Keeper) SysctlsChanged(name string) {
+	if name == "" {
+		k.node = true
+		return
+	}
+	if _, ok := k.veths[name]; ok {
+		k.sysctls[name] = true
 	}
 }
 
-// Check repairs what differs: the link and neighbours of the veths hinted
-// since the last Check, and with sysctls every kept veth's HostSysctls and
-// the NodeSysctls the pods need. A veth that no longer exists, or a link of
+// CheckAll makes the next Check read every veth's link, neighbours and
+// sysctls and the node's sysctls (after lost events, or on the periodic
+// resync).
+func (k *Keeper) CheckAll() {
+	for name := range k.veths {
+		k.links[name], k.neighs[name], k.sysctls[name] = true, true, true
+	}
+	k.node = true
+}
+
+// Check repairs what differs: the link, neighbours and sysctls of the veths
+// hinted since the last Check, the NodeSysctls the pods need when hinted or
+// when a veth's sysctls were read, and with poll the not Announced
+// HostSysctls of every kept veth and all of those of the veths new since the
+// last poll. A veth that no longer exists, or a link of
 // that name that is not a veth, is skipped (its record is the agent's
 // business). Errors are joined; what failed is hinted again for the next
 // Check.
-func (k *Keeper) Check(sysctls bool) (Repairs, error) {
+func (k *Keeper) Check(poll bool) (Repairs, error) {
 	var rep Repairs
 	var errs []error
-	var retryLinks, retryNeighs []string
+	var retryLinks, retryNeighs, retrySysctls []string
 	for name := range k.links {
 		delete(k.links, name)
 		v, ok := k.veths[name]
 		if !ok {
 			continue
 		}
-		fixed, err := k.ensureUp(v)
+		fixed, err := k.ensureUp(v.HostVeth)
 		if err != nil {
 			errs = append(errs, err)
 			retryLinks = append(retryLinks, name)
@@ -152,24 +207,37 @@ func (k *Keeper) Check(sysctls bool) (Repairs, error) {
 			rep.Links++
 		}
 	}
-	if sysctls && len(k.veths) > 0 {
-		any6 := false
-		for _, name := range k.sortedNames() {
-			v := k.veths[name]
-			any6 = any6 || v.IPv6
-			if !k.veth[name] {
+	if len(k.sysctls) > 0 || poll {
+		for _, name := range k.names {
+			hinted := k.sysctls[name] || (poll && k.fresh[name])
+			if (!hinted && !poll) || !k.veth[name] {
 				continue
 			}
-			n, err := k.ensureSysctls(HostSysctls(v.Name, v.IPv6))
+			v := k.veths[name]
+			settings := v.polled
+			if hinted {
+				settings = v.all
+				k.node = true
+			}
+			n, err := k.ensureSysctls(settings)
 			rep.Sysctls += n
 			if err != nil {
 				errs = append(errs, fmt.Errorf("veth %s: %w", v.Name, err))
+				retrySysctls = append(retrySysctls, name)
 			}
 		}
-		n, err := k.ensureSysctls(NodeSysctls(any6))
+		clear(k.sysctls)
+		if poll {
+			clear(k.fresh)
+		}
+	}
+	if k.node && len(k.veths) > 0 {
+		k.node = false
+		n, err := k.ensureSysctls(NodeSysctls(k.any6))
 		rep.Sysctls += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node: %w", err))
+			k.node = true
 		}
 	}
 	for name := range k.neighs {
@@ -178,7 +246,7 @@ func (k *Keeper) Check(sysctls bool) (Repairs, error) {
 		if !ok || len(v.Neighbours) == 0 {
 			continue
 		}
-		n, err := k.ensureNeighbours(v)
+		n, err := k.ensureNeighbours(v.HostVeth)
 		rep.Neighbours += n
 		if err != nil {
 			errs = append(errs, err)
@@ -191,17 +259,10 @@ func (k *Keeper) Check(sysctls bool) (Repairs, error) {
 	for _, name := range retryNeighs {
 		k.neighs[name] = true
 	}
-	return rep, errors.Join(errs...)
-}
-
-// sortedNames lists the kept veths in name order.
-func (k *Keeper) sortedNames() []string {
-	names := make([]string, 0, len(k.veths))
-	for n := range k.veths {
-		names = append(names, n)
+	for _, name := range retrySysctls {
+		k.sysctls[name] = true
 	}
-	slices.Sort(names)
-	return names
+	return rep, errors.Join(errs...)
 }
 
 // ensureSysctls writes the settings that differ, logging each, and returns

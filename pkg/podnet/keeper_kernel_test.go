@@ -18,15 +18,7 @@ import (
 // Check with nothing changed writes nothing; a prefixed link that is not a
 // veth and a veth without the prefix are never touched.
 func TestKeeperRepairs(t *testing.T) {
-	needRoot(t)
-	node, pod := newNS(t), newNS(t)
-	att := attach(t, node, pod, "calikeep00001", "10.77.0.7", "fd77::7")
-	inNS(t, node, func() error {
-		k, err := NewKeeper("cali", slog.New(slog.DiscardHandler))
-		if err != nil {
-			return err
-		}
-		defer k.Close()
+	withKeeper(t, "calikeep00001", []string{"10.77.0.7", "fd77::7"}, func(k *Keeper, att *Attached) error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err
@@ -135,5 +127,81 @@ func TestKeeperRepairs(t *testing.T) {
 			t.Fatalf("Check after the veth went: %v", err)
 		}
 		return nil
+	})
+}
+
+// TestKeeperReadsWhatMayHaveChanged: the first poll after a veth is handed
+// over reads all its sysctls; after that a Check reads a veth's Announced sysctls only when SysctlsChanged named it
+// (the hint of a netconf event), the node's only after SysctlsChanged(""),
+// and a Check with poll reads the settings that change silently
+// (accept_ra here), on every kept veth.
+func TestKeeperReadsWhatMayHaveChanged(t *testing.T) {
+	withKeeper(t, "calikeep00002", []string{"10.77.0.8", "fd77::8"}, func(k *Keeper, att *Attached) error {
+		const proxyARP, acceptRA, ipForward = "net/ipv4/conf/calikeep00002/proxy_arp", "net/ipv6/conf/calikeep00002/accept_ra", "net/ipv4/ip_forward"
+		read := func(key string) string {
+			v, err := ReadSysctl(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		// Changed before the keeper knew the veth: the first poll reads all
+		// of a new veth's sysctls.
+		if err := writeSysctl(proxyARP, "0"); err != nil {
+			return err
+		}
+		k.SetVeths([]HostVeth{{Name: "calikeep00002", IPv6: true, Neighbours: []netip.Addr{netip.MustParseAddr("fd77::8")}, MAC: att.ContMAC}})
+		if rep, err := k.Check(true); err != nil || rep != (Repairs{Sysctls: 1}) || read(proxyARP) != "1" {
+			t.Fatalf("first poll after ADD: %+v, %v, proxy_arp %s; want proxy_arp alone repaired", rep, err, read(proxyARP))
+		}
+		for _, key := range []string{proxyARP, ipForward} {
+			if err := writeSysctl(key, "0"); err != nil {
+				return err
+			}
+		}
+		if err := writeSysctl(acceptRA, "1"); err != nil {
+			return err
+		}
+		if rep, err := k.Check(false); err != nil || rep != (Repairs{}) || read(proxyARP) != "0" {
+			t.Fatalf("Check without hints: %+v, %v, proxy_arp %s; want nothing read", rep, err, read(proxyARP))
+		}
+		if rep, err := k.Check(true); err != nil || rep.Sysctls != 1 || read(acceptRA) != "0" || read(proxyARP) != "0" {
+			t.Fatalf("polling Check: %+v, %v, accept_ra %s, proxy_arp %s; want accept_ra alone repaired", rep, err, read(acceptRA), read(proxyARP))
+		}
+		k.SysctlsChanged("calikeep00002")
+		// ip_forward=0 also reset the veth's IPv4 forwarding; the node's
+		// setting is read after a veth's too.
+		if rep, err := k.Check(false); err != nil || rep.Sysctls < 2 || read(proxyARP) != "1" || read(ipForward) != "1" {
+			t.Fatalf("Check after the veth's hint: %+v, %v, proxy_arp %s, ip_forward %s; want both repaired", rep, err, read(proxyARP), read(ipForward))
+		}
+		if err := writeSysctl(ipForward, "0"); err != nil {
+			return err
+		}
+		if rep, err := k.Check(true); err != nil || rep != (Repairs{}) || read(ipForward) != "0" {
+			t.Fatalf("polling Check: %+v, %v, ip_forward %s; want the node's sysctls left to their hint", rep, err, read(ipForward))
+		}
+		k.SysctlsChanged("")
+		if rep, err := k.Check(false); err != nil || rep.Sysctls != 1 || read(ipForward) != "1" {
+			t.Fatalf("Check after the node's hint: %+v, %v, ip_forward %s; want it repaired", rep, err, read(ipForward))
+		}
+		return nil
+	})
+}
+
+// withKeeper attaches a pod with addrs on host veth host (Setup, fresh node
+// and pod namespaces) and runs f in the node namespace with a Keeper for
+// the "cali" prefix.
+func withKeeper(t *testing.T, host string, addrs []string, f func(k *Keeper, att *Attached) error) {
+	t.Helper()
+	needRoot(t)
+	node, pod := newNS(t), newNS(t)
+	att := attach(t, node, pod, host, addrs...)
+	inNS(t, node, func() error {
+		k, err := NewKeeper("cali", slog.New(slog.DiscardHandler))
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		return f(k, att)
 	})
 }

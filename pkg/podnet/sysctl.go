@@ -23,6 +23,10 @@ type Sysctl struct {
 	// setting on a node whose interfaces have IPv6 disabled); a missing
 	// key is then not an error.
 	IfPresent bool
+	// Announced: the kernel announces a change of this setting with an
+	// RTM_NEWNETCONF notification (forwarding, proxy_arp, proxy_ndp), so a
+	// keeper need only read it when told; the others must be polled.
+	Announced bool
 }
 
 // HostSysctls is the one table of the settings the host side of a pod veth
@@ -33,12 +37,14 @@ type Sysctl struct {
 // advertisement a pod sends. With an IPv6 pod the veth also does proxy NDP
 // and IPv6 forwarding, without duplicate address detection (the gateway
 // address is NODAD anyway); an IPv4-only pod's veth still refuses router
-// advertisements where the node has IPv6.
+// advertisements where the node has IPv6. Changes of proxy_arp, proxy_ndp
+// and forwarding are Announced; proxy_delay, accept_ra and accept_dad
+// change silently.
 func HostSysctls(iface string, ipv6 bool) []Sysctl {
 	settings := []Sysctl{
-		{Key: "net/ipv4/conf/" + iface + "/proxy_arp", Value: "1"},
+		{Key: "net/ipv4/conf/" + iface + "/proxy_arp", Value: "1", Announced: true},
 		{Key: "net/ipv4/neigh/" + iface + "/proxy_delay", Value: "0"},
-		{Key: "net/ipv4/conf/" + iface + "/forwarding", Value: "1"},
+		{Key: "net/ipv4/conf/" + iface + "/forwarding", Value: "1", Announced: true},
 	}
 	if !ipv6 {
 		return append(settings, Sysctl{Key: "net/ipv6/conf/" + iface + "/accept_ra", Value: "0", IfPresent: true})
@@ -46,19 +52,19 @@ func HostSysctls(iface string, ipv6 bool) []Sysctl {
 	return append(settings,
 		Sysctl{Key: "net/ipv6/conf/" + iface + "/accept_ra", Value: "0"},
 		Sysctl{Key: "net/ipv6/conf/" + iface + "/accept_dad", Value: "0"},
-		Sysctl{Key: "net/ipv6/conf/" + iface + "/proxy_ndp", Value: "1"},
-		Sysctl{Key: "net/ipv6/conf/" + iface + "/forwarding", Value: "1"},
+		Sysctl{Key: "net/ipv6/conf/" + iface + "/proxy_ndp", Value: "1", Announced: true},
+		Sysctl{Key: "net/ipv6/conf/" + iface + "/forwarding", Value: "1", Announced: true},
 	)
 }
 
 // NodeSysctls are the node-wide settings pods need: IPv4 forwarding, and
 // for IPv6 pods IPv6 forwarding. IPv6 forwarding is only wanted for IPv6
 // pods, because turning it on makes the kernel ignore router advertisements
-// on every interface.
+// on every interface. Both are Announced (as the "all" settings).
 func NodeSysctls(ipv6 bool) []Sysctl {
-	s := []Sysctl{{Key: "net/ipv4/ip_forward", Value: "1"}}
+	s := []Sysctl{{Key: "net/ipv4/ip_forward", Value: "1", Announced: true}}
 	if ipv6 {
-		s = append(s, Sysctl{Key: "net/ipv6/conf/all/forwarding", Value: "1"})
+		s = append(s, Sysctl{Key: "net/ipv6/conf/all/forwarding", Value: "1", Announced: true})
 	}
 	return s
 }
