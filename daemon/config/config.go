@@ -293,7 +293,7 @@ func keys() []key {
 		{name: "resync-period", help: "full re-read of records and routes", def: []string{durationDefault(agent.DefaultResyncPeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.ResyncPeriod, v[0], time.Millisecond)
 		}},
-		{name: "device-check-period", help: "leak checks and liveness tick", def: []string{durationDefault(agent.DefaultTickPeriod)}, set: func(c *Config, v []string) error {
+		{name: "device-check-period", help: "leak checks, liveness tick, overlay device check and the poll of pod-veth sysctls that send no netconf event", def: []string{durationDefault(agent.DefaultTickPeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.DeviceCheckPeriod, v[0], time.Millisecond)
 		}},
 		{name: "grace-period", help: "leave unexpected routes on a newly seen interface alone this long (0 = remove at once)", def: []string{durationDefault(routes.DefaultGracePeriod)}, set: func(c *Config, v []string) error {
