@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -469,6 +470,19 @@ func (c *Cluster) AddPod(ctx context.Context, n *Node, name string) (*Pod, error
 		}
 	}
 	return p, nil
+}
+
+// DelPod runs CNI DEL for p on n, removes p's namespace and drops it from
+// n.Pods.
+func (c *Cluster) DelPod(ctx context.Context, n *Node, p *Pod) error {
+	if p.attached {
+		if err := n.CNI.Del(ctx, n.Conf, p.RT); err != nil {
+			return fmt.Errorf("DEL %s: %w", p.Name, err)
+		}
+		p.attached = false
+	}
+	n.Pods = slices.DeleteFunc(n.Pods, func(q *Pod) bool { return q == p })
+	return netnstest.Remove(p.NS)
 }
 
 // Detach runs CNI DEL for every attached pod.

@@ -222,10 +222,9 @@ func TestEtcdDatastore(t *testing.T) {
 		if err == nil || !strings.Contains(out, "1 pod still on this node") {
 			t.Fatalf("leave with a pod on the node: %v\n%s\nwant refused saying 1 pod", err, out)
 		}
-		if err := cn.CNI.Del(ctx, cn.Conf, cn.Pods[0].RT); err != nil {
+		if err := tc.c.DelPod(ctx, cn.Node, cn.Pods[0]); err != nil {
 			t.Fatal(err)
 		}
-		cn.Pods = nil
 		if out, err := routeletd(cn, leave...); err != nil {
 			t.Fatalf("leave: %v\n%s", err, out)
 		}
