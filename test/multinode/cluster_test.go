@@ -325,6 +325,40 @@ func equalDP(a, b dataplane) bool {
 		slices.Equal(a.Neigh6, b.Neigh6) && slices.Equal(a.FDB6, b.FDB6)
 }
 
+// dataplanes reads the dataplane of every node in nodes, by node name.
+func (c *testCluster) dataplanes(nodes []*node) map[string]dataplane {
+	c.t.Helper()
+	out := map[string]dataplane{}
+	for _, n := range nodes {
+		d, err := n.read()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		out[n.Spec.Name] = d
+	}
+	return out
+}
+
+// keepDataplanes samples nodes every half second until, since start, d
+// has passed, and fails as soon as one node's dataplane differs from what
+// before holds for it (an outage must change nothing). It samples a
+// window; it does not wait for a condition.
+func (c *testCluster) keepDataplanes(nodes []*node, before map[string]dataplane, start time.Time, d time.Duration, what string) {
+	c.t.Helper()
+	for time.Since(start) < d {
+		for _, n := range nodes {
+			got, err := n.read()
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			if !equalDP(got, before[n.Spec.Name]) {
+				c.t.Fatalf("node %s's dataplane changed %s into %s\ngot:\n%swant:\n%s", n.Spec.Name, time.Since(start).Round(time.Second), what, got, before[n.Spec.Name])
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // waitDataplane polls until n holds exactly want, or fails after
 // netnstest.Generous(timeout)
 // showing both.

@@ -138,14 +138,7 @@ func TestEtcdDatastore(t *testing.T) {
 	}
 	t.Run("etcd outage", func(t *testing.T) {
 		defer sub(t)()
-		before := map[string]dataplane{}
-		for _, n := range tc.nodes {
-			d, err := n.read()
-			if err != nil {
-				t.Fatal(err)
-			}
-			before[n.Spec.Name] = d
-		}
+		before := tc.dataplanes(tc.nodes)
 		const outage = 30 * time.Second
 		count := int((outage + 10*time.Second) / (200 * time.Millisecond))
 		from := a.Pods[0]
@@ -170,18 +163,7 @@ func TestEtcdDatastore(t *testing.T) {
 			return err == nil && !st.Ready && strings.Contains(st.Reason, "etcd")
 		})
 		// The outage lasts its full length; meanwhile nothing changes.
-		for time.Since(stopped) < outage {
-			for _, n := range tc.nodes[:3] {
-				got, err := n.read()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !equalDP(got, before[n.Spec.Name]) {
-					t.Fatalf("node %s's dataplane changed during the outage\ngot:\n%swant:\n%s", n.Spec.Name, got, before[n.Spec.Name])
-				}
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
+		tc.keepDataplanes(tc.nodes[:3], before, stopped, outage, "the etcd outage")
 		for _, n := range tc.nodes[:3] {
 			if !strings.Contains(n.LogTail(1000), "etcd unreachable") {
 				t.Errorf("node %s did not log the outage", n.Spec.Name)

@@ -268,28 +268,9 @@ func TestKubernetesDatastore(t *testing.T) {
 
 	t.Run("API server stopped for 30s: no route removed, a change after it is applied", func(t *testing.T) {
 		tc := tc.in(t)
-		before := map[string]dataplane{}
-		for _, n := range tc.nodes {
-			d, err := n.read()
-			if err != nil {
-				t.Fatal(err)
-			}
-			before[n.Spec.Name] = d
-		}
+		before := tc.dataplanes(tc.nodes)
 		api.StopAPIServer(t)
-		outage := time.Now()
-		for time.Since(outage) < 30*time.Second {
-			for _, n := range tc.nodes {
-				got, err := n.read()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !equalDP(got, before[n.Spec.Name]) {
-					t.Fatalf("node %s changed its dataplane %s into the outage\ngot:\n%swant:\n%s", n.Spec.Name, time.Since(outage).Round(time.Second), got, before[n.Spec.Name])
-				}
-			}
-			time.Sleep(500 * time.Millisecond) // sampling the outage, not waiting for a condition
-		}
+		tc.keepDataplanes(tc.nodes, before, time.Now(), 30*time.Second, "the API server outage")
 		if bad := tc.reachability(func(_, _ *node) bool { return true }); len(bad) > 0 {
 			t.Errorf("pods lost each other during the outage:\n%s", strings.Join(bad, "\n"))
 		}
