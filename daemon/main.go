@@ -370,18 +370,11 @@ var datastores = map[string]func(ctx context.Context, cfg *config.Config, store 
 }
 
 // wireDatastore connects a datastore's optional parts to the daemon: its
-// metrics (a prometheus.Collector, or a Register method for several) and its readiness reporting
+// metrics (a prometheus.Collector) and its readiness reporting
 // (datastore.ReadyReporter).
 func wireDatastore(ds datastore.Datastore, status *health.Status, metrics *health.Metrics) error {
-	switch m := ds.(type) {
-	case interface {
-		Register(prometheus.Registerer) error
-	}:
-		if err := m.Register(metrics.Registry); err != nil {
-			return fmt.Errorf("datastore metrics: %w", err)
-		}
-	case prometheus.Collector:
-		if err := metrics.Registry.Register(m); err != nil {
+	if c, ok := ds.(prometheus.Collector); ok {
+		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("datastore metrics: %w", err)
 		}
 	}

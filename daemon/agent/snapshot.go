@@ -237,23 +237,15 @@ func (s *snapState) datastoreHealth(src PeerSource, h *debugapi.DatastoreHealth)
 	}
 }
 
-// datastoreRegistry registers ds's metrics (a Register method, or a
-// prometheus.Collector) in a registry of their own, which snapshots read;
-// nil when ds has none.
+// datastoreRegistry registers ds's metrics (a prometheus.Collector) in a
+// registry of their own, which snapshots read; nil when ds has none.
 func datastoreRegistry(ds datastore.Datastore) *prometheus.Registry {
+	c, ok := ds.(prometheus.Collector)
+	if !ok {
+		return nil
+	}
 	reg := prometheus.NewRegistry()
-	switch m := ds.(type) {
-	case interface {
-		Register(prometheus.Registerer) error
-	}:
-		if m.Register(reg) != nil {
-			return nil
-		}
-	case prometheus.Collector:
-		if reg.Register(m) != nil {
-			return nil
-		}
-	default:
+	if reg.Register(c) != nil {
 		return nil
 	}
 	return reg

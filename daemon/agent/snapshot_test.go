@@ -25,12 +25,8 @@ func (healthDS) Publish(peers.Record) error                                     
 func (healthDS) Watch(context.Context, func()) error                               { return nil }
 func (healthDS) Peers() ([]peers.Record, []error, error)                           { return nil, nil, nil }
 func (healthDS) Live() []string                                                    { return []string{"b"} }
-func (d healthDS) Register(reg prometheus.Registerer) error {
-	if err := reg.Register(d.up); err != nil {
-		return err
-	}
-	return reg.Register(d.errors)
-}
+func (d healthDS) Describe(ch chan<- *prometheus.Desc)                             { d.up.Describe(ch); d.errors.Describe(ch) }
+func (d healthDS) Collect(ch chan<- prometheus.Metric)                             { d.up.Collect(ch); d.errors.Collect(ch) }
 
 // TestDatastoreHealth: a snapshot's datastore health carries what the
 // datastore tells: liveness (Live), reachability and failed requests

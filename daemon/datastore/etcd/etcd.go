@@ -633,8 +633,20 @@ func (d *Datastore) failed(op string, err error) {
 	}
 }
 
-// Register adds the datastore's metrics to reg.
-func (d *Datastore) Register(reg prometheus.Registerer) error { return d.m.register(reg) }
+// Describe and Collect make the datastore a prometheus.Collector of its
+// metrics, which the daemon registers on /metrics.
+func (d *Datastore) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range d.m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (d *Datastore) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range d.m.collectors() {
+		c.Collect(ch)
+	}
+}
 
 // metrics are the etcd datastore's metrics.
 type metrics struct {
@@ -646,7 +658,7 @@ type metrics struct {
 	claimRaces prometheus.Counter
 }
 
-// newMetrics creates the metrics (registered by Register).
+// newMetrics creates the metrics (collected through the Datastore).
 func newMetrics() *metrics {
 	return &metrics{
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routelet_datastore_up",
@@ -664,14 +676,9 @@ func newMetrics() *metrics {
 	}
 }
 
-// register registers every metric on reg.
-func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.up, m.errors, m.relists, m.skipped, m.live, m.claimRaces} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+// collectors returns every metric.
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.up, m.errors, m.relists, m.skipped, m.live, m.claimRaces}
 }
 
 // backoff doubles a wait from 250 ms up to 10 s.
