@@ -53,8 +53,6 @@ type Input struct {
 	// Now stamps new values (at least 1 ns after every time in Seen, so a
 	// clock that went back cannot make a newcomer established).
 	Now time.Time
-
-	cache *parseCache // the Validator's per-record results; nil: parse all
 }
 
 // Result is Resolve's decision.
@@ -93,10 +91,15 @@ type item struct {
 	Claim
 	seen    time.Time
 	updated time.Time
-	node    *NodeInfo // the record's output, filled as values are accepted
+	node    *NodeInfo // the record's output; nil when the record is refused whole
 	addr    netip.Addr
 	block   netip.Prefix
 	mac     net.HardwareAddr
+	// space is the address space claimed (the block, or the host IP as a
+	// single-address prefix); invalid for MACs and tunnel addresses.
+	space netip.Prefix
+	why   string // decide's verdict: why it is refused, "" when accepted
+	mark  uint64 // the Validator's pass that last queued it
 }
 
 // owner is an accepted address-space claim.
@@ -184,22 +187,23 @@ func Resolve(in Input) Result {
 	items := make([]*item, 0, 4*len(recs))
 	outs := make([]NodeInfo, len(recs)) // infos point into it
 	byName := make(map[string]bool, len(recs))
-	if in.cache != nil {
-		in.cache.begin()
-		defer in.cache.end()
-	}
 	for _, r := range recs {
-		n, refused, its := in.cache.parse(r)
+		n, refused := Parse(r)
 		res.Refused = append(res.Refused, refused...)
 		if n.Name == "" {
 			continue
 		}
+		its := claims(n, r.Updated, nil)
 		for _, it := range its {
 			if s, ok := in.Seen[it.Claim]; ok {
 				it.seen = s.First
 			}
 		}
-		if why := wholeRecord(in, n, byName); why != "" {
+		why := sameName
+		if !byName[n.Name] {
+			why = wholeRecord(in.Self, in.Host, n)
+		}
+		if why != "" {
 			res.Refused = append(res.Refused, Refusal{Node: n.Name, Field: FieldRecord, Value: n.Name, Reason: why})
 			items = append(items, its...) // still stamped: a newcomer stays one
 			continue
@@ -229,29 +233,62 @@ func Resolve(in Input) Result {
 		}
 	}
 
-	// Established first; ties (values first seen together) by record time,
-	// name, field, value.
-	// (node, field, value) is unique among live items (one record per
-	// name, one claim per value), so compareItems is a total order and an
-	// unstable sort decides the same.
 	live := slices.DeleteFunc(slices.Clone(items), func(it *item) bool { return it.node == nil })
-	slices.SortFunc(live, compareItems)
-	// Accepted blocks and host IPs, ours first.
-	var ours, candidates []netip.Prefix
-	for _, b := range in.Self.Blocks {
+	decide(in.Self, in.Host, live)
+	for _, it := range live {
+		if it.why != "" {
+			res.Refused = append(res.Refused, Refusal{Node: it.Node, Field: it.Field, Value: it.Value, Reason: it.why})
+			continue
+		}
+		fill(it.node, it)
+	}
+	for _, n := range infos {
+		sortPrefixes(n.Blocks)
+		res.Peers = append(res.Peers, *n)
+	}
+	slices.SortFunc(res.Refused, compareRefusals)
+	return res
+}
+
+// compareRefusals orders refusals by node, field and value.
+func compareRefusals(a, b Refusal) int {
+	return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Field, b.Field), strings.Compare(a.Value, b.Value))
+}
+
+// ourSpace is the address space of this node no peer may claim: its
+// blocks (masked) and its host IPs as single-address prefixes.
+func ourSpace(self Self) []netip.Prefix {
+	var ours []netip.Prefix
+	for _, b := range self.Blocks {
 		if b.IsValid() {
 			ours = append(ours, b.Masked())
 		}
 	}
-	for _, a := range []netip.Addr{in.Self.IPv4.HostIP, in.Self.IPv6.HostIP} {
+	for _, a := range []netip.Addr{self.IPv4.HostIP, self.IPv6.HostIP} {
 		if a.IsValid() {
 			ours = append(ours, netip.PrefixFrom(a, a.BitLen()))
 		}
 	}
-	candidates = append(candidates, ours...)
+	return ours
+}
+
+// decide gives every live item (the values of records not refused whole)
+// its verdict (item.why): established first, each value accepted unless
+// it conflicts with this node or with a value accepted before it. Ties
+// (values first seen together) go by record time, name, field, value.
+// (node, field, value) is unique among live items (one record per name,
+// one claim per value), so compareItems is a total order and an unstable
+// sort decides the same. A value's verdict depends only on the values it
+// conflicts with (related), directly or through others, so deciding any
+// set closed under related gives each member the verdict it has among all.
+// live is sorted in place.
+func decide(self Self, host netguard.Host, live []*item) {
+	slices.SortFunc(live, compareItems)
+	ours := ourSpace(self)
+	candidates := slices.Clone(ours)
 	for _, it := range live {
-		if p, ok := it.space(); ok {
-			candidates = append(candidates, p)
+		if it.space.IsValid() {
+			candidates = append(candidates, it.space)
 		}
 	}
 	sp := newSpace(candidates)
@@ -260,32 +297,19 @@ func Resolve(in Input) Result {
 	}
 	taken := map[string]map[string]string{} // field → value → node, for MACs and tunnel addresses
 	for _, it := range live {
-		if why := conflict(in.Host, sp, taken, it); why != "" {
-			res.Refused = append(res.Refused, Refusal{Node: it.Node, Field: it.Field, Value: it.Value, Reason: why})
-			continue
+		if it.why = conflict(host, sp, taken, it); it.why == "" {
+			accept(it, sp, taken)
 		}
-		accept(it, sp, taken)
 	}
-	for _, n := range infos {
-		sortPrefixes(n.Blocks)
-		res.Peers = append(res.Peers, *n)
-	}
-	slices.SortFunc(res.Refused, func(a, b Refusal) int {
-		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Field, b.Field), strings.Compare(a.Value, b.Value))
-	})
-	return res
 }
 
-// space returns the address space it claims: its block, or its host IP as
-// a single-address prefix; ok is false for MACs and tunnel addresses.
-func (it *item) space() (netip.Prefix, bool) {
-	switch it.Field {
-	case FieldBlock:
-		return it.block, true
-	case FieldHostIPv4, FieldHostIPv6:
-		return netip.PrefixFrom(it.addr, it.addr.BitLen()), true
+// related reports whether a and b can decide each other's verdict: their
+// address spaces overlap, or they are the same MAC or tunnel address.
+func related(a, b *item) bool {
+	if a.space.IsValid() || b.space.IsValid() {
+		return a.space.IsValid() && b.space.IsValid() && a.space.Overlaps(b.space)
 	}
-	return netip.Prefix{}, false
+	return a.Field == b.Field && a.Value == b.Value
 }
 
 // claims lists the values a parsed record claims (one allocation for the
@@ -319,7 +343,11 @@ func claims(n NodeInfo, updated time.Time, values []string) []*item {
 		if !ok {
 			v = a.String()
 		}
-		add(field, v, item{addr: a})
+		it := item{addr: a}
+		if field == FieldHostIPv4 || field == FieldHostIPv6 {
+			it.space = netip.PrefixFrom(a, a.BitLen())
+		}
+		add(field, v, it)
 	}
 	for _, f := range []struct {
 		host, tunnel string
@@ -345,7 +373,7 @@ func claims(n NodeInfo, updated time.Time, values []string) []*item {
 		if !ok {
 			v = b.String()
 		}
-		add(FieldBlock, v, item{block: b})
+		add(FieldBlock, v, item{block: b, space: b})
 	}
 	out := make([]*item, len(all))
 	for i := range all {
@@ -354,35 +382,37 @@ func claims(n NodeInfo, updated time.Time, values []string) []*item {
 	return out
 }
 
+// sameName is why a second record with a name already accepted is
+// refused whole.
+const sameName = "a second record with the same name"
+
 // wholeRecord returns why a parsed record is refused whole, or "": it
 // carries this node's name, one of its addresses as a host IP, its VTEP
-// MAC or its tunnel address, or another record already has its name.
-func wholeRecord(in Input, n NodeInfo, seenNames map[string]bool) string {
-	if n.Name == in.Self.Name {
+// MAC or its tunnel address. (A second record with a name already seen
+// is refused whole too; that is the caller's to check.)
+func wholeRecord(self Self, host netguard.Host, n NodeInfo) string {
+	if n.Name == self.Name {
 		return "it carries this node's own name"
 	}
-	if seenNames[n.Name] {
-		return "a second record with the same name"
-	}
 	for _, a := range n.HostIPs() {
-		if a == in.Self.IPv4.HostIP || a == in.Self.IPv6.HostIP {
+		if a == self.IPv4.HostIP || a == self.IPv6.HostIP {
 			return fmt.Sprintf("its host IP %s is this node's host IP", a)
 		}
-		for _, h := range in.Host.Addrs {
+		for _, h := range host.Addrs {
 			if h.Addr() == a {
 				return fmt.Sprintf("its host IP %s is an address of this node", a)
 			}
 		}
 	}
 	for _, m := range []net.HardwareAddr{n.IPv4.VTEPMAC, n.IPv6.VTEPMAC} {
-		for _, own := range []net.HardwareAddr{in.Self.IPv4.VTEPMAC, in.Self.IPv6.VTEPMAC} {
+		for _, own := range []net.HardwareAddr{self.IPv4.VTEPMAC, self.IPv6.VTEPMAC} {
 			if m != nil && bytes.Equal(m, own) {
 				return fmt.Sprintf("its VTEP MAC %s is this node's VTEP MAC", m)
 			}
 		}
 	}
 	for _, a := range []netip.Addr{n.IPv4.TunnelAddr, n.IPv6.TunnelAddr} {
-		if a.IsValid() && (a == in.Self.IPv4.TunnelAddr || a == in.Self.IPv6.TunnelAddr) {
+		if a.IsValid() && (a == self.IPv4.TunnelAddr || a == self.IPv6.TunnelAddr) {
 			return fmt.Sprintf("its tunnel address %s is this node's tunnel address", a)
 		}
 	}
@@ -462,15 +492,24 @@ func conflict(host netguard.Host, sp *space, taken map[string]map[string]string,
 	return ""
 }
 
-// accept records an accepted value in the record's output and in what
-// later values are checked against.
+// accept records an accepted value in what later values are checked
+// against.
 func accept(it *item, sp *space, taken map[string]map[string]string) {
-	n := it.node
+	if it.space.IsValid() {
+		sp.add(owner{p: it.space, node: it.Node})
+		return
+	}
+	if taken[it.Field] == nil {
+		taken[it.Field] = map[string]string{}
+	}
+	taken[it.Field][it.Value] = it.Node
+}
+
+// fill puts an accepted value into its record's output.
+func fill(n *NodeInfo, it *item) {
 	switch it.Field {
 	case FieldBlock:
 		n.Blocks = append(n.Blocks, it.block)
-		sp.add(owner{p: it.block, node: it.Node})
-		return
 	case FieldHostIPv4:
 		n.IPv4.HostIP = it.addr
 	case FieldHostIPv6:
@@ -484,12 +523,4 @@ func accept(it *item, sp *space, taken map[string]map[string]string) {
 	case FieldTunnelIPv6:
 		n.IPv6.TunnelAddr = it.addr
 	}
-	if it.Field == FieldHostIPv4 || it.Field == FieldHostIPv6 {
-		sp.add(owner{p: netip.PrefixFrom(it.addr, it.addr.BitLen()), node: it.Node})
-		return
-	}
-	if taken[it.Field] == nil {
-		taken[it.Field] = map[string]string{}
-	}
-	taken[it.Field][it.Value] = it.Node
 }

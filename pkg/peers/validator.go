@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,9 +30,12 @@ const DefaultRetain = 10 * time.Minute
 // Options configure a Validator.
 type Options struct {
 	Self Self
-	// ReadHost snapshots the node's own address space; it is called at
-	// every Validate, so addresses added later are protected too. nil: an
-	// empty Host (only the record-level checks and Self apply).
+	// ReadHost snapshots the node's own address space. Validate calls it
+	// the first time and after HostChanged (an address, link or route of
+	// the node changed, or events may have been lost), so addresses added
+	// later are protected too; a failed read is tried again at the next
+	// Validate. nil: an empty Host (only the record-level checks and Self
+	// apply).
 	ReadHost func() (netguard.Host, error)
 	// StateDir holds LedgerFile; "" keeps first-seen times in memory only.
 	StateDir string
@@ -45,15 +48,18 @@ type Options struct {
 // Validator is the one place node records become NodeInfo values. It is
 // not safe for concurrent use: the daemon's loop goroutine owns it.
 type Validator struct {
-	opts    Options
-	log     *slog.Logger
-	seen    map[Claim]Sighting
-	host    netguard.Host
-	hostErr string               // last ReadHost error logged
-	logged  map[string]bool      // refusals already logged, by message
-	refused []Refusal            // current refusals
-	gauge   *prometheus.GaugeVec // routelet_peer_values_refused
-	cache   parseCache           // records parsed by earlier passes
+	opts     Options
+	log      *slog.Logger
+	seen     map[Claim]Sighting
+	host     netguard.Host
+	hostErr  string               // last ReadHost error logged
+	hostOld  atomic.Bool          // host must be read again (HostChanged)
+	logged   map[string]bool      // refusals already logged, by message
+	refused  []Refusal            // current refusals
+	gauge    *prometheus.GaugeVec // routelet_peer_values_refused
+	res      resolver             // the last pass, for the next one
+	dirty    bool                 // seen differs from the ledger file
+	flushErr string               // last ledger write error logged
 }
 
 // New returns a Validator, loading the ledger from opts.StateDir. An
@@ -87,6 +93,7 @@ func New(opts Options) *Validator {
 			v.seen = seen
 		}
 	}
+	v.hostOld.Store(true)
 	return v
 }
 
@@ -95,33 +102,76 @@ func (v *Validator) Register(reg prometheus.Registerer) error { return reg.Regis
 
 // Validate checks records (every peer record the datastore holds now) and
 // returns the validated peers, sorted by name. Refusals are logged once
-// each and exported while they last; first-seen times are recorded. Every
-// record is checked against this node and the others at every call; a
-// record identical to one of the last call is not parsed again.
+// each and exported while they last; first-seen times are recorded in
+// memory (Flush writes them to the ledger). Every record is checked
+// against this node and the others as Resolve does; only what the
+// records changed since the last call (and a new host snapshot) is
+// worked out again.
 func (v *Validator) Validate(records []Record) []NodeInfo {
-	if v.opts.ReadHost != nil {
-		h, err := v.opts.ReadHost()
-		switch {
-		case err != nil:
-			if err.Error() != v.hostErr {
-				v.hostErr = err.Error()
-				v.log.Warn("cannot read the node's addresses; checking peer blocks against the last known ones", "err", err)
-			}
-		default:
-			v.host, v.hostErr = h, ""
-		}
+	v.readHost()
+	now := v.opts.Now()
+	ps, refused, changed, ok := v.res.pass(v.opts.Self, v.host, records, v.seen, now, v.opts.Retain)
+	if !ok {
+		res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: now, Retain: v.opts.Retain})
+		changed = !sameSightings(res.Seen, v.seen)
+		v.seen, ps, refused = res.Seen, res.Peers, res.Refused
 	}
-	res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: v.opts.Now(), Retain: v.opts.Retain, cache: &v.cache})
-	if !maps.EqualFunc(res.Seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
-		v.seen = res.Seen
-		if v.opts.StateDir != "" {
-			if err := writeLedger(v.opts.StateDir, v.seen); err != nil {
-				v.log.Error("cannot write the peer claim ledger; established claims are kept in memory only", "err", err)
-			}
-		}
+	v.dirty = v.dirty || changed
+	v.report(refused)
+	return ps
+}
+
+// HostChanged says the node's own address space may have changed: the
+// next Validate reads it again. Safe to call from any goroutine (netlink
+// event handlers).
+func (v *Validator) HostChanged() { v.hostOld.Store(true) }
+
+// readHost takes a new host snapshot when HostChanged asked for one.
+func (v *Validator) readHost() {
+	if v.opts.ReadHost == nil || !v.hostOld.Swap(false) {
+		return
 	}
-	v.report(res.Refused)
-	return res.Peers
+	h, err := v.opts.ReadHost()
+	if err != nil {
+		v.hostOld.Store(true) // try again at the next pass
+		if err.Error() != v.hostErr {
+			v.hostErr = err.Error()
+			v.log.Warn("cannot read the node's addresses; checking peer blocks against the last known ones", "err", err)
+		}
+		return
+	}
+	v.host, v.hostErr = h, ""
+}
+
+// Flush writes the ledger when a Validate since the last Flush changed a
+// first-seen time (a value appeared, went, or was forgotten); a failed
+// write is logged and tried again at the next Flush. The daemon's loop
+// calls it after every pass, once the pass's changes are in the kernel,
+// so the write is off the path from a record to its route.
+//
+// Crash reasoning: a daemon that dies between a pass and its Flush loses
+// only the sightings of that one pass (Flush runs before the next pass
+// starts). Values first seen in it were newer than every value in the
+// ledger, so after a restart they are again newer than all of those and
+// cannot take an established claim. Competing values first seen in the
+// same pass are ordered again as they were (record time, then name), so
+// the restarted daemon decides as the one that died, unless a record
+// changed meanwhile — which a first start decides the same way. A value
+// that went in the lost pass is still present in the ledger and is marked
+// gone at the restart, keeping its first-seen time a little longer. The
+// file itself is replaced by rename (writeLedger), never left half.
+func (v *Validator) Flush() {
+	if !v.dirty || v.opts.StateDir == "" {
+		return
+	}
+	if err := writeLedger(v.opts.StateDir, v.seen); err != nil {
+		if err.Error() != v.flushErr {
+			v.flushErr = err.Error()
+			v.log.Error("cannot write the peer claim ledger; established claims are kept in memory only until it can be written", "err", err)
+		}
+		return
+	}
+	v.dirty, v.flushErr = false, ""
 }
 
 // Refused returns the refusals of the last Validate.
@@ -129,6 +179,9 @@ func (v *Validator) Refused() []Refusal { return slices.Clone(v.refused) }
 
 // report logs new refusals and sets the gauge to the current ones.
 func (v *Validator) report(refused []Refusal) {
+	if slices.Equal(refused, v.refused) {
+		return // logged and exported already
+	}
 	v.refused = refused
 	v.gauge.Reset()
 	now := map[string]bool{}
@@ -194,7 +247,7 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 }
 
 // writeLedger writes LedgerFile atomically, entries sorted by first-seen
-// time, one claim per line. Validate calls it only when a sighting changed
+// time, one claim per line. Flush calls it only when a sighting changed
 // (a value appeared, went, or was forgotten), so a re-validation that
 // changes nothing writes nothing. The encoding is appended by hand into one
 // buffer sized up front (json.Marshal of a few thousand entries with their
