@@ -354,6 +354,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	w := netwatch.New(log)
 	w.Register("workloads", a.Interest(), a)
 	w.Register("overlay", om.Interest(), om.Events(a.NotifyApply))
+	w.Register("host", hostWatch{pv, a.NotifyPeers}.Interest(cfg), hostWatch{pv, a.NotifyPeers})
 	if err := w.Start(ctx); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
@@ -352,6 +353,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.status.SetReady(false, "initial sync in progress")
 	a.writeStatus("initial sync in progress")
 	a.fullSync()
+	a.flushPeers()
 	a.ready = true
 	a.publishReadiness(a.managersBlocked())
 	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerRecords, "error", a.lastErr)
@@ -422,7 +424,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		a.keep(false)
+		a.flushPeers()
 		a.noteErrors()
+	}
+}
+
+// flushPeers lets the peer source write what it keeps across restarts
+// (datastore.Peers.Flush: the claim ledger), after the pass's Apply so
+// the write is off the path from a record to the kernel.
+func (a *Agent) flushPeers() {
+	if f, ok := a.ds.(interface{ Flush() }); ok {
+		f.Flush()
 	}
 }
 
@@ -840,8 +852,11 @@ func (a *Agent) publishSelf() {
 // peer metric and hands the peers to the managers. A datastore that cannot
 // list its peers says nothing about them: the managers keep the last ones.
 // full: a full read, whose unreadable records are counted and returned.
+// A read that is not full and validates to the peers the managers have
+// (a hint that changed nothing, e.g. a host event) leaves them alone.
 func (a *Agent) nodesChanged(full bool) []error {
 	valid, n, bad, err := a.ds.Peers()
+	same := !full && err == nil && slices.EqualFunc(valid, a.snap.peers, func(x peers.NodeInfo, y inspect.Peer) bool { return samePeer(x, y.NodeInfo) })
 	a.notePeers(valid, n, bad, err, full)
 	if err != nil {
 		a.log.Error("cannot list node records, keeping the last known set", "err", err)
@@ -852,6 +867,9 @@ func (a *Agent) nodesChanged(full bool) []error {
 	}
 	a.peerRecords = n
 	a.metrics.Peers.Set(float64(len(valid)))
+	if same {
+		return bad
+	}
 	for _, m := range a.managers {
 		m.OnNodes(valid)
 		a.needApply = true

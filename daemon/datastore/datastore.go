@@ -55,10 +55,23 @@ func (p Peers) Publish(self peers.Record) error { return p.DS.Publish(self) }
 
 // Rescan asks the datastore to re-read every peer at the next Peers, when
 // it can (the file datastore: all of nodes/); a datastore kept current by a
-// watch has nothing to do.
+// watch has nothing to do. The validator (*peers.Validator) re-reads the
+// node's own addresses then too, in case an event about them was lost.
 func (p Peers) Rescan() {
 	if r, ok := p.DS.(interface{ Rescan() }); ok {
 		r.Rescan()
+	}
+	if h, ok := p.V.(interface{ HostChanged() }); ok {
+		h.HostChanged()
+	}
+}
+
+// Flush writes what the validator keeps across restarts (the peer claim
+// ledger of *peers.Validator) when the last Peers changed it. The loop
+// calls it after a pass's Apply, before the next pass.
+func (p Peers) Flush() {
+	if f, ok := p.V.(interface{ Flush() }); ok {
+		f.Flush()
 	}
 }
 

@@ -77,6 +77,11 @@ type Interest struct {
 	// Netconf: the owner's Handler is also a NetconfHandler and receives
 	// the netconf events of its interfaces and the node-wide ones.
 	Netconf bool
+	// Host: the owner's Handler is also a HostHandler and hears of every
+	// change to the node's own address space; OwnProtocols are the route
+	// protocols whose routes are not the node's own (routelet's).
+	Host         bool
+	OwnProtocols []int
 }
 
 // iface reports whether name is an interface the interest covers.
@@ -167,7 +172,8 @@ func kernelName(i int) (string, bool) {
 // daemon has anyway.
 const rcvbuf = 8 << 20
 
-// Start subscribes to links, routes, neighbours and netconf, reports every existing
+// Start subscribes to links, routes, neighbours, netconf and (for owners of
+// host changes) addresses, reports every existing
 // link to the owners before it returns (so the first sync knows which
 // interfaces exist and are up), and pumps events until ctx is done. A
 // subscription whose socket fails (e.g. ENOBUFS when a burst overflows it)
@@ -216,12 +222,27 @@ func (w *Watcher) Start(ctx context.Context) error {
 		close(neighDone)
 		return fmt.Errorf("subscribe to device configuration: %w", err)
 	}
+	var addrCh chan netlink.AddrUpdate
+	var addrDone chan struct{}
+	addrSub := addrSubscribe(onErr("address"))
+	if w.hostOwners() {
+		if addrCh, addrDone, err = subscribe(addrSub, 256); err != nil {
+			close(linkDone)
+			close(routeDone)
+			close(neighDone)
+			close(netconfDone)
+			return fmt.Errorf("subscribe to addresses: %w", err)
+		}
+	}
 	links, err := netlink.LinkList()
 	if err != nil {
 		close(linkDone)
 		close(routeDone)
 		close(neighDone)
 		close(netconfDone)
+		if addrDone != nil {
+			close(addrDone)
+		}
 		return fmt.Errorf("list links: %w", err)
 	}
 	for _, l := range links {
@@ -231,6 +252,9 @@ func (w *Watcher) Start(ctx context.Context) error {
 	go pump(ctx, w, "route", routeCh, routeDone, routeSub, w.Route)
 	go pump(ctx, w, "neigh", neighCh, neighDone, neighSub, w.Neigh)
 	go pump(ctx, w, "netconf", netconfCh, netconfDone, netconfSub, w.netconf)
+	if addrCh != nil {
+		go pump(ctx, w, "address", addrCh, addrDone, addrSub, w.Addr)
+	}
 	return nil
 }
 
@@ -238,6 +262,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 // RTM_DELLINK) to the owners of the link's name. A renamed link is reported
 // deleted under its old name first.
 func (w *Watcher) Link(u netlink.LinkUpdate) {
+	w.hostChanged()
 	at := u.Attrs()
 	kind := u.Link.Type()
 	if u.Header.Type == unix.RTM_DELLINK {
@@ -266,6 +291,7 @@ func (w *Watcher) Route(u netlink.RouteUpdate) {
 	if !ok {
 		return
 	}
+	w.hostRoute(ev)
 	for _, o := range w.owners {
 		if o.in.route(ev) {
 			o.h.OnRoute(ev)
