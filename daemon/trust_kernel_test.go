@@ -583,3 +583,45 @@ func logHas(log string, words ...string) bool {
 	}
 	return false
 }
+
+// TestPeerBlockOverHostSpaceAddedLater: a peer's block is routed until the
+// node gains an address in it (a link of its own added later), then it is
+// refused at once — no peer record changed and the resync is far off — and
+// routed again when the address goes. The same for a connected route of
+// another protocol over the block.
+func TestPeerBlockOverHostSpaceAddedLater(t *testing.T) {
+	tn := newTestNode(t, true)
+	if err := tn.store.PutNode(&state.Node{Name: "node-b", HostIPv4: "192.0.2.20", Blocks: []string{"10.250.5.0/24", "10.250.6.0/24"},
+		Updated: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	d := tn.startDaemon("--resync-period=10m")
+	tn.waitReady()
+	routed := func(block string) bool { return tn.hasRoute(v4, block+" up0 proto 80") }
+	refused := func(block string) bool {
+		return tn.metric(`routelet_peer_values_refused{field="block",node="node-b",value="`+block+`"}`) == "1"
+	}
+	netnstest.Eventually(t, 10*time.Second, "node-b's blocks routed", func() bool { return routed("10.250.5.0/24") && routed("10.250.6.0/24") })
+
+	tn.addVeth("own0", "own1")
+	tn.ip("addr", "add", "10.250.5.1/32", "dev", "own0")
+	netnstest.Eventually(t, 20*time.Second, "10.250.5.0/24 refused once the node has 10.250.5.1", func() bool {
+		return !routed("10.250.5.0/24") && refused("10.250.5.0/24")
+	})
+	if !routed("10.250.6.0/24") {
+		t.Errorf("node-b's other block lost its route: %v", tn.routes(v4))
+	}
+	if !logHas(d.log.String(), "refusing a node record value", "10.250.5.0/24", "10.250.5.1") {
+		t.Errorf("no log line names the refused block and the node's address:\n%s", d.log.String())
+	}
+
+	tn.ip("addr", "del", "10.250.5.1/32", "dev", "own0")
+	netnstest.Eventually(t, 20*time.Second, "10.250.5.0/24 routed again once the address is gone", func() bool {
+		return routed("10.250.5.0/24") && !refused("10.250.5.0/24")
+	})
+
+	tn.ip("route", "add", "10.250.6.0/25", "dev", "own0", "proto", "static")
+	netnstest.Eventually(t, 20*time.Second, "10.250.6.0/24 refused under a static connected route", func() bool {
+		return !routed("10.250.6.0/24") && refused("10.250.6.0/24")
+	})
+}
