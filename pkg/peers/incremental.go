@@ -38,7 +38,7 @@ type resolver struct {
 // vrec is one record as the resolver keeps it.
 type vrec struct {
 	rec     Record
-	n       NodeInfo  // Parse's result; Name "" when the name is unusable
+	name    string    // the parsed name; "" when it is unusable
 	parsed  []Refusal // Parse's refusals
 	whole   string    // why the record is refused whole, "" when it is not
 	items   []*item   // its claims, stamped
@@ -49,7 +49,7 @@ type vrec struct {
 }
 
 // live reports whether r's values take part in decide.
-func (r *vrec) live() bool { return r.n.Name != "" && r.whole == "" }
+func (r *vrec) live() bool { return r.name != "" && r.whole == "" }
 
 // sameHost reports whether a and b hold the same address space (all that
 // Resolve reads of a Host).
@@ -136,10 +136,11 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	for _, r := range changed {
 		st := &vrec{rec: *r, gen: e.gen}
 		st.rec.Blocks = slices.Clone(r.Blocks)
-		st.n, st.parsed = Parse(*r)
-		if st.n.Name != "" {
-			st.items = claims(st.n, r.Updated, nil)
-			st.whole = wholeRecord(self, host, st.n)
+		var n NodeInfo
+		n, st.parsed = Parse(*r)
+		if st.name = n.Name; st.name != "" {
+			st.items = claims(n, r.Updated)
+			st.whole = wholeRecord(self, host, n)
 			for _, it := range st.items {
 				if s, ok := seen[it.Claim]; ok {
 					it.seen = s.First
@@ -282,12 +283,12 @@ func (e *resolver) touch(st *vrec) {
 		return
 	}
 	st.touched = e.gen
-	st.out = NodeInfo{Name: st.n.Name}
+	st.out = NodeInfo{Name: st.name}
 	st.refused = slices.Clone(st.parsed)
 	switch {
-	case st.n.Name == "":
+	case st.name == "":
 	case st.whole != "":
-		st.refused = append(st.refused, Refusal{Node: st.n.Name, Field: FieldRecord, Value: st.n.Name, Reason: st.whole})
+		st.refused = append(st.refused, Refusal{Node: st.name, Field: FieldRecord, Value: st.name, Reason: st.whole})
 	default:
 		for _, it := range st.items {
 			if it.why != "" {

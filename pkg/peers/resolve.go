@@ -92,8 +92,7 @@ type item struct {
 	seen    time.Time
 	updated time.Time
 	node    *NodeInfo // the record's output; nil when the record is refused whole
-	addr    netip.Addr
-	block   netip.Prefix
+	addr    netip.Addr // a host or tunnel address
 	mac     net.HardwareAddr
 	// space is the address space claimed (the block, or the host IP as a
 	// single-address prefix); invalid for MACs and tunnel addresses.
@@ -193,7 +192,7 @@ func Resolve(in Input) Result {
 		if n.Name == "" {
 			continue
 		}
-		its := claims(n, r.Updated, nil)
+		its := claims(n, r.Updated)
 		for _, it := range its {
 			if s, ok := in.Seen[it.Claim]; ok {
 				it.seen = s.First
@@ -313,10 +312,8 @@ func related(a, b *item) bool {
 }
 
 // claims lists the values a parsed record claims (one allocation for the
-// items, one for the pointers). values, when not nil, are the claims'
-// value strings of an earlier call for the same n, in order, so they are
-// not formatted again.
-func claims(n NodeInfo, updated time.Time, values []string) []*item {
+// items, one for the pointers).
+func claims(n NodeInfo, updated time.Time) []*item {
 	count := len(n.Blocks)
 	for _, ep := range []Endpoint{n.IPv4, n.IPv6} {
 		for _, set := range []bool{ep.HostIP.IsValid(), ep.VTEPMAC != nil, ep.TunnelAddr.IsValid()} {
@@ -331,49 +328,23 @@ func claims(n NodeInfo, updated time.Time, values []string) []*item {
 		it.updated = updated
 		all = append(all, it)
 	}
-	// known returns the next earlier value string, ok false without one.
-	known := func() (string, bool) {
-		if len(all) < len(values) {
-			return values[len(all)], true
-		}
-		return "", false
-	}
-	addr := func(field string, a netip.Addr) {
-		v, ok := known()
-		if !ok {
-			v = a.String()
-		}
-		it := item{addr: a}
-		if field == FieldHostIPv4 || field == FieldHostIPv6 {
-			it.space = netip.PrefixFrom(a, a.BitLen())
-		}
-		add(field, v, it)
-	}
 	for _, f := range []struct {
 		host, tunnel string
 		mac          string
 		ep           Endpoint
 	}{{FieldHostIPv4, FieldTunnelIPv4, FieldVTEPMAC, n.IPv4}, {FieldHostIPv6, FieldTunnelIPv6, FieldVTEPMACv6, n.IPv6}} {
-		if f.ep.HostIP.IsValid() {
-			addr(f.host, f.ep.HostIP)
+		if a := f.ep.HostIP; a.IsValid() {
+			add(f.host, a.String(), item{addr: a, space: netip.PrefixFrom(a, a.BitLen())})
 		}
 		if f.ep.VTEPMAC != nil {
-			v, ok := known()
-			if !ok {
-				v = f.ep.VTEPMAC.String()
-			}
-			add(f.mac, v, item{mac: f.ep.VTEPMAC})
+			add(f.mac, f.ep.VTEPMAC.String(), item{mac: f.ep.VTEPMAC})
 		}
-		if f.ep.TunnelAddr.IsValid() {
-			addr(f.tunnel, f.ep.TunnelAddr)
+		if a := f.ep.TunnelAddr; a.IsValid() {
+			add(f.tunnel, a.String(), item{addr: a})
 		}
 	}
 	for _, b := range n.Blocks {
-		v, ok := known()
-		if !ok {
-			v = b.String()
-		}
-		add(FieldBlock, v, item{block: b, space: b})
+		add(FieldBlock, b.String(), item{space: b})
 	}
 	out := make([]*item, len(all))
 	for i := range all {
@@ -464,10 +435,10 @@ func conflict(host netguard.Host, sp *space, taken map[string]map[string]string,
 	}
 	switch it.Field {
 	case FieldBlock:
-		if what := host.Overlap(it.block); what != "" {
+		if what := host.Overlap(it.space); what != "" {
 			return "overlaps " + what
 		}
-		if o, ok := sp.overlap(it.block); ok {
+		if o, ok := sp.overlap(it.space); ok {
 			if o.p.IsSingleIP() {
 				return fmt.Sprintf("contains %s host IP %s", whose(o), o.p.Addr())
 			}
@@ -509,7 +480,7 @@ func accept(it *item, sp *space, taken map[string]map[string]string) {
 func fill(n *NodeInfo, it *item) {
 	switch it.Field {
 	case FieldBlock:
-		n.Blocks = append(n.Blocks, it.block)
+		n.Blocks = append(n.Blocks, it.space)
 	case FieldHostIPv4:
 		n.IPv4.HostIP = it.addr
 	case FieldHostIPv6:
