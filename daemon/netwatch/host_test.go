@@ -41,7 +41,9 @@ func TestHostChanges(t *testing.T) {
 	count("static route", 1, func() { w.Route(route(unix.RTM_NEWROUTE, 3, "10.250.6.0/25", 4, 254)) })
 	count("routelet's route", 0, func() { w.Route(route(unix.RTM_NEWROUTE, 5, "10.244.3.0/26", 80, 254)) })
 	count("another table", 0, func() { w.Route(route(unix.RTM_NEWROUTE, 3, "10.250.7.0/24", 4, 100)) })
-	count("neighbour", 0, func() { w.Neigh(netlink.NeighUpdate{Type: unix.RTM_NEWNEIGH, Neigh: netlink.Neigh{LinkIndex: 3, IP: net.ParseIP("192.0.2.1")}}) })
+	count("neighbour", 0, func() {
+		w.Neigh(netlink.NeighUpdate{Type: unix.RTM_NEWNEIGH, Neigh: netlink.Neigh{LinkIndex: 3, IP: net.ParseIP("192.0.2.1")}})
+	})
 	if other.changes != 0 {
 		t.Errorf("an owner without Host heard of %d host changes", other.changes)
 	}

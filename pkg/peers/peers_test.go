@@ -410,8 +410,8 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
 	record := func(name string) Record {
 		r := Record{Name: name, HostIPv4: pick("", "10.0.3.1", "10.0.3.2", "10.9.0.5", "10.244.50.7", "10.0.1.10", "10.0.1.99"),
-			HostIPv6: pick("", "", "fd00:3::1", "fd00:3::2"),
-			VTEPMAC:  pick("", "02:00:00:00:00:01", "02:00:00:00:00:02", "02:aa:00:00:00:04", "bogus"),
+			HostIPv6:   pick("", "", "fd00:3::1", "fd00:3::2"),
+			VTEPMAC:    pick("", "02:00:00:00:00:01", "02:00:00:00:00:02", "02:aa:00:00:00:04", "bogus"),
 			TunnelIPv4: pick("", "10.244.50.0", "10.244.51.0"), Updated: t0.Add(time.Duration(rng.IntN(3)) * time.Hour)}
 		for range rng.IntN(3) {
 			r.Blocks = append(r.Blocks, pick("10.244.50.0/24", "10.244.50.0/25", "10.244.50.128/26", "10.244.51.0/24", "10.244.0.0/16",

@@ -91,7 +91,7 @@ type item struct {
 	Claim
 	seen    time.Time
 	updated time.Time
-	node    *NodeInfo // the record's output; nil when the record is refused whole
+	node    *NodeInfo  // the record's output; nil when the record is refused whole
 	addr    netip.Addr // a host or tunnel address
 	mac     net.HardwareAddr
 	// space is the address space claimed (the block, or the host IP as a
