@@ -33,6 +33,17 @@ type resolver struct {
 	gone     map[Claim]bool
 	maxFirst time.Time // the latest First among the sightings
 	live     []*item   // scratch: the live values of a pass
+	// fresh lists the claims first seen by the passes since the ledger
+	// was last written, in first-seen order (later than every other);
+	// moved the claims whose sighting changed otherwise (gone, back, or
+	// forgotten), with their first-seen time.
+	fresh, moved []sighted
+}
+
+// sighted is a claim with its sighting.
+type sighted struct {
+	c Claim
+	s Sighting
 }
 
 // vrec is one record as the resolver keeps it.
@@ -163,6 +174,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	for i, it := range fresh {
 		it.seen = base.Add(time.Duration(i))
 		e.maxFirst = it.seen
+		e.fresh = append(e.fresh, sighted{it.Claim, Sighting{First: it.seen}})
 	}
 
 	// Sightings: the claims present now, then the ones that went.
@@ -171,6 +183,9 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 			seen[it.Claim] = Sighting{First: it.seen}
 			delete(e.gone, it.Claim)
 			seenChanged = true
+			if had {
+				e.moved = append(e.moved, sighted{it.Claim, s})
+			}
 		}
 	}
 	recompute := false
@@ -178,6 +193,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		if s := seen[c]; now.Sub(s.Gone) >= retain {
 			delete(seen, c)
 			delete(e.gone, c)
+			e.moved = append(e.moved, sighted{c, s})
 			recompute = recompute || !s.First.Before(e.maxFirst)
 			seenChanged = true
 		}
@@ -186,6 +202,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		if s := seen[c]; s.Gone.IsZero() && !e.present(c) {
 			seen[c] = Sighting{First: s.First, Gone: now}
 			e.gone[c] = true
+			e.moved = append(e.moved, sighted{c, s})
 			seenChanged = true
 		}
 	}

@@ -422,8 +422,9 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 	names := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "a", "Bad_Name"}
 	now := t0
 	h := host
+	dir := t.TempDir()
 	v := New(Options{Self: self, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Retain: time.Minute,
-		ReadHost: func() (netguard.Host, error) { return h, nil }})
+		ReadHost: func() (netguard.Host, error) { return h, nil }, StateDir: dir})
 	recs := map[string]Record{}
 	for step := range 3000 {
 		for range 1 + rng.IntN(3) {
@@ -460,6 +461,19 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 		if !sameSightings(v.seen, want.Seen) {
 			t.Fatalf("step %d: sightings\n%v\nwant\n%v", step, v.seen, want.Seen)
 		}
+		// The ledger kept in order between writes is the one sorted afresh.
+		if rng.IntN(3) > 0 {
+			v.Flush()
+			if sorted := sortedClaims(v.seen); !slices.EqualFunc(v.order, sorted, func(a, b sighted) bool {
+				return a.c == b.c && a.s.First.Equal(b.s.First) && a.s.Gone.Equal(b.s.Gone)
+			}) {
+				t.Fatalf("step %d: ledger order\n%v\nwant\n%v", step, v.order, sorted)
+			}
+		}
+	}
+	v.Flush()
+	if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.seen) {
+		t.Errorf("ledger read back: %v, %v; want %v", got, err, v.seen)
 	}
 }
 

@@ -59,6 +59,8 @@ type Validator struct {
 	gauge    *prometheus.GaugeVec // routelet_peer_values_refused
 	res      resolver             // the last pass, for the next one
 	dirty    bool                 // seen differs from the ledger file
+	order    []sighted            // seen in ledger order, as last written
+	ordered  bool                 // order with res.fresh and res.moved is seen
 	flushErr string               // last ledger write error logged
 }
 
@@ -115,6 +117,7 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 		res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: now, Retain: v.opts.Retain})
 		changed = !sameSightings(res.Seen, v.seen)
 		v.seen, ps, refused = res.Seen, res.Peers, res.Refused
+		v.ordered = false
 	}
 	v.dirty = v.dirty || changed
 	v.report(refused)
@@ -164,7 +167,9 @@ func (v *Validator) Flush() {
 	if !v.dirty || v.opts.StateDir == "" {
 		return
 	}
-	if err := writeLedger(v.opts.StateDir, v.seen); err != nil {
+	v.order = v.ledgerOrder()
+	v.res.fresh, v.res.moved = v.res.fresh[:0], v.res.moved[:0]
+	if err := writeClaims(v.opts.StateDir, v.order); err != nil {
 		if err.Error() != v.flushErr {
 			v.flushErr = err.Error()
 			v.log.Error("cannot write the peer claim ledger; established claims are kept in memory only until it can be written", "err", err)
@@ -202,6 +207,65 @@ func (v *Validator) report(refused []Refusal) {
 		}
 	}
 	v.logged = now
+}
+
+// ledgerOrder returns seen in ledger order: the order last written with
+// the sightings that changed since updated in place (found by binary
+// search: a claim's first-seen time never changes) and the forgotten ones
+// dropped, then the claims first seen since, which are later than all
+// others. Sorted afresh when that does not add up to seen.
+func (v *Validator) ledgerOrder() []sighted {
+	if !v.ordered {
+		v.ordered = true
+		return sortedClaims(v.seen)
+	}
+	order := v.order
+	var drop []int
+	for _, m := range v.res.moved {
+		i, found := slices.BinarySearchFunc(order, m, compareLedger)
+		if !found {
+			continue // first seen since the last write: among fresh
+		}
+		if s, ok := v.seen[m.c]; ok && s.First.Equal(m.s.First) {
+			order[i].s = s
+		} else {
+			drop = append(drop, i)
+		}
+	}
+	if len(drop) > 0 {
+		slices.Sort(drop)
+		drop = slices.Compact(drop)
+		for k := len(drop) - 1; k >= 0; k-- {
+			order = slices.Delete(order, drop[k], drop[k]+1)
+		}
+	}
+	for _, f := range v.res.fresh {
+		if s, ok := v.seen[f.c]; ok && s.First.Equal(f.s.First) {
+			order = append(order, sighted{f.c, s})
+		}
+	}
+	if len(order) != len(v.seen) {
+		return sortedClaims(v.seen)
+	}
+	return order
+}
+
+// compareLedger orders sightings by first-seen instant, then by claim.
+func compareLedger(x, y sighted) int {
+	if c := cmp.Compare(x.s.First.UnixNano(), y.s.First.UnixNano()); c != 0 {
+		return c
+	}
+	return cmp.Or(strings.Compare(x.c.Node, y.c.Node), strings.Compare(x.c.Field, y.c.Field), strings.Compare(x.c.Value, y.c.Value))
+}
+
+// sortedClaims returns seen in ledger order.
+func sortedClaims(seen map[Claim]Sighting) []sighted {
+	out := make([]sighted, 0, len(seen))
+	for c, s := range seen {
+		out = append(out, sighted{c, s})
+	}
+	slices.SortFunc(out, compareLedger)
+	return out
 }
 
 // ledger is LedgerFile's content.
@@ -262,49 +326,31 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 // a state directory on disk the fsyncs keep the rename durable, so an
 // established claim is not lost to a power cut after it was recorded.
 func writeLedger(dir string, seen map[Claim]Sighting) error {
-	// Sorted by the first-seen instant as an integer (all but the ties of
-	// a clock that stood still differ there), then by claim. The sort moves
-	// pointer-free keys, not the entries.
-	type entry struct {
-		c Claim
-		s Sighting
-	}
-	type key struct {
-		first int64
-		i     int
-	}
-	entries := make([]entry, 0, len(seen))
-	keys := make([]key, 0, len(seen))
-	for c, s := range seen {
-		keys = append(keys, key{first: s.First.UnixNano(), i: len(entries)})
-		entries = append(entries, entry{c: c, s: s})
-	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if a.first != b.first {
-			return cmp.Compare(a.first, b.first)
-		}
-		x, y := entries[a.i].c, entries[b.i].c
-		return cmp.Or(strings.Compare(x.Node, y.Node), strings.Compare(x.Field, y.Field), strings.Compare(x.Value, y.Value))
-	})
+	return writeClaims(dir, sortedClaims(seen))
+}
+
+// writeClaims is writeLedger with the sightings already in ledger order
+// (the Validator keeps that order between writes).
+func writeClaims(dir string, order []sighted) error {
 	// Room for 160 bytes a claim: its names, a prefix or address, two times.
-	buf := fmt.Appendf(make([]byte, 0, 64+160*len(keys)), "{\"version\":%d,\"claims\":[", state.RecordVersion)
-	for i, k := range keys {
-		e := &entries[k.i]
+	buf := fmt.Appendf(make([]byte, 0, 64+160*len(order)), "{\"version\":%d,\"claims\":[", state.RecordVersion)
+	for i, e := range order {
+		c, s := e.c, e.s
 		if i > 0 {
 			buf = append(buf, ',')
 		}
 		buf = append(buf, "\n{\"node\":"...)
-		buf = appendJSONString(buf, e.c.Node)
+		buf = appendJSONString(buf, c.Node)
 		buf = append(buf, ",\"field\":"...)
-		buf = appendJSONString(buf, e.c.Field)
+		buf = appendJSONString(buf, c.Field)
 		buf = append(buf, ",\"value\":"...)
-		buf = appendJSONString(buf, e.c.Value)
+		buf = appendJSONString(buf, c.Value)
 		buf = append(buf, ",\"firstSeen\":\""...)
-		buf = e.s.First.UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = s.First.UTC().AppendFormat(buf, time.RFC3339Nano)
 		buf = append(buf, '"')
-		if !e.s.Gone.IsZero() {
+		if !s.Gone.IsZero() {
 			buf = append(buf, ",\"gone\":\""...)
-			buf = e.s.Gone.UTC().AppendFormat(buf, time.RFC3339Nano)
+			buf = s.Gone.UTC().AppendFormat(buf, time.RFC3339Nano)
 			buf = append(buf, '"')
 		}
 		buf = append(buf, '}')
