@@ -168,7 +168,7 @@ func (v *Validator) Flush() {
 		return
 	}
 	v.order = v.ledgerOrder()
-	v.res.fresh, v.res.moved = v.res.fresh[:0], v.res.moved[:0]
+	v.res.fresh, v.res.moved = nil, nil // not kept: the first pass's fresh holds every claim
 	if err := writeClaims(v.opts.StateDir, v.order); err != nil {
 		if err.Error() != v.flushErr {
 			v.flushErr = err.Error()

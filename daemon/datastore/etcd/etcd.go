@@ -66,6 +66,7 @@ type Datastore struct {
 	self      *state.Node             // this node's record as published
 	selfDirty bool                    // the stored record may differ from self
 	recs      map[string]peers.Record // peers by name
+	sorted    []peers.Record          // recs by name, built by Peers; nil after a change
 	bad       map[string]error        // skipped keys: why
 	live      map[string]bool         // nodes with a liveness key
 	listed    bool                    // the prefix was listed once
@@ -360,6 +361,7 @@ func (d *Datastore) relist(ctx context.Context, why string) (int64, error) {
 	d.mu.Lock()
 	oldBad := d.bad
 	d.recs, d.bad, d.live = map[string]peers.Record{}, map[string]error{}, map[string]bool{}
+	d.sorted = nil
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		_, known := oldBad[key]
@@ -415,6 +417,7 @@ func (d *Datastore) apply(key string, value []byte, deleted, logBad bool) {
 			return
 		}
 		delete(d.recs, name)
+		d.sorted = nil
 		if deleted {
 			return
 		}
@@ -468,31 +471,33 @@ func (d *Datastore) publishCounts() {
 
 // Peers returns the peers' records as last listed and watched, and the
 // keys that were skipped. Before the first list succeeded it is an error.
+// The records are sorted once per change, not at every call; the slice is
+// shared between calls until the next change and must not be modified.
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.listed {
 		return nil, nil, fmt.Errorf("etcd %v: the prefix %s has not been listed yet", d.o.Etcd.Endpoints, d.o.Etcd.Prefix)
 	}
-	names := make([]string, 0, len(d.recs))
-	for n := range d.recs {
-		names = append(names, n)
+	if d.sorted == nil {
+		d.sorted = make([]peers.Record, 0, len(d.recs))
+		for _, r := range d.recs {
+			d.sorted = append(d.sorted, r)
+		}
+		slices.SortFunc(d.sorted, func(a, b peers.Record) int { return strings.Compare(a.Name, b.Name) })
 	}
-	sort.Strings(names)
-	out := make([]peers.Record, 0, len(names))
-	for _, n := range names {
-		out = append(out, d.recs[n])
-	}
-	keys := make([]string, 0, len(d.bad))
-	for k := range d.bad {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var bad []error
-	for _, k := range keys {
-		bad = append(bad, d.bad[k])
+	if len(d.bad) > 0 {
+		keys := make([]string, 0, len(d.bad))
+		for k := range d.bad {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			bad = append(bad, d.bad[k])
+		}
 	}
-	return out, bad, nil
+	return d.sorted, bad, nil
 }
 
 // Live returns the nodes whose liveness key exists, sorted. Liveness is

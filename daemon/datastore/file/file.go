@@ -35,6 +35,7 @@ type Datastore struct {
 	nodes map[string]*state.Node // by file name: the last read
 	dirty map[string]bool        // files to re-read; nil with all: everything
 	all   bool
+	out   []peers.Record // Peers' answer from nodes; nil once a read may have changed them
 }
 
 var _ datastore.Datastore = (*Datastore)(nil)
@@ -63,7 +64,7 @@ func (d *Datastore) LocalBlocks(ctx context.Context, _ func(string)) ([]netip.Pr
 func (d *Datastore) Publish(self peers.Record) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.self = &self
+	d.self, d.out = &self, nil
 	return d.ensureSelf()
 }
 
@@ -92,7 +93,9 @@ func (d *Datastore) Rescan() {
 }
 
 // Peers returns every node record but this node's: after a rescan (and the
-// first time) all of nodes/ is read, otherwise only the files that changed.
+// first time) all of nodes/ is read, otherwise only the files that changed;
+// the answer is built again only when a read changed something, and is
+// shared between calls until then (it must not be modified).
 // The unreadable records are returned as errors from a full read; a
 // directory that cannot be listed is an error and the last read stays.
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
@@ -111,7 +114,11 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 		}
 		d.all = false
 		clear(d.dirty)
+		d.out = nil
 	} else {
+		if len(d.dirty) > 0 {
+			d.out = nil
+		}
 		for name := range d.dirty {
 			n, err := d.store.GetNode(strings.TrimSuffix(name, ".json"))
 			switch {
@@ -129,18 +136,20 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	if err := d.ensureSelf(); err != nil {
 		d.log.Error("cannot write own node record", "err", err)
 	}
-	names := make([]string, 0, len(d.nodes))
-	for name := range d.nodes {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	var out []peers.Record
-	for _, name := range names {
-		if n := d.nodes[name]; d.self == nil || n.Name != d.self.Name {
-			out = append(out, peers.FromState(n))
+	if d.out == nil {
+		names := make([]string, 0, len(d.nodes))
+		for name := range d.nodes {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		d.out = []peers.Record{}
+		for _, name := range names {
+			if n := d.nodes[name]; d.self == nil || n.Name != d.self.Name {
+				d.out = append(d.out, peers.FromState(n))
+			}
 		}
 	}
-	return out, bad, nil
+	return d.out, bad, nil
 }
 
 // ensureSelf (re)writes this node's record when it is missing from the
