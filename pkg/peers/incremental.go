@@ -150,7 +150,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		var n NodeInfo
 		n, st.parsed = Parse(*r)
 		if st.name = n.Name; st.name != "" {
-			st.items = claims(n, r.Updated)
+			st.items = claims(n, &st.rec.Updated)
 			st.whole = wholeRecord(self, host, n)
 			for _, it := range st.items {
 				if s, ok := seen[it.Claim]; ok {

@@ -90,8 +90,7 @@ func fieldOrder(field string) int {
 type item struct {
 	Claim
 	seen    time.Time
-	updated time.Time
-	node    *NodeInfo  // the record's output; nil when the record is refused whole
+	updated *time.Time // the record's time stamp
 	addr    netip.Addr // a host or tunnel address
 	mac     net.HardwareAddr
 	// space is the address space claimed (the block, or the host IP as a
@@ -182,17 +181,23 @@ func Resolve(in Input) Result {
 	recs := slices.Clone(in.Records)
 	slices.SortStableFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 
-	infos := make([]*NodeInfo, 0, len(recs))
+	type liveRec struct {
+		out *NodeInfo
+		its []*item
+	}
+	lives := make([]liveRec, 0, len(recs))
 	items := make([]*item, 0, 4*len(recs))
-	outs := make([]NodeInfo, len(recs)) // infos point into it
+	var live []*item
+	outs := make([]NodeInfo, len(recs)) // lives point into it
 	byName := make(map[string]bool, len(recs))
-	for _, r := range recs {
-		n, refused := Parse(r)
+	for i := range recs {
+		r := &recs[i]
+		n, refused := Parse(*r)
 		res.Refused = append(res.Refused, refused...)
 		if n.Name == "" {
 			continue
 		}
-		its := claims(n, r.Updated)
+		its := claims(n, &r.Updated)
 		for _, it := range its {
 			if s, ok := in.Seen[it.Claim]; ok {
 				it.seen = s.First
@@ -208,13 +213,11 @@ func Resolve(in Input) Result {
 			continue
 		}
 		byName[n.Name] = true
-		out := &outs[len(infos)]
+		out := &outs[len(lives)]
 		out.Name = n.Name
-		infos = append(infos, out)
-		for _, it := range its {
-			it.node = out
-		}
+		lives = append(lives, liveRec{out, its})
 		items = append(items, its...)
+		live = append(live, its...)
 	}
 	stamp(items, in)
 	for _, it := range items {
@@ -232,18 +235,17 @@ func Resolve(in Input) Result {
 		}
 	}
 
-	live := slices.DeleteFunc(slices.Clone(items), func(it *item) bool { return it.node == nil })
 	decide(in.Self, in.Host, live)
-	for _, it := range live {
-		if it.why != "" {
-			res.Refused = append(res.Refused, Refusal{Node: it.Node, Field: it.Field, Value: it.Value, Reason: it.why})
-			continue
+	for _, lr := range lives {
+		for _, it := range lr.its {
+			if it.why != "" {
+				res.Refused = append(res.Refused, Refusal{Node: it.Node, Field: it.Field, Value: it.Value, Reason: it.why})
+				continue
+			}
+			fill(lr.out, it)
 		}
-		fill(it.node, it)
-	}
-	for _, n := range infos {
-		sortPrefixes(n.Blocks)
-		res.Peers = append(res.Peers, *n)
+		sortPrefixes(lr.out.Blocks)
+		res.Peers = append(res.Peers, *lr.out)
 	}
 	slices.SortFunc(res.Refused, compareRefusals)
 	return res
@@ -313,7 +315,7 @@ func related(a, b *item) bool {
 
 // claims lists the values a parsed record claims (one allocation for the
 // items, one for the pointers).
-func claims(n NodeInfo, updated time.Time) []*item {
+func claims(n NodeInfo, updated *time.Time) []*item {
 	count := len(n.Blocks)
 	for _, ep := range []Endpoint{n.IPv4, n.IPv6} {
 		for _, set := range []bool{ep.HostIP.IsValid(), ep.VTEPMAC != nil, ep.TunnelAddr.IsValid()} {
@@ -417,7 +419,7 @@ func stamp(items []*item, in Input) {
 // compareItems orders by first-seen time, then record time, node name,
 // field and value.
 func compareItems(a, b *item) int {
-	return cmp.Or(a.seen.Compare(b.seen), a.updated.Compare(b.updated), strings.Compare(a.Node, b.Node),
+	return cmp.Or(a.seen.Compare(b.seen), a.updated.Compare(*b.updated), strings.Compare(a.Node, b.Node),
 		cmp.Compare(fieldOrder(a.Field), fieldOrder(b.Field)), strings.Compare(a.Value, b.Value))
 }
 

@@ -239,6 +239,10 @@ func (v *Validator) ledgerOrder() []sighted {
 			order = slices.Delete(order, drop[k], drop[k]+1)
 		}
 	}
+	if len(order)+len(v.res.fresh) > cap(order) {
+		// Room for the next few changes too, not the usual quarter more.
+		order = append(make([]sighted, 0, len(order)+len(v.res.fresh)+64), order...)
+	}
 	for _, f := range v.res.fresh {
 		if s, ok := v.seen[f.c]; ok && s.First.Equal(f.s.First) {
 			order = append(order, sighted{f.c, s})
