@@ -96,6 +96,13 @@ type Datastore struct {
 	ready   bool  // the dataplane is up: NetworkUnavailable should be False
 	apiDown bool  // the last list or watch failed
 	apiErr  error // the last list or watch error
+
+	// peersMu guards the last Peers answer: the cached Node object each
+	// record came from (the informer replaces the object on every change)
+	// and the records sorted by name.
+	peersMu sync.Mutex
+	from    map[string]*corev1.Node
+	recs    []peers.Record
 }
 
 var (
@@ -453,7 +460,9 @@ func (d *Datastore) Watch(ctx context.Context, changed func()) error {
 
 // Peers returns a record for every other Node with podCIDRs, from the
 // informer's cache: an API outage leaves the last listed Nodes. Before the
-// first list it is an error (the daemon keeps what it has).
+// first list it is an error (the daemon keeps what it has). Only the Nodes
+// whose object changed since the last call are converted again, and the
+// records are sorted again only when Nodes came or went.
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	if !d.informer.HasSynced() {
 		return nil, nil, errors.New("Nodes not listed from the API server yet")
@@ -462,15 +471,46 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("list cached Nodes: %w", err)
 	}
-	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
-	var out []peers.Record
+	d.peersMu.Lock()
+	defer d.peersMu.Unlock()
+	var changed []*corev1.Node
+	count := 0
 	for _, n := range ns {
 		if n.Name == d.opts.NodeName || len(podCIDRs(n)) == 0 {
 			continue
 		}
-		out = append(out, Record(n))
+		count++
+		if d.from[n.Name] != n {
+			changed = append(changed, n)
+		}
 	}
-	return out, nil, nil
+	switch {
+	case len(changed) == 0 && count == len(d.from):
+		return d.recs, nil, nil
+	case count == len(d.from) && !slices.ContainsFunc(changed, func(n *corev1.Node) bool { return d.from[n.Name] == nil }):
+		// The same Nodes, some changed: replace their records in a copy.
+		recs := slices.Clone(d.recs)
+		for _, n := range changed {
+			if i, ok := slices.BinarySearchFunc(recs, n.Name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) }); ok {
+				recs[i] = Record(n)
+				d.from[n.Name] = n
+			}
+		}
+		d.recs = recs
+		return d.recs, nil, nil
+	}
+	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
+	from := make(map[string]*corev1.Node, count)
+	recs := make([]peers.Record, 0, count)
+	for _, n := range ns {
+		if n.Name == d.opts.NodeName || len(podCIDRs(n)) == 0 {
+			continue
+		}
+		from[n.Name] = n
+		recs = append(recs, Record(n))
+	}
+	d.from, d.recs = from, recs
+	return d.recs, nil, nil
 }
 
 // Record is the node record of a Node: its annotations, the InternalIP of
