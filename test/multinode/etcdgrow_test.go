@@ -192,6 +192,18 @@ func TestEtcdBlockGrowth(t *testing.T) {
 			return nil
 		})
 	}
+	netnstest.WaitFor(t, 30*time.Second, "status on a lists both blocks", func() error {
+		out, err := routeletd(a, append([]string{"status", "--node-name=a", "--state-dir=" + a.StateDir}, etcdArgs...)...)
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "Blocks:") && strings.Contains(l, blocks[a][0].String()+" ") && strings.Contains(l, blocks[a][1].String()+" ") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Blocks line with %v:\n%s", blocks[a], out)
+	})
 	for _, pair := range [][2]*node{{a, b}, {b, a}} {
 		from, to := pair[0].Pods[0], pair[1].Pods[2]
 		if out, ok := ping(from, to.IPv4); !ok {
