@@ -7,8 +7,6 @@ import (
 	"net/netip"
 	"slices"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/routelet/routelet/daemon/datastore"
 )
 
@@ -67,24 +65,15 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 			return netip.Prefix{}, fmt.Errorf("%w: pool %s has no free /%d block", datastore.ErrPoolFull, pool.CIDR, pool.BlockSize)
 		}
 		key := d.blockKey(free)
-		txn, err := d.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(d.configKey()), "=", rev),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		).Then(clientv3.OpPut(key, d.o.NodeName)).Commit()
+		won, err := d.claimFree(ctx, key, rev)
 		if err != nil {
 			return netip.Prefix{}, err
 		}
-		if txn.Succeeded {
+		if won {
 			d.m.claims.WithLabelValues("full").Inc()
 			d.log.Info("claimed another block from the pool: every block of its family is full",
 				"block", free, "pool", pool.CIDR, "full", full, "key", key)
 			return free, nil
-		}
-		d.m.claimRaces.Inc()
-		if _, now, err := d.readPools(ctx); err != nil {
-			return netip.Prefix{}, err
-		} else if now != rev {
-			return netip.Prefix{}, errPoolsChanged
 		}
 	}
 }

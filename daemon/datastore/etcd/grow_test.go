@@ -123,41 +123,10 @@ func TestGrowRace(t *testing.T) {
 		ds[i] = open(t, srv, fmt.Sprintf("node-%02d", i))
 		firsts[i] = blocksOf(t, ds[i])
 	}
-	type grown struct {
-		node  string
-		block netip.Prefix
-		err   error
-	}
-	results := make(chan grown, n)
-	start := make(chan struct{})
-	for i, d := range ds {
-		go func() {
-			<-start
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			b, err := d.Grow(ctx, 4, firsts[i])
-			results <- grown{d.o.NodeName, b, err}
-		}()
-	}
-	close(start)
-	var all []netip.Prefix
-	for _, f := range firsts {
-		all = append(all, f...)
-	}
-	for range ds {
-		r := <-results
-		if r.err != nil {
-			t.Fatalf("%s: %v", r.node, r.err)
-		}
-		all = append(all, r.block)
-	}
-	for i, p := range all {
-		for _, q := range all[:i] {
-			if p.Overlaps(q) {
-				t.Errorf("two claims overlap: %s and %s", p, q)
-			}
-		}
-	}
+	atOnce(t, ds, func(ctx context.Context, i int, d *Datastore) ([]netip.Prefix, error) {
+		b, err := d.Grow(ctx, 4, firsts[i])
+		return []netip.Prefix{b}, err
+	}, slices.Concat(firsts...)...)
 	c := claimsIn(t, srv)
 	if len(c) != 2*n {
 		t.Errorf("%d claims in etcd, want %d: %v", len(c), 2*n, c)

@@ -325,24 +325,40 @@ func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64) (b
 			return own, "", nil
 		}
 		key := d.blockKey(free)
-		txn, err := d.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(d.configKey()), "=", rev),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		).Then(clientv3.OpPut(key, d.o.NodeName)).Commit()
-		if err != nil {
-			return nil, "", err
-		}
-		if !txn.Succeeded {
-			d.m.claimRaces.Inc()
-			// Another node took it, or the pools changed: look again.
-			if _, now, err := d.readPools(ctx); err != nil || now != rev {
-				return nil, "", errPoolsChanged
+		if won, err := d.claimFree(ctx, key, rev); err != nil || !won {
+			if err != nil {
+				return nil, "", err
 			}
 			continue
 		}
 		d.m.claims.WithLabelValues("first").Inc()
 		d.log.Info("claimed a block from the pool", "block", free, "pool", want.CIDR, "key", key)
 	}
+}
+
+// claimFree claims the block under key for this node if it is still free
+// and the pool configuration still at revision rev: one transaction. A
+// block another node took meanwhile is a lost race (counted; not won, no
+// error: the caller looks for the next free one); changed pools are
+// errPoolsChanged.
+func (d *Datastore) claimFree(ctx context.Context, key string, rev int64) (won bool, err error) {
+	txn, err := d.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(d.configKey()), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+	).Then(clientv3.OpPut(key, d.o.NodeName)).Commit()
+	if err != nil {
+		return false, err
+	}
+	if txn.Succeeded {
+		return true, nil
+	}
+	d.m.claimRaces.Inc()
+	if _, now, err := d.readPools(ctx); err != nil {
+		return false, err
+	} else if now != rev {
+		return false, errPoolsChanged
+	}
+	return false, nil
 }
 
 // ownBlocks returns node's claimed blocks, IPv4 first, each family in the
