@@ -1,13 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -181,7 +181,7 @@ func (f *fakeGrower) Grow(_ context.Context, family int, full []netip.Prefix) (n
 // claims only for a full family, and retries a full pool but not blocks
 // fixed by configuration; each reason is logged once.
 func TestBlockGrowerCheck(t *testing.T) {
-	var logs strings.Builder
+	var logs bytes.Buffer
 	ds := &fakeGrower{}
 	g, err := newBlockGrower(ds, health.NewMetrics(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
@@ -197,7 +197,7 @@ func TestBlockGrowerCheck(t *testing.T) {
 	if grown, _ := g.check(ctx, fakeUse{use("10.0.0.0/30", 2, 2), use("fd00::/126", 3, 1)}); !grown || !slices.Equal(ds.calls, []string{"4 [10.0.0.0/30]"}) {
 		t.Errorf("full IPv4 block: grown %v, claims %v; want one IPv4 claim", grown, ds.calls)
 	}
-	if !strings.Contains(logs.String(), "every block of the family is full: claimed another") {
+	if !bytes.Contains(logs.Bytes(), []byte("every block of the family is full: claimed another")) {
 		t.Errorf("no log line for the claim:\n%s", logs.String())
 	}
 	ds.err, ds.calls = fmt.Errorf("%w: pool 10.0.0.0/29 has no free /30 block", datastore.ErrPoolFull), nil
@@ -207,7 +207,7 @@ func TestBlockGrowerCheck(t *testing.T) {
 			t.Errorf("full pool: grown %v, again %v; want a retry", grown, again)
 		}
 	}
-	if n := strings.Count(logs.String(), "no other block could be claimed"); n != 1 {
+	if n := bytes.Count(logs.Bytes(), []byte("no other block could be claimed")); n != 1 {
 		t.Errorf("full pool logged %d times, want once:\n%s", n, logs.String())
 	}
 	ds.err = fmt.Errorf("%w (pod-cidr [10.0.0.0/30])", datastore.ErrFixedBlocks)

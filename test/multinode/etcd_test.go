@@ -6,12 +6,11 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/etcdtest"
@@ -322,23 +321,20 @@ func TestEtcdBlockGrowth(t *testing.T) {
 	first := map[*node]netip.Prefix{a: waitV4Blocks(t, a, 1)[0], b: waitV4Blocks(t, b, 1)[0]}
 
 	// Both nodes fill their block at once.
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 2)
 	for _, n := range []*node{a, b} {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for i := range 2 {
-				if _, err := tc.c.AddPod(ctx, n.Node, fmt.Sprintf("%s-pod%d", n.Spec.Name, i)); err != nil {
-					errs <- err
-				}
+			var err error
+			for i := 0; i < 2 && err == nil; i++ {
+				_, err = tc.c.AddPod(ctx, n.Node, fmt.Sprintf("%s-pod%d", n.Spec.Name, i))
 			}
+			errs <- err
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	blocks := map[*node][]netip.Prefix{a: waitV4Blocks(t, a, 2), b: waitV4Blocks(t, b, 2)}
 	var all []netip.Prefix
@@ -384,7 +380,7 @@ func TestEtcdBlockGrowth(t *testing.T) {
 		n, peer := pair[0], pair[1]
 		want := []string{vxlanRoute(blocks[n][0], blocks[n][0]), vxlanRoute(blocks[n][1], blocks[n][0])}
 		netnstest.WaitFor(t, 30*time.Second, "node "+peer.Spec.Name+" routes both blocks of "+n.Spec.Name, func() error {
-			got, err := peer.overlayRoutes(netlink.FAMILY_V4)
+			got, err := peer.overlayRoutes(unix.AF_INET)
 			if err != nil {
 				return err
 			}
@@ -474,7 +470,7 @@ func TestEtcdBlockGrowth(t *testing.T) {
 		t.Errorf("a-pod5 got %s, want an address in %s", p.IPv4, third)
 	}
 	netnstest.WaitFor(t, 30*time.Second, "node a without routes to b", func() error {
-		if got, err := a.overlayRoutes(netlink.FAMILY_V4); err != nil || len(got) != 0 {
+		if got, err := a.overlayRoutes(unix.AF_INET); err != nil || len(got) != 0 {
 			return fmt.Errorf("routes %v, %v; want none", got, err)
 		}
 		return nil
