@@ -291,8 +291,9 @@ func vxlanRoute(block, first netip.Prefix) string {
 
 // TestEtcdBlockGrowth: two etcd nodes with /30 blocks (two pod addresses
 // each) from a pool of four fill their blocks at once with plugin ADDs;
-// each claims a second block, never the same as the other; the next ADD
-// gets an address in it, the peer routes it over VXLAN to the node and
+// each claims a second block, never the same as the other, and rebuilds
+// its loop losing no echo of a ping across; the next ADD gets an address
+// in it, the peer routes it over VXLAN to the node and
 // pods talk across; the metrics and the log say so. A restart keeps both
 // claims. With every block full and the pool empty an ADD fails naming
 // the full blocks; once the peer leaves (releasing both its blocks) the
@@ -320,14 +321,25 @@ func TestEtcdBlockGrowth(t *testing.T) {
 	}
 	first := map[*node]netip.Prefix{a: waitV4Blocks(t, a, 1)[0], b: waitV4Blocks(t, b, 1)[0]}
 
-	// Both nodes fill their block at once.
+	// One pod each, pinging across while both nodes then fill their block
+	// at once: the loops' rebuilds lose no echo.
+	for _, n := range []*node{a, b} {
+		if _, err := tc.c.AddPod(ctx, n.Node, n.Spec.Name+"-pod0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	netnstest.WaitFor(t, 30*time.Second, "a-pod0 reaches b-pod0", func() error {
+		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+			return fmt.Errorf("no reply:\n%s", out)
+		}
+		return nil
+	})
+	pinged := make(chan error, 1)
+	go func() { pinged <- pingFor(a.Pods[0], b.Pods[0].IPv4, 25) }()
 	errs := make(chan error, 2)
 	for _, n := range []*node{a, b} {
 		go func() {
-			var err error
-			for i := 0; i < 2 && err == nil; i++ {
-				_, err = tc.c.AddPod(ctx, n.Node, fmt.Sprintf("%s-pod%d", n.Spec.Name, i))
-			}
+			_, err := tc.c.AddPod(ctx, n.Node, n.Spec.Name+"-pod1")
 			errs <- err
 		}()
 	}
@@ -408,6 +420,9 @@ func TestEtcdBlockGrowth(t *testing.T) {
 		}
 		return fmt.Errorf("no Blocks line with %v:\n%s", blocks[a], out)
 	})
+	if err := <-pinged; err != nil {
+		t.Errorf("a-pod0 → b-pod0 while both nodes claimed a block and rebuilt their loops: %v", err)
+	}
 	for _, pair := range [][2]*node{{a, b}, {b, a}} {
 		from, to := pair[0].Pods[0], pair[1].Pods[2]
 		if out, ok := ping(from, to.IPv4); !ok {
