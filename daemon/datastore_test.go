@@ -188,14 +188,14 @@ func TestBlockGrowerCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if grown, again := g.check(ctx, fakeUse{use("10.0.0.0/30", 2, 1)}); grown || again || len(ds.calls) != 0 {
-		t.Errorf("one free address: grown %v, again %v, claims %v; want nothing", grown, again, ds.calls)
+	if b, again := g.check(ctx, fakeUse{use("10.0.0.0/30", 2, 1)}); b.IsValid() || again || len(ds.calls) != 0 {
+		t.Errorf("one free address: claimed %v, again %v, claims %v; want nothing", b, again, ds.calls)
 	}
 	if v := testutil.ToFloat64(g.free.WithLabelValues("10.0.0.0/30")); v != 1 {
 		t.Errorf("free addresses gauge %v, want 1", v)
 	}
-	if grown, _ := g.check(ctx, fakeUse{use("10.0.0.0/30", 2, 2), use("fd00::/126", 3, 1)}); !grown || !slices.Equal(ds.calls, []string{"4 [10.0.0.0/30]"}) {
-		t.Errorf("full IPv4 block: grown %v, claims %v; want one IPv4 claim", grown, ds.calls)
+	if b, _ := g.check(ctx, fakeUse{use("10.0.0.0/30", 2, 2), use("fd00::/126", 3, 1)}); b != netip.MustParsePrefix("10.0.0.4/30") || !slices.Equal(ds.calls, []string{"4 [10.0.0.0/30]"}) {
+		t.Errorf("full IPv4 block: claimed %v, claims %v; want 10.0.0.4/30 from one IPv4 claim", b, ds.calls)
 	}
 	if !bytes.Contains(logs.Bytes(), []byte("every block of the family is full: claimed another")) {
 		t.Errorf("no log line for the claim:\n%s", logs.String())
@@ -203,18 +203,37 @@ func TestBlockGrowerCheck(t *testing.T) {
 	ds.err, ds.calls = fmt.Errorf("%w: pool 10.0.0.0/29 has no free /30 block", datastore.ErrPoolFull), nil
 	full := fakeUse{use("10.0.0.0/30", 2, 2)}
 	for range 2 {
-		if grown, again := g.check(ctx, full); grown || !again {
-			t.Errorf("full pool: grown %v, again %v; want a retry", grown, again)
+		if b, again := g.check(ctx, full); b.IsValid() || !again {
+			t.Errorf("full pool: claimed %v, again %v; want a retry", b, again)
 		}
 	}
 	if n := bytes.Count(logs.Bytes(), []byte("no other block could be claimed")); n != 1 {
 		t.Errorf("full pool logged %d times, want once:\n%s", n, logs.String())
 	}
 	ds.err = fmt.Errorf("%w (pod-cidr [10.0.0.0/30])", datastore.ErrFixedBlocks)
-	if grown, again := g.check(ctx, full); grown || again {
-		t.Errorf("fixed blocks: grown %v, again %v; want neither", grown, again)
+	if b, again := g.check(ctx, full); b.IsValid() || again {
+		t.Errorf("fixed blocks: claimed %v, again %v; want neither", b, again)
 	}
 	if v := testutil.ToFloat64(g.free.WithLabelValues("10.0.0.0/30")); v != 0 {
 		t.Errorf("free addresses gauge %v, want 0", v)
+	}
+}
+
+// TestWithBlock: a claimed block joins the blocks after the last of its
+// family, IPv4 first, as the datastore lists them after a restart.
+func TestWithBlock(t *testing.T) {
+	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+	for _, c := range []struct {
+		blocks []netip.Prefix
+		add    netip.Prefix
+		want   []netip.Prefix
+	}{
+		{[]netip.Prefix{p("10.0.0.4/30"), p("fd00::/126")}, p("10.0.0.0/30"), []netip.Prefix{p("10.0.0.4/30"), p("10.0.0.0/30"), p("fd00::/126")}},
+		{[]netip.Prefix{p("10.0.0.4/30"), p("fd00::/126")}, p("fd00::4/126"), []netip.Prefix{p("10.0.0.4/30"), p("fd00::/126"), p("fd00::4/126")}},
+		{[]netip.Prefix{p("fd00::/126")}, p("10.0.0.0/30"), []netip.Prefix{p("10.0.0.0/30"), p("fd00::/126")}},
+	} {
+		if got := withBlock(c.blocks, c.add); !slices.Equal(got, c.want) {
+			t.Errorf("withBlock(%v, %s) = %v, want %v", c.blocks, c.add, got, c.want)
+		}
 	}
 }

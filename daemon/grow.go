@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync/atomic"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,9 +17,26 @@ import (
 	"github.com/routelet/routelet/pkg/ipam"
 )
 
-// errBlocksGrew: the loop stopped because this node claimed another block;
-// it is built again with the datastore's blocks.
-var errBlocksGrew = errors.New("this node's blocks grew")
+// blocksGrew: the loop stopped because this node claimed block; it is
+// built again with the block added.
+type blocksGrew struct{ block netip.Prefix }
+
+// Error names the block.
+func (g *blocksGrew) Error() string { return "this node claimed block " + g.block.String() }
+
+// withBlock returns blocks with b after the last block of its family,
+// IPv4 before IPv6: the order the datastore returns them in after a
+// restart.
+func withBlock(blocks []netip.Prefix, b netip.Prefix) []netip.Prefix {
+	i := len(blocks)
+	if b.Addr().Is4() {
+		i = 0
+		for i < len(blocks) && blocks[i].Addr().Is4() {
+			i++
+		}
+	}
+	return slices.Insert(slices.Clone(blocks), i, b)
+}
 
 // blockGrower watches how full this node's blocks are (the built-in IPAM's
 // claims, which the plugin makes) and, when every block of a family is
@@ -76,9 +93,9 @@ func fullFamilies(use []ipam.BlockUsage) map[int][]netip.Prefix {
 // start checks the blocks now, at every workload record change (the plugin
 // writes one after each ADD) and every period, until ctx is done. When it
 // claimed a block it calls stop (the loop ends). The returned function
-// waits for it to finish, after ctx is done, and reports whether it
-// claimed one.
-func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir string, period time.Duration, stop func()) (grew func() bool) {
+// waits for it to finish, after ctx is done, and returns the block it
+// claimed, if any.
+func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir string, period time.Duration, stop func()) (grew func() (netip.Prefix, bool)) {
 	kick := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -89,7 +106,7 @@ func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir s
 	if err := dirwatch.Watch(ctx, workloadsDir, func(string) { poke() }, poke, g.log); err != nil {
 		g.log.Warn("cannot watch workload records; checking the blocks every period only", "dir", workloadsDir, "period", period, "err", err)
 	}
-	var claimed atomic.Bool
+	var claimed netip.Prefix // written before done is closed
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -103,9 +120,9 @@ func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir s
 			case <-kick:
 			case <-t.C:
 			}
-			grown, again := g.check(ctx, use)
-			if grown {
-				claimed.Store(true)
+			b, again := g.check(ctx, use)
+			if b.IsValid() {
+				claimed = b
 				stop()
 				return
 			}
@@ -119,17 +136,17 @@ func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir s
 			t.Reset(next)
 		}
 	}()
-	return func() bool { <-done; return claimed.Load() }
+	return func() (netip.Prefix, bool) { <-done; return claimed, claimed.IsValid() }
 }
 
 // check reads the blocks' use, exports it, and when every block of a
-// family is full claims another. again: a claim failed and is worth
-// retrying soon (etcd unreachable, the pool full).
-func (g *blockGrower) check(ctx context.Context, use usageReader) (grown, again bool) {
+// family is full claims another and returns it. again: a claim failed and
+// is worth retrying soon (etcd unreachable, the pool full).
+func (g *blockGrower) check(ctx context.Context, use usageReader) (claimed netip.Prefix, again bool) {
 	u, err := use.Usage()
 	if err != nil {
 		g.note("cannot read the blocks' use", err)
-		return false, true
+		return netip.Prefix{}, true
 	}
 	g.free.Reset()
 	for _, b := range u {
@@ -138,7 +155,7 @@ func (g *blockGrower) check(ctx context.Context, use usageReader) (grown, again 
 	full := fullFamilies(u)
 	if g.ds == nil || len(full) == 0 {
 		g.said = ""
-		return false, false
+		return netip.Prefix{}, false
 	}
 	for _, f := range []int{4, 6} {
 		blocks := full[f]
@@ -148,10 +165,10 @@ func (g *blockGrower) check(ctx context.Context, use usageReader) (grown, again 
 		b, err := g.ds.Grow(ctx, f, blocks)
 		if err == nil {
 			g.log.Info("every block of the family is full: claimed another", "family", f, "full", blocks, "block", b)
-			return true, false
+			return b, false
 		}
 		if ctx.Err() != nil {
-			return false, false
+			return netip.Prefix{}, false
 		}
 		if errors.Is(err, datastore.ErrFixedBlocks) {
 			g.note(fmt.Sprintf("every IPv%d block of this node is full (%v); not claiming another", f, blocks), err)
@@ -160,7 +177,7 @@ func (g *blockGrower) check(ctx context.Context, use usageReader) (grown, again 
 		g.note(fmt.Sprintf("every IPv%d block of this node is full (%v) and no other block could be claimed; retrying", f, blocks), err)
 		again = true
 	}
-	return false, again
+	return netip.Prefix{}, again
 }
 
 // note logs why no block was claimed, once per distinct reason.

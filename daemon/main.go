@@ -262,23 +262,28 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := wireDatastore(ds, status, metrics); err != nil {
 		return err
 	}
+	blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	grower, err := newBlockGrower(ds, metrics, log.With("component", "blocks"))
 	if err != nil {
 		return err
 	}
 	parts := loopParts{cfg: cfg, id: id, ds: ds, store: store, status: status, metrics: metrics, ep: ep, cni: cni, grower: grower, log: log}
 	for {
-		blocks, err := waitBlocks(ctx, ds, func(reason string) { notReady(cfg, store, status, reason, log) }, log)
+		var grew *blocksGrew
+		if err := runLoop(ctx, parts, host, blocks); !errors.As(err, &grew) {
+			return err
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		if err := runLoop(ctx, parts, host, blocks); !errors.Is(err, errBlocksGrew) || ctx.Err() != nil {
-			return err
-		}
-		log.Info("this node's blocks grew: rebuilding the loop with them (the dataplane stays as it is meanwhile)")
+		blocks = withBlock(blocks, grew.block)
+		log.Info("this node's blocks grew: rebuilding the loop with them (the dataplane stays as it is meanwhile)", "blocks", blocks)
 		if host, err = checkHost(cfg); err != nil {
 			return err
 		}
@@ -301,10 +306,10 @@ type loopParts struct {
 }
 
 // runLoop builds the apply loop for blocks and runs it until ctx is done,
-// or until the grower claimed another block: then it returns
-// errBlocksGrew, and the caller builds the loop again with the
-// datastore's new blocks. Either way it stops as on SIGTERM, leaving the
-// dataplane as it is.
+// or until the grower claimed another block: then it returns a
+// *blocksGrew, and the caller builds the loop again with that block
+// added. Either way it stops as on SIGTERM, leaving the dataplane as it
+// is.
 func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []netip.Prefix) error {
 	cfg, id, ds, store, status, metrics, ep, cni, log := p.cfg, p.id, p.ds, p.store, p.status, p.metrics, p.ep, p.cni, p.log
 	ctx, stopLoop := context.WithCancel(ctx)
@@ -400,10 +405,13 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 		return err
 	}
 	grew := p.grower.start(ctx, alloc, store.WorkloadsDir(), cfg.DeviceCheckPeriod, stopLoop)
-	if err := a.Run(ctx); err != nil || !grew() {
+	if err := a.Run(ctx); err != nil {
 		return err
 	}
-	return errBlocksGrew
+	if b, ok := grew(); ok {
+		return &blocksGrew{block: b}
+	}
+	return nil
 }
 
 // datastores open the datastore named by config key datastore.

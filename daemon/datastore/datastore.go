@@ -92,7 +92,7 @@ type ReadyReporter interface {
 // the same race-safe way as the first, so that LocalBlocks returns it from
 // then on (also after a restart), and returns it. A block of the family
 // the node holds beyond full (claimed before a crash) is returned as is.
-// The daemon then rebuilds its loop with the new LocalBlocks. When the
+// The daemon then rebuilds its loop with the block added. When the
 // node's blocks cannot grow (fixed by configuration) the error wraps
 // ErrFixedBlocks; when the pool has no free block, ErrPoolFull.
 type Grower interface {
