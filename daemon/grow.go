@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +34,9 @@ func withBlock(blocks []netip.Prefix, b netip.Prefix) []netip.Prefix {
 			i++
 		}
 	}
-	return slices.Insert(slices.Clone(blocks), i, b)
+	out := make([]netip.Prefix, 0, len(blocks)+1)
+	out = append(append(out, blocks[:i]...), b)
+	return append(out, blocks[i:]...)
 }
 
 // blockGrower watches how full this node's blocks are (the built-in IPAM's
