@@ -394,6 +394,7 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	a.SetRepairLog(ep.repairs)
 	a.AddSnapshotter(refusals{pv})
 	ep.agent.Store(a)
+	defer ep.agent.CompareAndSwap(a, nil) // a stopped loop answers no snapshot
 
 	// Watchers first, so nothing that happens during the first sync is
 	// lost (Run starts the record and datastore watches before it reads).
