@@ -36,6 +36,12 @@ func newFakeTable(devExists func() bool) *fakeTable {
 func (f *fakeTable) SetRoutes(iface string, ts []routes.Target) {
 	f.want[iface] = slices.Clone(ts)
 }
+func (f *fakeTable) RouteUpdate(iface string, t routes.Target) {
+	f.want[iface] = append(slices.DeleteFunc(f.want[iface], func(o routes.Target) bool { return o.CIDR == t.CIDR }), t)
+}
+func (f *fakeTable) RouteRemove(iface string, cidr netip.Prefix) {
+	f.want[iface] = slices.DeleteFunc(f.want[iface], func(o routes.Target) bool { return o.CIDR == cidr })
+}
 func (f *fakeTable) MarkDirty(iface string) { f.dirty[iface]++ }
 func (f *fakeTable) Apply() error {
 	f.applies++

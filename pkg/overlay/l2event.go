@@ -1,0 +1,85 @@
+package overlay
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+)
+
+// NeighEvent is one kernel notification of a neighbour (ARP/NDP) or FDB
+// entry on the VXLAN device, as the event stream reports it.
+type NeighEvent struct {
+	FDB bool // an FDB entry (AF_BRIDGE); otherwise ARP/NDP
+	// IP is the neighbour's address, or the FDB entry's destination
+	// (invalid when it has none).
+	IP        netip.Addr
+	MAC       net.HardwareAddr
+	Permanent bool // NUD_PERMANENT: the kind of entry routelet writes
+	Deleted   bool
+}
+
+// OnNeighEvent is the hint for a neighbour or FDB notification on the
+// device. An event that leaves the entry as the manager last wrote it or
+// as it is about to write it — the echo of its own writes and deletes,
+// the kernel's dynamic entries for addresses nobody routes — changes
+// nothing. Any other shows drift (an entry of ours deleted or changed, a
+// permanent entry or unicast FDB entry nobody wants): the next Apply
+// re-reads both tables and repairs them. It returns what drifted, "neigh"
+// or "fdb", or "" when nothing did.
+func (m *VXLAN) OnNeighEvent(ev NeighEvent) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.l2Dirty || !m.haveOK {
+		// A full read is queued anyway; it repairs whatever this was.
+		return driftKind(ev, m.want, m.want)
+	}
+	drift := driftKind(ev, m.want, m.have)
+	if drift != "" {
+		m.l2Dirty = true
+	}
+	return drift
+}
+
+// driftKind classifies ev against want and have (see OnNeighEvent): an
+// entry is as expected when it is as either holds it.
+func driftKind(ev NeighEvent, want, have l2Want) string {
+	if ev.FDB {
+		if len(ev.MAC) != 6 || ev.MAC[0]&1 != 0 {
+			return "" // multicast: the device's own list
+		}
+		mac, dst := [6]byte(ev.MAC), ev.IP.Unmap()
+		w, inWant := want.fdb[mac]
+		h, inHave := have.fdb[mac]
+		ok := inWant && w == dst || inHave && h == dst
+		if ev.Deleted {
+			// Gone is fine unless both still hold it.
+			ok = !(inWant && w == dst && inHave && h == dst)
+		}
+		if ok {
+			return ""
+		}
+		return "fdb"
+	}
+	if !ev.IP.IsValid() {
+		return ""
+	}
+	ip := ev.IP.Unmap()
+	w, inWant := want.arp[ip]
+	h, inHave := have.arp[ip]
+	var ok bool
+	switch {
+	case ev.Deleted:
+		// A dynamic entry going is the kernel's business; ours going is
+		// fine unless both still hold it.
+		ok = !ev.Permanent || !(inWant && inHave)
+	case ev.Permanent:
+		ok = inWant && bytes.Equal(w, ev.MAC) || inHave && bytes.Equal(h, ev.MAC)
+	default:
+		// A dynamic entry where ours should be means ours was replaced.
+		ok = !inWant && !inHave
+	}
+	if ok {
+		return ""
+	}
+	return "neigh"
+}
