@@ -17,12 +17,45 @@ type claims struct {
 	// scan: our own blocks overlap each other, so the index does not hold;
 	// fall back to scanning every claim in order.
 	scan bool
+	// disjoint: every block that will be checked is known to overlap no
+	// other (claimsFor): nothing is recorded, nothing overlaps.
+	disjoint bool
 }
 
 // claim is one accepted block and its place in acceptance order.
 type claim struct {
 	p   netip.Prefix
 	seq int
+}
+
+// claimsFor returns the claims Routes checks peers' blocks of family v
+// against, starting with our own blocks, and how many peer blocks of the
+// family there are. When no two of all those blocks overlap (the usual
+// case) nothing needs checking: the claims accept everything without
+// building an index.
+func claimsFor(local []netip.Prefix, peers []Peer, v int) (*claims, int) {
+	all := make([]netip.Prefix, 0, len(local)+len(peers))
+	for _, b := range local {
+		all = append(all, b.Masked())
+	}
+	for _, p := range peers {
+		for _, b := range p.Blocks {
+			if b.IsValid() && familyOf(b.Addr()) == v {
+				all = append(all, b.Masked())
+			}
+		}
+	}
+	total := len(all) - len(local)
+	slices.SortFunc(all, comparePrefixes)
+	// Sorted by address then length, a block that overlaps a later one
+	// contains it and every block between them: an overlap anywhere
+	// shows between neighbours.
+	for i := 1; i < len(all); i++ {
+		if all[i-1].Overlaps(all[i]) {
+			return newClaims(local), total
+		}
+	}
+	return &claims{disjoint: true}, total
 }
 
 // newClaims starts with our own blocks.
@@ -48,6 +81,9 @@ func comparePrefixes(a, b netip.Prefix) int {
 // first returns the acceptance index of the first accepted block b
 // overlaps, or -1.
 func (c *claims) first(b netip.Prefix) int {
+	if c.disjoint {
+		return -1
+	}
 	if c.scan {
 		return slices.IndexFunc(c.all, b.Overlaps)
 	}
@@ -67,6 +103,9 @@ func (c *claims) first(b netip.Prefix) int {
 
 // add accepts b.
 func (c *claims) add(b netip.Prefix) {
+	if c.disjoint {
+		return
+	}
 	i, _ := slices.BinarySearchFunc(c.sorted, b.Masked(), func(e claim, t netip.Prefix) int { return comparePrefixes(e.p, t) })
 	c.sorted = slices.Insert(c.sorted, i, claim{p: b.Masked(), seq: len(c.all)})
 	c.all = append(c.all, b)

@@ -133,12 +133,17 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 		out[name] = nil
 	}
 	var problems []error
-	peers := slices.Clone(in.Peers)
-	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
-	claimed := newClaims(in.LocalBlocks)
+	peers := in.Peers
+	byName := func(a, b Peer) int { return strings.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(peers, byName) {
+		peers = slices.Clone(peers)
+		slices.SortFunc(peers, byName)
+	}
+	claimed, total := claimsFor(in.LocalBlocks, peers, in.IPVersion)
 
+	var blocks []netip.Prefix // one peer's accepted blocks, reused
 	for _, p := range peers {
-		var blocks []netip.Prefix
+		blocks = blocks[:0]
 		for _, b := range p.Blocks {
 			if !b.IsValid() || familyOf(b.Addr()) != in.IPVersion {
 				continue
@@ -158,6 +163,11 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 		if err != nil {
 			problems = append(problems, err)
 			continue
+		}
+		if out[iface] == nil {
+			// Usually every peer goes through one interface: one
+			// allocation of the most it can take.
+			out[iface] = make([]routes.Target, 0, total)
 		}
 		for _, b := range blocks {
 			t := target
