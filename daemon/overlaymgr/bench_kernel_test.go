@@ -23,7 +23,22 @@ import (
 type kernelNode struct {
 	n     *netnstest.NS
 	m     *Manager
+	nl    *countingNetlink
 	woken atomic.Bool
+	wakes atomic.Int32 // every wake, for tests
+}
+
+// countingNetlink is the real kernel seam counting the neighbour and FDB
+// table dumps.
+type countingNetlink struct {
+	*overlay.Kernel
+	dumps atomic.Int32
+}
+
+// NeighList implements overlay.Netlink.
+func (c *countingNetlink) NeighList(linkIndex, family int) ([]netlink.Neigh, error) {
+	c.dumps.Add(1)
+	return c.Kernel.NeighList(linkIndex, family)
 }
 
 // newKernelNode builds the node and programs ps (first OnNodes and Apply).
@@ -56,7 +71,8 @@ func newKernelNode(tb testing.TB, ps []peers.NodeInfo) *kernelNode {
 		if err != nil {
 			return err
 		}
-		kn.m, err = New(kern, Config{
+		kn.nl = &countingNetlink{Kernel: kern}
+		kn.m, err = New(kn.nl, Config{
 			NodeName: "self", Mode: overlay.ModeVXLAN, HostIPv4: netip.MustParseAddr("10.0.0.1"),
 			LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/26")}, Logger: quiet,
 		}, func(v int, owned []string) (RouteTable, error) {
@@ -66,7 +82,10 @@ func newKernelNode(tb testing.TB, ps []peers.NodeInfo) *kernelNode {
 			return err
 		}
 		w := netwatch.New(quiet)
-		w.Register("overlay", kn.m.Interest(), kn.m.Events(func() { kn.woken.Store(true) }))
+		w.Register("overlay", kn.m.Interest(), kn.m.Events(func() {
+			kn.wakes.Add(1)
+			kn.woken.Store(true)
+		}))
 		return w.Start(ctx)
 	})
 	if err != nil {
