@@ -15,9 +15,7 @@ import (
 )
 
 // l2Want is the desired neighbour state of one VXLAN device: tunnel IP →
-// VTEP MAC (ARP/NDP) and VTEP MAC → host IP (FDB). Once built it is never
-// changed: a new peer set gets a new l2Want, so the last programmed one can
-// be kept for the next diff.
+// VTEP MAC (ARP/NDP) and VTEP MAC → host IP (FDB).
 type l2Want struct {
 	arp map[netip.Addr]net.HardwareAddr
 	fdb map[[6]byte]netip.Addr
@@ -25,9 +23,10 @@ type l2Want struct {
 
 // desiredL2 computes the entries for peers of one family. Peers are taken
 // in name order, so when two claim the same tunnel IP or MAC the result is
-// deterministic (the first by name wins).
-func desiredL2(ipVersion int, peers []Peer) l2Want {
-	w := l2Want{arp: make(map[netip.Addr]net.HardwareAddr, len(peers)), fdb: make(map[[6]byte]netip.Addr, len(peers))}
+// deterministic (the first by name wins); dups reports whether that
+// happened.
+func desiredL2(ipVersion int, peers []Peer) (w l2Want, dups bool) {
+	w = l2Want{arp: make(map[netip.Addr]net.HardwareAddr, len(peers)), fdb: make(map[[6]byte]netip.Addr, len(peers))}
 	byName := func(a, b Peer) int { return strings.Compare(a.Name, b.Name) }
 	sorted := peers
 	if !slices.IsSortedFunc(peers, byName) {
@@ -35,40 +34,20 @@ func desiredL2(ipVersion int, peers []Peer) l2Want {
 		slices.SortFunc(sorted, byName)
 	}
 	for _, p := range sorted {
-		if len(p.VTEPMAC) != 6 || !p.TunnelIP.IsValid() || !p.HostIP.IsValid() ||
-			familyOf(p.TunnelIP) != ipVersion || familyOf(p.HostIP) != ipVersion {
+		tip, mac, host, ok := l2Entry(ipVersion, p)
+		if !ok {
 			continue
 		}
-		tip := p.TunnelIP.Unmap()
-		if _, dup := w.arp[tip]; dup {
-			continue
-		}
-		key := [6]byte(p.VTEPMAC)
-		if _, dup := w.fdb[key]; dup {
+		_, dupIP := w.arp[tip]
+		_, dupMAC := w.fdb[mac]
+		if dupIP || dupMAC {
+			dups = true
 			continue
 		}
 		w.arp[tip] = p.VTEPMAC
-		w.fdb[key] = p.HostIP.Unmap()
+		w.fdb[mac] = host
 	}
-	return w
-}
-
-// same reports whether w and o hold the same entries.
-func (w l2Want) same(o l2Want) bool {
-	if len(w.arp) != len(o.arp) || len(w.fdb) != len(o.fdb) {
-		return false
-	}
-	for ip, mac := range w.arp {
-		if m, ok := o.arp[ip]; !ok || !bytes.Equal(m, mac) {
-			return false
-		}
-	}
-	for mac, dst := range w.fdb {
-		if d, ok := o.fdb[mac]; !ok || d != dst {
-			return false
-		}
-	}
-	return true
+	return w, dups
 }
 
 // neighEntry is the kernel's ARP/NDP entry for ip pointing at mac.
@@ -170,57 +149,6 @@ func syncFDB(nl Netlink, log *slog.Logger, index int, want map[[6]byte]netip.Add
 	}
 	for _, n := range stale {
 		errs = appendErr(errs, delFDB(nl, log, &n))
-	}
-	return errors.Join(errs...)
-}
-
-// diffL2 changes the entries on the device at index from have (what the
-// kernel is known to hold: the last sync's result) to want, touching only
-// the entries that differ: adds and replaces first, then deletes. It reads
-// nothing; a failure leaves the kernel somewhere between the two, so the
-// caller re-reads it (syncL2) next time.
-func diffL2(nl Netlink, log *slog.Logger, index, ipVersion int, have, want l2Want) error {
-	var errs []error
-	var ips []netip.Addr
-	for ip, mac := range want.arp {
-		if m, ok := have.arp[ip]; !ok || !bytes.Equal(m, mac) {
-			ips = append(ips, ip)
-		}
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	for _, ip := range ips {
-		errs = appendErr(errs, setNeigh(nl, log, index, ipVersion, ip, want.arp[ip]))
-	}
-	var macs [][6]byte
-	for mac, dst := range want.fdb {
-		if d, ok := have.fdb[mac]; !ok || d != dst {
-			macs = append(macs, mac)
-		}
-	}
-	slices.SortFunc(macs, compareMACs)
-	for _, mac := range macs {
-		errs = appendErr(errs, setFDB(nl, log, index, mac, want.fdb[mac]))
-	}
-	ips = ips[:0]
-	for ip := range have.arp {
-		if _, ok := want.arp[ip]; !ok {
-			ips = append(ips, ip)
-		}
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	for _, ip := range ips {
-		errs = appendErr(errs, delNeigh(nl, log, neighEntry(index, ipVersion, ip, have.arp[ip])))
-	}
-	macs = macs[:0]
-	for mac, dst := range have.fdb {
-		if d, ok := want.fdb[mac]; !ok || d != dst {
-			// A moved MAC's old remote goes too (a replace may have kept it).
-			macs = append(macs, mac)
-		}
-	}
-	slices.SortFunc(macs, compareMACs)
-	for _, mac := range macs {
-		errs = appendErr(errs, delFDB(nl, log, fdbEntry(index, mac, have.fdb[mac])))
 	}
 	return errors.Join(errs...)
 }

@@ -29,27 +29,28 @@ type NeighEvent struct {
 func (m *VXLAN) OnNeighEvent(ev NeighEvent) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.l2Dirty || !m.haveOK {
-		// A full read is queued anyway; it repairs whatever this was.
-		return driftKind(ev, m.want, m.want)
-	}
-	drift := driftKind(ev, m.want, m.have)
-	if drift != "" {
+	full := m.l2Dirty || !m.haveOK
+	drift := m.l2.driftKind(ev, full)
+	if drift != "" && !full {
 		m.l2Dirty = true
 	}
 	return drift
 }
 
-// driftKind classifies ev against want and have (see OnNeighEvent): an
-// entry is as expected when it is as either holds it.
-func driftKind(ev NeighEvent, want, have l2Want) string {
+// driftKind classifies ev (see OnNeighEvent): an entry is as expected when
+// it is as the kernel had it or as wanted. unknown: what the kernel had is
+// not known (a full read is queued anyway), so only wanted counts.
+func (s *l2State) driftKind(ev NeighEvent, unknown bool) string {
 	if ev.FDB {
 		if len(ev.MAC) != 6 || ev.MAC[0]&1 != 0 {
 			return "" // multicast: the device's own list
 		}
 		mac, dst := [6]byte(ev.MAC), ev.IP.Unmap()
-		w, inWant := want.fdb[mac]
-		h, inHave := have.fdb[mac]
+		w, inWant := s.want.fdb[mac]
+		h, inHave := w, inWant
+		if !unknown {
+			h, inHave = s.hadFDB(mac)
+		}
 		ok := inWant && w == dst || inHave && h == dst
 		if ev.Deleted {
 			// Gone is fine unless both still hold it.
@@ -64,8 +65,11 @@ func driftKind(ev NeighEvent, want, have l2Want) string {
 		return ""
 	}
 	ip := ev.IP.Unmap()
-	w, inWant := want.arp[ip]
-	h, inHave := have.arp[ip]
+	w, inWant := s.want.arp[ip]
+	h, inHave := w, inWant
+	if !unknown {
+		h, inHave = s.hadARP(ip)
+	}
 	var ok bool
 	switch {
 	case ev.Deleted:

@@ -119,14 +119,15 @@ type VXLAN struct {
 	cfg         VXLANConfig
 	log         *slog.Logger
 	deviceDirty bool
-	// want is the entries the peers need; have the entries the kernel is
-	// known to hold (what the last successful write of them left), valid
-	// while haveOK.
-	want, have l2Want
-	haveOK     bool
+	// l2 is the entries the peers need and what changed in them since
+	// the kernel held them; haveOK says the kernel is known to hold what
+	// l2 says it had (false until the first successful write and after a
+	// failed one).
+	l2     l2State
+	haveOK bool
 	// l2Dirty: the next Apply re-reads every entry and repairs (syncL2);
-	// l2Changed: want moved away from have, and the next Apply writes only
-	// the difference.
+	// l2Changed: the peers changed entries, and the next Apply writes only
+	// those.
 	l2Dirty, l2Changed bool
 	dev                DeviceInfo
 }
@@ -158,7 +159,7 @@ func (m *VXLAN) SetConfig(cfg VXLANConfig) error {
 		return fmt.Errorf("vxlan config: ip version cannot change from %d to %d", m.cfg.IPVersion, c.IPVersion)
 	}
 	if m.cfg.IPVersion == 0 {
-		m.want = desiredL2(c.IPVersion, nil)
+		m.l2 = newL2State(c.IPVersion)
 	}
 	m.cfg = c
 	m.log = c.Logger.With("iface", c.Device)
@@ -174,21 +175,11 @@ func (m *VXLAN) SetConfig(cfg VXLANConfig) error {
 // writes only the entries that differ from what the kernel is known to
 // hold; peers that change nothing in them cost no kernel call.
 func (m *VXLAN) SetPeers(peers []Peer) {
-	want := desiredL2(m.ipVersion(), peers)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if want.same(m.want) {
-		return
+	if m.l2.setPeers(m.cfg.IPVersion, peers) {
+		m.l2Changed = true
 	}
-	m.want = want
-	m.l2Changed = true
-}
-
-// ipVersion returns the configured family (it never changes).
-func (m *VXLAN) ipVersion() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cfg.IPVersion
 }
 
 // OnLinkUpdate is the hint for a netlink link event (new, changed or deleted
@@ -256,9 +247,9 @@ func (m *VXLAN) Apply() error {
 	return errors.Join(errs...)
 }
 
-// applyL2 brings the entries to m.want: from a fresh read of both tables
-// when l2Dirty or nothing is known of them, else by writing the difference
-// from m.have. On failure the kernel is uncertain: the next Apply re-reads.
+// applyL2 brings the entries to the wanted ones: from a fresh read of
+// both tables when l2Dirty or nothing is known of them, else by writing
+// the entries that changed. On failure the kernel is uncertain: the next Apply re-reads.
 // m.mu is held.
 func (m *VXLAN) applyL2() error {
 	if m.dev.Index == 0 {
@@ -266,15 +257,16 @@ func (m *VXLAN) applyL2() error {
 	}
 	var err error
 	if m.l2Dirty || !m.haveOK {
-		err = syncL2(m.nl, m.log, m.dev.Index, m.cfg.IPVersion, m.want)
+		err = syncL2(m.nl, m.log, m.dev.Index, m.cfg.IPVersion, m.l2.want)
 	} else {
-		err = diffL2(m.nl, m.log, m.dev.Index, m.cfg.IPVersion, m.have, m.want)
+		err = m.l2.write(m.nl, m.log, m.dev.Index, m.cfg.IPVersion)
 	}
 	if err != nil {
 		m.l2Dirty, m.haveOK = true, false
 		return err
 	}
-	m.have, m.haveOK = m.want, true
+	m.l2.held()
+	m.haveOK = true
 	m.l2Dirty, m.l2Changed = false, false
 	return nil
 }
