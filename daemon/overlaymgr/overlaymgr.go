@@ -108,6 +108,7 @@ type family struct {
 	// Manager.mu (the event handler looks routes up).
 	routes map[string]map[netip.Prefix]routeEntry
 	gen    uint64
+	rb     overlay.RouteBuilder
 }
 
 // routeEntry is one target handed to the route table and the OnNodes
@@ -357,7 +358,7 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 		clear(f.spare[:cap(f.spare)])
 		in := f.in
 		in.Peers = ps
-		want, errs := overlay.Routes(in)
+		want, errs := f.rb.Routes(in)
 		m.setRoutes(f, want)
 		var problems []string
 		for _, err := range errs {

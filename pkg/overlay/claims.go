@@ -32,9 +32,9 @@ type claim struct {
 // against, starting with our own blocks, and how many peer blocks of the
 // family there are. When no two of all those blocks overlap (the usual
 // case) nothing needs checking: the claims accept everything without
-// building an index.
-func claimsFor(local []netip.Prefix, peers []Peer, v int) (*claims, int) {
-	all := make([]netip.Prefix, 0, len(local)+len(peers))
+// building an index. scratch is appended to and returned for reuse.
+func claimsFor(local []netip.Prefix, peers []Peer, v int, scratch []netip.Prefix) (*claims, int, []netip.Prefix) {
+	all := scratch
 	for _, b := range local {
 		all = append(all, b.Masked())
 	}
@@ -52,10 +52,10 @@ func claimsFor(local []netip.Prefix, peers []Peer, v int) (*claims, int) {
 	// shows between neighbours.
 	for i := 1; i < len(all); i++ {
 		if all[i-1].Overlaps(all[i]) {
-			return newClaims(local), total
+			return newClaims(local), total, all
 		}
 	}
-	return &claims{disjoint: true}, total
+	return &claims{disjoint: true}, total, all
 }
 
 // newClaims starts with our own blocks.

@@ -128,9 +128,39 @@ func OwnedInterfaces(in RouteInput) []string {
 // reported, one error each naming the peer; the rest are still returned.
 // Routes is pure: it reads nothing but in.
 func Routes(in RouteInput) (map[string][]routes.Target, []error) {
-	out := make(map[string][]routes.Target)
-	for _, name := range OwnedInterfaces(in) {
-		out[name] = nil
+	var b RouteBuilder
+	return b.Routes(in)
+}
+
+// RouteBuilder computes Routes reusing its memory from one call to the
+// next: a caller that recomputes the routes on every peer change (and
+// copies what it keeps) allocates nothing per call in the steady state.
+// The zero value is ready; it is not safe for concurrent use.
+type RouteBuilder struct {
+	out        map[string][]routes.Target
+	candidates []netip.Prefix // claimsFor's
+}
+
+// Routes is the package's Routes; the result (maps and slices) is valid
+// until the next call.
+func (rb *RouteBuilder) Routes(in RouteInput) (map[string][]routes.Target, []error) {
+	if rb.out == nil {
+		rb.out = make(map[string][]routes.Target)
+	}
+	out := rb.out
+	for name, ts := range out {
+		out[name] = ts[:0]
+	}
+	owned := OwnedInterfaces(in)
+	for name := range out {
+		if !slices.Contains(owned, name) {
+			delete(out, name)
+		}
+	}
+	for _, name := range owned {
+		if _, ok := out[name]; !ok {
+			out[name] = nil
+		}
 	}
 	var problems []error
 	peers := in.Peers
@@ -139,7 +169,9 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 		peers = slices.Clone(peers)
 		slices.SortFunc(peers, byName)
 	}
-	claimed, total := claimsFor(in.LocalBlocks, peers, in.IPVersion)
+	var claimed *claims
+	var total int
+	claimed, total, rb.candidates = claimsFor(in.LocalBlocks, peers, in.IPVersion, rb.candidates[:0])
 
 	var blocks []netip.Prefix // one peer's accepted blocks, reused
 	for _, p := range peers {
@@ -164,7 +196,7 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 			problems = append(problems, err)
 			continue
 		}
-		if out[iface] == nil {
+		if cap(out[iface]) == 0 {
 			// Usually every peer goes through one interface: one
 			// allocation of the most it can take.
 			out[iface] = make([]routes.Target, 0, total)

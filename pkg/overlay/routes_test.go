@@ -245,3 +245,37 @@ func TestVTEPMACAndTunnelAddress(t *testing.T) {
 		t.Error("tunnel address without a v4 block")
 	}
 }
+
+// TestRouteBuilderReuse: one RouteBuilder fed every mode of
+// TestRoutesPerMode in turn, then IPv6, then overlapping blocks, returns
+// each time what a fresh Routes returns (no route or interface of an
+// earlier call left over).
+func TestRouteBuilderReuse(t *testing.T) {
+	base := RouteInput{
+		IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/26")}, MTU: 1450, Peers: []Peer{peerC, peerB},
+	}
+	overlap := peerB
+	overlap.Name = "z"
+	overlap.Blocks = []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}
+	var inputs []RouteInput
+	for _, mode := range []Mode{ModeVXLAN, ModeIPIPCrossSubnet, ModeNone, ModeVXLANCrossSubnet, ModeIPIP} {
+		in := base
+		in.Mode = mode
+		inputs = append(inputs, in)
+	}
+	v6 := base
+	v6.Mode, v6.IPVersion, v6.Parent, v6.LocalBlocks, v6.Peers = ModeVXLAN, 6, "eth0", nil, []Peer{peerB}
+	withOverlap := base
+	withOverlap.Mode, withOverlap.Peers = ModeVXLAN, []Peer{overlap, peerC, peerB}
+	inputs = append(inputs, v6, withOverlap, inputs[0])
+	var rb RouteBuilder
+	for i, in := range inputs {
+		got, gotProblems := rb.Routes(in)
+		want, wantProblems := Routes(in)
+		if render(got) != render(want) || fmt.Sprint(gotProblems) != fmt.Sprint(wantProblems) {
+			t.Errorf("input %d (%s IPv%d): builder gave\n%s%v\nRoutes gives\n%s%v", i, in.Mode, in.IPVersion,
+				render(got), gotProblems, render(want), wantProblems)
+		}
+	}
+}
