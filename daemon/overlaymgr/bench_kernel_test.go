@@ -25,7 +25,24 @@ type kernelNode struct {
 	m     *Manager
 	nl    *countingNetlink
 	woken atomic.Bool
-	wakes atomic.Int32 // every wake, for tests
+	// neighWakes counts the wakes neighbour and FDB events asked for.
+	neighWakes atomic.Int32
+}
+
+// neighCounter is the manager's event handler, counting the wakes its
+// neighbour events ask for.
+type neighCounter struct {
+	netwatch.Handler
+	kn   *kernelNode
+	wake func()
+}
+
+// OnNeigh implements netwatch.Handler.
+func (c neighCounter) OnNeigh(ev netwatch.NeighEvent) {
+	c.kn.m.Events(func() {
+		c.kn.neighWakes.Add(1)
+		c.wake()
+	}).OnNeigh(ev)
 }
 
 // countingNetlink is the real kernel seam counting the neighbour and FDB
@@ -82,10 +99,8 @@ func newKernelNode(tb testing.TB, ps []peers.NodeInfo) *kernelNode {
 			return err
 		}
 		w := netwatch.New(quiet)
-		w.Register("overlay", kn.m.Interest(), kn.m.Events(func() {
-			kn.wakes.Add(1)
-			kn.woken.Store(true)
-		}))
+		wake := func() { kn.woken.Store(true) }
+		w.Register("overlay", kn.m.Interest(), neighCounter{Handler: kn.m.Events(wake), kn: kn, wake: wake})
 		return w.Start(ctx)
 	})
 	if err != nil {

@@ -75,8 +75,7 @@ func TestPeerChangeIncrementalKernel(t *testing.T) {
 	var drift []string
 	kn.m.cfg.OnDrift = func(object, detail string) { drift = append(drift, object+" "+detail) }
 
-	kn.woken.Store(false)
-	kn.wakes.Store(0)
+	kn.neighWakes.Store(0)
 	dumps := kn.nl.dumps.Load()
 	ps[3] = kernelPeer(3, false, 7)
 	ps[5] = kernelPeer(5, true, 0)
@@ -100,8 +99,8 @@ func TestPeerChangeIncrementalKernel(t *testing.T) {
 		IP: net.IP(victim.HostIP.AsSlice()), HardwareAddr: victim.VTEPMAC}); err != nil {
 		t.Fatal(err)
 	}
-	netnstest.Eventually(t, 10*time.Second, "a wake for the deleted FDB entry", func() bool { return kn.wakes.Load() > 0 })
-	if n := kn.wakes.Load(); n != 1 {
+	netnstest.Eventually(t, 10*time.Second, "a wake for the deleted FDB entry", func() bool { return kn.neighWakes.Load() > 0 })
+	if n := kn.neighWakes.Load(); n != 1 {
 		t.Errorf("%d wakes after the change and one deleted FDB entry, want 1 (the echo of our writes is no drift)", n)
 	}
 	if err := kn.m.Apply(); err != nil {
@@ -112,13 +111,13 @@ func TestPeerChangeIncrementalKernel(t *testing.T) {
 	}
 
 	// An ARP entry of ours deleted: the same.
-	kn.wakes.Store(0)
+	kn.neighWakes.Store(0)
 	victim = ps[9].IPv4
 	if err := kn.n.Handle.NeighDel(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: netlink.FAMILY_V4,
 		IP: net.IP(victim.TunnelAddr.AsSlice())}); err != nil {
 		t.Fatal(err)
 	}
-	netnstest.Eventually(t, 10*time.Second, "a wake for the deleted ARP entry", func() bool { return kn.wakes.Load() > 0 })
+	netnstest.Eventually(t, 10*time.Second, "a wake for the deleted ARP entry", func() bool { return kn.neighWakes.Load() > 0 })
 	if err := kn.m.Apply(); err != nil {
 		t.Fatal(err)
 	}

@@ -32,30 +32,98 @@ type claim struct {
 // against, starting with our own blocks, and how many peer blocks of the
 // family there are. When no two of all those blocks overlap (the usual
 // case) nothing needs checking: the claims accept everything without
-// building an index. scratch is appended to and returned for reuse.
-func claimsFor(local []netip.Prefix, peers []Peer, v int, scratch []netip.Prefix) (*claims, int, []netip.Prefix) {
-	all := scratch
+// building an index. x carries what the last call found (nil: nothing).
+func claimsFor(local []netip.Prefix, peers []Peer, v int, x *blockIndex) (*claims, int) {
+	if x == nil {
+		x = &blockIndex{}
+	}
+	next := x.spare[:0]
 	for _, b := range local {
-		all = append(all, b.Masked())
+		next = append(next, b.Masked())
 	}
 	for _, p := range peers {
 		for _, b := range p.Blocks {
 			if b.IsValid() && familyOf(b.Addr()) == v {
-				all = append(all, b.Masked())
+				next = append(next, b.Masked())
 			}
 		}
 	}
-	total := len(all) - len(local)
-	slices.SortFunc(all, comparePrefixes)
+	x.update(next)
+	total := len(next) - len(local)
+	if x.disjoint {
+		return &claims{disjoint: true}, total
+	}
+	return newClaims(local), total
+}
+
+// blockIndex is every block Routes looked at (ours and the peers'), in
+// the order gathered and sorted, and whether no two overlap. A call with
+// the same blocks but a few changed updates the sorted list in place
+// instead of sorting it again.
+type blockIndex struct {
+	gathered, spare []netip.Prefix
+	sorted          []netip.Prefix
+	disjoint        bool
+}
+
+// maxIncremental is how many changed blocks blockIndex.update handles in
+// place; more are sorted afresh.
+const maxIncremental = 16
+
+// update makes next the gathered blocks (x keeps the slice) and works out
+// whether they are disjoint.
+func (x *blockIndex) update(next []netip.Prefix) {
+	prev := x.gathered
+	x.gathered, x.spare = next, prev
+	if x.disjoint && len(prev) == len(next) {
+		var changed []int
+		for i := range next {
+			if next[i] != prev[i] {
+				if changed = append(changed, i); len(changed) > maxIncremental {
+					break
+				}
+			}
+		}
+		if len(changed) <= maxIncremental && x.replace(prev, next, changed) {
+			return
+		}
+	}
+	x.sorted = append(x.sorted[:0], next...)
+	slices.SortFunc(x.sorted, comparePrefixes)
 	// Sorted by address then length, a block that overlaps a later one
 	// contains it and every block between them: an overlap anywhere
 	// shows between neighbours.
-	for i := 1; i < len(all); i++ {
-		if all[i-1].Overlaps(all[i]) {
-			return newClaims(local), total, all
+	x.disjoint = true
+	for i := 1; i < len(x.sorted); i++ {
+		if x.sorted[i-1].Overlaps(x.sorted[i]) {
+			x.disjoint = false
+			return
 		}
 	}
-	return &claims{disjoint: true}, total, all
+}
+
+// replace swaps the changed blocks (prev[i] → next[i] for i in changed)
+// in the sorted, disjoint list; it reports false when the result is not
+// known to be disjoint (the caller then sorts afresh). A block inserted
+// into a disjoint sorted list overlaps another exactly when it overlaps
+// one of its neighbours there.
+func (x *blockIndex) replace(prev, next []netip.Prefix, changed []int) bool {
+	for _, i := range changed {
+		j, found := slices.BinarySearchFunc(x.sorted, prev[i], comparePrefixes)
+		if !found {
+			return false
+		}
+		x.sorted = slices.Delete(x.sorted, j, j+1)
+	}
+	for _, i := range changed {
+		b := next[i]
+		j, _ := slices.BinarySearchFunc(x.sorted, b, comparePrefixes)
+		if j > 0 && x.sorted[j-1].Overlaps(b) || j < len(x.sorted) && x.sorted[j].Overlaps(b) {
+			return false
+		}
+		x.sorted = slices.Insert(x.sorted, j, b)
+	}
+	return true
 }
 
 // newClaims starts with our own blocks.

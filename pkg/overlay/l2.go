@@ -71,19 +71,19 @@ func fdbEntry(index int, mac [6]byte, dst netip.Addr) *netlink.Neigh {
 // (resolved, failed, the kernel's NOARP ones) belong to the kernel and are
 // left alone unless a desired entry replaces one; multicast FDB entries
 // mirror the device's multicast list and are left alone too.
-func syncL2(nl Netlink, log *slog.Logger, index, ipVersion int, want l2Want) error {
+func syncL2(nl Netlink, log *slog.Logger, e *echoes, index, ipVersion int, want l2Want) error {
 	var errs []error
-	if err := syncNeigh(nl, log, index, ipVersion, want.arp); err != nil {
+	if err := syncNeigh(nl, log, e, index, ipVersion, want.arp); err != nil {
 		errs = append(errs, err)
 	}
-	if err := syncFDB(nl, log, index, want.fdb); err != nil {
+	if err := syncFDB(nl, log, e, index, want.fdb); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
 // syncNeigh reconciles the permanent ARP (v4) or NDP (v6) entries.
-func syncNeigh(nl Netlink, log *slog.Logger, index, ipVersion int, want map[netip.Addr]net.HardwareAddr) error {
+func syncNeigh(nl Netlink, log *slog.Logger, e *echoes, index, ipVersion int, want map[netip.Addr]net.HardwareAddr) error {
 	have, err := nl.NeighList(index, nlFamily(ipVersion))
 	if err != nil {
 		return fmt.Errorf("list neighbours: %w", err)
@@ -110,17 +110,17 @@ func syncNeigh(nl Netlink, log *slog.Logger, index, ipVersion int, want map[neti
 		if ok[ip] {
 			continue
 		}
-		errs = appendErr(errs, setNeigh(nl, log, index, ipVersion, ip, want[ip]))
+		errs = appendErr(errs, setNeigh(nl, log, e, index, ipVersion, ip, want[ip]))
 	}
 	for _, n := range stale {
-		errs = appendErr(errs, delNeigh(nl, log, &n))
+		errs = appendErr(errs, delNeigh(nl, log, e, &n))
 	}
 	return errors.Join(errs...)
 }
 
 // syncFDB reconciles the FDB: one entry per peer VTEP MAC pointing at the
 // peer's host IP. A MAC with extra remotes keeps only the desired one.
-func syncFDB(nl Netlink, log *slog.Logger, index int, want map[[6]byte]netip.Addr) error {
+func syncFDB(nl Netlink, log *slog.Logger, e *echoes, index int, want map[[6]byte]netip.Addr) error {
 	have, err := nl.NeighList(index, unix.AF_BRIDGE)
 	if err != nil {
 		return fmt.Errorf("list fdb: %w", err)
@@ -145,48 +145,59 @@ func syncFDB(nl Netlink, log *slog.Logger, index int, want map[[6]byte]netip.Add
 		if ok[key] {
 			continue
 		}
-		errs = appendErr(errs, setFDB(nl, log, index, key, want[key]))
+		errs = appendErr(errs, setFDB(nl, log, e, index, key, want[key]))
 	}
 	for _, n := range stale {
-		errs = appendErr(errs, delFDB(nl, log, &n))
+		errs = appendErr(errs, delFDB(nl, log, e, &n))
 	}
 	return errors.Join(errs...)
 }
 
-// setNeigh writes the permanent ARP/NDP entry ip → mac.
-func setNeigh(nl Netlink, log *slog.Logger, index, ipVersion int, ip netip.Addr, mac net.HardwareAddr) error {
+// setNeigh writes the permanent ARP/NDP entry ip → mac; e expects its
+// notification.
+func setNeigh(nl Netlink, log *slog.Logger, e *echoes, index, ipVersion int, ip netip.Addr, mac net.HardwareAddr) error {
 	if err := nl.NeighSet(neighEntry(index, ipVersion, ip, mac)); err != nil {
 		return fmt.Errorf("set neighbour %s lladdr %s: %w", ip, mac, err)
 	}
+	e.wrote(neighEcho(ip, mac, false))
 	log.Debug("set neighbour", "ip", ip, "mac", mac.String())
 	return nil
 }
 
 // delNeigh deletes a neighbour entry; one already gone is the goal reached.
-func delNeigh(nl Netlink, log *slog.Logger, n *netlink.Neigh) error {
-	if err := nl.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+func delNeigh(nl Netlink, log *slog.Logger, e *echoes, n *netlink.Neigh) error {
+	err := nl.NeighDel(n)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("delete neighbour %s lladdr %s: %w", n.IP, n.HardwareAddr, err)
+	}
+	if ip, ok := netip.AddrFromSlice(n.IP); ok && err == nil {
+		e.wrote(neighEcho(ip, nil, true))
 	}
 	log.Debug("deleted neighbour", "ip", n.IP.String(), "mac", n.HardwareAddr.String())
 	return nil
 }
 
-// setFDB writes the FDB entry mac → dst.
-func setFDB(nl Netlink, log *slog.Logger, index int, mac [6]byte, dst netip.Addr) error {
+// setFDB writes the FDB entry mac → dst; e expects its notification.
+func setFDB(nl Netlink, log *slog.Logger, e *echoes, index int, mac [6]byte, dst netip.Addr) error {
 	n := fdbEntry(index, mac, dst)
 	if err := nl.NeighSet(n); err != nil {
 		return fmt.Errorf("set fdb %s dst %s: %w", n.HardwareAddr, dst, err)
 	}
+	e.wrote(fdbEcho(mac, dst, false))
 	log.Debug("set fdb entry", "mac", n.HardwareAddr.String(), "dst", dst)
 	return nil
 }
 
 // delFDB deletes one remote of an FDB entry; one already gone is the goal
 // reached.
-func delFDB(nl Netlink, log *slog.Logger, n *netlink.Neigh) error {
+func delFDB(nl Netlink, log *slog.Logger, e *echoes, n *netlink.Neigh) error {
 	n.Flags |= netlink.NTF_SELF
-	if err := nl.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+	err := nl.NeighDel(n)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("delete fdb %s dst %s: %w", n.HardwareAddr, n.IP, err)
+	}
+	if dst, ok := netip.AddrFromSlice(n.IP); ok && err == nil && len(n.HardwareAddr) == 6 {
+		e.wrote(fdbEcho([6]byte(n.HardwareAddr), dst, true))
 	}
 	log.Debug("deleted fdb entry", "mac", n.HardwareAddr.String(), "dst", n.IP.String())
 	return nil

@@ -19,22 +19,40 @@ type NeighEvent struct {
 }
 
 // OnNeighEvent is the hint for a neighbour or FDB notification on the
-// device. An event that leaves the entry as the manager last wrote it or
-// as it is about to write it — the echo of its own writes and deletes,
-// the kernel's dynamic entries for addresses nobody routes — changes
-// nothing. Any other shows drift (an entry of ours deleted or changed, a
+// device. The echo of the manager's own writes and deletes (even of one
+// overwritten since), an event that leaves the entry as the kernel had it
+// at the last write or as it is about to be written, and the kernel's
+// dynamic entries for addresses nobody routes change nothing. Any other shows drift (an entry of ours deleted or changed, a
 // permanent entry or unicast FDB entry nobody wants): the next Apply
 // re-reads both tables and repairs them. It returns what drifted, "neigh"
 // or "fdb", or "" when nothing did.
 func (m *VXLAN) OnNeighEvent(ev NeighEvent) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.isEcho(ev) {
+		return ""
+	}
 	full := m.l2Dirty || !m.haveOK
 	drift := m.l2.driftKind(ev, full)
 	if drift != "" && !full {
 		m.l2Dirty = true
 	}
 	return drift
+}
+
+// isEcho reports whether ev is the notification of a write of ours, even
+// one overwritten since. m.mu is held.
+func (m *VXLAN) isEcho(ev NeighEvent) bool {
+	if ev.FDB {
+		if len(ev.MAC) != 6 {
+			return false
+		}
+		return m.echo.seen(fdbEcho([6]byte(ev.MAC), ev.IP, ev.Deleted))
+	}
+	if !ev.IP.IsValid() || !ev.Deleted && !ev.Permanent {
+		return false
+	}
+	return m.echo.seen(neighEcho(ev.IP, ev.MAC, ev.Deleted))
 }
 
 // driftKind classifies ev (see OnNeighEvent): an entry is as expected when

@@ -197,7 +197,7 @@ func (s *l2State) held() {
 // had to want, touching only the entries that changed: adds and replaces
 // first, then deletes. It reads nothing; a failure leaves the kernel
 // somewhere between the two, so the caller re-reads it (syncL2) next time.
-func (s *l2State) write(nl Netlink, log *slog.Logger, index, ipVersion int) error {
+func (s *l2State) write(nl Netlink, log *slog.Logger, e *echoes, index, ipVersion int) error {
 	var errs []error
 	var setIPs, delIPs []netip.Addr
 	for ip, o := range s.oldARP {
@@ -225,16 +225,16 @@ func (s *l2State) write(nl Netlink, log *slog.Logger, index, ipVersion int) erro
 	slices.SortFunc(setMACs, compareMACs)
 	slices.SortFunc(delMACs, compareMACs)
 	for _, ip := range setIPs {
-		errs = appendErr(errs, setNeigh(nl, log, index, ipVersion, ip, s.want.arp[ip]))
+		errs = appendErr(errs, setNeigh(nl, log, e, index, ipVersion, ip, s.want.arp[ip]))
 	}
 	for _, mac := range setMACs {
-		errs = appendErr(errs, setFDB(nl, log, index, mac, s.want.fdb[mac]))
+		errs = appendErr(errs, setFDB(nl, log, e, index, mac, s.want.fdb[mac]))
 	}
 	for _, ip := range delIPs {
-		errs = appendErr(errs, delNeigh(nl, log, neighEntry(index, ipVersion, ip, s.oldARP[ip].mac)))
+		errs = appendErr(errs, delNeigh(nl, log, e, neighEntry(index, ipVersion, ip, s.oldARP[ip].mac)))
 	}
 	for _, mac := range delMACs {
-		errs = appendErr(errs, delFDB(nl, log, fdbEntry(index, mac, s.oldFDB[mac].dst)))
+		errs = appendErr(errs, delFDB(nl, log, e, fdbEntry(index, mac, s.oldFDB[mac].dst)))
 	}
 	return errors.Join(errs...)
 }

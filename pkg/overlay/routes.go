@@ -128,8 +128,8 @@ func OwnedInterfaces(in RouteInput) []string {
 // reported, one error each naming the peer; the rest are still returned.
 // Routes is pure: it reads nothing but in.
 func Routes(in RouteInput) (map[string][]routes.Target, []error) {
-	var b RouteBuilder
-	return b.Routes(in)
+	var rb RouteBuilder
+	return rb.Routes(in)
 }
 
 // RouteBuilder computes Routes reusing its memory from one call to the
@@ -137,17 +137,22 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 // copies what it keeps) allocates nothing per call in the steady state.
 // The zero value is ready; it is not safe for concurrent use.
 type RouteBuilder struct {
-	out        map[string][]routes.Target
-	candidates []netip.Prefix // claimsFor's
+	// outs are the results of the last two calls, alternately reused.
+	outs   [2]map[string][]routes.Target
+	calls  int
+	blocks blockIndex
 }
 
-// Routes is the package's Routes; the result (maps and slices) is valid
-// until the next call.
+// Routes is the package's Routes. Its result (maps and slices) stays valid
+// until the call after next, so a caller can compare it with the one
+// before.
 func (rb *RouteBuilder) Routes(in RouteInput) (map[string][]routes.Target, []error) {
-	if rb.out == nil {
-		rb.out = make(map[string][]routes.Target)
+	rb.calls++
+	out := rb.outs[rb.calls%2]
+	if out == nil {
+		out = make(map[string][]routes.Target)
+		rb.outs[rb.calls%2] = out
 	}
-	out := rb.out
 	for name, ts := range out {
 		out[name] = ts[:0]
 	}
@@ -169,9 +174,7 @@ func (rb *RouteBuilder) Routes(in RouteInput) (map[string][]routes.Target, []err
 		peers = slices.Clone(peers)
 		slices.SortFunc(peers, byName)
 	}
-	var claimed *claims
-	var total int
-	claimed, total, rb.candidates = claimsFor(in.LocalBlocks, peers, in.IPVersion, rb.candidates[:0])
+	claimed, total := claimsFor(in.LocalBlocks, peers, in.IPVersion, &rb.blocks)
 
 	var blocks []netip.Prefix // one peer's accepted blocks, reused
 	for _, p := range peers {

@@ -125,6 +125,8 @@ type VXLAN struct {
 	// failed one).
 	l2     l2State
 	haveOK bool
+	// echo holds the entry writes whose notifications may still come.
+	echo echoes
 	// l2Dirty: the next Apply re-reads every entry and repairs (syncL2);
 	// l2Changed: the peers changed entries, and the next Apply writes only
 	// those.
@@ -257,9 +259,9 @@ func (m *VXLAN) applyL2() error {
 	}
 	var err error
 	if m.l2Dirty || !m.haveOK {
-		err = syncL2(m.nl, m.log, m.dev.Index, m.cfg.IPVersion, m.l2.want)
+		err = syncL2(m.nl, m.log, &m.echo, m.dev.Index, m.cfg.IPVersion, m.l2.want)
 	} else {
-		err = m.l2.write(m.nl, m.log, m.dev.Index, m.cfg.IPVersion)
+		err = m.l2.write(m.nl, m.log, &m.echo, m.dev.Index, m.cfg.IPVersion)
 	}
 	if err != nil {
 		m.l2Dirty, m.haveOK = true, false
