@@ -64,3 +64,36 @@ func TestVXLANIncrementalMatchesFullSync(t *testing.T) {
 		}
 	}
 }
+
+// TestVXLANLateEchoNoDrift: the notifications of two successive writes of
+// peer b's entries, delivered only after the second Apply (the first
+// write's echo now matching neither the kernel nor the wanted state), are
+// not drift and queue no re-read; a MAC nobody wrote is.
+func TestVXLANLateEchoNoDrift(t *testing.T) {
+	f, m := newFakeVXLAN(t)
+	m.SetPeers([]Peer{peerB})
+	mustApply(t, m)
+	b2 := peerB
+	b2.VTEPMAC = net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}
+	m.SetPeers([]Peer{b2})
+	mustApply(t, m)
+	for _, ev := range []NeighEvent{
+		{IP: peerB.TunnelIP, MAC: peerB.VTEPMAC, Permanent: true},
+		{FDB: true, IP: peerB.HostIP, MAC: peerB.VTEPMAC},
+		{IP: b2.TunnelIP, MAC: b2.VTEPMAC, Permanent: true},
+		{FDB: true, IP: b2.HostIP, MAC: b2.VTEPMAC},
+		{FDB: true, IP: peerB.HostIP, MAC: peerB.VTEPMAC, Deleted: true},
+	} {
+		if got := m.OnNeighEvent(ev); got != "" {
+			t.Errorf("echo %+v: drift %q", ev, got)
+		}
+	}
+	reads := f.Calls("NeighList")
+	mustApply(t, m)
+	if f.Calls("NeighList") != reads {
+		t.Error("the echoes queued a re-read of the tables")
+	}
+	if got := m.OnNeighEvent(NeighEvent{IP: b2.TunnelIP, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xcc}, Permanent: true}); got != "neigh" {
+		t.Errorf("a MAC nobody wrote: drift %q, want neigh", got)
+	}
+}
