@@ -113,46 +113,6 @@ type family struct {
 	last map[string][]routes.Target
 }
 
-// setChanged is setRoutes when every interface wants as many targets as
-// last time: the targets are compared with the last ones position by
-// position (Routes keeps peer order), and only those that differ are
-// handed on. It reports false, having changed nothing, when the counts
-// differ. m.mu is held.
-func (m *Manager) setChanged(f *family, want map[string][]routes.Target) bool {
-	if f.last == nil || len(f.last) != len(want) {
-		return false
-	}
-	for name, ts := range want {
-		if prev, ok := f.last[name]; !ok || len(prev) != len(ts) {
-			return false
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(want)) {
-		ts, prev, have := want[name], f.last[name], f.routes[name]
-		var changed []int
-		for i := range ts {
-			if !ts[i].Equal(prev[i]) {
-				changed = append(changed, i)
-			}
-		}
-		// Old CIDRs out first: a CIDR that moved to another position (two
-		// peers swapping blocks) is back in before the removals.
-		for _, i := range changed {
-			delete(have, prev[i].CIDR)
-		}
-		for _, i := range changed {
-			have[ts[i].CIDR] = routeEntry{t: ts[i], gen: f.gen}
-			f.rt.RouteUpdate(name, ts[i])
-		}
-		for _, i := range changed {
-			if _, ok := have[prev[i].CIDR]; !ok {
-				f.rt.RouteRemove(name, prev[i].CIDR)
-			}
-		}
-	}
-	return true
-}
-
 // routeEntry is one target handed to the route table and the OnNodes
 // generation that last wanted it.
 type routeEntry struct {
@@ -457,6 +417,46 @@ func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
 			}
 		}
 	}
+}
+
+// setChanged is setRoutes when every interface wants as many targets as
+// last time: the targets are compared with the last ones position by
+// position (Routes keeps peer order), and only those that differ are
+// handed on. It reports false, having changed nothing, when the counts
+// differ. m.mu is held.
+func (m *Manager) setChanged(f *family, want map[string][]routes.Target) bool {
+	if f.last == nil || len(f.last) != len(want) {
+		return false
+	}
+	for name, ts := range want {
+		if prev, ok := f.last[name]; !ok || len(prev) != len(ts) {
+			return false
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		ts, prev, have := want[name], f.last[name], f.routes[name]
+		var changed []int
+		for i := range ts {
+			if !ts[i].Equal(prev[i]) {
+				changed = append(changed, i)
+			}
+		}
+		// Old CIDRs out first: a CIDR that moved to another position (two
+		// peers swapping blocks) is back in before the removals.
+		for _, i := range changed {
+			delete(have, prev[i].CIDR)
+		}
+		for _, i := range changed {
+			have[ts[i].CIDR] = routeEntry{t: ts[i], gen: f.gen}
+			f.rt.RouteUpdate(name, ts[i])
+		}
+		for _, i := range changed {
+			if _, ok := have[prev[i].CIDR]; !ok {
+				f.rt.RouteRemove(name, prev[i].CIDR)
+			}
+		}
+	}
+	return true
 }
 
 // Apply implements agent.Manager: stale devices removed, then per family
