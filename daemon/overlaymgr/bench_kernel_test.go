@@ -160,28 +160,25 @@ func kernelPeers() []peers.NodeInfo {
 // moves back or forth: OnNodes and Apply, and the extra Apply the loop runs
 // when the manager's netlink events ask for one.
 func BenchmarkKernelPeerMove1000(b *testing.B) {
-	ps := kernelPeers()
-	kn := newKernelNode(b, ps)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		p := i % len(ps)
-		ps[p] = kernelPeer(p, (i/len(ps))%2 == 0, 0)
-		kn.pass(b, ps)
-		i++
-	}
+	benchChanges(b, func(p, round int) peers.NodeInfo { return kernelPeer(p, round%2 == 0, 0) })
 }
 
 // BenchmarkKernelMACChange1000: as BenchmarkKernelPeerMove1000, but per op
 // one peer's VTEP MAC changes (its ARP and FDB entries are rewritten).
 func BenchmarkKernelMACChange1000(b *testing.B) {
+	benchChanges(b, func(p, round int) peers.NodeInfo { return kernelPeer(p, false, byte(1+round%2)) })
+}
+
+// benchChanges programs the 1,000 peers, then per op replaces peer p (each
+// in turn; round counts the turns) with changed(p, round) and runs a pass.
+func benchChanges(b *testing.B, changed func(p, round int) peers.NodeInfo) {
 	ps := kernelPeers()
 	kn := newKernelNode(b, ps)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		p := i % len(ps)
-		ps[p] = kernelPeer(p, false, byte(1+(i/len(ps))%2))
+		ps[p] = changed(p, i/len(ps))
 		kn.pass(b, ps)
 		i++
 	}

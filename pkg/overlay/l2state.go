@@ -22,26 +22,20 @@ type l2State struct {
 	dups  bool
 	// oldARP and oldFDB hold, for each entry changed since the kernel last
 	// held want, what it had.
-	oldARP map[netip.Addr]oldMAC
-	oldFDB map[[6]byte]oldDst
+	oldARP map[netip.Addr]old[net.HardwareAddr]
+	oldFDB map[[6]byte]old[netip.Addr]
 }
 
-// oldMAC is an ARP/NDP entry as the kernel had it (ok: it had one).
-type oldMAC struct {
-	mac net.HardwareAddr
-	ok  bool
-}
-
-// oldDst is an FDB entry as the kernel had it (ok: it had one).
-type oldDst struct {
-	dst netip.Addr
-	ok  bool
+// old is an entry as the kernel had it (ok: it had one).
+type old[V any] struct {
+	v  V
+	ok bool
 }
 
 // newL2State is the state of a device no peer needs entries on.
 func newL2State(ipVersion int) l2State {
 	w, _ := desiredL2(ipVersion, nil)
-	return l2State{want: w, oldARP: map[netip.Addr]oldMAC{}, oldFDB: map[[6]byte]oldDst{}}
+	return l2State{want: w, oldARP: map[netip.Addr]old[net.HardwareAddr]{}, oldFDB: map[[6]byte]old[netip.Addr]{}}
 }
 
 // l2Entry is the ARP/NDP and FDB entry peer p needs on a device of family
@@ -144,35 +138,33 @@ func (s *l2State) update(ipVersion int, peers []Peer, changed *bool) bool {
 // setARP sets (ok) or removes the wanted ARP/NDP entry of ip, noting what
 // the kernel had the first time since it last held want.
 func (s *l2State) setARP(ip netip.Addr, mac net.HardwareAddr, ok bool) {
-	if _, noted := s.oldARP[ip]; !noted {
-		m, had := s.want.arp[ip]
-		s.oldARP[ip] = oldMAC{m, had}
-	}
-	if ok {
-		s.want.arp[ip] = mac
-	} else {
-		delete(s.want.arp, ip)
-	}
+	setNoting(s.want.arp, s.oldARP, ip, mac, ok)
 }
 
 // setFDB sets (ok) or removes the wanted FDB entry of mac, noting what the
 // kernel had the first time since it last held want.
 func (s *l2State) setFDB(mac [6]byte, dst netip.Addr, ok bool) {
-	if _, noted := s.oldFDB[mac]; !noted {
-		d, had := s.want.fdb[mac]
-		s.oldFDB[mac] = oldDst{d, had}
+	setNoting(s.want.fdb, s.oldFDB, mac, dst, ok)
+}
+
+// setNoting sets (ok) or removes want[k], first noting in had what it was
+// unless had holds k already.
+func setNoting[K comparable, V any](want map[K]V, had map[K]old[V], k K, v V, ok bool) {
+	if _, noted := had[k]; !noted {
+		w, was := want[k]
+		had[k] = old[V]{w, was}
 	}
 	if ok {
-		s.want.fdb[mac] = dst
+		want[k] = v
 	} else {
-		delete(s.want.fdb, mac)
+		delete(want, k)
 	}
 }
 
 // hadARP returns the ARP/NDP entry of ip the kernel had.
 func (s *l2State) hadARP(ip netip.Addr) (net.HardwareAddr, bool) {
 	if o, noted := s.oldARP[ip]; noted {
-		return o.mac, o.ok
+		return o.v, o.ok
 	}
 	m, ok := s.want.arp[ip]
 	return m, ok
@@ -181,7 +173,7 @@ func (s *l2State) hadARP(ip netip.Addr) (net.HardwareAddr, bool) {
 // hadFDB returns the FDB entry of mac the kernel had.
 func (s *l2State) hadFDB(mac [6]byte) (netip.Addr, bool) {
 	if o, noted := s.oldFDB[mac]; noted {
-		return o.dst, o.ok
+		return o.v, o.ok
 	}
 	d, ok := s.want.fdb[mac]
 	return d, ok
@@ -203,7 +195,7 @@ func (s *l2State) write(nl Netlink, log *slog.Logger, e *echoes, index, ipVersio
 	for ip, o := range s.oldARP {
 		mac, ok := s.want.arp[ip]
 		switch {
-		case ok && (!o.ok || !bytes.Equal(o.mac, mac)):
+		case ok && (!o.ok || !bytes.Equal(o.v, mac)):
 			setIPs = append(setIPs, ip)
 		case !ok && o.ok:
 			delIPs = append(delIPs, ip)
@@ -212,10 +204,10 @@ func (s *l2State) write(nl Netlink, log *slog.Logger, e *echoes, index, ipVersio
 	var setMACs, delMACs [][6]byte
 	for mac, o := range s.oldFDB {
 		dst, ok := s.want.fdb[mac]
-		if ok && (!o.ok || o.dst != dst) {
+		if ok && (!o.ok || o.v != dst) {
 			setMACs = append(setMACs, mac)
 		}
-		if o.ok && (!ok || o.dst != dst) {
+		if o.ok && (!ok || o.v != dst) {
 			// A moved MAC's old remote goes too (a replace may have kept it).
 			delMACs = append(delMACs, mac)
 		}
@@ -231,10 +223,10 @@ func (s *l2State) write(nl Netlink, log *slog.Logger, e *echoes, index, ipVersio
 		errs = appendErr(errs, setFDB(nl, log, e, index, mac, s.want.fdb[mac]))
 	}
 	for _, ip := range delIPs {
-		errs = appendErr(errs, delNeigh(nl, log, e, neighEntry(index, ipVersion, ip, s.oldARP[ip].mac)))
+		errs = appendErr(errs, delNeigh(nl, log, e, neighEntry(index, ipVersion, ip, s.oldARP[ip].v)))
 	}
 	for _, mac := range delMACs {
-		errs = appendErr(errs, delFDB(nl, log, e, fdbEntry(index, mac, s.oldFDB[mac].dst)))
+		errs = appendErr(errs, delFDB(nl, log, e, fdbEntry(index, mac, s.oldFDB[mac].v)))
 	}
 	return errors.Join(errs...)
 }
