@@ -263,6 +263,12 @@ type noTable struct{}
 // SetRoutes implements overlaymgr.RouteTable.
 func (noTable) SetRoutes(string, []routes.Target) {}
 
+// RouteUpdate implements overlaymgr.RouteTable.
+func (noTable) RouteUpdate(string, routes.Target) {}
+
+// RouteRemove implements overlaymgr.RouteTable.
+func (noTable) RouteRemove(string, netip.Prefix) {}
+
 // MarkDirty implements overlaymgr.RouteTable.
 func (noTable) MarkDirty(string) {}
 

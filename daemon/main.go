@@ -269,6 +269,51 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	grower, err := newBlockGrower(ds, metrics, log.With("component", "blocks"))
+	if err != nil {
+		return err
+	}
+	parts := loopParts{cfg: cfg, id: id, ds: ds, store: store, status: status, metrics: metrics, ep: ep, cni: cni, grower: grower, log: log}
+	for {
+		var grew *blocksGrew
+		if err := runLoop(ctx, parts, host, blocks); !errors.As(err, &grew) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		blocks = withBlock(blocks, grew.block)
+		log.Info("this node's blocks grew: rebuilding the loop with them (the dataplane stays as it is meanwhile)", "blocks", blocks)
+		if host, err = checkHost(cfg); err != nil {
+			return err
+		}
+	}
+}
+
+// loopParts are what every build of the apply loop shares: they outlive
+// a rebuild when the node's blocks grow.
+type loopParts struct {
+	cfg     *config.Config
+	id      nodeid.Identity
+	ds      datastore.Datastore
+	store   *state.Store
+	status  *health.Status
+	metrics *health.Metrics
+	ep      *stateEndpoint
+	cni     *cniConf
+	grower  *blockGrower
+	log     *slog.Logger
+}
+
+// runLoop builds the apply loop for blocks and runs it until ctx is done,
+// or until the grower claimed another block: then it returns a
+// *blocksGrew, and the caller builds the loop again with that block
+// added. Either way it stops as on SIGTERM, leaving the dataplane as it
+// is.
+func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []netip.Prefix) error {
+	cfg, id, ds, store, status, metrics, ep, cni, log := p.cfg, p.id, p.ds, p.store, p.status, p.metrics, p.ep, p.cni, p.log
+	ctx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
 	if err := checkBlocks(host, blocks); err != nil {
 		return err
 	}
@@ -324,10 +369,12 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer closeAllow()
+	defer allow.Register(unregistering{metrics.Registry}) // so the next build can register its own
 	pv, err := newPeerValidator(cfg, self, blocks, metrics, log)
 	if err != nil {
 		return err
 	}
+	defer pv.Register(unregistering{metrics.Registry})
 	onReady, err := cni.start(ctx, podMTU, log)
 	if err != nil {
 		return err
@@ -347,6 +394,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	a.SetRepairLog(ep.repairs)
 	a.AddSnapshotter(refusals{pv})
 	ep.agent.Store(a)
+	defer ep.agent.CompareAndSwap(a, nil) // a stopped loop answers no snapshot
 
 	// Watchers first, so nothing that happens during the first sync is
 	// lost (Run starts the record and datastore watches before it reads).
@@ -358,7 +406,14 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	return a.Run(ctx)
+	grew := p.grower.start(ctx, alloc, store.WorkloadsDir(), cfg.DeviceCheckPeriod, stopLoop)
+	if err := a.Run(ctx); err != nil {
+		return err
+	}
+	if b, ok := grew(); ok {
+		return &blocksGrew{block: b}
+	}
+	return nil
 }
 
 // datastores open the datastore named by config key datastore.

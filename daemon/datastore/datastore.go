@@ -9,6 +9,7 @@ package datastore
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 
 	"github.com/routelet/routelet/pkg/peers"
@@ -97,3 +98,22 @@ func (p Peers) Peers() ([]peers.NodeInfo, int, []error, error) {
 type ReadyReporter interface {
 	SetReady(ready bool, reason string)
 }
+
+// Grower is optional for a Datastore that hands out blocks from a pool:
+// when every block of family (4 or 6) this node holds is full (full lists
+// them), Grow claims one more free block of that family for this node, in
+// the same race-safe way as the first, so that LocalBlocks returns it from
+// then on (also after a restart), and returns it. A block of the family
+// the node holds beyond full (claimed before a crash) is returned as is.
+// The daemon then rebuilds its loop with the block added. When the
+// node's blocks cannot grow (fixed by configuration) the error wraps
+// ErrFixedBlocks; when the pool has no free block, ErrPoolFull.
+type Grower interface {
+	Grow(ctx context.Context, family int, full []netip.Prefix) (netip.Prefix, error)
+}
+
+// ErrFixedBlocks: the node's blocks are configured, not claimed from a pool.
+var ErrFixedBlocks = errors.New("this node's blocks are fixed by configuration")
+
+// ErrPoolFull: the pool has no free block.
+var ErrPoolFull = errors.New("the pool has no free block")

@@ -55,6 +55,11 @@ type NeighEvent struct {
 	Iface   string
 	IP      netip.Addr
 	Deleted bool
+	// FDB: a bridge/VXLAN forwarding entry (AF_BRIDGE), whose IP is its
+	// destination; otherwise an ARP/NDP entry.
+	FDB   bool
+	MAC   net.HardwareAddr
+	State int // NUD_* of the entry
 }
 
 // Interest says which events an owner receives. An interface matches when
@@ -302,7 +307,8 @@ func (w *Watcher) Route(u netlink.RouteUpdate) {
 // Neigh dispatches one neighbour or FDB notification to the owners of its
 // interface.
 func (w *Watcher) Neigh(u netlink.NeighUpdate) {
-	ev := NeighEvent{Iface: w.names.get(u.LinkIndex), Deleted: u.Type == unix.RTM_DELNEIGH}
+	ev := NeighEvent{Iface: w.names.get(u.LinkIndex), Deleted: u.Type == unix.RTM_DELNEIGH,
+		FDB: u.Family == unix.AF_BRIDGE, MAC: u.HardwareAddr, State: u.State}
 	if ip, ok := netip.AddrFromSlice(u.IP); ok {
 		ev.IP = ip.Unmap()
 	}

@@ -1,9 +1,12 @@
 package overlaymgr
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -22,12 +25,14 @@ func TestDriftReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := m.Events(func() {})
-	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.2.0"), Deleted: true})
-	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.0.0.2"), Deleted: true})
+	macB, macC := net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, net.HardwareAddr{2, 0, 0, 0, 0, 0x0c}
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.2.0"), MAC: macB, State: netlink.NUD_PERMANENT, Deleted: true})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", FDB: true, IP: netip.MustParseAddr("10.0.0.2"), MAC: macB, State: netlink.NUD_PERMANENT, Deleted: true})
 	h.OnRoute(netwatch.RouteEvent{Iface: "vxlan.calico", Dst: netip.MustParsePrefix("10.244.3.0/24"), Protocol: 80, Deleted: true})
-	// Not drift: a new entry, and an entry nobody wants.
-	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.3.0")})
-	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.9.9.9"), Deleted: true})
+	// Not drift: the echo of an entry the manager wrote, and the deletion
+	// of an entry nobody wants.
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.3.0"), MAC: macC, State: netlink.NUD_PERMANENT})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.9.9.9"), MAC: macC, State: netlink.NUD_PERMANENT, Deleted: true})
 	want := []string{"neigh 10.244.2.0 dev vxlan.calico", "fdb 10.0.0.2 dev vxlan.calico", "route 10.244.3.0/24 dev vxlan.calico"}
 	if !slices.Equal(got, want) {
 		t.Errorf("drift = %q, want %q", got, want)
@@ -36,8 +41,8 @@ func TestDriftReported(t *testing.T) {
 	// b leaves: the deletions of its entries and route are the manager's.
 	got = nil
 	m.OnNodes(slices.DeleteFunc(testPeers(), func(n peers.NodeInfo) bool { return n.Name == "b" }))
-	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.2.0"), Deleted: true})
-	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.0.0.2"), Deleted: true})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", IP: netip.MustParseAddr("10.244.2.0"), MAC: macB, State: netlink.NUD_PERMANENT, Deleted: true})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", FDB: true, IP: netip.MustParseAddr("10.0.0.2"), MAC: macB, State: netlink.NUD_PERMANENT, Deleted: true})
 	h.OnRoute(netwatch.RouteEvent{Iface: "vxlan.calico", Dst: netip.MustParsePrefix("10.244.2.0/24"), Protocol: 80, Deleted: true})
 	if len(got) != 0 {
 		t.Errorf("drift after b left = %q, want none", got)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/netwatch"
@@ -24,6 +25,8 @@ import (
 // RouteTable is the part of *routes.RouteTable the manager drives.
 type RouteTable interface {
 	SetRoutes(iface string, targets []routes.Target)
+	RouteUpdate(iface string, t routes.Target)
+	RouteRemove(iface string, cidr netip.Prefix)
 	MarkDirty(iface string)
 	Apply() error
 }
@@ -96,9 +99,25 @@ type family struct {
 	// problems is the last set of route problems logged (logged on change).
 	problems string
 	// l2 is what was last handed to vxlan.SetPeers, as its neighbour and
-	// FDB entries see it (handed: at least once).
-	l2     []overlay.Peer
-	handed bool
+	// FDB entries see it (handed: at least once); spare is the other
+	// buffer OnNodes builds peers in.
+	l2, spare []overlay.Peer
+	handed    bool
+	// routes is, per owned interface, what was last handed to rt; gen
+	// marks the targets the current OnNodes still wants. Guarded by
+	// Manager.mu (the event handler looks routes up).
+	routes map[string]map[netip.Prefix]routeEntry
+	gen    uint64
+	rb     overlay.RouteBuilder
+	// last is rb's previous result (valid until the call after next).
+	last map[string][]routes.Target
+}
+
+// routeEntry is one target handed to the route table and the OnNodes
+// generation that last wanted it.
+type routeEntry struct {
+	t   routes.Target
+	gen uint64
 }
 
 // Manager is the overlay's agent.Manager. OnNodes and Apply run on the
@@ -120,7 +139,6 @@ type Manager struct {
 	mu          sync.Mutex
 	dirtyIfaces map[string]bool // owned interfaces whose routes need a re-read
 	checkRoutes bool            // device check: re-read every owned interface
-	wanted      wanted          // what OnNodes last wanted, for OnDrift (drift.go)
 }
 
 // New works out the overlay of every family (parent, MTU, devices, route
@@ -191,7 +209,7 @@ func (m *Manager) newFamily(v int, hostIP netip.Addr, blocks []netip.Prefix, new
 	if err != nil {
 		return nil, fmt.Errorf("overlay IPv%d on %s: %w", v, parent.Name, err)
 	}
-	f := &family{v: v, hostIP: hostIP, parent: parent, mtu: mtu, created: map[string]int{}}
+	f := &family{v: v, hostIP: hostIP, parent: parent, mtu: mtu, created: map[string]int{}, routes: map[string]map[netip.Prefix]routeEntry{}}
 	tunnel, _ := overlay.TunnelAddress(blocks, v)
 	vxlanDev := c.VXLANDevice
 	if v == 6 {
@@ -247,10 +265,20 @@ func FamilyInput(mode overlay.Mode, v int, parent overlay.Underlay, blocks []net
 
 // Peers returns the overlay peers of family v (4 or 6) of validated nodes.
 func Peers(nodes []peers.NodeInfo, v int) []overlay.Peer {
-	ps := make([]overlay.Peer, 0, len(nodes))
+	return appendPeers(make([]overlay.Peer, 0, len(nodes)), nodes, v)
+}
+
+// appendPeers appends the overlay peers of family v of nodes to ps. A
+// node whose blocks are all of family v shares its slice (nothing here
+// writes to it).
+func appendPeers(ps []overlay.Peer, nodes []peers.NodeInfo, v int) []overlay.Peer {
 	for _, n := range nodes {
 		ep := n.Endpoint(v)
-		ps = append(ps, overlay.Peer{Name: n.Name, HostIP: ep.HostIP, VTEPMAC: ep.VTEPMAC, TunnelIP: ep.TunnelAddr, Blocks: n.BlocksOf(v)})
+		blocks := n.Blocks
+		if slices.ContainsFunc(blocks, func(b netip.Prefix) bool { return b.Addr().Is4() != (v == 4) }) {
+			blocks = n.BlocksOf(v)
+		}
+		ps = append(ps, overlay.Peer{Name: n.Name, HostIP: ep.HostIP, VTEPMAC: ep.VTEPMAC, TunnelIP: ep.TunnelAddr, Blocks: blocks})
 	}
 	return ps
 }
@@ -312,28 +340,32 @@ func (m *Manager) PodMTU() int {
 
 // OnNodes implements agent.Manager: every validated peer becomes a peer of
 // each family; the VXLAN managers get the peers, the route tables every
-// owned interface's routes (memory only). The peers were checked where
-// their records entered the daemon (pkg/peers), so nothing is parsed here.
+// owned interface's routes (memory only). Only what changed since the last
+// OnNodes is handed on: the route targets that differ, and the peers to
+// the VXLAN manager only when its entries may change. The peers were
+// checked where their records entered the daemon (pkg/peers), so nothing
+// is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
-		ps := Peers(nodes, f.v)
-		var problems []string
+		ps := appendPeers(f.spare[:0], nodes, f.v)
 		if f.vxlan != nil && (!f.handed || !sameL2(f.l2, ps)) {
-			// A peer change that moves only blocks (the common one) leaves
-			// the ARP and FDB entries alone: no re-read of either table.
+			// A peer change that moves only blocks and keeps the tunnel
+			// address leaves the ARP and FDB entries alone.
 			f.vxlan.SetPeers(ps)
-			f.l2, f.handed = ps, true
+			f.handed = true
 		}
+		// The previous list is the next call's buffer; clear it so it
+		// holds no peer's blocks meanwhile.
+		f.l2, f.spare = ps, f.l2
+		clear(f.spare[:cap(f.spare)])
 		in := f.in
 		in.Peers = ps
-		want, errs := overlay.Routes(in)
+		want, errs := f.rb.Routes(in)
+		m.setRoutes(f, want)
+		var problems []string
 		for _, err := range errs {
 			problems = append(problems, err.Error())
 		}
-		for _, name := range slices.Sorted(maps.Keys(want)) {
-			f.rt.SetRoutes(name, want[name])
-		}
-		m.want(f, ps, want)
 		if s := strings.Join(problems, "; "); s != f.problems {
 			f.problems = s
 			if s != "" {
@@ -341,6 +373,90 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 			}
 		}
 	}
+}
+
+// setRoutes hands family f's route table the targets of want that differ
+// from what it was last handed: changed and new ones first, in interface
+// and peer order, then the removals. Nothing is built when nothing changed.
+func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer func() { f.last = want }()
+	if m.setChanged(f, want) {
+		return
+	}
+	f.gen++
+	current := make(map[string]int, len(want))
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		have := f.routes[name]
+		if have == nil {
+			have = make(map[netip.Prefix]routeEntry, len(want[name]))
+			f.routes[name] = have
+		}
+		for _, t := range want[name] {
+			t.CIDR = t.CIDR.Masked()
+			e, ok := have[t.CIDR]
+			if !ok || !e.t.Equal(t) {
+				f.rt.RouteUpdate(name, t)
+			}
+			if !ok || e.gen != f.gen {
+				current[name]++
+			}
+			have[t.CIDR] = routeEntry{t: t, gen: f.gen}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.routes)) {
+		have := f.routes[name]
+		if len(have) == current[name] {
+			continue // every target is still wanted
+		}
+		for cidr, e := range have {
+			if e.gen != f.gen {
+				f.rt.RouteRemove(name, cidr)
+				delete(have, cidr)
+			}
+		}
+	}
+}
+
+// setChanged is setRoutes when every interface wants as many targets as
+// last time: the targets are compared with the last ones position by
+// position (Routes keeps peer order), and only those that differ are
+// handed on. It reports false, having changed nothing, when the counts
+// differ. m.mu is held.
+func (m *Manager) setChanged(f *family, want map[string][]routes.Target) bool {
+	if f.last == nil || len(f.last) != len(want) {
+		return false
+	}
+	for name, ts := range want {
+		if prev, ok := f.last[name]; !ok || len(prev) != len(ts) {
+			return false
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		ts, prev, have := want[name], f.last[name], f.routes[name]
+		var changed []int
+		for i := range ts {
+			if !ts[i].Equal(prev[i]) {
+				changed = append(changed, i)
+			}
+		}
+		// Old CIDRs out first: a CIDR that moved to another position (two
+		// peers swapping blocks) is back in before the removals.
+		for _, i := range changed {
+			delete(have, prev[i].CIDR)
+		}
+		for _, i := range changed {
+			have[ts[i].CIDR] = routeEntry{t: ts[i], gen: f.gen}
+			f.rt.RouteUpdate(name, ts[i])
+		}
+		for _, i := range changed {
+			if _, ok := have[prev[i].CIDR]; !ok {
+				f.rt.RouteRemove(name, prev[i].CIDR)
+			}
+		}
+	}
+	return true
 }
 
 // Apply implements agent.Manager: stale devices removed, then per family
@@ -443,14 +559,29 @@ func (m *Manager) owns(ifname string) bool {
 	return false
 }
 
-// onNeigh is the hint for a neighbour or FDB event on ifname: on a VXLAN
-// device the entries are re-checked. It reports whether the event mattered.
-func (m *Manager) onNeigh(ifname string) bool {
+// onNeigh is the hint for a neighbour or FDB event on a VXLAN device: one
+// that shows drift (overlay.VXLAN.OnNeighEvent) is reported to OnDrift and
+// makes the next Apply re-read and repair the device's entries; the echo
+// of the manager's own writes does not. It reports whether the event
+// mattered.
+func (m *Manager) onNeigh(ev netwatch.NeighEvent) bool {
 	for _, f := range m.fams {
-		if f.vxlan != nil && f.vxlan.Device().Name == ifname {
-			f.vxlan.QueueCheck()
-			return true
+		if f.vxlan == nil || f.vxlan.Device().Name != ev.Iface {
+			continue
 		}
+		object := f.vxlan.OnNeighEvent(overlay.NeighEvent{FDB: ev.FDB, IP: ev.IP, MAC: ev.MAC,
+			Permanent: ev.State&netlink.NUD_PERMANENT != 0, Deleted: ev.Deleted})
+		if object == "" {
+			return false
+		}
+		if m.cfg.OnDrift != nil {
+			what := ev.IP.String()
+			if !ev.IP.IsValid() {
+				what = ev.MAC.String()
+			}
+			m.cfg.OnDrift(object, what+" dev "+ev.Iface)
+		}
+		return true
 	}
 	return false
 }
@@ -505,9 +636,10 @@ func (m *Manager) Interest() netwatch.Interest {
 // happens in Apply on the loop goroutine. Relevant: a link event for an
 // overlay device, its parent or another owned interface (deleted, down,
 // MTU or MAC changed); a routelet-protocol route the manager wants deleted
-// from an owned interface (the echo of its own deletes is not); any neighbour or FDB change on a VXLAN device (our own writes
-// echo back once and cost one re-read that finds nothing to do). Lost
-// events (Rescan) queue the full device check.
+// from an owned interface (the echo of its own deletes is not); a
+// neighbour or FDB change on a VXLAN device that leaves an entry other
+// than the manager wrote or is about to write (the echo of its own writes
+// is not). Lost events (Rescan) queue the full device check.
 func (m *Manager) Events(wake func()) netwatch.Handler { return events{m, wake} }
 
 type events struct {
@@ -530,7 +662,7 @@ func (e events) OnRoute(ev netwatch.RouteEvent) {
 		return
 	}
 	if ev.Deleted {
-		if !e.m.drifted(ev.Iface, netip.Addr{}, ev.Dst) {
+		if !e.m.drifted(ev.Iface, ev.Dst) {
 			return
 		}
 	}
@@ -540,10 +672,7 @@ func (e events) OnRoute(ev netwatch.RouteEvent) {
 
 // OnNeigh implements netwatch.Handler.
 func (e events) OnNeigh(ev netwatch.NeighEvent) {
-	if ev.Deleted {
-		e.m.drifted(ev.Iface, ev.IP, netip.Prefix{})
-	}
-	if e.m.onNeigh(ev.Iface) {
+	if e.m.onNeigh(ev) {
 		e.wake()
 	}
 }

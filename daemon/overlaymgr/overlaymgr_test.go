@@ -1,7 +1,9 @@
 package overlaymgr
 
 import (
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -35,6 +37,12 @@ func newFakeTable(devExists func() bool) *fakeTable {
 
 func (f *fakeTable) SetRoutes(iface string, ts []routes.Target) {
 	f.want[iface] = slices.Clone(ts)
+}
+func (f *fakeTable) RouteUpdate(iface string, t routes.Target) {
+	f.want[iface] = append(slices.DeleteFunc(f.want[iface], func(o routes.Target) bool { return o.CIDR == t.CIDR }), t)
+}
+func (f *fakeTable) RouteRemove(iface string, cidr netip.Prefix) {
+	f.want[iface] = slices.DeleteFunc(f.want[iface], func(o routes.Target) bool { return o.CIDR == cidr })
 }
 func (f *fakeTable) MarkDirty(iface string) { f.dirty[iface]++ }
 func (f *fakeTable) Apply() error {
@@ -284,5 +292,65 @@ func TestBlockMoveKeepsL2(t *testing.T) {
 	}
 	if got := neighbours(t, nl, "vxlan.calico", netlink.FAMILY_V4); !slices.Equal(got, []string{"10.244.2.0 02:00:00:00:00:0b", "10.244.30.0 02:00:00:00:00:0c"}) {
 		t.Errorf("ARP after c's tunnel address moved = %v", got)
+	}
+}
+
+// TestOnNodesHandsOnlyChanges: 30 peers in cross-subnet VXLAN mode whose
+// blocks move, swap with each other, collide, and whose host IPs move on
+// and off our subnet (their routes between eth0 and vxlan.calico), one
+// or two per step, some peers leaving and coming back: after every
+// OnNodes the route table wants exactly what overlay.Routes computes from
+// the same peers, although the manager hands it only the changes.
+func TestOnNodesHandsOnlyChanges(t *testing.T) {
+	_, m, tables := setup(t, overlay.ModeVXLANCrossSubnet, "10.244.1.0/24")
+	rng := rand.New(rand.NewPCG(5, 6))
+	block := func() netip.Prefix {
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 245, byte(rng.IntN(40)), 0}), 24)
+	}
+	host := func() netip.Addr {
+		if rng.IntN(2) == 0 {
+			return netip.AddrFrom4([4]byte{10, 0, 0, byte(2 + rng.IntN(200))}) // our subnet
+		}
+		return netip.AddrFrom4([4]byte{10, 7, 0, byte(2 + rng.IntN(200))})
+	}
+	all := make([]peers.NodeInfo, 30)
+	present := make([]bool, len(all))
+	for i := range all {
+		b := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 246, byte(i), 0}), 24)
+		all[i] = peers.NodeInfo{Name: fmt.Sprintf("p%02d", i), Blocks: []netip.Prefix{b},
+			IPv4: peers.Endpoint{HostIP: host(), VTEPMAC: net.HardwareAddr{2, 0, 0, 0, 1, byte(i)}, TunnelAddr: b.Addr()}}
+		present[i] = true
+	}
+	list := func() []peers.NodeInfo {
+		var ns []peers.NodeInfo
+		for i, n := range all {
+			if present[i] {
+				ns = append(ns, n)
+			}
+		}
+		return ns
+	}
+	for step := range 400 {
+		for range 1 + rng.IntN(2) {
+			i := rng.IntN(len(all))
+			switch rng.IntN(4) {
+			case 0:
+				all[i].Blocks = []netip.Prefix{block()}
+			case 1:
+				j := rng.IntN(len(all))
+				all[i].Blocks, all[j].Blocks = all[j].Blocks, all[i].Blocks
+			case 2:
+				all[i].IPv4.HostIP = host()
+			case 3:
+				present[i] = !present[i]
+			}
+		}
+		m.OnNodes(list())
+		in := m.fams[0].in
+		in.Peers = Peers(list(), 4)
+		want, _ := overlay.Routes(in)
+		if got, want := tables[4].render(), (&fakeTable{want: want}).render(); !slices.Equal(got, want) {
+			t.Fatalf("step %d: the table wants\n%s\nRoutes computes\n%s", step, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
 	}
 }

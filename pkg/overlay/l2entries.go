@@ -9,6 +9,10 @@ import (
 // ipVersion holds for peers: tunnel IP → VTEP MAC (ARP/NDP) and VTEP MAC
 // (its String) → host IP (FDB), as the device manager programs them.
 func L2Entries(ipVersion int, peers []Peer) (arp map[netip.Addr]net.HardwareAddr, fdb map[string]netip.Addr) {
-	w := desiredL2(ipVersion, peers)
-	return w.arp, w.fdb
+	w, _ := desiredL2(ipVersion, peers)
+	fdb = make(map[string]netip.Addr, len(w.fdb))
+	for mac, dst := range w.fdb {
+		fdb[net.HardwareAddr(mac[:]).String()] = dst
+	}
+	return w.arp, fdb
 }

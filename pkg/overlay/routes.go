@@ -128,17 +128,57 @@ func OwnedInterfaces(in RouteInput) []string {
 // reported, one error each naming the peer; the rest are still returned.
 // Routes is pure: it reads nothing but in.
 func Routes(in RouteInput) (map[string][]routes.Target, []error) {
-	out := make(map[string][]routes.Target)
-	for _, name := range OwnedInterfaces(in) {
-		out[name] = nil
+	var rb RouteBuilder
+	return rb.Routes(in)
+}
+
+// RouteBuilder computes Routes reusing its memory from one call to the
+// next: a caller that recomputes the routes on every peer change (and
+// copies what it keeps) allocates nothing per call in the steady state.
+// The zero value is ready; it is not safe for concurrent use.
+type RouteBuilder struct {
+	// outs are the results of the last two calls, alternately reused.
+	outs   [2]map[string][]routes.Target
+	calls  int
+	blocks blockIndex
+}
+
+// Routes is the package's Routes. Its result (maps and slices) stays valid
+// until the call after next, so a caller can compare it with the one
+// before.
+func (rb *RouteBuilder) Routes(in RouteInput) (map[string][]routes.Target, []error) {
+	rb.calls++
+	out := rb.outs[rb.calls%2]
+	if out == nil {
+		out = make(map[string][]routes.Target)
+		rb.outs[rb.calls%2] = out
+	}
+	for name, ts := range out {
+		out[name] = ts[:0]
+	}
+	owned := OwnedInterfaces(in)
+	for name := range out {
+		if !slices.Contains(owned, name) {
+			delete(out, name)
+		}
+	}
+	for _, name := range owned {
+		if _, ok := out[name]; !ok {
+			out[name] = nil
+		}
 	}
 	var problems []error
-	peers := slices.Clone(in.Peers)
-	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
-	claimed := newClaims(in.LocalBlocks)
+	peers := in.Peers
+	byName := func(a, b Peer) int { return strings.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(peers, byName) {
+		peers = slices.Clone(peers)
+		slices.SortFunc(peers, byName)
+	}
+	claimed, total := claimsFor(in.LocalBlocks, peers, in.IPVersion, &rb.blocks)
 
+	var blocks []netip.Prefix // one peer's accepted blocks, reused
 	for _, p := range peers {
-		var blocks []netip.Prefix
+		blocks = blocks[:0]
 		for _, b := range p.Blocks {
 			if !b.IsValid() || familyOf(b.Addr()) != in.IPVersion {
 				continue
@@ -158,6 +198,11 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 		if err != nil {
 			problems = append(problems, err)
 			continue
+		}
+		if cap(out[iface]) == 0 {
+			// Usually every peer goes through one interface: one
+			// allocation of the most it can take.
+			out[iface] = make([]routes.Target, 0, total)
 		}
 		for _, b := range blocks {
 			t := target

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -243,5 +244,71 @@ func TestVTEPMACAndTunnelAddress(t *testing.T) {
 	}
 	if _, ok := TunnelAddress(blocks[:1], 4); ok {
 		t.Error("tunnel address without a v4 block")
+	}
+}
+
+// TestRouteBuilderReuse: one RouteBuilder fed every mode of
+// TestRoutesPerMode in turn, then IPv6, then overlapping blocks, returns
+// each time what a fresh Routes returns (no route or interface of an
+// earlier call left over).
+func TestRouteBuilderReuse(t *testing.T) {
+	base := RouteInput{
+		IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/26")}, MTU: 1450, Peers: []Peer{peerC, peerB},
+	}
+	overlap := peerB
+	overlap.Name = "z"
+	overlap.Blocks = []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}
+	var inputs []RouteInput
+	for _, mode := range []Mode{ModeVXLAN, ModeIPIPCrossSubnet, ModeNone, ModeVXLANCrossSubnet, ModeIPIP} {
+		in := base
+		in.Mode = mode
+		inputs = append(inputs, in)
+	}
+	v6 := base
+	v6.Mode, v6.IPVersion, v6.Parent, v6.LocalBlocks, v6.Peers = ModeVXLAN, 6, "eth0", nil, []Peer{peerB}
+	withOverlap := base
+	withOverlap.Mode, withOverlap.Peers = ModeVXLAN, []Peer{overlap, peerC, peerB}
+	inputs = append(inputs, v6, withOverlap, inputs[0])
+	var rb RouteBuilder
+	for i, in := range inputs {
+		got, gotProblems := rb.Routes(in)
+		want, wantProblems := Routes(in)
+		if render(got) != render(want) || fmt.Sprint(gotProblems) != fmt.Sprint(wantProblems) {
+			t.Errorf("input %d (%s IPv%d): builder gave\n%s%v\nRoutes gives\n%s%v", i, in.Mode, in.IPVersion,
+				render(got), gotProblems, render(want), wantProblems)
+		}
+	}
+}
+
+// TestRouteBuilderBlockChanges: 20 VXLAN peers whose blocks move one or
+// two at a time among a small pool of /24s and /26s, so that overlaps
+// with each other and with our block come and go: after every step one
+// reused RouteBuilder returns what a fresh Routes returns.
+func TestRouteBuilderBlockChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	block := func() netip.Prefix {
+		if rng.IntN(4) == 0 {
+			return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(rng.IntN(30)), 0}), 24)
+		}
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(rng.IntN(30)), byte(64 * rng.IntN(4))}), 26)
+	}
+	in := RouteInput{Mode: ModeVXLAN, IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/26")}, MTU: 1450}
+	for i := range 20 {
+		in.Peers = append(in.Peers, Peer{Name: fmt.Sprintf("p%02d", i), HostIP: netip.AddrFrom4([4]byte{10, 1, 0, byte(i + 2)}),
+			VTEPMAC: macB, TunnelIP: netip.AddrFrom4([4]byte{10, 245, byte(i), 0}), Blocks: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 250, byte(i), 0}), 26)}})
+	}
+	var rb RouteBuilder
+	for step := range 400 {
+		for range 1 + rng.IntN(2) {
+			p := &in.Peers[rng.IntN(len(in.Peers))]
+			p.Blocks = []netip.Prefix{block()}
+		}
+		got, gotProblems := rb.Routes(in)
+		want, wantProblems := Routes(in)
+		if render(got) != render(want) || fmt.Sprint(gotProblems) != fmt.Sprint(wantProblems) {
+			t.Fatalf("step %d: builder gave\n%s%v\nRoutes gives\n%s%v", step, render(got), gotProblems, render(want), wantProblems)
+		}
 	}
 }

@@ -118,10 +118,20 @@ type VXLAN struct {
 	mu          sync.Mutex
 	cfg         VXLANConfig
 	log         *slog.Logger
-	peers       []Peer
 	deviceDirty bool
-	l2Dirty     bool
-	dev         DeviceInfo
+	// l2 is the entries the peers need and what changed in them since
+	// the kernel held them; haveOK says the kernel is known to hold what
+	// l2 says it had (false until the first successful write and after a
+	// failed one).
+	l2     l2State
+	haveOK bool
+	// echo holds the entry writes whose notifications may still come.
+	echo echoes
+	// l2Dirty: the next Apply re-reads every entry and repairs (syncL2);
+	// l2Changed: the peers changed entries, and the next Apply writes only
+	// those.
+	l2Dirty, l2Changed bool
+	dev                DeviceInfo
 }
 
 // NewVXLAN returns a manager for the device cfg describes. Nothing touches
@@ -147,6 +157,12 @@ func (m *VXLAN) SetConfig(cfg VXLANConfig) error {
 	if m.cfg.Device != "" && m.cfg.Device != c.Device {
 		return fmt.Errorf("vxlan config: device name cannot change from %s to %s", m.cfg.Device, c.Device)
 	}
+	if m.cfg.IPVersion != 0 && m.cfg.IPVersion != c.IPVersion {
+		return fmt.Errorf("vxlan config: ip version cannot change from %d to %d", m.cfg.IPVersion, c.IPVersion)
+	}
+	if m.cfg.IPVersion == 0 {
+		m.l2 = newL2State(c.IPVersion)
+	}
 	m.cfg = c
 	m.log = c.Logger.With("iface", c.Device)
 	m.dev.Name = c.Device
@@ -157,12 +173,15 @@ func (m *VXLAN) SetConfig(cfg VXLANConfig) error {
 
 // SetPeers replaces the set of peers whose VTEPs get ARP/NDP and FDB
 // entries. Peers lacking a VTEP MAC, tunnel IP or host IP of this family
-// get none (see Routes for how their blocks are handled).
+// get none (see Routes for how their blocks are handled). The next Apply
+// writes only the entries that differ from what the kernel is known to
+// hold; peers that change nothing in them cost no kernel call.
 func (m *VXLAN) SetPeers(peers []Peer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.peers = append(m.peers[:0:0], peers...)
-	m.l2Dirty = true
+	if m.l2.setPeers(m.cfg.IPVersion, peers) {
+		m.l2Changed = true
+	}
 }
 
 // OnLinkUpdate is the hint for a netlink link event (new, changed or deleted
@@ -191,7 +210,7 @@ func (m *VXLAN) QueueCheck() {
 func (m *VXLAN) Dirty() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.deviceDirty || m.l2Dirty
+	return m.deviceDirty || m.l2Dirty || m.l2Changed
 }
 
 // Device returns the device state the last Apply reached.
@@ -206,8 +225,11 @@ func (m *VXLAN) Device() DeviceInfo {
 // Apply reconciles the kernel with the desired state: first the device
 // (created if missing, recreated when an attribute that cannot change in
 // place differs, then MTU, MAC, address, checksum offload and admin-up
-// re-asserted), then the ARP/NDP and FDB entries. Parts that fail stay dirty
-// for the next Apply; the error joins every failure.
+// re-asserted), then the ARP/NDP and FDB entries: re-read and repaired
+// after a check (QueueCheck, a drift event, a new device, a failure),
+// otherwise only the entries the peers changed are written. Parts that
+// fail stay dirty for the next Apply (entries: re-read); the error joins
+// every failure.
 func (m *VXLAN) Apply() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -219,16 +241,36 @@ func (m *VXLAN) Apply() error {
 			m.deviceDirty = false
 		}
 	}
-	if m.l2Dirty {
-		if m.dev.Index == 0 {
-			errs = append(errs, fmt.Errorf("vxlan %s: no device to hold neighbour entries", m.cfg.Device))
-		} else if err := syncL2(m.nl, m.log, m.dev.Index, m.cfg.IPVersion, m.peers); err != nil {
+	if m.l2Dirty || m.l2Changed {
+		if err := m.applyL2(); err != nil {
 			errs = append(errs, fmt.Errorf("vxlan %s: %w", m.cfg.Device, err))
-		} else {
-			m.l2Dirty = false
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// applyL2 brings the entries to the wanted ones: from a fresh read of
+// both tables when l2Dirty or nothing is known of them, else by writing
+// the entries that changed. On failure the kernel is uncertain: the next Apply re-reads.
+// m.mu is held.
+func (m *VXLAN) applyL2() error {
+	if m.dev.Index == 0 {
+		return errors.New("no device to hold neighbour entries")
+	}
+	var err error
+	if m.l2Dirty || !m.haveOK {
+		err = syncL2(m.nl, m.log, &m.echo, m.dev.Index, m.cfg.IPVersion, m.l2.want)
+	} else {
+		err = m.l2.write(m.nl, m.log, &m.echo, m.dev.Index, m.cfg.IPVersion)
+	}
+	if err != nil {
+		m.l2Dirty, m.haveOK = true, false
+		return err
+	}
+	m.l2.held()
+	m.haveOK = true
+	m.l2Dirty, m.l2Changed = false, false
+	return nil
 }
 
 // applyDevice brings the device in line with m.cfg. m.mu is held.
@@ -274,7 +316,11 @@ func (m *VXLAN) applyDevice() error {
 			return err
 		}
 	}
-	m.dev.Index = link.Attrs().Index
+	if idx := link.Attrs().Index; idx != m.dev.Index {
+		// Another device under our name (or our first look at it): what
+		// the old index held says nothing about this one.
+		m.dev.Index, m.l2Dirty = idx, true
+	}
 
 	// Independent in-place fixes: one failing does not stop the others.
 	var errs []error

@@ -77,6 +77,7 @@ func (rt *RouteTable) Apply() error {
 		work = w
 		rt.fullResync = false
 		clear(rt.dirty)
+		clear(rt.partial)
 		kernelNeigh, err = rt.readNeighbours(work)
 		if err != nil {
 			errs = append(errs, err)
@@ -87,6 +88,7 @@ func (rt *RouteTable) Apply() error {
 				work = append(work, w)
 				continue
 			}
+			delete(rt.partial, iface) // read: every route is looked at
 			w, err := rt.readOne(iface)
 			if err != nil {
 				errs = append(errs, err)
@@ -111,6 +113,7 @@ func (rt *RouteTable) Apply() error {
 
 	rt.graceUntil = time.Time{}
 	for _, w := range work {
+		delete(rt.partial, w.name)
 		switch {
 		case len(w.errs) > 0:
 			// The kernel state is uncertain now: re-read it next time.
@@ -418,6 +421,21 @@ func (rt *RouteTable) oursElsewhere(iface string, cidr netip.Prefix) bool {
 // became since.
 func (rt *RouteTable) planFromMemory(w *ifaceWork) {
 	have := rt.programmed[w.name]
+	if set, ok := rt.partial[w.name]; ok && rt.contested == 0 {
+		// Every other CIDR is programmed as desired, and with nothing
+		// contested no other interface's claim moved one here or away.
+		for cidr := range set {
+			t, want := w.want[cidr]
+			h, had := have[cidr]
+			switch {
+			case want && (!had || !sameRoute(h, t)):
+				rt.planAdd(w, t, had)
+			case !want && had:
+				w.dels = append(w.dels, rt.memoryDelete(w, h))
+			}
+		}
+		return
+	}
 	for cidr, t := range w.want {
 		if h, ok := have[cidr]; !ok || !sameRoute(h, t) {
 			rt.planAdd(w, t, ok)
@@ -427,11 +445,16 @@ func (rt *RouteTable) planFromMemory(w *ifaceWork) {
 		if _, ok := w.want[cidr]; ok {
 			continue
 		}
-		r := rt.buildRoute(w, h)
-		r.Scope = netlink.SCOPE_NOWHERE
-		r.Src, r.MTU = nil, 0
-		w.dels = append(w.dels, r)
+		w.dels = append(w.dels, rt.memoryDelete(w, h))
 	}
+}
+
+// memoryDelete is the delete of h, a route we programmed on w's interface.
+func (rt *RouteTable) memoryDelete(w *ifaceWork, h Target) netlink.Route {
+	r := rt.buildRoute(w, h)
+	r.Scope = netlink.SCOPE_NOWHERE
+	r.Src, r.MTU = nil, 0
+	return r
 }
 
 // mayDelete applies the ownership rules (see RouteTable) to an undesired

@@ -106,6 +106,11 @@ type RouteTable struct {
 	// view (programmed) is good enough (needSync).
 	dirty      map[string]dirtyKind
 	fullResync bool
+	// partial is, per interface that only RouteUpdate and RouteRemove made
+	// dirty since it was last in sync (programmed as desired), the CIDRs
+	// they touched: Apply plans from memory over those alone. Any other
+	// reason to sync the interface drops its entry.
+	partial map[string]map[netip.Prefix]struct{}
 	// firstSeen is when each managed interface was first seen; it starts the
 	// grace period.
 	firstSeen map[string]time.Time
@@ -194,6 +199,7 @@ func NewWithDeps(cfg Config, nl Netlink, ct Conntrack, clock Clock) (*RouteTable
 		desired:    map[string]map[netip.Prefix]Target{},
 		claims:     map[netip.Prefix][]string{},
 		dirty:      map[string]dirtyKind{},
+		partial:    map[string]map[netip.Prefix]struct{}{},
 		links:      map[string]Link{},
 		programmed: map[string]map[netip.Prefix]Target{},
 		fullResync: true,
@@ -429,7 +435,7 @@ func (rt *RouteTable) RouteUpdate(iface string, t Target) {
 	if !ok {
 		rt.claim(iface, t.CIDR)
 	}
-	rt.markDirty(iface, needSync)
+	rt.touch(iface, t.CIDR)
 }
 
 // RouteRemove drops one desired route from iface (memory only).
@@ -444,7 +450,7 @@ func (rt *RouteTable) RouteRemove(iface string, cidr netip.Prefix) {
 		delete(rt.desired, iface)
 	}
 	rt.unclaim(iface, cidr)
-	rt.markDirty(iface, needSync)
+	rt.touch(iface, cidr)
 }
 
 // OnIfaceStateChanged records that iface went up (true) or down/away (false);
@@ -486,10 +492,26 @@ const (
 	needRead
 )
 
-// markDirty records that iface needs at least kind of work.
+// markDirty records that iface needs at least kind of work, all of its
+// routes looked at.
 func (rt *RouteTable) markDirty(iface string, kind dirtyKind) {
 	if rt.dirty[iface] < kind {
 		rt.dirty[iface] = kind
+	}
+	delete(rt.partial, iface)
+}
+
+// touch records that the desired route of cidr on iface changed (memory
+// only). An interface in sync until now only needs that CIDR looked at
+// (partial); one already dirty for another reason stays as it is.
+func (rt *RouteTable) touch(iface string, cidr netip.Prefix) {
+	if _, dirty := rt.dirty[iface]; !dirty {
+		rt.dirty[iface] = needSync
+		rt.partial[iface] = map[netip.Prefix]struct{}{cidr: {}}
+		return
+	}
+	if set, ok := rt.partial[iface]; ok {
+		set[cidr] = struct{}{}
 	}
 }
 

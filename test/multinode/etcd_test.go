@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
+
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netnstest"
@@ -219,5 +222,272 @@ func TestEtcdDatastore(t *testing.T) {
 					!slices.Contains(n.setMembers("routelet-pools"), cn.Spec.Block4)
 			})
 		}
+	})
+}
+
+// v4Blocks returns the IPv4 blocks n's daemon.json lists while ready, in
+// its order (nil while not ready).
+func v4Blocks(n *node) []netip.Prefix {
+	st, err := n.Store.ReadDaemonStatus()
+	if err != nil || !st.Ready {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, b := range st.Blocks {
+		if p := netip.MustParsePrefix(b); p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitV4Blocks waits until n is ready with count IPv4 blocks and returns
+// them.
+func waitV4Blocks(t *testing.T, n *node, count int) []netip.Prefix {
+	t.Helper()
+	var got []netip.Prefix
+	netnstest.WaitFor(t, 60*time.Second, fmt.Sprintf("node %s ready with %d IPv4 blocks", n.Spec.Name, count), func() error {
+		if got = v4Blocks(n); len(got) != count {
+			return fmt.Errorf("daemon.json IPv4 blocks %v", got)
+		}
+		return nil
+	})
+	return got
+}
+
+// claimsOf reads the block claims in etcd: node → blocks.
+func claimsOf(t *testing.T, srv *etcdtest.Server) map[string][]string {
+	t.Helper()
+	cli := srv.Client(t)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "/routelet/blocks/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Value)] = append(out[string(kv.Value)], strings.TrimPrefix(string(kv.Key), "/routelet/blocks/"))
+	}
+	return out
+}
+
+// metricOf reads one metric line's value from n's /metrics.
+func metricOf(n *node, name string) string {
+	_, body, err := netnstest.HTTPGet(n.CNI.NS, "http://127.0.0.1:9099/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	v, _ := netnstest.MetricValue(body, name)
+	return v
+}
+
+// vxlanRoute is the route a peer holds for block of a node whose tunnel
+// address is the first address of its first block.
+func vxlanRoute(block, first netip.Prefix) string {
+	return fmt.Sprintf("%s via %s dev vxlan.calico onlink mtu %d", block, first.Addr(), mtuV4)
+}
+
+// TestEtcdBlockGrowth: two etcd nodes with /30 blocks (two pod addresses
+// each) from a pool of four fill their blocks at once with plugin ADDs;
+// each claims a second block, never the same as the other, and rebuilds
+// its loop losing no echo of a ping across; the next ADD gets an address
+// in it, the peer routes it over VXLAN to the node and
+// pods talk across; the metrics and the log say so. A restart keeps both
+// claims. With every block full and the pool empty an ADD fails naming
+// the full blocks; once the peer leaves (releasing both its blocks) the
+// node claims one of them and the ADD succeeds.
+func TestEtcdBlockGrowth(t *testing.T) {
+	requireRoot(t)
+	etcdtest.Binary(t)
+	tc := buildCluster(t, cluster.Options{Nodes: withoutBlocks(specs[:2]...), SharedRecords: true})
+	host, err := tc.c.AddHost(etcdHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := etcdtest.Start(t, etcdtest.Options{NetNS: host.CNI.NS, Addr: netip.MustParseAddr(hostAddr(etcdHost.Host4))})
+	etcdArgs := []string{"--datastore=etcd", "--etcd-endpoints=" + srv.Endpoints[0]}
+	a, b := tc.node("a"), tc.node("b")
+	pools := []string{"--pool", "10.244.0.0/28", "--block-size", "30", "--pool", "fd00:244::/120", "--block-size-v6", "122"}
+	if out, err := routeletd(a, append(append([]string{"etcd", "init"}, pools...), etcdArgs...)...); err != nil {
+		t.Fatalf("etcd init: %v\n%s", err, out)
+	}
+	daemonArgs := append(append(slices.Clone(baseArgs), "--health-addr=127.0.0.1:9099", "--encapsulation=vxlan"), etcdArgs...)
+	tc.c.SetDaemonArgs(daemonArgs)
+	ctx := context.Background()
+	if err := tc.c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := map[*node]netip.Prefix{a: waitV4Blocks(t, a, 1)[0], b: waitV4Blocks(t, b, 1)[0]}
+
+	// One pod each, pinging across while both nodes then fill their block
+	// at once: the loops' rebuilds lose no echo.
+	for _, n := range []*node{a, b} {
+		if _, err := tc.c.AddPod(ctx, n.Node, n.Spec.Name+"-pod0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	netnstest.WaitFor(t, 30*time.Second, "a-pod0 reaches b-pod0", func() error {
+		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+			return fmt.Errorf("no reply:\n%s", out)
+		}
+		return nil
+	})
+	pinged := make(chan error, 1)
+	go func() { pinged <- pingFor(a.Pods[0], b.Pods[0].IPv4, 25) }()
+	errs := make(chan error, 2)
+	for _, n := range []*node{a, b} {
+		go func() {
+			_, err := tc.c.AddPod(ctx, n.Node, n.Spec.Name+"-pod1")
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocks := map[*node][]netip.Prefix{a: waitV4Blocks(t, a, 2), b: waitV4Blocks(t, b, 2)}
+	var all []netip.Prefix
+	for _, n := range []*node{a, b} {
+		if blocks[n][0] != first[n] {
+			t.Errorf("node %s blocks %v: want its first block %s first (its tunnel address)", n.Spec.Name, blocks[n], first[n])
+		}
+		all = append(all, blocks[n]...)
+	}
+	for i, p := range all {
+		for _, q := range all[:i] {
+			if p.Overlaps(q) {
+				t.Fatalf("two claims overlap: %s and %s (a %v, b %v)", p, q, blocks[a], blocks[b])
+			}
+		}
+	}
+	for _, n := range []*node{a, b} {
+		netnstest.WaitFor(t, 30*time.Second, "node "+n.Spec.Name+" metrics", func() error {
+			full := metricOf(n, `routelet_datastore_block_claims_total{reason="full"}`)
+			free0 := metricOf(n, fmt.Sprintf(`routelet_ipam_block_free_addresses{block="%s"}`, blocks[n][0]))
+			free1 := metricOf(n, fmt.Sprintf(`routelet_ipam_block_free_addresses{block="%s"}`, blocks[n][1]))
+			if full != "1" || free0 != "0" || free1 != "2" {
+				return fmt.Errorf("claims{full} %q, free in %s %q, in %s %q; want 1, 0, 2", full, blocks[n][0], free0, blocks[n][1], free1)
+			}
+			return nil
+		})
+		if log := n.LogTail(2000); !strings.Contains(log, "claimed another block from the pool: every block of its family is full") {
+			t.Errorf("node %s did not log the claim", n.Spec.Name)
+		}
+	}
+	// The next ADD gets an address in the new block; the peer routes the
+	// block to the node; pods talk across.
+	for _, n := range []*node{a, b} {
+		p, err := tc.c.AddPod(ctx, n.Node, n.Spec.Name+"-pod2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !blocks[n][1].Contains(p.IPv4) {
+			t.Errorf("node %s: pod2 got %s, want an address in the new block %s", n.Spec.Name, p.IPv4, blocks[n][1])
+		}
+	}
+	for _, pair := range [][2]*node{{a, b}, {b, a}} {
+		n, peer := pair[0], pair[1]
+		want := []string{vxlanRoute(blocks[n][0], blocks[n][0]), vxlanRoute(blocks[n][1], blocks[n][0])}
+		netnstest.WaitFor(t, 30*time.Second, "node "+peer.Spec.Name+" routes both blocks of "+n.Spec.Name, func() error {
+			got, err := peer.overlayRoutes(unix.AF_INET)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(got, want) && !slices.Equal(got, []string{want[1], want[0]}) {
+				return fmt.Errorf("routes %v, want %v", got, want)
+			}
+			pools := peer.setMembers("routelet-pools")
+			for _, blk := range all {
+				if !slices.Contains(pools, blk.String()) {
+					return fmt.Errorf("routelet-pools %v lacks %s", pools, blk)
+				}
+			}
+			return nil
+		})
+	}
+	netnstest.WaitFor(t, 30*time.Second, "status on a lists both blocks", func() error {
+		out, err := routeletd(a, append([]string{"status", "--node-name=a", "--state-dir=" + a.StateDir}, etcdArgs...)...)
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "Blocks:") && strings.Contains(l, blocks[a][0].String()+" ") && strings.Contains(l, blocks[a][1].String()+" ") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Blocks line with %v:\n%s", blocks[a], out)
+	})
+	if err := <-pinged; err != nil {
+		t.Errorf("a-pod0 → b-pod0 while both nodes claimed a block and rebuilt their loops: %v", err)
+	}
+	for _, pair := range [][2]*node{{a, b}, {b, a}} {
+		from, to := pair[0].Pods[0], pair[1].Pods[2]
+		if out, ok := ping(from, to.IPv4); !ok {
+			t.Errorf("%s → %s (%s, the new block): no reply\n%s", from.Name, to.Name, to.IPv4, out)
+		}
+	}
+
+	// A restart keeps both claims, in order.
+	if err := tc.c.Restart(ctx, a.Node, daemonArgs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitV4Blocks(t, a, 2); !slices.Equal(got, blocks[a]) {
+		t.Errorf("after a restart node a holds %v, want %v", got, blocks[a])
+	}
+	if c := claimsOf(t, srv); len(c["a"]) != 3 || len(c["b"]) != 3 {
+		t.Errorf("claims after the restart %v, want 3 per node (two IPv4, one IPv6)", c)
+	}
+
+	// Every block full, the pool empty: ADD fails naming the blocks.
+	if _, err := tc.c.AddPod(ctx, a.Node, "a-pod3"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tc.c.AddPod(ctx, a.Node, "a-pod4")
+	wantErr := fmt.Sprintf("no addresses left in IPv4 blocks %s, %s", blocks[a][0], blocks[a][1])
+	if err == nil || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("ADD with every block full and the pool empty: %v, want %q", err, wantErr)
+	}
+	netnstest.WaitFor(t, 30*time.Second, "node a logs that it cannot claim", func() error {
+		if !strings.Contains(a.LogTail(2000), "no other block could be claimed") {
+			return fmt.Errorf("no such log line")
+		}
+		return nil
+	})
+
+	// b leaves: both its blocks are released; a claims one and the ADD
+	// (the runtime's retry) succeeds.
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range slices.Clone(b.Pods) {
+		if err := tc.c.DelPod(ctx, b.Node, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := routeletd(b, append([]string{"leave", "--node-name=b", "--state-dir=" + b.StateDir}, etcdArgs...)...); err != nil {
+		t.Fatalf("leave: %v\n%s", err, out)
+	}
+	if c := claimsOf(t, srv); len(c["b"]) != 0 {
+		t.Errorf("claims of b after leave: %v, want none", c["b"])
+	}
+	third := waitV4Blocks(t, a, 3)[2]
+	if !slices.Contains(blocks[b], third) {
+		t.Errorf("node a claimed %s, want one of the blocks b released %v", third, blocks[b])
+	}
+	p, err := tc.c.AddPod(ctx, a.Node, "a-pod5")
+	if err != nil {
+		t.Fatalf("ADD once a third block is claimed: %v", err)
+	}
+	if !third.Contains(p.IPv4) {
+		t.Errorf("a-pod5 got %s, want an address in %s", p.IPv4, third)
+	}
+	netnstest.WaitFor(t, 30*time.Second, "node a without routes to b", func() error {
+		if got, err := a.overlayRoutes(unix.AF_INET); err != nil || len(got) != 0 {
+			return fmt.Errorf("routes %v, %v; want none", got, err)
+		}
+		return nil
 	})
 }

@@ -62,6 +62,11 @@ type Datastore struct {
 	kick   chan struct{} // wakes the keeper (own record lost)
 	selfMu sync.Mutex    // one ensureSelf at a time: one write per change
 
+	// lease is the liveness lease, kept across Watch calls (the daemon
+	// rebuilds its loop when its blocks grow) and revoked by Close.
+	leaseMu sync.Mutex
+	lease   leaseState
+
 	mu        sync.Mutex
 	self      *state.Node             // this node's record as published
 	selfDirty bool                    // the stored record may differ from self
@@ -142,8 +147,19 @@ func clientTLS(e config.Etcd) (*tls.Config, error) {
 	return c, nil
 }
 
-// Close closes the client.
-func (d *Datastore) Close() error { return d.cli.Close() }
+// Close revokes the liveness lease (its key goes at once, not at the
+// TTL) and closes the client.
+func (d *Datastore) Close() error {
+	d.leaseMu.Lock()
+	if d.lease.id != 0 {
+		ctx, cancel := d.req(context.Background())
+		_, _ = d.cli.Revoke(ctx, d.lease.id)
+		cancel()
+		d.lease = leaseState{}
+	}
+	d.leaseMu.Unlock()
+	return d.cli.Close()
+}
 
 // Client is the underlying etcd client.
 func (d *Datastore) Client() *clientv3.Client { return d.cli }
@@ -515,22 +531,17 @@ func (d *Datastore) Live() []string {
 
 // keepLoop keeps this node's liveness key on a lease and its record
 // written, probing etcd every ProbePeriod (at once when the record was
-// lost), until ctx is done. It revokes the lease on the way out.
+// lost), until ctx is done. The lease outlives it: a later Watch's
+// keepLoop goes on with it, and Close revokes it.
 func (d *Datastore) keepLoop(ctx context.Context) {
-	var lease leaseState
-	defer func() {
-		if lease.id != 0 {
-			rctx, cancel := d.req(context.Background())
-			_, _ = d.cli.Revoke(rctx, lease.id)
-			cancel()
-		}
-	}()
 	t := time.NewTicker(d.o.ProbePeriod)
 	defer t.Stop()
 	for {
 		rctx, cancel := d.req(ctx)
+		d.leaseMu.Lock()
 		var err error
-		lease, err = d.keepLiveness(rctx, lease)
+		d.lease, err = d.keepLiveness(rctx, d.lease)
+		d.leaseMu.Unlock()
 		if err == nil {
 			err = d.ensureSelf(rctx)
 		}
@@ -661,11 +672,12 @@ type metrics struct {
 	skipped    prometheus.Gauge
 	live       prometheus.Gauge
 	claimRaces prometheus.Counter
+	claims     *prometheus.CounterVec
 }
 
 // newMetrics creates the metrics (collected through the Datastore).
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "routelet_datastore_up",
 			Help: "1 while the last datastore request reached etcd; 0 during an outage (peers and the dataplane are kept)."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routelet_datastore_errors_total",
@@ -678,12 +690,18 @@ func newMetrics() *metrics {
 			Help: "Peers whose liveness key exists (liveness never removes routes)."}),
 		claimRaces: prometheus.NewCounter(prometheus.CounterOpts{Name: "routelet_datastore_claim_races_total",
 			Help: "Block claims lost to another node (the next free block is tried)."}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routelet_datastore_block_claims_total",
+			Help: "Blocks this node claimed from a pool, per reason: first (it held none of the pool), full (every block it held of the family was full)."}, []string{"reason"}),
 	}
+	for _, r := range []string{"first", "full"} {
+		m.claims.WithLabelValues(r)
+	}
+	return m
 }
 
 // collectors returns every metric.
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.up, m.errors, m.relists, m.skipped, m.live, m.claimRaces}
+	return []prometheus.Collector{m.up, m.errors, m.relists, m.skipped, m.live, m.claimRaces, m.claims}
 }
 
 // backoff doubles a wait from 250 ms up to 10 s.

@@ -134,44 +134,58 @@ func TestClaimsRace(t *testing.T) {
 	for i := range ds {
 		ds[i] = open(t, srv, fmt.Sprintf("node-%02d", i))
 	}
+	atOnce(t, ds, func(ctx context.Context, _ int, d *Datastore) ([]netip.Prefix, error) {
+		b, err := d.LocalBlocks(ctx, func(string) {})
+		if err == nil && (len(b) != 2 || !b[0].Addr().Is4() || !b[1].Addr().Is6()) {
+			err = fmt.Errorf("got %v, want one IPv4 and one IPv6 block", b)
+		}
+		return b, err
+	})
+	if c := claimsIn(t, srv); len(c) != 2*n {
+		t.Errorf("%d claims in etcd, want %d: %v", len(c), 2*n, c)
+	}
+}
+
+// atOnce runs claim for every datastore at the same moment and fails t
+// when one fails or two claimed blocks overlap (also with before, the
+// blocks held already). It returns every block claimed.
+func atOnce(t *testing.T, ds []*Datastore, claim func(ctx context.Context, i int, d *Datastore) ([]netip.Prefix, error), before ...netip.Prefix) []netip.Prefix {
+	t.Helper()
 	type claimed struct {
 		node   string
 		blocks []netip.Prefix
 		err    error
 	}
-	results := make(chan claimed, n)
+	results := make(chan claimed, len(ds))
 	start := make(chan struct{})
-	for _, d := range ds {
+	for i, d := range ds {
 		go func() {
 			<-start
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			b, err := d.LocalBlocks(ctx, func(string) {})
+			b, err := claim(ctx, i, d)
 			results <- claimed{d.o.NodeName, b, err}
 		}()
 	}
 	close(start)
-	var all []netip.Prefix
+	all := slices.Clone(before)
+	var got []netip.Prefix
 	for range ds {
 		r := <-results
 		if r.err != nil {
 			t.Fatalf("%s: %v", r.node, r.err)
 		}
-		if len(r.blocks) != 2 || !r.blocks[0].Addr().Is4() || !r.blocks[1].Addr().Is6() {
-			t.Errorf("%s got %v, want one IPv4 and one IPv6 block", r.node, r.blocks)
-		}
-		all = append(all, r.blocks...)
-	}
-	for i, p := range all {
-		for _, q := range all[:i] {
-			if p.Overlaps(q) {
-				t.Errorf("two nodes hold overlapping blocks %s and %s", p, q)
+		for _, p := range r.blocks {
+			for _, q := range all {
+				if p.Overlaps(q) {
+					t.Errorf("two nodes hold overlapping blocks %s and %s", p, q)
+				}
 			}
+			all = append(all, p)
 		}
+		got = append(got, r.blocks...)
 	}
-	if c := claimsIn(t, srv); len(c) != 2*n {
-		t.Errorf("%d claims in etcd, want %d: %v", len(c), 2*n, c)
-	}
+	return got
 }
 
 // TestClaimKeptAcrossRestart: a node that comes back (new process, same

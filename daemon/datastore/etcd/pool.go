@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -129,8 +130,9 @@ func (d *Datastore) parseBlockKey(key string) (netip.Prefix, error) {
 
 // claim is one block claimed in etcd.
 type claim struct {
-	block netip.Prefix
-	node  string
+	block   netip.Prefix
+	node    string
+	created int64 // the key's create revision: claims in the order made
 }
 
 // listClaims reads every block claim. Keys that do not parse are logged
@@ -150,7 +152,7 @@ func (d *Datastore) listClaims(ctx context.Context) ([]claim, int64, error) {
 			d.log.Warn("skipping bad block claim in etcd", "key", string(kv.Key), "err", err)
 			continue
 		}
-		out = append(out, claim{block: b, node: string(kv.Value)})
+		out = append(out, claim{block: b, node: string(kv.Value), created: kv.CreateRevision})
 	}
 	return out, resp.Header.Revision, nil
 }
@@ -305,12 +307,7 @@ func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64) (b
 		if err != nil {
 			return nil, "", err
 		}
-		var own []netip.Prefix
-		for _, c := range claims {
-			if c.node == d.o.NodeName {
-				own = append(own, c.block)
-			}
-		}
+		own := ownBlocks(claims, d.o.NodeName)
 		var want *Pool
 		var free netip.Prefix
 		for _, p := range pools {
@@ -325,27 +322,69 @@ func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64) (b
 			break
 		}
 		if want == nil {
-			sortBlocks(own)
 			return own, "", nil
 		}
 		key := d.blockKey(free)
-		txn, err := d.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(d.configKey()), "=", rev),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		).Then(clientv3.OpPut(key, d.o.NodeName)).Commit()
-		if err != nil {
-			return nil, "", err
-		}
-		if !txn.Succeeded {
-			d.m.claimRaces.Inc()
-			// Another node took it, or the pools changed: look again.
-			if _, now, err := d.readPools(ctx); err != nil || now != rev {
-				return nil, "", errPoolsChanged
+		if won, err := d.claimFree(ctx, key, rev); err != nil || !won {
+			if err != nil {
+				return nil, "", err
 			}
 			continue
 		}
+		d.m.claims.WithLabelValues("first").Inc()
 		d.log.Info("claimed a block from the pool", "block", free, "pool", want.CIDR, "key", key)
 	}
+}
+
+// claimFree claims the block under key for this node if it is still free
+// and the pool configuration still at revision rev: one transaction. A
+// block another node took meanwhile is a lost race (counted; not won, no
+// error: the caller looks for the next free one); changed pools are
+// errPoolsChanged.
+func (d *Datastore) claimFree(ctx context.Context, key string, rev int64) (won bool, err error) {
+	txn, err := d.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(d.configKey()), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+	).Then(clientv3.OpPut(key, d.o.NodeName)).Commit()
+	if err != nil {
+		return false, err
+	}
+	if txn.Succeeded {
+		return true, nil
+	}
+	d.m.claimRaces.Inc()
+	if _, now, err := d.readPools(ctx); err != nil {
+		return false, err
+	} else if now != rev {
+		return false, errPoolsChanged
+	}
+	return false, nil
+}
+
+// ownBlocks returns node's claimed blocks, IPv4 first, each family in the
+// order claimed: a node's first block of a family stays first (its tunnel
+// address is that block's first address) when it claims more.
+func ownBlocks(claims []claim, node string) []netip.Prefix {
+	var own []claim
+	for _, c := range claims {
+		if c.node == node {
+			own = append(own, c)
+		}
+	}
+	slices.SortFunc(own, func(a, b claim) int {
+		if a.block.Addr().Is4() != b.block.Addr().Is4() {
+			if a.block.Addr().Is4() {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(a.created, b.created), a.block.Addr().Compare(b.block.Addr()))
+	})
+	out := make([]netip.Prefix, 0, len(own))
+	for _, c := range own {
+		out = append(out, c.block)
+	}
+	return out
 }
 
 // errPoolsChanged: the pool configuration changed during a claim.

@@ -1,0 +1,87 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/routelet/routelet/daemon/datastore"
+)
+
+var _ datastore.Grower = (*Datastore)(nil)
+
+// Grow claims one more free block of the family's pool for this node, whose
+// blocks of that family (full) are all full: the create-if-absent
+// transaction of the first claim, keyed by the block and holding the
+// node's name, so LocalBlocks returns it from now on, also after a restart.
+// A block of the family this node already holds beyond full is returned
+// without a claim. --pod-cidr blocks do not grow (datastore.ErrFixedBlocks);
+// a pool without a free block is datastore.ErrPoolFull.
+func (d *Datastore) Grow(ctx context.Context, family int, full []netip.Prefix) (netip.Prefix, error) {
+	if len(d.o.PodCIDRs) > 0 {
+		return netip.Prefix{}, fmt.Errorf("%w (pod-cidr %v)", datastore.ErrFixedBlocks, d.o.PodCIDRs)
+	}
+	ctx, cancel := d.req(ctx)
+	defer cancel()
+	b, err := d.grow(ctx, family, full)
+	if err != nil && !errors.Is(err, datastore.ErrPoolFull) && ctx.Err() == nil {
+		d.failed("grow", err)
+	}
+	return b, err
+}
+
+// grow is Grow's claim, within one request timeout.
+func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (netip.Prefix, error) {
+	pools, rev, err := d.readPools(ctx)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	d.reached()
+	i := slices.IndexFunc(pools, func(p Pool) bool { return familyOf(p.CIDR) == family })
+	if i < 0 {
+		return netip.Prefix{}, fmt.Errorf("no IPv%d pool configured in etcd (key %s)", family, d.configKey())
+	}
+	pool := pools[i]
+	for {
+		claims, _, err := d.listClaims(ctx)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		own := ownBlocks(claims, d.o.NodeName)
+		for _, b := range full {
+			if !slices.Contains(own, b) {
+				return netip.Prefix{}, fmt.Errorf("block %s is no longer this node's in etcd (key %s)", b, d.blockKey(b))
+			}
+		}
+		for _, b := range own {
+			if familyOf(b) == family && !slices.Contains(full, b) {
+				return b, nil // claimed before, not yet in use
+			}
+		}
+		free, ok := freeBlock(pool, claims)
+		if !ok {
+			return netip.Prefix{}, fmt.Errorf("%w: pool %s has no free /%d block", datastore.ErrPoolFull, pool.CIDR, pool.BlockSize)
+		}
+		key := d.blockKey(free)
+		won, err := d.claimFree(ctx, key, rev)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		if won {
+			d.m.claims.WithLabelValues("full").Inc()
+			d.log.Info("claimed another block from the pool: every block of its family is full",
+				"block", free, "pool", pool.CIDR, "full", full, "key", key)
+			return free, nil
+		}
+	}
+}
+
+// familyOf is 4 or 6.
+func familyOf(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 4
+	}
+	return 6
+}

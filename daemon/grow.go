@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/internal/dirwatch"
+	"github.com/routelet/routelet/pkg/ipam"
+)
+
+// blocksGrew: the loop stopped because this node claimed block; it is
+// built again with the block added.
+type blocksGrew struct{ block netip.Prefix }
+
+// Error names the block.
+func (g *blocksGrew) Error() string { return "this node claimed block " + g.block.String() }
+
+// withBlock returns blocks with b after the last block of its family,
+// IPv4 before IPv6: the order the datastore returns them in after a
+// restart.
+func withBlock(blocks []netip.Prefix, b netip.Prefix) []netip.Prefix {
+	i := len(blocks)
+	if b.Addr().Is4() {
+		i = 0
+		for i < len(blocks) && blocks[i].Addr().Is4() {
+			i++
+		}
+	}
+	out := make([]netip.Prefix, 0, len(blocks)+1)
+	out = append(append(out, blocks[:i]...), b)
+	return append(out, blocks[i:]...)
+}
+
+// blockGrower watches how full this node's blocks are (the built-in IPAM's
+// claims, which the plugin makes) and, when every block of a family is
+// full, claims another from a datastore that hands out blocks from a pool
+// (datastore.Grower). It outlives the loop's rebuilds.
+type blockGrower struct {
+	ds   datastore.Grower // nil: the datastore's blocks do not grow
+	free *prometheus.GaugeVec
+	log  *slog.Logger
+	said string // the last reason logged for not claiming
+}
+
+// newBlockGrower registers routelet_ipam_block_free_addresses (with every
+// datastore) and returns the grower.
+func newBlockGrower(ds datastore.Datastore, metrics *health.Metrics, log *slog.Logger) (*blockGrower, error) {
+	g := &blockGrower{log: log, free: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "routelet_ipam_block_free_addresses",
+		Help: "Addresses the built-in IPAM can still hand out, per block of this node; 0 in every block of a family makes an etcd node claim another.",
+	}, []string{"block"})}
+	g.ds, _ = ds.(datastore.Grower)
+	if err := metrics.Registry.Register(g.free); err != nil {
+		return nil, fmt.Errorf("block metrics: %w", err)
+	}
+	return g, nil
+}
+
+// usageReader is what the grower needs of the IPAM (*ipam.Allocator).
+type usageReader interface {
+	Usage() ([]ipam.BlockUsage, error)
+}
+
+// fullFamilies returns, per IP family (4, 6), the blocks of every family
+// that has blocks and no free address left in any of them. A family with
+// one free address anywhere is not full.
+func fullFamilies(use []ipam.BlockUsage) map[int][]netip.Prefix {
+	out := map[int][]netip.Prefix{}
+	open := map[int]bool{}
+	for _, u := range use {
+		f := 6
+		if u.Block.Addr().Is4() {
+			f = 4
+		}
+		if u.Free() > 0 {
+			open[f] = true
+		}
+		out[f] = append(out[f], u.Block)
+	}
+	for f := range open {
+		delete(out, f)
+	}
+	return out
+}
+
+// start checks the blocks now, at every workload record change (the plugin
+// writes one after each ADD) and every period, until ctx is done. When it
+// claimed a block it calls stop (the loop ends). The returned function
+// waits for it to finish, after ctx is done, and returns the block it
+// claimed, if any.
+func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir string, period time.Duration, stop func()) (grew func() (netip.Prefix, bool)) {
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if err := dirwatch.Watch(ctx, workloadsDir, func(string) { poke() }, poke, g.log); err != nil {
+		g.log.Warn("cannot watch workload records; checking the blocks every period only", "dir", workloadsDir, "period", period, "err", err)
+	}
+	var claimed netip.Prefix // written before done is closed
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		retry := time.Second
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+			case <-t.C:
+			}
+			b, again := g.check(ctx, use)
+			if b.IsValid() {
+				claimed = b
+				stop()
+				return
+			}
+			next := period
+			if again {
+				next, retry = min(retry, period), min(2*retry, 30*time.Second)
+			} else {
+				retry = time.Second
+			}
+			t.Stop()
+			t.Reset(next)
+		}
+	}()
+	return func() (netip.Prefix, bool) { <-done; return claimed, claimed.IsValid() }
+}
+
+// check reads the blocks' use, exports it, and when every block of a
+// family is full claims another and returns it. again: a claim failed and
+// is worth retrying soon (etcd unreachable, the pool full).
+func (g *blockGrower) check(ctx context.Context, use usageReader) (claimed netip.Prefix, again bool) {
+	u, err := use.Usage()
+	if err != nil {
+		g.note("cannot read the blocks' use", err)
+		return netip.Prefix{}, true
+	}
+	g.free.Reset()
+	for _, b := range u {
+		g.free.WithLabelValues(b.Block.String()).Set(float64(b.Free()))
+	}
+	full := fullFamilies(u)
+	if g.ds == nil || len(full) == 0 {
+		g.said = ""
+		return netip.Prefix{}, false
+	}
+	for _, f := range []int{4, 6} {
+		blocks := full[f]
+		if len(blocks) == 0 {
+			continue
+		}
+		b, err := g.ds.Grow(ctx, f, blocks)
+		if err == nil {
+			g.log.Info("every block of the family is full: claimed another", "family", f, "full", blocks, "block", b)
+			return b, false
+		}
+		if ctx.Err() != nil {
+			return netip.Prefix{}, false
+		}
+		if errors.Is(err, datastore.ErrFixedBlocks) {
+			g.note(fmt.Sprintf("every IPv%d block of this node is full (%v); not claiming another", f, blocks), err)
+			continue
+		}
+		g.note(fmt.Sprintf("every IPv%d block of this node is full (%v) and no other block could be claimed; retrying", f, blocks), err)
+		again = true
+	}
+	return netip.Prefix{}, again
+}
+
+// note logs why no block was claimed, once per distinct reason.
+func (g *blockGrower) note(what string, err error) {
+	if s := what + ": " + err.Error(); s != g.said {
+		g.said = s
+		g.log.Warn(what, "err", err)
+	}
+}
+
+// unregistering is a prometheus.Registerer whose Register removes the
+// collector (one with the same descriptors) from reg instead: a part's
+// Register(unregistering{reg}) takes back its metrics, so the loop's next
+// build can register its own.
+type unregistering struct{ reg prometheus.Registerer }
+
+// Register unregisters c from reg.
+func (u unregistering) Register(c prometheus.Collector) error {
+	u.reg.Unregister(c)
+	return nil
+}
+
+// MustRegister unregisters cs from reg.
+func (u unregistering) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		u.reg.Unregister(c)
+	}
+}
+
+// Unregister unregisters c from reg.
+func (u unregistering) Unregister(c prometheus.Collector) bool { return u.reg.Unregister(c) }
