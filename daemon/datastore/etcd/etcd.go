@@ -71,7 +71,7 @@ type Datastore struct {
 	self      *state.Node             // this node's record as published
 	selfDirty bool                    // the stored record may differ from self
 	recs      map[string]peers.Record // peers by name
-	sorted    []peers.Record          // recs by name, built by Peers; nil after a change
+	sorted    []peers.Record          // recs by name, built by Peers; nil after a relist
 	bad       map[string]error        // skipped keys: why
 	live      map[string]bool         // nodes with a liveness key
 	listed    bool                    // the prefix was listed once
@@ -432,8 +432,8 @@ func (d *Datastore) apply(key string, value []byte, deleted, logBad bool) {
 			skip(err)
 			return
 		}
+		defer d.resort(name)
 		delete(d.recs, name)
-		d.sorted = nil
 		if deleted {
 			return
 		}
@@ -485,10 +485,31 @@ func (d *Datastore) publishCounts() {
 	d.m.live.Set(float64(n))
 }
 
+// resort brings d.sorted up to date with name's record (in d.recs, or
+// gone) in a copy, as the last Peers answer may still be being read.
+// d.mu is held.
+func (d *Datastore) resort(name string) {
+	if d.sorted == nil {
+		return
+	}
+	i, found := slices.BinarySearchFunc(d.sorted, name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) })
+	r, ok := d.recs[name]
+	switch {
+	case ok && found:
+		d.sorted = slices.Clone(d.sorted)
+		d.sorted[i] = r
+	case ok:
+		d.sorted = slices.Insert(slices.Clone(d.sorted), i, r)
+	case found:
+		d.sorted = slices.Delete(slices.Clone(d.sorted), i, i+1)
+	}
+}
+
 // Peers returns the peers' records as last listed and watched, and the
 // keys that were skipped. Before the first list succeeded it is an error.
-// The records are sorted once per change, not at every call; the slice is
-// shared between calls until the next change and must not be modified.
+// The records are kept sorted as they change, not sorted at every call;
+// the slice is shared between calls until the next change and must not be
+// modified.
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
