@@ -14,9 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +75,7 @@ type Datastore struct {
 	log      *slog.Logger
 	informer cache.SharedIndexInformer
 	lister   listers.NodeLister
+	handler  cache.ResourceEventHandlerRegistration // onNode's
 	cancel   context.CancelFunc
 	done     chan struct{} // the informer and the publisher stopped
 
@@ -88,6 +87,13 @@ type Datastore struct {
 	// the cache still holds that object, the patch has not come back
 	// through the watch and is not sent again.
 	sentOn *corev1.Node
+
+	// pmu guards the peer records, which onNode keeps sorted by name, and
+	// the Watch callbacks it wakes.
+	pmu         sync.Mutex
+	recs        []peers.Record
+	watchers    map[int]func()
+	nextWatcher int
 
 	mu      sync.Mutex
 	ownSeen chan struct{} // closed (and replaced) when our Node changes
@@ -163,6 +169,7 @@ func New(opts Options) (*Datastore, error) {
 	}
 	d := &Datastore{
 		opts: opts, log: opts.Logger, done: make(chan struct{}), kick: make(chan struct{}, 1), ownSeen: make(chan struct{}),
+		watchers: map[int]func(){},
 		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "routelet_kubernetes_api_errors_total", Help: "Failed Kubernetes API calls of the Kubernetes datastore (retried with backoff).",
 		}, []string{"op"}),
@@ -190,16 +197,15 @@ func New(opts Options) (*Datastore, error) {
 		return nil, fmt.Errorf("kubernetes datastore: %w", err)
 	}
 	d.lister = listers.NewNodeLister(d.informer.GetIndexer())
-	own := func(obj any) {
-		if n, ok := nodeOf(obj); ok && n.Name == opts.NodeName {
-			d.ownChanged()
-		}
-	}
-	if _, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: own, UpdateFunc: func(_, obj any) { own(obj) }, DeleteFunc: own,
-	}); err != nil {
+	handler, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { d.onNode(obj, false) },
+		UpdateFunc: func(_, obj any) { d.onNode(obj, false) },
+		DeleteFunc: func(obj any) { d.onNode(obj, true) },
+	})
+	if err != nil {
 		return nil, fmt.Errorf("kubernetes datastore: %w", err)
 	}
+	d.handler = handler
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	var wg sync.WaitGroup
@@ -423,54 +429,85 @@ func NetworkAvailable(n *corev1.Node) bool {
 
 // Watch calls changed whenever another Node appears, goes, or changes in
 // what its record holds (kubelet's status updates alone do not wake the
-// daemon), until ctx is done.
+// daemon), until ctx is done; and once now, for what came before.
 func (d *Datastore) Watch(ctx context.Context, changed func()) error {
-	peer := func(obj any) {
-		if n, ok := nodeOf(obj); !ok || n.Name != d.opts.NodeName {
-			changed()
-		}
-	}
-	update := func(oldObj, newObj any) {
-		o, ok1 := nodeOf(oldObj)
-		n, ok2 := nodeOf(newObj)
-		if ok1 && ok2 && reflect.DeepEqual(Record(o), Record(n)) {
-			return
-		}
-		peer(newObj)
-	}
-	reg, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: peer, UpdateFunc: update, DeleteFunc: peer,
-	})
-	if err != nil {
-		return fmt.Errorf("watch Nodes: %w", err)
-	}
+	d.pmu.Lock()
+	id := d.nextWatcher
+	d.nextWatcher++
+	d.watchers[id] = changed
+	d.pmu.Unlock()
 	go func() {
 		<-ctx.Done()
-		_ = d.informer.RemoveEventHandler(reg)
+		d.pmu.Lock()
+		delete(d.watchers, id)
+		d.pmu.Unlock()
 	}()
+	changed()
 	return nil
 }
 
-// Peers returns a record for every other Node with podCIDRs, from the
-// informer's cache: an API outage leaves the last listed Nodes. Before the
-// first list it is an error (the daemon keeps what it has).
+// onNode keeps the peer records in step with the informer's cache: it is
+// the informer's handler for every Node event (gone: a delete). A change
+// to a record wakes the watchers after the records hold it, so their Peers
+// call sees it; an event that changes no record (a kubelet status update)
+// wakes nobody.
+func (d *Datastore) onNode(obj any, gone bool) {
+	n, ok := nodeOf(obj)
+	if !ok {
+		return
+	}
+	if n.Name == d.opts.NodeName {
+		d.ownChanged()
+		return
+	}
+	isPeer := !gone && len(podCIDRs(n)) > 0
+	d.pmu.Lock()
+	i, found := slices.BinarySearchFunc(d.recs, n.Name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) })
+	switch {
+	case isPeer && found:
+		r := Record(n)
+		if sameRecord(d.recs[i], r) {
+			d.pmu.Unlock()
+			return
+		}
+		d.recs[i] = r
+	case isPeer:
+		d.recs = slices.Insert(d.recs, i, Record(n))
+	case found:
+		d.recs = slices.Delete(d.recs, i, i+1)
+	default:
+		d.pmu.Unlock()
+		return
+	}
+	wake := make([]func(), 0, len(d.watchers))
+	for _, w := range d.watchers {
+		wake = append(wake, w)
+	}
+	d.pmu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// sameRecord reports whether two records hold the same values.
+func sameRecord(a, b peers.Record) bool {
+	return a.Name == b.Name && a.HostIPv4 == b.HostIPv4 && a.HostIPv6 == b.HostIPv6 && slices.Equal(a.Blocks, b.Blocks) &&
+		a.VTEPMAC == b.VTEPMAC && a.VTEPMACv6 == b.VTEPMACv6 && a.TunnelIPv4 == b.TunnelIPv4 && a.TunnelIPv6 == b.TunnelIPv6 &&
+		a.Updated.Equal(b.Updated)
+}
+
+// Peers returns a record for every other Node with podCIDRs, sorted by
+// name, as the informer last delivered them: an API outage leaves the last
+// listed Nodes. The records are kept as the Nodes change (onNode), so a
+// call converts no Node; it copies the slice, which the caller may keep.
+// Before the first list it is an error (the daemon keeps what it has).
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
-	if !d.informer.HasSynced() {
+	if !d.handler.HasSynced() {
 		return nil, nil, errors.New("Nodes not listed from the API server yet")
 	}
-	ns, err := d.lister.List(everything)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list cached Nodes: %w", err)
-	}
-	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
-	var out []peers.Record
-	for _, n := range ns {
-		if n.Name == d.opts.NodeName || len(podCIDRs(n)) == 0 {
-			continue
-		}
-		out = append(out, Record(n))
-	}
-	return out, nil, nil
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	return slices.Clone(d.recs), nil, nil
 }
 
 // Record is the node record of a Node: its annotations, the InternalIP of
