@@ -23,8 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -74,7 +74,6 @@ type Datastore struct {
 	opts     Options
 	log      *slog.Logger
 	informer cache.SharedIndexInformer
-	lister   listers.NodeLister
 	handler  cache.ResourceEventHandlerRegistration // onNode's
 	cancel   context.CancelFunc
 	done     chan struct{} // the informer and the publisher stopped
@@ -86,7 +85,7 @@ type Datastore struct {
 	// sentOn is our cached Node the publisher last patched from: while
 	// the cache still holds that object, the patch has not come back
 	// through the watch and is not sent again.
-	sentOn *corev1.Node
+	sentOn *cachedNode
 
 	// pmu guards the peer records, which onNode keeps sorted by name, and
 	// the Watch callbacks it wakes.
@@ -196,7 +195,6 @@ func New(opts Options) (*Datastore, error) {
 	if err := d.informer.SetTransform(Transform); err != nil {
 		return nil, fmt.Errorf("kubernetes datastore: %w", err)
 	}
-	d.lister = listers.NewNodeLister(d.informer.GetIndexer())
 	handler, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { d.onNode(obj, false) },
 		UpdateFunc: func(_, obj any) { d.onNode(obj, false) },
@@ -209,9 +207,10 @@ func New(opts Options) (*Datastore, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); d.informer.RunWithContext(ctx) }()
 	go func() { defer wg.Done(); d.publisher(ctx) }()
+	go func() { defer wg.Done(); d.whenSynced(ctx) }()
 	go func() { wg.Wait(); close(d.done) }()
 	return d, nil
 }
@@ -221,6 +220,34 @@ func (d *Datastore) Close() error {
 	d.cancel()
 	<-d.done
 	return nil
+}
+
+// whenSynced wakes LocalBlocks, the publisher and the watchers once the
+// first list has gone through onNode: the events of that list may have
+// come before it was complete, when Peers and LocalBlocks still refused to
+// answer, and nothing else follows them.
+func (d *Datastore) whenSynced(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-d.handler.HasSyncedChecker().Done():
+	}
+	d.ownChanged()
+	d.pmu.Lock()
+	wake := d.watching()
+	d.pmu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// watching returns the Watch callbacks; d.pmu is held.
+func (d *Datastore) watching() []func() {
+	out := make([]func(), 0, len(d.watchers))
+	for _, w := range d.watchers {
+		out = append(out, w)
+	}
+	return out
 }
 
 // ownChanged wakes LocalBlocks and the publisher after our Node changed.
@@ -248,24 +275,24 @@ func (d *Datastore) LocalBlocks(ctx context.Context, waiting func(reason string)
 		seen, apiErr := d.ownSeen, d.apiErr
 		d.mu.Unlock()
 		var reason string
-		if !d.informer.HasSynced() {
+		if !d.handler.HasSynced() {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: Nodes not listed from the API server yet", d.opts.NodeName)
 			if apiErr != nil {
 				reason += ": " + apiErr.Error()
 			}
-		} else if n, err := d.lister.Get(d.opts.NodeName); err != nil {
+		} else if n, err := d.cached(d.opts.NodeName); err != nil {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: %v", d.opts.NodeName, err)
-		} else if cidrs := podCIDRs(n); len(cidrs) == 0 {
+		} else if len(n.record.Blocks) == 0 {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s", d.opts.NodeName)
 		} else {
-			return parseBlocks(n.Name, cidrs)
+			return parseBlocks(n.Name, n.record.Blocks)
 		}
 		waiting(reason)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-seen:
-		case <-time.After(time.Second): // the first sync has no event of its own
+		case <-time.After(time.Second): // an API error has no event of its own: say it
 		}
 	}
 }
@@ -378,16 +405,16 @@ func (d *Datastore) sync(ctx context.Context) error {
 	d.mu.Lock()
 	want, hasSelf, ready := d.self, d.hasSelf, d.ready
 	d.mu.Unlock()
-	n, err := d.lister.Get(d.opts.NodeName)
+	n, err := d.cached(d.opts.NodeName)
 	if err != nil {
-		return fmt.Errorf("node %s: %w", d.opts.NodeName, err)
+		return err
 	}
 	if n == d.sentOn {
 		return nil // our last patch is not back yet; its echo wakes us
 	}
 	sent := false
 	if hasSelf {
-		patch, err := annotationPatch(n.Annotations, want)
+		patch, err := annotationPatch(n.annotations(), want)
 		if err != nil {
 			return err
 		}
@@ -401,7 +428,7 @@ func (d *Datastore) sync(ctx context.Context) error {
 			d.log.Info("published this node's values as annotations", "node", d.opts.NodeName, "patch", string(patch))
 		}
 	}
-	if ready && !NetworkAvailable(n) {
+	if ready && !n.networkAvailable {
 		if err := d.patchCondition(ctx); err != nil {
 			d.apiErrors.WithLabelValues("patch-status").Inc()
 			return err
@@ -460,29 +487,25 @@ func (d *Datastore) onNode(obj any, gone bool) {
 		d.ownChanged()
 		return
 	}
-	isPeer := !gone && len(podCIDRs(n)) > 0
+	isPeer := !gone && len(n.record.Blocks) > 0
 	d.pmu.Lock()
 	i, found := slices.BinarySearchFunc(d.recs, n.Name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) })
 	switch {
 	case isPeer && found:
-		r := Record(n)
-		if sameRecord(d.recs[i], r) {
+		if sameRecord(d.recs[i], n.record) {
 			d.pmu.Unlock()
 			return
 		}
-		d.recs[i] = r
+		d.recs[i] = n.record
 	case isPeer:
-		d.recs = slices.Insert(d.recs, i, Record(n))
+		d.recs = slices.Insert(d.recs, i, n.record)
 	case found:
 		d.recs = slices.Delete(d.recs, i, i+1)
 	default:
 		d.pmu.Unlock()
 		return
 	}
-	wake := make([]func(), 0, len(d.watchers))
-	for _, w := range d.watchers {
-		wake = append(wake, w)
-	}
+	wake := d.watching()
 	d.pmu.Unlock()
 	for _, w := range wake {
 		w()
@@ -537,51 +560,92 @@ func Record(n *corev1.Node) peers.Record {
 	return r
 }
 
+// cachedNode is what the informer caches of a Node (Transform's result):
+// the metadata the cache itself needs (name, uid, resourceVersion,
+// creation and deletion time), the Node's record, its routelet.io/
+// annotations and whether its NetworkUnavailable condition is routelet's
+// False. A few hundred bytes, where a *corev1.Node with its maps and
+// slices takes several times that even with everything else dropped.
+type cachedNode struct {
+	metav1.ObjectMeta
+	record peers.Record
+	// annotation[i] is the value of Annotations[i], present when bit i of
+	// annotated is set.
+	annotation       [6]string
+	annotated        uint8
+	networkAvailable bool
+}
+
+var _ runtime.Object = (*cachedNode)(nil)
+
+// GetObjectKind implements runtime.Object: a cached Node has no type
+// metadata of its own.
+func (*cachedNode) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (n *cachedNode) DeepCopyObject() runtime.Object {
+	out := *n
+	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.record.Blocks = slices.Clone(n.record.Blocks)
+	return &out
+}
+
+// annotations returns the Node's routelet.io/ annotations as a map.
+func (n *cachedNode) annotations() map[string]string {
+	m := map[string]string{}
+	for i, k := range Annotations {
+		if n.annotated&(1<<i) != 0 {
+			m[k] = n.annotation[i]
+		}
+	}
+	return m
+}
+
+// cached returns the cached Node name.
+func (d *Datastore) cached(name string) (*cachedNode, error) {
+	obj, ok, err := d.informer.GetIndexer().GetByKey(name)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	n, isNode := obj.(*cachedNode)
+	if !ok || !isNode {
+		return nil, fmt.Errorf("node %s not found", name)
+	}
+	return n, nil
+}
+
 // Transform is the informer's cache.TransformFunc: it keeps of a Node only
-// what routelet reads (name, uid, resourceVersion, creation time, the
-// routelet.io/ annotations, podCIDRs, InternalIPs, the NetworkUnavailable
-// condition), so the cache stays small on large clusters (no
-// managedFields, labels, images, other conditions, ...).
+// what routelet reads (a cachedNode), so the cache stays small on large
+// clusters (no managedFields, labels, images, other conditions, ...).
+// Anything else (an object already transformed) passes through.
 func Transform(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Node{
-		TypeMeta: n.TypeMeta,
+	out := &cachedNode{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
 			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
 		},
-		Spec: corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		record: Record(n), networkAvailable: NetworkAvailable(n),
 	}
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, AnnotationPrefix) {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-		}
-	}
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			out.Status.Addresses = append(out.Status.Addresses, a)
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeNetworkUnavailable {
-			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+	for i, k := range Annotations {
+		if v, ok := n.Annotations[k]; ok {
+			out.annotation[i] = v
+			out.annotated |= 1 << i
 		}
 	}
 	return out, nil
 }
 
-// nodeOf returns the Node in an informer event (also a tombstone's).
-func nodeOf(obj any) (*corev1.Node, bool) {
+// nodeOf returns the cached Node in an informer event (also a
+// tombstone's).
+func nodeOf(obj any) (*cachedNode, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	n, ok := obj.(*corev1.Node)
+	n, ok := obj.(*cachedNode)
 	return n, ok
 }
 
