@@ -49,12 +49,13 @@ func BenchmarkPeerChange1000(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	woken := make(chan struct{}, 1)
-	if err := d.Watch(ctx, func() {
+	wake := func() {
 		select {
 		case woken <- struct{}{}:
 		default:
 		}
-	}); err != nil {
+	}
+	if err := d.Watch(ctx, wake); err != nil {
 		b.Fatal(err)
 	}
 	netnstest.Eventually(b, 30*time.Second, "all Nodes cached", func() bool {
