@@ -108,7 +108,13 @@ func subscribeRoutes(b *testing.B, tn *testNode) <-chan netlink.RouteUpdate {
 	ch := make(chan netlink.RouteUpdate, 1<<16)
 	done := make(chan struct{})
 	err = netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{Namespace: &h, ReceiveBufferSize: 8 << 20, ReceiveBufferForceSize: true,
-		ErrorCallback: func(err error) { b.Logf("route subscription: %v", err) }})
+		ErrorCallback: func(err error) {
+			select {
+			case <-done: // closing the socket at the end
+			default:
+				b.Logf("route subscription: %v", err)
+			}
+		}})
 	h.Close()
 	if err != nil {
 		b.Fatal(err)
