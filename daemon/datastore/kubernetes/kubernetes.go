@@ -76,7 +76,7 @@ type Datastore struct {
 	informer cache.SharedIndexInformer
 	handler  cache.ResourceEventHandlerRegistration // onNode's
 	cancel   context.CancelFunc
-	done     chan struct{} // the informer and the publisher stopped
+	done     chan struct{} // the informer, the publisher and whenSynced stopped
 
 	apiErrors *prometheus.CounterVec // label op: list-watch | patch | patch-status
 	patches   *prometheus.CounterVec // label op
@@ -522,7 +522,8 @@ func sameRecord(a, b peers.Record) bool {
 // Peers returns a record for every other Node with podCIDRs, sorted by
 // name, as the informer last delivered them: an API outage leaves the last
 // listed Nodes. The records are kept as the Nodes change (onNode), so a
-// call converts no Node; it copies the slice, which the caller may keep.
+// call converts no Node; it copies the slice, which the caller may keep
+// (the records' Blocks are the cache's: read them, do not modify them).
 // Before the first list it is an error (the daemon keeps what it has).
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	if !d.handler.HasSynced() {
