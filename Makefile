@@ -2,6 +2,8 @@
 GO      ?= go
 BIN     := bin
 GOFLAGS ?=
+# Build tags of every routelet binary: see internal/netnstest.BuildTags.
+TAGS    := grpcnotrace
 
 .PHONY: all deps build test test-unit test-bins image vmtest vmtest-all bench demo vet fmt clean
 
@@ -14,8 +16,8 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/routelet ./plugin
-	$(GO) build -o $(BIN)/routeletd ./daemon
+	$(GO) build -tags $(TAGS) -o $(BIN)/routelet ./plugin
+	$(GO) build -tags $(TAGS) -o $(BIN)/routeletd ./daemon
 
 # Everything CI runs: vet, formatting, unit tests and the privileged tests
 # (network namespaces; they skip with a reason when not root).

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/routelet/routelet/internal/netnstest"
 )
 
 // TestNoClientsetLinked: routeletd does not link client-go's clientset,
@@ -18,6 +21,38 @@ func TestNoClientsetLinked(t *testing.T) {
 	for _, p := range strings.Fields(string(out)) {
 		if p == "k8s.io/client-go/kubernetes" || p == "k8s.io/client-go/kubernetes/scheme" || (strings.HasPrefix(p, "k8s.io/api/") && p != "k8s.io/api/core/v1") {
 			t.Errorf("routeletd links %s", p)
+		}
+	}
+}
+
+// TestBuildsLeaveOutGRPCTrace: routeletd built with netnstest.BuildTags
+// links neither golang.org/x/net/trace nor a text/template (whose
+// MethodByName keeps every exported method in the binary, about 5.6 MB of
+// code and tables, pages of which count in the daemon's RSS), and every
+// build of the binaries passes those tags.
+func TestBuildsLeaveOutGRPCTrace(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-tags", netnstest.BuildTags, ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "golang.org/x/net/trace" || p == "text/template" || p == "html/template" {
+			t.Errorf("routeletd built with -tags %s links %s", netnstest.BuildTags, p)
+		}
+	}
+	for _, c := range []struct{ file, want string }{
+		{"../Makefile", "TAGS    := " + netnstest.BuildTags},
+		{"../Makefile", "$(GO) build -tags $(TAGS) -o $(BIN)/routeletd ./daemon"},
+		{"../Dockerfile", "go build -trimpath -tags " + netnstest.BuildTags + ` -ldflags "-s -w" -o /out/routeletd ./daemon`},
+		{"../hack/vmtest/vmtest.sh", "go build -tags " + netnstest.BuildTags + ` -o "$run/bin/routeletd" ./daemon`},
+	} {
+		file, want := c.file, c.want
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s does not build with the tags: no %q", file, want)
 		}
 	}
 }

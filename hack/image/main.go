@@ -73,7 +73,7 @@ func run(out, tag, debs string) error {
 	builds := map[string]string{"routeletd": "./daemon", "routelet": "./plugin", "portmap": "github.com/containernetworking/plugins/plugins/meta/portmap"}
 	for _, n := range slices.Sorted(mapsKeys(builds)) {
 		slog.Info("building", "binary", n)
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(bins, n), builds[n])
+		cmd := exec.Command("go", "build", "-trimpath", "-tags", netnstest.BuildTags, "-ldflags", "-s -w", "-o", filepath.Join(bins, n), builds[n])
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if o, err := cmd.CombinedOutput(); err != nil {

@@ -88,14 +88,24 @@ func BuildReference(ctx context.Context, dir string, pkgs ...string) error {
 // uses it, so nothing is compiled under emulation.
 const PrebuiltEnv = "ROUTELET_PREBUILT_BIN"
 
-// goBuild runs `go build -o out pkgs...` in root, or copies the binaries
+// BuildTags are the build tags every routelet binary is built with (the
+// Makefile, the Dockerfile, the image and VM builds, the tests' builds).
+// grpcnotrace keeps gRPC (the etcd client's) from linking
+// golang.org/x/net/trace, whose html/template makes the linker keep every
+// exported method of every type in the binary: without it routeletd's
+// code, read-only data and pclntab are about 5.6 MB larger, and the pages
+// of them a run touches count in the daemon's RSS. gRPC's request traces
+// (grpc.EnableTracing, off by default) are what the tag leaves out.
+const BuildTags = "grpcnotrace"
+
+// goBuild runs `go build -tags BuildTags -o out pkgs...` in root, or copies the binaries
 // from the PrebuiltEnv directory when it is set. out is a file for one
 // package and a directory (ending in a separator) for several.
 func goBuild(ctx context.Context, root, out string, pkgs ...string) error {
 	if dir := os.Getenv(PrebuiltEnv); dir != "" {
 		return copyPrebuilt(dir, out, pkgs)
 	}
-	args := append([]string{"build", "-o", out}, pkgs...)
+	args := append([]string{"build", "-tags", BuildTags, "-o", out}, pkgs...)
 	cmd := exec.CommandContext(ctx, goTool(), args...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -14,9 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -76,9 +74,9 @@ type Datastore struct {
 	opts     Options
 	log      *slog.Logger
 	informer cache.SharedIndexInformer
-	lister   listers.NodeLister
+	handler  cache.ResourceEventHandlerRegistration // onNode's
 	cancel   context.CancelFunc
-	done     chan struct{} // the informer and the publisher stopped
+	done     chan struct{} // the informer, the publisher and whenSynced stopped
 
 	apiErrors *prometheus.CounterVec // label op: list-watch | patch | patch-status
 	patches   *prometheus.CounterVec // label op
@@ -87,7 +85,14 @@ type Datastore struct {
 	// sentOn is our cached Node the publisher last patched from: while
 	// the cache still holds that object, the patch has not come back
 	// through the watch and is not sent again.
-	sentOn *corev1.Node
+	sentOn *cachedNode
+
+	// pmu guards the peer records, which onNode keeps sorted by name, and
+	// the Watch callbacks it wakes.
+	pmu         sync.Mutex
+	recs        []peers.Record
+	watchers    map[int]func()
+	nextWatcher int
 
 	mu      sync.Mutex
 	ownSeen chan struct{} // closed (and replaced) when our Node changes
@@ -96,13 +101,6 @@ type Datastore struct {
 	ready   bool  // the dataplane is up: NetworkUnavailable should be False
 	apiDown bool  // the last list or watch failed
 	apiErr  error // the last list or watch error
-
-	// peersMu guards the last Peers answer: the cached Node object each
-	// record came from (the informer replaces the object on every change)
-	// and the records sorted by name.
-	peersMu sync.Mutex
-	from    map[string]*corev1.Node
-	recs    []peers.Record
 }
 
 var (
@@ -170,6 +168,7 @@ func New(opts Options) (*Datastore, error) {
 	}
 	d := &Datastore{
 		opts: opts, log: opts.Logger, done: make(chan struct{}), kick: make(chan struct{}, 1), ownSeen: make(chan struct{}),
+		watchers: map[int]func(){},
 		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "routelet_kubernetes_api_errors_total", Help: "Failed Kubernetes API calls of the Kubernetes datastore (retried with backoff).",
 		}, []string{"op"}),
@@ -196,23 +195,22 @@ func New(opts Options) (*Datastore, error) {
 	if err := d.informer.SetTransform(Transform); err != nil {
 		return nil, fmt.Errorf("kubernetes datastore: %w", err)
 	}
-	d.lister = listers.NewNodeLister(d.informer.GetIndexer())
-	own := func(obj any) {
-		if n, ok := nodeOf(obj); ok && n.Name == opts.NodeName {
-			d.ownChanged()
-		}
-	}
-	if _, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: own, UpdateFunc: func(_, obj any) { own(obj) }, DeleteFunc: own,
-	}); err != nil {
+	handler, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { d.onNode(obj, false) },
+		UpdateFunc: func(_, obj any) { d.onNode(obj, false) },
+		DeleteFunc: func(obj any) { d.onNode(obj, true) },
+	})
+	if err != nil {
 		return nil, fmt.Errorf("kubernetes datastore: %w", err)
 	}
+	d.handler = handler
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); d.informer.RunWithContext(ctx) }()
 	go func() { defer wg.Done(); d.publisher(ctx) }()
+	go func() { defer wg.Done(); d.whenSynced(ctx) }()
 	go func() { wg.Wait(); close(d.done) }()
 	return d, nil
 }
@@ -222,6 +220,34 @@ func (d *Datastore) Close() error {
 	d.cancel()
 	<-d.done
 	return nil
+}
+
+// whenSynced wakes LocalBlocks, the publisher and the watchers once the
+// first list has gone through onNode: the events of that list may have
+// come before it was complete, when Peers and LocalBlocks still refused to
+// answer, and nothing else follows them.
+func (d *Datastore) whenSynced(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-d.handler.HasSyncedChecker().Done():
+	}
+	d.ownChanged()
+	d.pmu.Lock()
+	wake := d.watching()
+	d.pmu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// watching returns the Watch callbacks; d.pmu is held.
+func (d *Datastore) watching() []func() {
+	out := make([]func(), 0, len(d.watchers))
+	for _, w := range d.watchers {
+		out = append(out, w)
+	}
+	return out
 }
 
 // ownChanged wakes LocalBlocks and the publisher after our Node changed.
@@ -249,24 +275,24 @@ func (d *Datastore) LocalBlocks(ctx context.Context, waiting func(reason string)
 		seen, apiErr := d.ownSeen, d.apiErr
 		d.mu.Unlock()
 		var reason string
-		if !d.informer.HasSynced() {
+		if !d.handler.HasSynced() {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: Nodes not listed from the API server yet", d.opts.NodeName)
 			if apiErr != nil {
 				reason += ": " + apiErr.Error()
 			}
-		} else if n, err := d.lister.Get(d.opts.NodeName); err != nil {
+		} else if n, err := d.cached(d.opts.NodeName); err != nil {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s: %v", d.opts.NodeName, err)
-		} else if cidrs := podCIDRs(n); len(cidrs) == 0 {
+		} else if len(n.record.Blocks) == 0 {
 			reason = fmt.Sprintf("waiting for spec.podCIDRs on node %s", d.opts.NodeName)
 		} else {
-			return parseBlocks(n.Name, cidrs)
+			return parseBlocks(n.Name, n.record.Blocks)
 		}
 		waiting(reason)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-seen:
-		case <-time.After(time.Second): // the first sync has no event of its own
+		case <-time.After(time.Second): // an API error has no event of its own: say it
 		}
 	}
 }
@@ -379,16 +405,16 @@ func (d *Datastore) sync(ctx context.Context) error {
 	d.mu.Lock()
 	want, hasSelf, ready := d.self, d.hasSelf, d.ready
 	d.mu.Unlock()
-	n, err := d.lister.Get(d.opts.NodeName)
+	n, err := d.cached(d.opts.NodeName)
 	if err != nil {
-		return fmt.Errorf("node %s: %w", d.opts.NodeName, err)
+		return err
 	}
 	if n == d.sentOn {
 		return nil // our last patch is not back yet; its echo wakes us
 	}
 	sent := false
 	if hasSelf {
-		patch, err := annotationPatch(n.Annotations, want)
+		patch, err := annotationPatch(n.annotations(), want)
 		if err != nil {
 			return err
 		}
@@ -402,7 +428,7 @@ func (d *Datastore) sync(ctx context.Context) error {
 			d.log.Info("published this node's values as annotations", "node", d.opts.NodeName, "patch", string(patch))
 		}
 	}
-	if ready && !NetworkAvailable(n) {
+	if ready && !n.networkAvailable {
 		if err := d.patchCondition(ctx); err != nil {
 			d.apiErrors.WithLabelValues("patch-status").Inc()
 			return err
@@ -430,87 +456,82 @@ func NetworkAvailable(n *corev1.Node) bool {
 
 // Watch calls changed whenever another Node appears, goes, or changes in
 // what its record holds (kubelet's status updates alone do not wake the
-// daemon), until ctx is done.
+// daemon), until ctx is done; and once now, for what came before.
 func (d *Datastore) Watch(ctx context.Context, changed func()) error {
-	peer := func(obj any) {
-		if n, ok := nodeOf(obj); !ok || n.Name != d.opts.NodeName {
-			changed()
-		}
-	}
-	update := func(oldObj, newObj any) {
-		o, ok1 := nodeOf(oldObj)
-		n, ok2 := nodeOf(newObj)
-		if ok1 && ok2 && reflect.DeepEqual(Record(o), Record(n)) {
-			return
-		}
-		peer(newObj)
-	}
-	reg, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: peer, UpdateFunc: update, DeleteFunc: peer,
-	})
-	if err != nil {
-		return fmt.Errorf("watch Nodes: %w", err)
-	}
+	d.pmu.Lock()
+	id := d.nextWatcher
+	d.nextWatcher++
+	d.watchers[id] = changed
+	d.pmu.Unlock()
 	go func() {
 		<-ctx.Done()
-		_ = d.informer.RemoveEventHandler(reg)
+		d.pmu.Lock()
+		delete(d.watchers, id)
+		d.pmu.Unlock()
 	}()
+	changed()
 	return nil
 }
 
-// Peers returns a record for every other Node with podCIDRs, from the
-// informer's cache: an API outage leaves the last listed Nodes. Before the
-// first list it is an error (the daemon keeps what it has). Only the Nodes
-// whose object changed since the last call are converted again, and the
-// records are sorted again only when Nodes came or went.
+// onNode keeps the peer records in step with the informer's cache: it is
+// the informer's handler for every Node event (gone: a delete). A change
+// to a record wakes the watchers after the records hold it, so their Peers
+// call sees it; an event that changes no record (a kubelet status update)
+// wakes nobody.
+func (d *Datastore) onNode(obj any, gone bool) {
+	n, ok := nodeOf(obj)
+	if !ok {
+		return
+	}
+	if n.Name == d.opts.NodeName {
+		d.ownChanged()
+		return
+	}
+	isPeer := !gone && len(n.record.Blocks) > 0
+	d.pmu.Lock()
+	i, found := slices.BinarySearchFunc(d.recs, n.Name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) })
+	switch {
+	case isPeer && found:
+		if sameRecord(d.recs[i], n.record) {
+			d.pmu.Unlock()
+			return
+		}
+		d.recs[i] = n.record
+	case isPeer:
+		d.recs = slices.Insert(d.recs, i, n.record)
+	case found:
+		d.recs = slices.Delete(d.recs, i, i+1)
+	default:
+		d.pmu.Unlock()
+		return
+	}
+	wake := d.watching()
+	d.pmu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// sameRecord reports whether two records hold the same values.
+func sameRecord(a, b peers.Record) bool {
+	return a.Name == b.Name && a.HostIPv4 == b.HostIPv4 && a.HostIPv6 == b.HostIPv6 && slices.Equal(a.Blocks, b.Blocks) &&
+		a.VTEPMAC == b.VTEPMAC && a.VTEPMACv6 == b.VTEPMACv6 && a.TunnelIPv4 == b.TunnelIPv4 && a.TunnelIPv6 == b.TunnelIPv6 &&
+		a.Updated.Equal(b.Updated)
+}
+
+// Peers returns a record for every other Node with podCIDRs, sorted by
+// name, as the informer last delivered them: an API outage leaves the last
+// listed Nodes. The records are kept as the Nodes change (onNode), so a
+// call converts no Node; it copies the slice, which the caller may keep
+// (the records' Blocks are the cache's: read them, do not modify them).
+// Before the first list it is an error (the daemon keeps what it has).
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
-	if !d.informer.HasSynced() {
+	if !d.handler.HasSynced() {
 		return nil, nil, errors.New("Nodes not listed from the API server yet")
 	}
-	ns, err := d.lister.List(everything)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list cached Nodes: %w", err)
-	}
-	d.peersMu.Lock()
-	defer d.peersMu.Unlock()
-	var changed []*corev1.Node
-	count := 0
-	for _, n := range ns {
-		if n.Name == d.opts.NodeName || len(podCIDRs(n)) == 0 {
-			continue
-		}
-		count++
-		if d.from[n.Name] != n {
-			changed = append(changed, n)
-		}
-	}
-	switch {
-	case len(changed) == 0 && count == len(d.from):
-		return d.recs, nil, nil
-	case count == len(d.from) && !slices.ContainsFunc(changed, func(n *corev1.Node) bool { return d.from[n.Name] == nil }):
-		// The same Nodes, some changed: replace their records in a copy.
-		recs := slices.Clone(d.recs)
-		for _, n := range changed {
-			if i, ok := slices.BinarySearchFunc(recs, n.Name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) }); ok {
-				recs[i] = Record(n)
-				d.from[n.Name] = n
-			}
-		}
-		d.recs = recs
-		return d.recs, nil, nil
-	}
-	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
-	from := make(map[string]*corev1.Node, count)
-	recs := make([]peers.Record, 0, count)
-	for _, n := range ns {
-		if n.Name == d.opts.NodeName || len(podCIDRs(n)) == 0 {
-			continue
-		}
-		from[n.Name] = n
-		recs = append(recs, Record(n))
-	}
-	d.from, d.recs = from, recs
-	return d.recs, nil, nil
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	return slices.Clone(d.recs), nil, nil
 }
 
 // Record is the node record of a Node: its annotations, the InternalIP of
@@ -540,51 +561,92 @@ func Record(n *corev1.Node) peers.Record {
 	return r
 }
 
+// cachedNode is what the informer caches of a Node (Transform's result):
+// the metadata the cache itself needs (name, uid, resourceVersion,
+// creation and deletion time), the Node's record, its routelet.io/
+// annotations and whether its NetworkUnavailable condition is routelet's
+// False. A few hundred bytes, where a *corev1.Node with its maps and
+// slices takes several times that even with everything else dropped.
+type cachedNode struct {
+	metav1.ObjectMeta
+	record peers.Record
+	// annotation[i] is the value of Annotations[i], present when bit i of
+	// annotated is set.
+	annotation       [6]string
+	annotated        uint8
+	networkAvailable bool
+}
+
+var _ runtime.Object = (*cachedNode)(nil)
+
+// GetObjectKind implements runtime.Object: a cached Node has no type
+// metadata of its own.
+func (*cachedNode) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (n *cachedNode) DeepCopyObject() runtime.Object {
+	out := *n
+	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.record.Blocks = slices.Clone(n.record.Blocks)
+	return &out
+}
+
+// annotations returns the Node's routelet.io/ annotations as a map.
+func (n *cachedNode) annotations() map[string]string {
+	m := map[string]string{}
+	for i, k := range Annotations {
+		if n.annotated&(1<<i) != 0 {
+			m[k] = n.annotation[i]
+		}
+	}
+	return m
+}
+
+// cached returns the cached Node name.
+func (d *Datastore) cached(name string) (*cachedNode, error) {
+	obj, ok, err := d.informer.GetIndexer().GetByKey(name)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	n, isNode := obj.(*cachedNode)
+	if !ok || !isNode {
+		return nil, fmt.Errorf("node %s not found", name)
+	}
+	return n, nil
+}
+
 // Transform is the informer's cache.TransformFunc: it keeps of a Node only
-// what routelet reads (name, uid, resourceVersion, creation time, the
-// routelet.io/ annotations, podCIDRs, InternalIPs, the NetworkUnavailable
-// condition), so the cache stays small on large clusters (no
-// managedFields, labels, images, other conditions, ...).
+// what routelet reads (a cachedNode), so the cache stays small on large
+// clusters (no managedFields, labels, images, other conditions, ...).
+// Anything else (an object already transformed) passes through.
 func Transform(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Node{
-		TypeMeta: n.TypeMeta,
+	out := &cachedNode{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
 			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
 		},
-		Spec: corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		record: Record(n), networkAvailable: NetworkAvailable(n),
 	}
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, AnnotationPrefix) {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-		}
-	}
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			out.Status.Addresses = append(out.Status.Addresses, a)
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeNetworkUnavailable {
-			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+	for i, k := range Annotations {
+		if v, ok := n.Annotations[k]; ok {
+			out.annotation[i] = v
+			out.annotated |= 1 << i
 		}
 	}
 	return out, nil
 }
 
-// nodeOf returns the Node in an informer event (also a tombstone's).
-func nodeOf(obj any) (*corev1.Node, bool) {
+// nodeOf returns the cached Node in an informer event (also a
+// tombstone's).
+func nodeOf(obj any) (*cachedNode, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	n, ok := obj.(*corev1.Node)
+	n, ok := obj.(*cachedNode)
 	return n, ok
 }
 

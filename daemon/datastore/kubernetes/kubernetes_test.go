@@ -162,8 +162,8 @@ func TestPublishPatchesOnce(t *testing.T) {
 	netnstest.Eventually(t, waitLong, "the annotations on Node self", func() bool { return mapsEqual(annotations(), want) })
 	// The informer sees the patched Node; nothing more is sent.
 	netnstest.Eventually(t, waitLong, "the informer to hold the patched Node", func() bool {
-		n, err := d.lister.Get("self")
-		return err == nil && mapsEqual(n.Annotations, want)
+		n, err := d.cached("self")
+		return err == nil && mapsEqual(n.annotations(), want)
 	})
 	if err := d.Publish(self); err != nil {
 		t.Fatal(err)
@@ -232,8 +232,8 @@ func TestReadySetsNetworkUnavailableFalse(t *testing.T) {
 	}
 	netnstest.Eventually(t, waitLong, "NetworkUnavailable=False", func() bool { return NetworkAvailable(get()) })
 	netnstest.Eventually(t, waitLong, "the informer to see it", func() bool {
-		n, err := d.lister.Get("self")
-		return err == nil && NetworkAvailable(n)
+		n, err := d.cached("self")
+		return err == nil && n.networkAvailable
 	})
 	d.SetReady(true, "")
 	d.wake()
@@ -423,38 +423,48 @@ func counter(t *testing.T, d *Datastore, op string) float64 {
 	return testutil.ToFloat64(c)
 }
 
-// TestTransformKeepsWhatRouteletReads: managedFields, labels, foreign
-// annotations, images, taints, other addresses and conditions are
-// dropped; the routelet.io/ annotations, podCIDRs, InternalIPs and the
-// NetworkUnavailable condition's status and reason stay.
+// TestTransformKeepsWhatRouteletReads: of a Node the cache keeps its
+// name, uid, resourceVersion and times, its record (routelet.io/
+// annotations, podCIDRs, InternalIPs), its routelet.io/ annotations and
+// whether NetworkUnavailable is routelet's False; managedFields, labels,
+// foreign annotations, images, taints, other addresses and conditions are
+// dropped, and the input is left as it was.
 func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 	n := node("b", "192.0.2.2", "10.244.2.0/24")
+	n.UID, n.ResourceVersion = "uid-b", "42"
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	n.Labels = map[string]string{"kubernetes.io/hostname": "b"}
-	n.Annotations = map[string]string{AnnotationHostIPv4: "192.0.2.2", "node.alpha.kubernetes.io/ttl": "0"}
+	n.Annotations = map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: "", "node.alpha.kubernetes.io/ttl": "0"}
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Message: "kubelet is posting ready status"},
 		{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: ConditionReason, Message: "up"}}
 	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: "b"})
 	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
+	orig := n.DeepCopy()
 	out, err := Transform(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := out.(*corev1.Node)
-	if len(got.ManagedFields) != 0 || len(got.Labels) != 0 || len(got.Status.Images) != 0 || len(got.Spec.Taints) != 0 || len(got.Status.Addresses) != 1 {
-		t.Fatalf("transform kept %+v", got)
+	got := out.(*cachedNode)
+	if want := (metav1.ObjectMeta{Name: "b", UID: "uid-b", ResourceVersion: "42"}); !reflect.DeepEqual(got.ObjectMeta, want) {
+		t.Fatalf("metadata %+v, want %+v", got.ObjectMeta, want)
 	}
-	if want := []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: ConditionReason}}; !reflect.DeepEqual(got.Status.Conditions, want) {
-		t.Fatalf("conditions %+v, want only %+v", got.Status.Conditions, want)
+	if want := Record(n); !reflect.DeepEqual(got.record, want) || got.record.HostIPv4 != "198.51.100.2" {
+		t.Fatalf("record %+v, want %+v", got.record, want)
 	}
-	if !mapsEqual(got.Annotations, map[string]string{AnnotationHostIPv4: "192.0.2.2"}) {
-		t.Fatalf("annotations %v", got.Annotations)
+	if want := map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: ""}; !mapsEqual(got.annotations(), want) {
+		t.Fatalf("annotations %v, want %v", got.annotations(), want)
 	}
-	if r := Record(got); r.HostIPv4 != "192.0.2.2" || !slices.Equal(r.Blocks, []string{"10.244.2.0/24"}) {
-		t.Fatalf("record of the transformed Node %+v", r)
+	if !got.networkAvailable {
+		t.Fatal("NetworkUnavailable=False with routelet's reason not kept")
 	}
-	if len(n.Status.Images) != 1 {
+	if !reflect.DeepEqual(n, orig) {
 		t.Fatal("transform changed its input")
+	}
+	if again, _ := Transform(got); again != out {
+		t.Fatal("a transformed Node is transformed again")
+	}
+	if len(Annotations) > len(got.annotation) {
+		t.Fatalf("%d annotation keys, room for %d", len(Annotations), len(got.annotation))
 	}
 }

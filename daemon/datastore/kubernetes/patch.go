@@ -8,16 +8,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // mergePatch is the patch type of the annotation patch (RFC 7386: a null
 // value deletes the key).
 const mergePatch = types.MergePatchType
-
-// everything selects every cached Node.
-var everything = labels.Everything()
 
 // annotationPatch returns the JSON merge patch that turns the routelet.io/
 // annotations in have into want (a value routelet no longer has is
