@@ -107,7 +107,13 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 			removed = append(removed, st)
 		}
 	}
-	full = full || len(changed)+len(removed) > maxChanged
+	if !full && len(changed)+len(removed) > maxChanged {
+		full = true
+		changed = changed[:0]
+		for i := range records {
+			changed = append(changed, &records[i])
+		}
+	}
 
 	// The old values of the records that went or changed: all of them
 	// leave the sightings unless claimed again, the live ones may have

@@ -477,6 +477,28 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 	}
 }
 
+// TestValidatorManyChanges: a pass in which more records change than the
+// Validator re-decides piecemeal (and one record in which they are all
+// re-read) decides as Resolve does, and so do the passes after it.
+func TestValidatorManyChanges(t *testing.T) {
+	now := t0
+	v := New(Options{Self: self, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	moved := map[int]bool{}
+	for step, n := range []int{0, 3, maxChanged + 10, 1, 0, 2*maxChanged + 1} {
+		for i := range n {
+			moved[(step*7+i)%300] = !moved[(step*7+i)%300]
+		}
+		recs := benchRecords(300, moved)
+		recs = append(recs, Record{Name: "x", HostIPv4: "10.0.1.77", Blocks: []string{fmt.Sprintf("10.100.%d.0/26", step)}})
+		now = now.Add(time.Second)
+		want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: DefaultRetain})
+		got := v.Validate(recs)
+		if !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) || !sameSightings(v.seen, want.Seen) {
+			t.Fatalf("step %d (%d moved): %d peers, refused %v; want %d, refused %v", step, n, len(got), v.Refused(), len(want.Peers), want.Refused)
+		}
+	}
+}
+
 // FuzzResolve: whatever a newcomer's record holds, Resolve does not panic,
 // the established peer b keeps everything, and nothing accepted is special
 // space, the node's own space, ours, or overlapping another accepted claim.
