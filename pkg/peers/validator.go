@@ -1,10 +1,12 @@
 package peers
 
 import (
+	"bufio"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"slices"
@@ -317,10 +319,10 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 // writeLedger writes LedgerFile atomically, entries sorted by first-seen
 // time, one claim per line. Flush calls it only when a sighting changed
 // (a value appeared, went, or was forgotten), so a re-validation that
-// changes nothing writes nothing. The encoding is appended by hand into one
-// buffer sized up front (json.Marshal of a few thousand entries with their
-// times cost milliseconds per peer change); readLedger parses it with
-// encoding/json.
+// changes nothing writes nothing. The encoding is appended by hand a claim
+// at a time and streamed to the file (json.Marshal of a few thousand
+// entries with their times cost milliseconds per peer change); readLedger
+// parses it with encoding/json.
 //
 // Crash reasoning: the file is replaced by rename, so a reader (the next
 // daemon, status) sees the old ledger or the new one, never a mix. The
@@ -336,31 +338,45 @@ func writeLedger(dir string, seen map[Claim]Sighting) error {
 // writeClaims is writeLedger with the sightings already in ledger order
 // (the Validator keeps that order between writes).
 func writeClaims(dir string, order []sighted) error {
-	// Room for 160 bytes a claim: its names, a prefix or address, two times.
-	buf := fmt.Appendf(make([]byte, 0, 64+160*len(order)), "{\"version\":%d,\"claims\":[", state.RecordVersion)
-	for i, e := range order {
-		c, s := e.c, e.s
-		if i > 0 {
-			buf = append(buf, ',')
+	return state.WriteFileAtomicFunc(dir, LedgerFile, func(f io.Writer) error {
+		// Streamed a claim at a time: the whole ledger (about 160 bytes a
+		// claim) is never built in memory, so a write per peer change
+		// leaves no large garbage for the collector.
+		w := bufio.NewWriterSize(f, 16<<10)
+		if _, err := fmt.Fprintf(w, "{\"version\":%d,\"claims\":[", state.RecordVersion); err != nil {
+			return err
 		}
-		buf = append(buf, "\n{\"node\":"...)
-		buf = appendJSONString(buf, c.Node)
-		buf = append(buf, ",\"field\":"...)
-		buf = appendJSONString(buf, c.Field)
-		buf = append(buf, ",\"value\":"...)
-		buf = appendJSONString(buf, c.Value)
-		buf = append(buf, ",\"firstSeen\":\""...)
-		buf = s.First.UTC().AppendFormat(buf, time.RFC3339Nano)
-		buf = append(buf, '"')
-		if !s.Gone.IsZero() {
-			buf = append(buf, ",\"gone\":\""...)
-			buf = s.Gone.UTC().AppendFormat(buf, time.RFC3339Nano)
-			buf = append(buf, '"')
+		line := make([]byte, 0, 256)
+		for i, e := range order {
+			c, s := e.c, e.s
+			if i > 0 {
+				line = append(line, ',')
+			}
+			line = append(line, "\n{\"node\":"...)
+			line = appendJSONString(line, c.Node)
+			line = append(line, ",\"field\":"...)
+			line = appendJSONString(line, c.Field)
+			line = append(line, ",\"value\":"...)
+			line = appendJSONString(line, c.Value)
+			line = append(line, ",\"firstSeen\":\""...)
+			line = s.First.UTC().AppendFormat(line, time.RFC3339Nano)
+			line = append(line, '"')
+			if !s.Gone.IsZero() {
+				line = append(line, ",\"gone\":\""...)
+				line = s.Gone.UTC().AppendFormat(line, time.RFC3339Nano)
+				line = append(line, '"')
+			}
+			line = append(line, '}')
+			if _, err := w.Write(line); err != nil {
+				return err
+			}
+			line = line[:0]
 		}
-		buf = append(buf, '}')
-	}
-	buf = append(buf, "\n]}\n"...)
-	return state.WriteFileAtomic(dir, LedgerFile, buf)
+		if _, err := w.WriteString("\n]}\n"); err != nil {
+			return err
+		}
+		return w.Flush()
+	})
 }
 
 // appendJSONString appends s as a JSON string. Claims hold parsed names,

@@ -86,7 +86,17 @@ func validateFileName(name string) error {
 // (no '/', not "." or ".."). The rename replaces whatever is at dir/name,
 // a symlink included, without following it, so a planted link can never
 // redirect the write.
-func WriteFileAtomic(dir, name string, data []byte) (err error) {
+func WriteFileAtomic(dir, name string, data []byte) error {
+	return WriteFileAtomicFunc(dir, name, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFileAtomicFunc is WriteFileAtomic for content that write streams
+// to the temp file, so a large file is never held whole in memory; an
+// error from write leaves dir/name as it was.
+func WriteFileAtomicFunc(dir, name string, write func(w io.Writer) error) (err error) {
 	if err := validateFileName(name); err != nil {
 		return err
 	}
@@ -108,7 +118,7 @@ func WriteFileAtomic(dir, name string, data []byte) (err error) {
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	if _, err = tmp.Write(data); err != nil {
+	if err = write(tmp); err != nil {
 		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
 	if err = tmp.Sync(); err != nil {
