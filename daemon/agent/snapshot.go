@@ -135,15 +135,17 @@ func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error,
 			s.ds.Unreadable = append(s.ds.Unreadable, e.Error())
 		}
 	}
-	old := make(map[string]inspect.Peer, len(s.peers))
-	for _, p := range s.peers {
-		old[p.Name] = p
-	}
+	// Both lists are sorted by name (the datastore's order), so one walk
+	// pairs each peer with its last state.
+	old := s.peers
 	next := make([]inspect.Peer, 0, len(valid))
 	for _, p := range valid {
+		for len(old) > 0 && old[0].Name < p.Name {
+			old = old[1:]
+		}
 		since := now
-		if o, ok := old[p.Name]; ok && samePeer(o.NodeInfo, p) {
-			since = o.LastChange
+		if len(old) > 0 && samePeer(old[0].NodeInfo, p) {
+			since = old[0].LastChange
 		}
 		next = append(next, inspect.Peer{NodeInfo: p, LastChange: since})
 	}
