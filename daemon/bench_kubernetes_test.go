@@ -87,7 +87,7 @@ func createNodes(b *testing.B, cs *k8s.Clientset, images int) {
 // bench's own (protobuf, as the daemon's) says when the API server
 // delivered each change.
 func kubeBench(b *testing.B) (pb *peerBench, api *k8stest.Cluster) {
-	tn := newTestNode(b, true)
+	tn := tmpfsNode(b)
 	api = k8stest.Start(b, k8stest.Options{NetNS: tn.node.NS})
 	cfg := *api.Config
 	cfg.QPS, cfg.Burst = 1000, 1000
