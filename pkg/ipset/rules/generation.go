@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/ipset"
 )
 
@@ -22,25 +23,30 @@ import (
 func nftGeneration() (uint32, error) {
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN, 0)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: nl.NFNETLINK_V0})
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
-	if err != nil {
-		return 0, fmt.Errorf("nf_tables generation: %w", err)
-	}
-	for _, m := range msgs {
+	var gen uint32
+	found := false
+	err := nlutil.Once(unix.NETLINK_NETFILTER, req, func(m []byte) error {
 		if len(m) < nl.SizeofNfgenmsg {
-			continue
+			return nil
 		}
 		attrs, err := nl.ParseRouteAttr(m[nl.SizeofNfgenmsg:])
 		if err != nil {
-			return 0, fmt.Errorf("nf_tables generation: %w", err)
+			return err
 		}
 		for _, a := range attrs {
 			if a.Attr.Type&nl.NLA_TYPE_MASK == unix.NFTA_GEN_ID && len(a.Value) == 4 {
-				return binary.BigEndian.Uint32(a.Value), nil
+				gen, found = binary.BigEndian.Uint32(a.Value), true
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nf_tables generation: %w", err)
 	}
-	return 0, fmt.Errorf("nf_tables generation: no NFTA_GEN_ID in the kernel's answer")
+	if !found {
+		return 0, fmt.Errorf("nf_tables generation: no NFTA_GEN_ID in the kernel's answer")
+	}
+	return gen, nil
 }
 
 // nftHasTable reports whether the nf_tables ruleset of the calling thread's
