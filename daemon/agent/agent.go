@@ -173,6 +173,7 @@ type Agent struct {
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
 	needApply    bool
+	checks       []Manager // managers whose check is queued: a pass applies them even without needApply
 	needResync   bool
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
@@ -419,6 +420,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.processPending()
 			if a.needApply {
 				a.apply()
+			} else if len(a.checks) > 0 {
+				a.applyChecks()
 			}
 		}
 		a.keep(false)
@@ -437,7 +440,9 @@ func (a *Agent) newSchedule(ctx context.Context) *schedule {
 		if c, ok := m.(Checker); ok && c.CheckPeriod() > 0 {
 			s.add(fmt.Sprintf("check %T", m), c.CheckPeriod(), now, func() bool {
 				c.QueueCheck()
-				a.needApply = true
+				if !slices.Contains(a.checks, m) {
+					a.checks = append(a.checks, m)
+				}
 				return true
 			})
 		}
@@ -710,21 +715,37 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 // apply runs every table's and manager's Apply, updates metrics and status,
 // and leaves needApply set when something failed (the caller retries).
 func (a *Agent) apply() {
+	a.applyPass(true, a.managers)
+}
+
+// applyChecks is the pass of a check tick when nothing else needs an
+// Apply: only the managers whose check is queued apply (and so check);
+// the tables and the other managers have nothing to do. A failure makes
+// the retry a full pass, as any failed pass does.
+func (a *Agent) applyChecks() {
+	a.applyPass(false, a.checks)
+}
+
+// applyPass runs the Apply of managers and, with tables, of the route
+// tables first; it updates metrics and status and leaves needApply set when
+// something failed. Every queued check is done after it.
+func (a *Agent) applyPass(tables bool, managers []Manager) {
 	start := a.now()
 	var errs []error
 	for _, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt == nil {
+		if rt == nil || !tables {
 			continue
 		}
 		if err := rt.Apply(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, m := range a.managers {
+	for _, m := range managers {
 		if err := m.Apply(); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	a.checks = a.checks[:0]
 	a.metrics.ApplyDuration.Observe(a.now().Sub(start).Seconds())
 	for i, rt := range []RouteTable{a.rt4, a.rt6} {
 		if rt == nil {
