@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -132,7 +133,7 @@ func (c *Conn) Execute(req *nl.NetlinkRequest, each func(msg []byte) error) erro
 	var cbErr error
 	intr := false
 	for {
-		n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_TRUNC)
+		n, err := recv(c.fd, buf)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -181,6 +182,17 @@ func (c *Conn) Execute(req *nl.NetlinkRequest, each func(msg []byte) error) erro
 			}
 		}
 	}
+}
+
+// recv receives one datagram into buf with MSG_TRUNC: n is the datagram's
+// whole length even when buf was too short. Unlike unix.Recvfrom it asks
+// for no source address, so it allocates nothing.
+func recv(fd int, buf []byte) (int, error) {
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_TRUNC, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // done is the outcome of an exchange read to its end.
