@@ -179,8 +179,9 @@ type Agent struct {
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
 	keepPeriod   time.Duration
-	kept         map[string]keptVeth // by record key: what the keeper was last handed (keeperVeths)
-	snap         *snapState          // snapshots for the state endpoint (snapshot.go)
+	kept         map[string]keptVeth   // by record key: what the keeper was last handed (keeperVeths)
+	keepOwner    map[netip.Addr]string // set by syncDesired: keep hands the veths over first (keeperVeths)
+	snap         *snapState            // snapshots for the state endpoint (snapshot.go)
 }
 
 // pending collects watcher hints between two loop passes.
@@ -670,7 +671,9 @@ func (a *Agent) syncDesired() {
 		}
 	}
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
-	a.keeperVeths(d.Owner)
+	// The keeper runs after the pass's Apply: its veths are derived then
+	// too, off the way from a record to its route.
+	a.keepOwner = d.Owner
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its

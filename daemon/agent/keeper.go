@@ -128,12 +128,18 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 	a.keeper.SetVeths(vs)
 }
 
-// keep runs the keeper: the silent sysctls when due (poll), the hinted
-// sysctls, links and neighbours always. Repairs are counted in routelet_repairs_total; errors
-// are logged (the keeper retries them on its next run).
+// keep runs the keeper: first hands it the veths when the desired routes
+// were derived again since (keeperVeths), then the silent sysctls when due
+// (poll), the hinted sysctls, links and neighbours always. Repairs are
+// counted in routelet_repairs_total; errors are logged (the keeper retries
+// them on its next run).
 func (a *Agent) keep(poll bool) {
 	if a.keeper == nil {
 		return
+	}
+	if a.keepOwner != nil {
+		a.keeperVeths(a.keepOwner)
+		a.keepOwner = nil
 	}
 	rep, err := a.keeper.Check(poll)
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))

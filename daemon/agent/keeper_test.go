@@ -113,6 +113,7 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
 	f.a.fullSync()
+	f.a.keep(false) // the end of the loop's pass, where the veths are handed over
 	names := func() []string {
 		var out []string
 		for _, v := range k.veths {
@@ -128,19 +129,23 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	}
 	step("first sync", 1, "cali1[fd00:1::2]", "cali2[]")
 	f.a.syncDesired()
+	f.a.keep(false)
 	step("a pass with nothing changed", 1, "cali1[fd00:1::2]", "cali2[]")
 	f.put(t, "c3", "cali3", "10.244.1.4/32", "fd00:1::2/128") // claims c1's IPv6 address, created later: wins it
 	f.a.NotifyWorkload("c3_eth0.json")
 	f.a.processPending()
+	f.a.keep(false)
 	step("a record claiming an address", 2, "cali1[]", "cali2[]", "cali3[fd00:1::2]")
 	f.a.links["cali2"] = "bridge" // refused: not a veth
 	f.a.syncDesired()
+	f.a.keep(false)
 	step("a record refused", 3, "cali1[]", "cali3[fd00:1::2]")
 	if err := f.store.DeleteWorkload("c3", "eth0"); err != nil {
 		t.Fatal(err)
 	}
 	f.a.NotifyWorkload("c3_eth0.json")
 	f.a.processPending()
+	f.a.keep(false)
 	step("a record removed", 4, "cali1[fd00:1::2]")
 }
 
