@@ -48,7 +48,7 @@ func Dial(protocol int, ns netns.NsHandle) (*Conn, error) {
 	}
 	var err error
 	if ns.IsOpen() {
-		err = inNetNS(ns, open)
+		err = InNetNS(ns, open)
 	} else {
 		err = open()
 	}
@@ -69,10 +69,10 @@ func Dial(protocol int, ns netns.NsHandle) (*Conn, error) {
 	return &Conn{fd: fd}, nil
 }
 
-// inNetNS runs f on a locked thread moved into ns, then moves the thread
+// InNetNS runs f on a locked thread moved into ns, then moves the thread
 // back. A thread that cannot be moved back stays locked, so the runtime
 // ends it with the goroutine instead of reusing it in the wrong namespace.
-func inNetNS(ns netns.NsHandle, f func() error) error {
+func InNetNS(ns netns.NsHandle, f func() error) error {
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
