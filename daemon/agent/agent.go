@@ -731,7 +731,8 @@ func (a *Agent) applyChecks() {
 
 // applyPass runs the Apply of managers and, with tables, of the route
 // tables first; it updates metrics and status and leaves needApply set when
-// something failed. Every queued check is done after it.
+// something failed. It clears the queued checks: every manager with one
+// was among those applied (a full pass applies them all).
 func (a *Agent) applyPass(tables bool, managers []Manager) {
 	start := a.now()
 	var errs []error

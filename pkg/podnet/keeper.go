@@ -90,9 +90,11 @@ func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Keeper{prefix: prefix, h: h, log: log, veths: map[string]keptVeth{},
+	k := &Keeper{prefix: prefix, h: h, log: log, veths: map[string]keptVeth{},
 		links: map[string]bool{}, neighs: map[string]bool{}, sysctls: map[string]bool{}, fresh: map[string]bool{},
-		veth: map[string]bool{}}, nil
+		veth: map[string]bool{}}
+	k.files.reserve()
+	return k, nil
 }
 
 // Close releases the netlink handle and the kept sysctl files.

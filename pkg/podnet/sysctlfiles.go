@@ -10,9 +10,14 @@ import (
 )
 
 // maxSysctlFiles bounds how many sysctl files a Keeper keeps open (three
-// per IPv6 pod's veth, two per IPv4 pod's); beyond it a read opens and
-// closes its file as readSysctlFast does.
+// per IPv6 pod's veth, two per IPv4 pod's), and so does half the process's
+// open-file limit; beyond it a read opens and closes its file as
+// readSysctlFast does.
 const maxSysctlFiles = 2048
+
+// fileTableSlack is how many descriptors beyond the kept files reserve
+// sizes the process's file table for (the daemon's sockets and the like).
+const fileTableSlack = 256
 
 // sysctlFiles keeps the sysctl files a Keeper polls open, so that a poll
 // costs one pread per setting instead of a path walk through /proc/sys
@@ -24,7 +29,33 @@ const maxSysctlFiles = 2048
 // those of the namespace of the thread that first read them. Not safe for
 // concurrent use.
 type sysctlFiles struct {
-	fds map[string]int // key → open file
+	fds   map[string]int // key → open file
+	limit int            // most files kept (reserve; 0: none)
+}
+
+// reserve sets how many files f may keep and sizes the process's file
+// table for them now. The kernel grows the table as descriptors are
+// taken, and in a multi-threaded process each growth waits for an RCU
+// grace period: tens of milliseconds in which the thread opening the file
+// stands still. Grown once here, when the Keeper is made, it is not grown
+// again by a poll that opens the files of new pods.
+func (f *sysctlFiles) reserve() {
+	f.limit = maxSysctlFiles
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < 2*uint64(f.limit+fileTableSlack) {
+		f.limit = max(int(lim.Cur/2)-fileTableSlack, 0)
+	}
+	if f.limit == 0 {
+		return
+	}
+	dir, err := unix.Open(procSys, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // the reads will say what is wrong
+	}
+	defer unix.Close(dir)
+	if high, err := unix.FcntlInt(uintptr(dir), unix.F_DUPFD_CLOEXEC, f.limit+fileTableSlack); err == nil {
+		unix.Close(high)
+	}
 }
 
 // read returns the value of key, from its kept file when there is one.
@@ -41,7 +72,7 @@ func (f *sysctlFiles) read(key string) (string, error) {
 		return "", fmt.Errorf("read sysctl %s: %w", key, &fs.PathError{Op: "open", Path: p, Err: err})
 	}
 	v, err := preadSysctl(fd)
-	if err != nil || len(f.fds) >= maxSysctlFiles {
+	if err != nil || len(f.fds) >= f.limit {
 		unix.Close(fd)
 	} else {
 		if f.fds == nil {
