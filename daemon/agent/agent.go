@@ -483,6 +483,7 @@ func (a *Agent) fullSync() {
 	}
 	a.syncDesired()
 	if a.keeper != nil {
+		a.handVeths() // so that CheckAll covers the veths of this read
 		a.keeper.CheckAll()
 	}
 	a.rt4.QueueResync()

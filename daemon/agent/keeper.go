@@ -128,6 +128,15 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 	a.keeper.SetVeths(vs)
 }
 
+// handVeths hands the keeper the veths of the desired routes derived last,
+// if it has not had them yet (keeperVeths).
+func (a *Agent) handVeths() {
+	if a.keeper != nil && a.keepOwner != nil {
+		a.keeperVeths(a.keepOwner)
+	}
+	a.keepOwner = nil
+}
+
 // keep runs the keeper: first hands it the veths when the desired routes
 // were derived again since (keeperVeths), then the silent sysctls when due
 // (poll), the hinted sysctls, links and neighbours always. Repairs are
@@ -137,10 +146,7 @@ func (a *Agent) keep(poll bool) {
 	if a.keeper == nil {
 		return
 	}
-	if a.keepOwner != nil {
-		a.keeperVeths(a.keepOwner)
-		a.keepOwner = nil
-	}
+	a.handVeths()
 	rep, err := a.keeper.Check(poll)
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
 	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))

@@ -23,6 +23,7 @@ type fakeKeeper struct {
 	neighs      []string
 	sysctlHints []string // SysctlsChanged names
 	all         int
+	allVeths    int // veths handed over when CheckAll was last called
 	checks      int
 	sysctls     int // Checks with poll set
 	repairs     podnet.Repairs
@@ -44,7 +45,7 @@ func (k *fakeKeeper) note(list *[]string, name string) {
 	*list = append(*list, name)
 	k.mu.Unlock()
 }
-func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.mu.Unlock() }
+func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.allVeths = len(k.veths); k.mu.Unlock() }
 func (k *fakeKeeper) Check(poll bool) (podnet.Repairs, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -147,6 +148,21 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	f.a.processPending()
 	f.a.keep(false)
 	step("a record removed", 4, "cali1[fd00:1::2]")
+}
+
+// TestFullSyncChecksTheVethsItRead: a full sync hands the keeper the veths
+// of the records it read before CheckAll, so the start-up sync (every veth
+// new) re-asserts every veth's settings at once, not at the next poll.
+func TestFullSyncChecksTheVethsItRead(t *testing.T) {
+	f := newFixture(t)
+	k := &fakeKeeper{}
+	f.a.SetKeeper(k, 0)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.fullSync()
+	if k.all != 1 || k.allVeths != 2 {
+		t.Fatalf("full sync: CheckAll %d times with %d veths handed over; want once, with both", k.all, k.allVeths)
+	}
 }
 
 // repairs reads routelet_repairs_total{object}.
