@@ -174,13 +174,15 @@ type Agent struct {
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
 	needApply    bool
+	checks       []Manager // managers whose check is queued: a pass applies them even without needApply
 	needResync   bool
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
 	keepPeriod   time.Duration
-	kept         map[string]keptVeth // by record key: what the keeper was last handed (keeperVeths)
-	snap         *snapState          // snapshots for the state endpoint (snapshot.go)
+	kept         map[string]keptVeth   // by record key: what the keeper was last handed (keeperVeths)
+	keepOwner    map[netip.Addr]string // set by syncDesired: keep hands the veths over first (keeperVeths)
+	snap         *snapState            // snapshots for the state endpoint (snapshot.go)
 }
 
 // pending collects watcher hints between two loop passes.
@@ -421,6 +423,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.processPending()
 			if a.needApply {
 				a.apply()
+			} else if len(a.checks) > 0 {
+				a.applyChecks()
 			}
 		}
 		a.keep(false)
@@ -449,7 +453,9 @@ func (a *Agent) newSchedule(ctx context.Context) *schedule {
 		if c, ok := m.(Checker); ok && c.CheckPeriod() > 0 {
 			s.add(fmt.Sprintf("check %T", m), c.CheckPeriod(), now, func() bool {
 				c.QueueCheck()
-				a.needApply = true
+				if !slices.Contains(a.checks, m) {
+					a.checks = append(a.checks, m)
+				}
 				return true
 			})
 		}
@@ -489,6 +495,7 @@ func (a *Agent) fullSync() {
 	}
 	a.syncDesired()
 	if a.keeper != nil {
+		a.handVeths() // so that CheckAll covers the veths of this read
 		a.keeper.CheckAll()
 	}
 	a.rt4.QueueResync()
@@ -677,7 +684,9 @@ func (a *Agent) syncDesired() {
 		}
 	}
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
-	a.keeperVeths(d.Owner)
+	// The keeper runs after the pass's Apply: its veths are derived then
+	// too, off the way from a record to its route.
+	a.keepOwner = d.Owner
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its
@@ -722,21 +731,38 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 // apply runs every table's and manager's Apply, updates metrics and status,
 // and leaves needApply set when something failed (the caller retries).
 func (a *Agent) apply() {
+	a.applyPass(true, a.managers)
+}
+
+// applyChecks is the pass of a check tick when nothing else needs an
+// Apply: only the managers whose check is queued apply (and so check);
+// the tables and the other managers have nothing to do. A failure makes
+// the retry a full pass, as any failed pass does.
+func (a *Agent) applyChecks() {
+	a.applyPass(false, a.checks)
+}
+
+// applyPass runs the Apply of managers and, with tables, of the route
+// tables first; it updates metrics and status and leaves needApply set when
+// something failed. It clears the queued checks: every manager with one
+// was among those applied (a full pass applies them all).
+func (a *Agent) applyPass(tables bool, managers []Manager) {
 	start := a.now()
 	var errs []error
 	for _, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt == nil {
+		if rt == nil || !tables {
 			continue
 		}
 		if err := rt.Apply(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, m := range a.managers {
+	for _, m := range managers {
 		if err := m.Apply(); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	a.checks = a.checks[:0]
 	a.metrics.ApplyDuration.Observe(a.now().Sub(start).Seconds())
 	for i, rt := range []RouteTable{a.rt4, a.rt6} {
 		if rt == nil {

@@ -55,11 +55,12 @@ func DesiredRoutes(in RouteInput) Desired {
 	}
 	// beats orders any two records, so map order is as good as any.
 	for name, w := range in.Workloads {
-		if err := checkWorkload(in, w); err != nil {
+		addrs, err := checkWorkload(in, w)
+		if err != nil {
 			d.Refused[name] = err.Error()
 			continue
 		}
-		for _, addr := range workloadAddrs(w) {
+		for _, addr := range addrs {
 			cur, ok := d.Owner[addr]
 			if ok {
 				d.Contested[addr] = "" // the winner is set below
@@ -125,23 +126,29 @@ func workloadAddrs(w *state.Workload) []netip.Addr {
 // unicast, inside one of the node's blocks of its family (not a block's
 // first address, which is the tunnel address, nor an IPv4 block's last) or,
 // for a family without local blocks, outside the node's own addresses and
-// connected subnets.
-func checkWorkload(in RouteInput, w *state.Workload) error {
+// connected subnets. It returns the record's addresses (as workloadAddrs
+// does), parsed once for the caller.
+func checkWorkload(in RouteInput, w *state.Workload) ([]netip.Addr, error) {
 	if !strings.HasPrefix(w.HostIface, in.IfacePrefix) {
-		return fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, in.IfacePrefix)
+		return nil, fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, in.IfacePrefix)
 	}
 	if kind, ok := in.Links[w.HostIface]; ok && kind != "veth" {
-		return fmt.Errorf("host interface %s is a %s link, not a veth", w.HostIface, kind)
+		return nil, fmt.Errorf("host interface %s is a %s link, not a veth", w.HostIface, kind)
 	}
+	addrs := make([]netip.Addr, 0, len(w.IPs))
 	for _, s := range w.IPs {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return fmt.Errorf("address %q: %w", s, err)
+			return nil, fmt.Errorf("address %q: %w", s, err)
 		}
 		addr := p.Addr()
+		if slices.Contains(addrs, addr) {
+			continue // checked already
+		}
+		addrs = append(addrs, addr)
 		host := netip.PrefixFrom(addr, addr.BitLen())
 		if why := netguard.SpecialRange(host); why != "" {
-			return fmt.Errorf("address %s is in %s", addr, why)
+			return nil, fmt.Errorf("address %s is in %s", addr, why)
 		}
 		// One pass over the blocks (this runs for every record on every
 		// pass of the loop): the one holding addr, and whether the family
@@ -160,15 +167,15 @@ func checkWorkload(in RouteInput, w *state.Workload) error {
 		switch {
 		case !familyHasBlocks:
 			if what := in.NodeSpace.Overlap(host); what != "" {
-				return fmt.Errorf("address %s overlaps %s", addr, what)
+				return nil, fmt.Errorf("address %s overlaps %s", addr, what)
 			}
 		case !block.IsValid():
-			return fmt.Errorf("address %s is outside the node's blocks %v", addr, blocksOf(in.LocalBlocks, addr.Is4()))
+			return nil, fmt.Errorf("address %s is outside the node's blocks %v", addr, blocksOf(in.LocalBlocks, addr.Is4()))
 		case netguard.Reserved(block, addr):
-			return fmt.Errorf("address %s is reserved in block %s", addr, block)
+			return nil, fmt.Errorf("address %s is reserved in block %s", addr, block)
 		}
 	}
-	return nil
+	return addrs, nil
 }
 
 // blocksOf returns the blocks of one family.

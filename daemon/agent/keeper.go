@@ -128,13 +128,25 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 	a.keeper.SetVeths(vs)
 }
 
-// keep runs the keeper: the silent sysctls when due (poll), the hinted
-// sysctls, links and neighbours always. Repairs are counted in routelet_repairs_total; errors
-// are logged (the keeper retries them on its next run).
+// handVeths hands the keeper the veths of the desired routes derived last,
+// if it has not had them yet (keeperVeths).
+func (a *Agent) handVeths() {
+	if a.keeper != nil && a.keepOwner != nil {
+		a.keeperVeths(a.keepOwner)
+	}
+	a.keepOwner = nil
+}
+
+// keep runs the keeper: first hands it the veths when the desired routes
+// were derived again since (keeperVeths), then the silent sysctls when due
+// (poll), the hinted sysctls, links and neighbours always. Repairs are
+// counted in routelet_repairs_total; errors are logged (the keeper retries
+// them on its next run).
 func (a *Agent) keep(poll bool) {
 	if a.keeper == nil {
 		return
 	}
+	a.handVeths()
 	rep, err := a.keeper.Check(poll)
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
 	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))

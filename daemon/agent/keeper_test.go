@@ -23,6 +23,7 @@ type fakeKeeper struct {
 	neighs      []string
 	sysctlHints []string // SysctlsChanged names
 	all         int
+	allVeths    int // veths handed over when CheckAll was last called
 	checks      int
 	sysctls     int // Checks with poll set
 	repairs     podnet.Repairs
@@ -44,7 +45,7 @@ func (k *fakeKeeper) note(list *[]string, name string) {
 	*list = append(*list, name)
 	k.mu.Unlock()
 }
-func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.mu.Unlock() }
+func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.allVeths = len(k.veths); k.mu.Unlock() }
 func (k *fakeKeeper) Check(poll bool) (podnet.Repairs, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -113,6 +114,7 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
 	f.a.fullSync()
+	f.a.keep(false) // the end of the loop's pass, where the veths are handed over
 	names := func() []string {
 		var out []string
 		for _, v := range k.veths {
@@ -128,20 +130,39 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	}
 	step("first sync", 1, "cali1[fd00:1::2]", "cali2[]")
 	f.a.syncDesired()
+	f.a.keep(false)
 	step("a pass with nothing changed", 1, "cali1[fd00:1::2]", "cali2[]")
 	f.put(t, "c3", "cali3", "10.244.1.4/32", "fd00:1::2/128") // claims c1's IPv6 address, created later: wins it
 	f.a.NotifyWorkload("c3_eth0.json")
 	f.a.processPending()
+	f.a.keep(false)
 	step("a record claiming an address", 2, "cali1[]", "cali2[]", "cali3[fd00:1::2]")
 	f.a.links["cali2"] = "bridge" // refused: not a veth
 	f.a.syncDesired()
+	f.a.keep(false)
 	step("a record refused", 3, "cali1[]", "cali3[fd00:1::2]")
 	if err := f.store.DeleteWorkload("c3", "eth0"); err != nil {
 		t.Fatal(err)
 	}
 	f.a.NotifyWorkload("c3_eth0.json")
 	f.a.processPending()
+	f.a.keep(false)
 	step("a record removed", 4, "cali1[fd00:1::2]")
+}
+
+// TestFullSyncChecksTheVethsItRead: a full sync hands the keeper the veths
+// of the records it read before CheckAll, so the start-up sync (every veth
+// new) re-asserts every veth's settings at once, not at the next poll.
+func TestFullSyncChecksTheVethsItRead(t *testing.T) {
+	f := newFixture(t)
+	k := &fakeKeeper{}
+	f.a.SetKeeper(k, 0)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.fullSync()
+	if k.all != 1 || k.allVeths != 2 {
+		t.Fatalf("full sync: CheckAll %d times with %d veths handed over; want once, with both", k.all, k.allVeths)
+	}
 }
 
 // repairs reads routelet_repairs_total{object}.

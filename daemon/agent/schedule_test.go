@@ -70,3 +70,27 @@ func TestCheckerTicksInTheLoop(t *testing.T) {
 	f.run(t, m)
 	waitFor(t, "three checks applied", func() bool { return m.count() >= 3 })
 }
+
+// TestCheckTickAppliesOnlyItsManager: a check tick with nothing else to do
+// applies the Checker alone; the route tables and the other managers are
+// not applied again until something changes for them.
+func TestCheckTickAppliesOnlyItsManager(t *testing.T) {
+	f := newFixture(t)
+	c, other := &checkingManager{}, &countingManager{}
+	f.run(t, c, other)
+	waitFor(t, "ready", func() bool { ok, _ := f.st.Ready(); return ok })
+	// The watchers' start-up hints come within the first ticks.
+	waitFor(t, "three checks applied", func() bool { return c.count() >= 3 })
+	f.rt4.mu.Lock()
+	tableApplies := f.rt4.applies
+	f.rt4.mu.Unlock()
+	otherApplies := other.count()
+	checks := c.count()
+	waitFor(t, "ten more checks applied", func() bool { return c.count() >= checks+10 })
+	f.rt4.mu.Lock()
+	defer f.rt4.mu.Unlock()
+	if f.rt4.applies != tableApplies || other.count() != otherApplies {
+		t.Errorf("over ten check ticks: %d table and %d other-manager applies, want none",
+			f.rt4.applies-tableApplies, other.count()-otherApplies)
+	}
+}

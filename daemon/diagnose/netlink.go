@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 
 	"github.com/mdlayher/netlink"
 	"github.com/ti-mo/conntrack"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
 )
@@ -241,21 +241,9 @@ func inNetns(path string, f func() error) error {
 		return fmt.Errorf("open netns %s: %w", path, err)
 	}
 	defer target.Close()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("current netns: %w", err)
+	var ferr error
+	if err := nlutil.InNetNS(target, func() error { ferr = f(); return nil }); err != nil {
+		return errors.Join(ferr, fmt.Errorf("netns %s: %w", path, err))
 	}
-	defer orig.Close()
-	if err := netns.Set(target); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter netns %s: %w", path, err)
-	}
-	ferr := f()
-	if err := netns.Set(orig); err != nil {
-		return errors.Join(ferr, fmt.Errorf("return from netns %s: %w", path, err)) // thread stays locked: it dies with the goroutine
-	}
-	runtime.UnlockOSThread()
 	return ferr
 }

@@ -29,9 +29,11 @@ const listSetNameOnly = 1 << 1
 // error to syscall.Errno (and so panics on a wrapped extended-ack error or
 // an interrupted dump), logs unknown attributes with the standard logger,
 // and has no rename; this codec needs none of that and parses dumps without
-// a goroutine per attribute.
+// a goroutine per attribute. Its socket is an nlutil.Conn: the periodic
+// check lists every set each second, and a list then costs a send and the
+// receives, nothing more.
 type Netlink struct {
-	sock *nl.SocketHandle
+	conn *nlutil.Conn
 }
 
 var _ Kernel = (*Netlink)(nil)
@@ -54,42 +56,40 @@ func NewNetlinkAt(nsPath string) (*Netlink, error) {
 }
 
 func newNetlinkAt(h netns.NsHandle) (*Netlink, error) {
-	s, err := nl.GetNetlinkSocketAt(h, netns.None(), unix.NETLINK_NETFILTER)
+	c, err := nlutil.Dial(unix.NETLINK_NETFILTER, h)
 	if err != nil {
-		return nil, fmt.Errorf("ipset netlink: open socket: %w", err)
+		return nil, fmt.Errorf("ipset netlink: %w", err)
 	}
-	if err := s.SetSendTimeout(&nl.SocketTimeoutTv); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("ipset netlink: set send timeout: %w", err)
-	}
-	if err := s.SetReceiveTimeout(&nl.SocketTimeoutTv); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("ipset netlink: set receive timeout: %w", err)
-	}
-	return &Netlink{sock: &nl.SocketHandle{Socket: s}}, nil
+	return &Netlink{conn: c}, nil
 }
 
 // Close closes the socket.
-func (n *Netlink) Close() { n.sock.Close() }
+func (n *Netlink) Close() { n.conn.Close() }
 
 // request starts an ipset message for cmd carrying the protocol attribute.
 func (n *Netlink) request(cmd, flags int) *nl.NetlinkRequest {
 	req := nl.NewNetlinkRequest(cmd|(unix.NFNL_SUBSYS_IPSET<<8), flags)
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_NETFILTER: n.sock}
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
 	return req
 }
 
-// execute sends req and returns the payloads of the kernel's answers, with
-// the error translated by kernelErr. An interrupted dump is sent again (a
-// request is safe to resend: Execute gives it a new sequence number).
-func execute(req *nl.NetlinkRequest) ([][]byte, error) {
-	msgs, err := nlutil.Retry(func() ([][]byte, error) { return req.Execute(unix.NETLINK_NETFILTER, 0) })
+// execute sends req and hands each payload of the kernel's answer to each
+// (nil: none wanted), with the error translated by kernelErr. An
+// interrupted dump is taken again, after start (nil: nothing) has reset
+// what each collected (a request is safe to resend: each exchange gets a
+// new sequence number).
+func (n *Netlink) execute(req *nl.NetlinkRequest, start func(), each func([]byte) error) error {
+	_, err := nlutil.Retry(func() (struct{}, error) {
+		if start != nil {
+			start()
+		}
+		return struct{}{}, n.conn.Execute(req, each)
+	})
 	if err != nil {
-		return nil, kernelErr(err)
+		return kernelErr(err)
 	}
-	return msgs, nil
+	return nil
 }
 
 // kernelErr maps the errno an ipset request failed with to this package's
@@ -127,7 +127,7 @@ func (n *Netlink) Create(name string, family Family, maxElem uint32) error {
 	data := nl.NewRtAttr(nl.IPSET_ATTR_DATA|int(nl.NLA_F_NESTED), nil)
 	data.AddChild(nl.NewRtAttr(nl.IPSET_ATTR_MAXELEM|int(nl.NLA_F_NET_BYTEORDER), nl.BEUint32Attr(maxElem)))
 	req.AddData(data)
-	if _, err := execute(req); err != nil {
+	if err := n.execute(req, nil, nil); err != nil {
 		return fmt.Errorf("ipset create %q (%s %s): %w", name, HashNet, family, err)
 	}
 	return nil
@@ -138,7 +138,7 @@ func (n *Netlink) Create(name string, family Family, maxElem uint32) error {
 func (n *Netlink) Destroy(name string) error {
 	req := n.request(nl.IPSET_CMD_DESTROY, unix.NLM_F_ACK)
 	req.AddData(setNameAttr(name))
-	if _, err := execute(req); err != nil {
+	if err := n.execute(req, nil, nil); err != nil {
 		return fmt.Errorf("ipset destroy %q: %w", name, err)
 	}
 	return nil
@@ -160,7 +160,7 @@ func (n *Netlink) twoNames(cmd int, verb, a, b string) error {
 	req := n.request(cmd, unix.NLM_F_ACK)
 	req.AddData(setNameAttr(a))
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME2, nl.ZeroTerminated(b)))
-	if _, err := execute(req); err != nil {
+	if err := n.execute(req, nil, nil); err != nil {
 		return fmt.Errorf("ipset %s %q %q: %w", verb, a, b, err)
 	}
 	return nil
@@ -200,23 +200,17 @@ func (n *Netlink) member(cmd int, name string, p netip.Prefix) error {
 	data.AddChild(ip)
 	data.AddChild(nl.NewRtAttr(nl.IPSET_ATTR_CIDR, nl.Uint8Attr(uint8(p.Bits()))))
 	req.AddData(data)
-	_, err := execute(req)
-	return err
+	return n.execute(req, nil, nil)
 }
 
 // List dumps one set with its members.
 func (n *Netlink) List(name string) (Info, error) {
 	req := n.request(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP)
 	req.AddData(setNameAttr(name))
-	msgs, err := execute(req)
+	var info Info
+	err := n.execute(req, func() { info = Info{Name: name} }, func(m []byte) error { return parseListMsg(m, &info) })
 	if err != nil {
 		return Info{}, fmt.Errorf("ipset list %q: %w", name, err)
-	}
-	info := Info{Name: name}
-	for _, m := range msgs {
-		if err := parseListMsg(m, &info); err != nil {
-			return Info{}, fmt.Errorf("ipset list %q: %w", name, err)
-		}
 	}
 	return info, nil
 }
@@ -225,15 +219,12 @@ func (n *Netlink) List(name string) (Info, error) {
 func (n *Netlink) ListNames() ([]string, error) {
 	req := n.request(nl.IPSET_CMD_LIST, unix.NLM_F_ACK|unix.NLM_F_DUMP)
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_FLAGS, nl.BEUint32Attr(listSetNameOnly)))
-	msgs, err := execute(req)
-	if err != nil {
-		return nil, fmt.Errorf("ipset list names: %w", err)
-	}
 	var names []string
-	seen := map[string]bool{}
-	for _, m := range msgs {
+	var seen map[string]bool
+	start := func() { names, seen = nil, map[string]bool{} }
+	err := n.execute(req, start, func(m []byte) error {
 		if len(m) < 4 {
-			continue
+			return nil
 		}
 		for _, a := range parseAttrs(m[4:]) {
 			if a.typ == nl.IPSET_ATTR_SETNAME {
@@ -243,6 +234,10 @@ func (n *Netlink) ListNames() ([]string, error) {
 				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ipset list names: %w", err)
 	}
 	return names, nil
 }

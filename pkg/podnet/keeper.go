@@ -63,6 +63,8 @@ type Keeper struct {
 	// veth holds the kept names last read as an existing veth: only those
 	// get their sysctls written.
 	veth map[string]bool
+	// files keeps the polled (not Announced) sysctls' files open.
+	files sysctlFiles
 }
 
 // keptVeth is one kept veth with its HostSysctls, all and the polled
@@ -74,7 +76,9 @@ type keptVeth struct {
 
 // NewKeeper opens a netlink handle in the calling thread's namespace for
 // the veths whose names start with prefix. The /proc/sys files Check reads
-// are those of the namespace of the thread calling Check.
+// are those of the namespace of the thread calling Check; the polled ones
+// are opened once and kept open (see sysctlFiles), so call Check in one
+// namespace.
 func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
@@ -86,13 +90,18 @@ func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Keeper{prefix: prefix, h: h, log: log, veths: map[string]keptVeth{},
+	k := &Keeper{prefix: prefix, h: h, log: log, veths: map[string]keptVeth{},
 		links: map[string]bool{}, neighs: map[string]bool{}, sysctls: map[string]bool{}, fresh: map[string]bool{},
-		veth: map[string]bool{}}, nil
+		veth: map[string]bool{}}
+	k.files.reserve()
+	return k, nil
 }
 
-// Close releases the netlink handle.
-func (k *Keeper) Close() { k.h.Close() }
+// Close releases the netlink handle and the kept sysctl files.
+func (k *Keeper) Close() {
+	k.h.Close()
+	k.files.closeAll()
+}
 
 // SetVeths replaces the veths kept; names without the prefix are ignored.
 // A veth that is new or changed has its link and neighbours read by the
@@ -125,6 +134,13 @@ func (k *Keeper) SetVeths(vs []HostVeth) {
 		return
 	}
 	gone := func(name string, _ bool) bool { _, ok := next[name]; return !ok }
+	for name, old := range k.veths {
+		if kv, ok := next[name]; !ok || !slices.Equal(kv.polled, old.polled) {
+			for _, s := range old.polled {
+				k.files.close(s.Key)
+			}
+		}
+	}
 	maps.DeleteFunc(k.veth, gone)
 	maps.DeleteFunc(k.fresh, gone)
 	k.veths = next
@@ -269,7 +285,7 @@ func (k *Keeper) Check(poll bool) (Repairs, error) {
 // how many it wrote. A setting missing because its interface is gone is
 // not an error.
 func (k *Keeper) ensureSysctls(settings []Sysctl) (int, error) {
-	wrote, err := EnsureSysctls(settings)
+	wrote, err := ensureSysctls(settings, k.readSysctl)
 	for _, key := range wrote {
 		k.log.Info("sysctl repaired", "key", key)
 	}
@@ -277,6 +293,14 @@ func (k *Keeper) ensureSysctls(settings []Sysctl) (int, error) {
 		err = nil
 	}
 	return len(wrote), err
+}
+
+// readSysctl reads s, a polled setting from its kept file.
+func (k *Keeper) readSysctl(s Sysctl) (string, error) {
+	if s.Announced {
+		return readSysctlFast(s.Key)
+	}
+	return k.files.read(s.Key)
 }
 
 // ensureUp sets v's link administratively up when it is down. Links that

@@ -188,6 +188,52 @@ func TestKeeperReadsWhatMayHaveChanged(t *testing.T) {
 	})
 }
 
+// TestKeeperPollReadsAVethMadeAgain: the polled sysctls are read from
+// files kept open between polls; when the veth is deleted and another made
+// under its name (with the kernel's defaults), the next poll reads the new
+// veth's settings, not the old files, and repairs them.
+func TestKeeperPollReadsAVethMadeAgain(t *testing.T) {
+	const host = "calikeep00003"
+	withKeeper(t, host, []string{"10.77.0.9"}, func(k *Keeper, att *Attached) error {
+		k.SetVeths([]HostVeth{{Name: host}})
+		if rep, err := k.Check(true); err != nil || rep != (Repairs{}) {
+			t.Fatalf("first Check after ADD: %+v, %v; want nothing to repair", rep, err)
+		}
+		proxyDelay := "net/ipv4/neigh/" + host + "/proxy_delay"
+		for range 2 { // a second poll reads the kept files
+			if rep, err := k.Check(true); err != nil || rep != (Repairs{}) {
+				t.Fatalf("steady poll: %+v, %v; want nothing to repair", rep, err)
+			}
+		}
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		l, err := h.LinkByName(host)
+		if err != nil {
+			return err
+		}
+		if err := h.LinkDel(l); err != nil {
+			return err
+		}
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host}, PeerName: "calikeep3peer"}); err != nil {
+			return err
+		}
+		if v, err := ReadSysctl(proxyDelay); err != nil || v == "0" {
+			t.Fatalf("new veth's proxy_delay %q, %v: want the kernel's non-zero default", v, err)
+		}
+		rep, err := k.Check(true) // no hint: only the poll can see it
+		if err != nil {
+			t.Fatalf("poll after the veth was made again: %v", err)
+		}
+		if v, _ := ReadSysctl(proxyDelay); v != "0" || rep.Sysctls == 0 {
+			t.Fatalf("poll after the veth was made again: %+v, proxy_delay %q; want it repaired to 0", rep, v)
+		}
+		return nil
+	})
+}
+
 // withKeeper attaches a pod with addrs on host veth host (Setup, fresh node
 // and pod namespaces) and runs f in the node namespace with a Keeper for
 // the "cali" prefix.

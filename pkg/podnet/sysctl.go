@@ -99,9 +99,14 @@ func EnableForwarding(ipv6 bool) error {
 // missing IfPresent key is skipped; any other failure stops it and is
 // returned with the keys written so far.
 func EnsureSysctls(settings []Sysctl) ([]string, error) {
+	return ensureSysctls(settings, func(s Sysctl) (string, error) { return readSysctlFast(s.Key) })
+}
+
+// ensureSysctls is EnsureSysctls reading each setting with read.
+func ensureSysctls(settings []Sysctl, read func(Sysctl) (string, error)) ([]string, error) {
 	var wrote []string
 	for _, s := range settings {
-		cur, err := readSysctlFast(s.Key)
+		cur, err := read(s)
 		if err != nil {
 			if s.IfPresent && errors.Is(err, fs.ErrNotExist) {
 				continue

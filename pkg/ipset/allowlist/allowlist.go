@@ -31,6 +31,9 @@ type Manager struct {
 	// placed lists the set names handed to sets, to know which ones to
 	// remove when the Config no longer needs them; guarded by mu.
 	placed map[string]bool
+	// changed says the desired state changed since place last handed
+	// every needed set to sets; guarded by mu.
+	changed bool
 	// pruned is set once sets left behind by an earlier run or
 	// configuration were looked for after a successful Apply; guarded by mu.
 	pruned bool
@@ -45,10 +48,11 @@ func New(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) *Manager {
 		log = slog.Default()
 	}
 	m := &Manager{
-		sets:   ipset.NewSets(k, log),
-		chains: map[ipset.Family]*rules.Chains{ipset.IPv4: rules.New(v4, ipset.IPv4, log)},
-		log:    log,
-		placed: map[string]bool{},
+		sets:    ipset.NewSets(k, log),
+		chains:  map[ipset.Family]*rules.Chains{ipset.IPv4: rules.New(v4, ipset.IPv4, log)},
+		log:     log,
+		placed:  map[string]bool{},
+		changed: true,
 	}
 	if !isNil(v6) {
 		m.chains[ipset.IPv6] = rules.New(v6, ipset.IPv6, log)
@@ -83,6 +87,7 @@ func (m *Manager) SetConfig(cfg rules.Config) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cfg = cfg
+	m.changed = true
 	for _, c := range m.chains {
 		if err := c.SetConfig(cfg); err != nil {
 			return err
@@ -132,6 +137,7 @@ func (m *Manager) setList(dst *[]netip.Prefix, what string, ps []netip.Prefix) e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	*dst = slices.Clone(ps)
+	m.changed = true
 	return nil
 }
 
@@ -160,8 +166,9 @@ func (m *Manager) members(base string, f ipset.Family) []netip.Prefix {
 	return out
 }
 
-// place hands the desired members of every set the Config needs to sets and
-// returns the names of placed sets no longer needed.
+// place hands the desired members of every set the Config needs to sets
+// (only when they may have changed since the last time it handed them all)
+// and returns the names of placed sets no longer needed.
 func (m *Manager) place() ([]string, error) {
 	needed := map[string]bool{}
 	var errs []error
@@ -169,6 +176,9 @@ func (m *Manager) place() ([]string, error) {
 		for _, base := range rules.Sets(m.cfg, f) {
 			name := ipset.Name(base, f)
 			needed[name] = true
+			if !m.changed && m.placed[name] {
+				continue
+			}
 			if err := m.sets.Set(name, f, m.members(base, f)); err != nil {
 				errs = append(errs, err)
 				continue
@@ -176,6 +186,7 @@ func (m *Manager) place() ([]string, error) {
 			m.placed[name] = true
 		}
 	}
+	m.changed = len(errs) > 0
 	var unneeded []string
 	for name := range m.placed {
 		if !needed[name] {

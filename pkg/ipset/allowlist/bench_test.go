@@ -1,6 +1,7 @@
 package allowlist
 
 import (
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"testing"
@@ -29,7 +30,8 @@ func peers(n, shift int) []netip.Prefix {
 }
 
 // benchNode is a fresh namespace with a Manager over real netlink and
-// backend's iptables binary, VXLAN + NAT outgoing, IPv4 only.
+// backend's iptables binary, VXLAN + NAT outgoing, IPv4 only, with
+// benchPeers VXLAN peers.
 type benchNode struct {
 	m    *Manager
 	k    *ipset.Netlink
@@ -37,6 +39,12 @@ type benchNode struct {
 }
 
 func newBenchNode(b *testing.B, backend string) *benchNode {
+	b.Helper()
+	return newBenchNodeN(b, backend, benchPeers)
+}
+
+// newBenchNodeN is newBenchNode with n VXLAN peers.
+func newBenchNodeN(b *testing.B, backend string, n int) *benchNode {
 	b.Helper()
 	netnstest.SkipUnlessRoot(b, "network namespaces, ipsets, iptables")
 	bin, err := rules.Binary(ipset.IPv4, backend)
@@ -46,26 +54,26 @@ func newBenchNode(b *testing.B, backend string) *benchNode {
 	if _, err := exec.LookPath(bin); err != nil {
 		b.Skipf("%s not installed", bin)
 	}
-	n, err := netnstest.New("rlbench-")
+	ns, err := netnstest.New("rlbench-")
 	if err != nil {
 		b.Fatal(err)
 	}
-	k, err := ipset.NewNetlinkAt(n.Path())
+	k, err := ipset.NewNetlinkAt(ns.Path())
 	if err != nil {
-		netnstest.Remove(n)
+		netnstest.Remove(ns)
 		b.Fatal(err)
 	}
 	ipt, err := rules.NewIPTables(ipset.IPv4, backend)
 	if err != nil {
 		k.Close()
-		netnstest.Remove(n)
+		netnstest.Remove(ns)
 		b.Fatal(err)
 	}
-	m := New(k, rules.NetNS{T: ipt, Path: n.Path()}, nil, quiet)
+	m := New(k, rules.NetNS{T: ipt, Path: ns.Path()}, nil, quiet)
 	_ = m.SetConfig(rules.Config{VXLAN: true, NATOutgoing: true})
-	_ = m.SetVXLANPeers(peers(benchPeers, 0))
+	_ = m.SetVXLANPeers(peers(n, 0))
 	_ = m.SetPools([]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")})
-	return &benchNode{m: m, k: k, done: func() { k.Close(); netnstest.Remove(n) }}
+	return &benchNode{m: m, k: k, done: func() { k.Close(); netnstest.Remove(ns) }}
 }
 
 // report adds the kernel calls made between before and now, per op.
@@ -108,28 +116,8 @@ func BenchmarkAllowlist(b *testing.B) {
 		b.ReportMetric(float64(total.IptablesReads)/n, "iptables-reads/op")
 	})
 
-	// steady measures op after a full Apply and, with check, one clean
-	// Check (the state of a daemon between changes).
 	steady := func(b *testing.B, backend string, check bool, op func(m *Manager, i int) error) {
-		node := newBenchNode(b, backend)
-		defer node.done()
-		if err := node.m.Apply(); err != nil {
-			b.Fatal(err)
-		}
-		if check {
-			if _, err := node.m.Check(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		before := node.m.Stats()
-		b.ResetTimer()
-		for i := range b.N {
-			if err := op(node.m, i); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StopTimer()
-		report(b, node.m, before)
+		steadyN(b, backend, benchPeers, check, op)
 	}
 	b.Run("one-member-change", func(b *testing.B) {
 		steady(b, rules.BackendDefault, false, func(m *Manager, i int) error {
@@ -149,15 +137,41 @@ func BenchmarkAllowlist(b *testing.B) {
 	})
 	// A no-drift Check after a clean one: legacy reads both tables each
 	// time; nft finds the nf_tables generation unchanged and reads none.
-	for _, backend := range []string{rules.BackendNFT, rules.BackendLegacy} {
-		b.Run("check-no-drift/"+backend, func(b *testing.B) {
-			steady(b, backend, true, func(m *Manager, _ int) error {
-				n, err := m.Check()
-				if err == nil && n != 0 {
-					b.Fatalf("Check repaired %d things in a steady state", n)
-				}
-				return err
-			})
-		})
+	// With 5 peers (a small cluster) the check is mostly the fixed cost of
+	// its netlink exchanges.
+	check := func(m *Manager, _ int) error {
+		n, err := m.Check()
+		if err == nil && n != 0 {
+			return fmt.Errorf("check repaired %d things in a steady state", n)
+		}
+		return err
 	}
+	for _, backend := range []string{rules.BackendNFT, rules.BackendLegacy} {
+		b.Run("check-no-drift/"+backend, func(b *testing.B) { steady(b, backend, true, check) })
+	}
+	b.Run("check-no-drift-5-peers/"+rules.BackendNFT, func(b *testing.B) { steadyN(b, rules.BackendNFT, 5, true, check) })
+}
+
+// steadyN measures op with n VXLAN peers after a full Apply and, with
+// check, one clean Check (the state of a daemon between changes).
+func steadyN(b *testing.B, backend string, n int, check bool, op func(m *Manager, i int) error) {
+	node := newBenchNodeN(b, backend, n)
+	defer node.done()
+	if err := node.m.Apply(); err != nil {
+		b.Fatal(err)
+	}
+	if check {
+		if _, err := node.m.Check(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := node.m.Stats()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := op(node.m, i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	report(b, node.m, before)
 }

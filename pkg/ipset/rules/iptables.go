@@ -13,6 +13,7 @@ import (
 
 	"github.com/coreos/go-iptables/iptables"
 
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/ipset"
 )
 
@@ -63,6 +64,9 @@ type IPTables struct {
 	nft bool
 	// family is the binary's address family.
 	family ipset.Family
+	// gen, when set, is the socket Generation reads over instead of one
+	// opened per call (see NewIPTablesPair).
+	gen *nlutil.Conn
 }
 
 var _ Table = (*IPTables)(nil)
@@ -134,12 +138,13 @@ func legacyHasTable(path, table string) (bool, error) {
 }
 
 // Generation implements Table: the nf_tables ruleset generation of the
-// calling thread's namespace for iptables-nft, none for iptables-legacy.
+// calling thread's namespace (of the namespace of NewIPTablesPair's caller
+// for its tables) for iptables-nft, none for iptables-legacy.
 func (t *IPTables) Generation() (uint32, bool, error) {
 	if !t.nft {
 		return 0, false, nil
 	}
-	gen, err := nftGeneration()
+	gen, err := nftGeneration(t.gen)
 	if err != nil {
 		return 0, false, err
 	}

@@ -304,3 +304,58 @@ func mustPrefix(t *testing.T, s string) netip.Prefix {
 	}
 	return p
 }
+
+// TestPairReadsItsNamespacesGeneration: the tables of NewIPTablesPair read
+// the nf_tables generation of the namespace they were made in over their
+// kept socket, from any thread: it is the value a fresh read there finds,
+// and it changes when a rule is added there, of either family.
+func TestPairReadsItsNamespacesGeneration(t *testing.T) {
+	needRoot(t)
+	bin, err := Binary(ipset.IPv4, BackendNFT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	netnstest.SkipUnlessInstalled(t, "iptables", bin)
+	n := netnstest.NewFor(t, "rlrules-")
+	var v4, v6 Table
+	if err := n.Do(func(ns.NetNS) error { v4, v6, _, err = NewIPTablesPair(BackendNFT); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// fresh reads the generation in n on a socket of its own.
+	fresh := func() uint32 {
+		t.Helper()
+		var gen uint32
+		if err := n.Do(func(ns.NetNS) error { gen, err = nftGeneration(nil); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return gen
+	}
+	kept := func(tab Table) uint32 {
+		t.Helper()
+		gen, ok, err := tab.Generation() // on this thread, outside n
+		if err != nil || !ok {
+			t.Fatalf("Generation: %d, %v, %v", gen, ok, err)
+		}
+		return gen
+	}
+	tables := []Table{v4}
+	if v6 != nil {
+		tables = append(tables, v6)
+	}
+	for i, args := range [][]string{{"-t", "filter", "-N", "RLGENTEST"}, {"-t", "filter", "-A", "RLGENTEST", "-j", "RETURN"}} {
+		before := fresh()
+		for _, tab := range tables {
+			if g := kept(tab); g != before {
+				t.Fatalf("step %d: kept socket reads generation %d, a fresh read in the namespace %d", i, g, before)
+			}
+		}
+		if _, err := netnstest.Exec(context.Background(), n, bin, args...); err != nil {
+			t.Fatal(err)
+		}
+		for _, tab := range tables {
+			if g := kept(tab); g == before {
+				t.Fatalf("step %d: generation still %d after %v in the namespace", i, g, args)
+			}
+		}
+	}
+}
