@@ -135,6 +135,17 @@ func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error,
 			s.ds.Unreadable = append(s.ds.Unreadable, e.Error())
 		}
 	}
+	if sameNames(valid, s.peers) {
+		// The common change (one peer's values among the same peers):
+		// updated in place, nothing allocated. Snapshots hold a clone.
+		for i, p := range valid {
+			if !samePeer(s.peers[i].NodeInfo, p) {
+				s.peers[i].LastChange = now
+			}
+			s.peers[i].NodeInfo = p
+		}
+		return
+	}
 	// Both lists are sorted by name (the datastore's order), so one walk
 	// pairs each peer with its last state.
 	old := s.peers
@@ -150,6 +161,20 @@ func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error,
 		next = append(next, inspect.Peer{NodeInfo: p, LastChange: since})
 	}
 	s.peers = next
+}
+
+// sameNames reports whether valid and known name the same peers in the
+// same order.
+func sameNames(valid []peers.NodeInfo, known []inspect.Peer) bool {
+	if len(valid) != len(known) {
+		return false
+	}
+	for i := range valid {
+		if valid[i].Name != known[i].Name {
+			return false
+		}
+	}
+	return true
 }
 
 // samePeer reports whether two validated peers carry the same values.
