@@ -177,6 +177,13 @@ func kernelName(i int) (string, bool) {
 // daemon has anyway.
 const rcvbuf = 8 << 20
 
+// chanSize is each subscription's channel of decoded updates. A burst
+// waits in the socket buffer (rcvbuf, kernel memory) while the channel is
+// full; the handlers only mark things dirty, so the channel drains at
+// once and a longer one would only hold decoded copies on the heap (a
+// route update is about 400 bytes).
+const chanSize = 64
+
 // Start subscribes to links, routes, neighbours, netconf and (for owners of
 // host changes) addresses, reports every existing
 // link to the owners before it returns (so the first sync knows which
@@ -205,22 +212,22 @@ func (w *Watcher) Start(ctx context.Context) error {
 	}
 	netconfSub := netconfSubscribe(onErr("netconf"))
 	// Subscribe before listing, so no change between the two is missed.
-	linkCh, linkDone, err := subscribe(linkSub, 256)
+	linkCh, linkDone, err := subscribe(linkSub, chanSize)
 	if err != nil {
 		return fmt.Errorf("subscribe to links: %w", err)
 	}
-	routeCh, routeDone, err := subscribe(routeSub, 1024)
+	routeCh, routeDone, err := subscribe(routeSub, chanSize)
 	if err != nil {
 		close(linkDone)
 		return fmt.Errorf("subscribe to routes: %w", err)
 	}
-	neighCh, neighDone, err := subscribe(neighSub, 1024)
+	neighCh, neighDone, err := subscribe(neighSub, chanSize)
 	if err != nil {
 		close(linkDone)
 		close(routeDone)
 		return fmt.Errorf("subscribe to neighbours: %w", err)
 	}
-	netconfCh, netconfDone, err := subscribe(netconfSub, 1024)
+	netconfCh, netconfDone, err := subscribe(netconfSub, chanSize)
 	if err != nil {
 		close(linkDone)
 		close(routeDone)
@@ -231,7 +238,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 	var addrDone chan struct{}
 	addrSub := addrSubscribe(onErr("address"))
 	if w.hostOwners() {
-		if addrCh, addrDone, err = subscribe(addrSub, 256); err != nil {
+		if addrCh, addrDone, err = subscribe(addrSub, chanSize); err != nil {
 			close(linkDone)
 			close(routeDone)
 			close(neighDone)
