@@ -38,6 +38,9 @@ type resolver struct {
 	// moved the claims whose sighting changed otherwise (gone, back, or
 	// forgotten), with their first-seen time.
 	fresh, moved []sighted
+	// out holds the peers of the last two passes (flip: the last one's).
+	out  [2][]NodeInfo
+	flip int
 }
 
 // sighted is a claim with its sighting.
@@ -252,13 +255,19 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		e.touch(e.recs[r.Name])
 	}
 
-	peers = make([]NodeInfo, 0, len(e.order))
+	// The two result buffers take turns: the slice the last pass returned
+	// stays as it was while this one is filled, and a change allocates no
+	// new list of every peer.
+	e.flip ^= 1
+	peers = e.out[e.flip][:0]
 	for _, st := range e.order {
 		refused = append(refused, st.refused...)
 		if st.live() {
 			peers = append(peers, st.out)
 		}
 	}
+	clear(peers[len(peers):cap(peers)]) // drop what a longer list held
+	e.out[e.flip] = peers
 	e.ok, e.host = true, host
 	return peers, refused, seenChanged, true
 }
