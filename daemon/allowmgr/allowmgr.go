@@ -154,10 +154,14 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 // (hosts); every peer's blocks plus local are the pod pools. Both are
 // sorted, without duplicates or prefixes no set can hold.
 func Members(nodes []peers.NodeInfo, local, external []netip.Prefix) (hosts, pools []netip.Prefix) {
-	pools = slices.Clone(local)
+	hosts = make([]netip.Prefix, 0, 2*len(nodes)+len(external))
+	pools = make([]netip.Prefix, 0, len(local)+len(nodes))
+	pools = append(pools, local...)
 	for _, n := range nodes {
-		for _, a := range n.HostIPs() {
-			hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
+		for _, a := range [2]netip.Addr{n.IPv4.HostIP, n.IPv6.HostIP} {
+			if a.IsValid() {
+				hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
+			}
 		}
 		pools = append(pools, n.Blocks...)
 	}
