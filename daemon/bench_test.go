@@ -264,13 +264,7 @@ func tmpfsNode(b *testing.B) *testNode {
 		b.Fatalf("state directory on tmpfs: %v", err)
 	}
 	b.Cleanup(func() { os.RemoveAll(dir) })
-	tn.stateDir = filepath.Join(dir, "state")
-	if tn.store, err = state.Open(tn.stateDir); err != nil {
-		b.Fatal(err)
-	}
-	if tn.conf, err = (netnstest.RouteletConf{Name: "routelet", CNIVersion: "1.1.0", StateDir: tn.stateDir, Blocks: []string{tn.podCIDR}}).ConfList(); err != nil {
-		b.Fatal(err)
-	}
+	tn.setStateDir(filepath.Join(dir, "state"))
 	return tn
 }
 

@@ -89,15 +89,22 @@ func newTestNode(t testing.TB, withDefault bool) *testNode {
 	if withDefault {
 		tn.addDefaultRoute()
 	}
-	tn.store, err = state.Open(tn.stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.conf, err = netnstest.RouteletConf{Name: "routelet", CNIVersion: "1.1.0", StateDir: tn.stateDir, Blocks: []string{tn.podCIDR}}.ConfList()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tn.setStateDir(tn.stateDir)
 	return tn
+}
+
+// setStateDir makes dir the node's state directory: the store the test
+// writes records through and the conflist the plugin gets.
+func (tn *testNode) setStateDir(dir string) {
+	tn.t.Helper()
+	var err error
+	tn.stateDir = dir
+	if tn.store, err = state.Open(dir); err != nil {
+		tn.t.Fatal(err)
+	}
+	if tn.conf, err = (netnstest.RouteletConf{Name: "routelet", CNIVersion: "1.1.0", StateDir: dir, Blocks: []string{tn.podCIDR}}).ConfList(); err != nil {
+		tn.t.Fatal(err)
+	}
 }
 
 func (tn *testNode) addDefaultRoute() {
