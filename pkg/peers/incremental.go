@@ -242,12 +242,11 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	}
 	affected := e.live
 	if !full {
-		affected = e.affected(seeds, oldLive)
+		if some, ok := e.affected(seeds, oldLive); ok {
+			affected = some
+		}
 	}
-	if affected == nil {
-		affected = e.live
-	}
-	decide(self, host, slices.Clone(affected))
+	decide(self, host, affected) // sorts affected, a list this pass built
 	for _, it := range affected {
 		e.touch(e.recs[it.Node])
 	}
@@ -274,10 +273,9 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 
 // affected returns the live values whose verdict the pass may have
 // changed: the changed records' values, the values related to the ones
-// that went, and everything related to those, transitively; nil when that
-// is more than maxAffected.
-func (e *resolver) affected(seeds, old []*item) []*item {
-	var out []*item
+// that went, and everything related to those, transitively (none when
+// nothing changed); ok is false when that is more than maxAffected.
+func (e *resolver) affected(seeds, old []*item) (out []*item, ok bool) {
 	queue := func(it *item) bool {
 		if it.mark == e.gen {
 			return true
@@ -288,24 +286,24 @@ func (e *resolver) affected(seeds, old []*item) []*item {
 	}
 	for _, it := range seeds {
 		if !queue(it) {
-			return nil
+			return nil, false
 		}
 	}
 	for _, o := range old {
 		for _, it := range e.live {
 			if related(o, it) && !queue(it) {
-				return nil
+				return nil, false
 			}
 		}
 	}
 	for i := 0; i < len(out); i++ {
 		for _, it := range e.live {
 			if it.mark != e.gen && related(out[i], it) && !queue(it) {
-				return nil
+				return nil, false
 			}
 		}
 	}
-	return out
+	return out, true
 }
 
 // touch rebuilds st's output and refusals from its values' verdicts, once
