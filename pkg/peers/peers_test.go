@@ -333,6 +333,11 @@ func TestValidatorInvalidUTF8(t *testing.T) {
 	}
 }
 
+// writeLedger writes seen as the Validator's Flush would.
+func writeLedger(dir string, seen map[Claim]Sighting) error {
+	return writeClaims(dir, sortedClaims(seen))
+}
+
 // TestLedgerRoundTrip: what writeLedger writes, readLedger reads back the
 // same, gone times and values that JSON must escape included.
 func TestLedgerRoundTrip(t *testing.T) {

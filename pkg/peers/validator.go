@@ -166,7 +166,7 @@ func (v *Validator) readHost() {
 // changed meanwhile — which a first start decides the same way. A value
 // that went in the lost pass is still present in the ledger and is marked
 // gone at the restart, keeping its first-seen time a little longer. The
-// file itself is replaced by rename (writeLedger), never left half.
+// file itself is replaced by rename (writeClaims), never left half.
 func (v *Validator) Flush() {
 	if !v.dirty || v.opts.StateDir == "" {
 		return
@@ -318,8 +318,9 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 	return seen, nil
 }
 
-// writeLedger writes LedgerFile atomically, entries sorted by first-seen
-// time, one claim per line. Flush calls it only when a sighting changed
+// writeClaims writes LedgerFile atomically, order being the sightings in
+// ledger order (by first-seen time; the Validator keeps that order between
+// writes), one claim per line. Flush calls it only when a sighting changed
 // (a value appeared, went, or was forgotten), so a re-validation that
 // changes nothing writes nothing. The encoding is appended by hand a claim
 // at a time and streamed to the file (json.Marshal of a few thousand
@@ -333,12 +334,6 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 // already written; a reboot empties the tmpfs and the records with it. On
 // a state directory on disk the fsyncs keep the rename durable, so an
 // established claim is not lost to a power cut after it was recorded.
-func writeLedger(dir string, seen map[Claim]Sighting) error {
-	return writeClaims(dir, sortedClaims(seen))
-}
-
-// writeClaims is writeLedger with the sightings already in ledger order
-// (the Validator keeps that order between writes).
 func writeClaims(dir string, order []sighted) error {
 	return state.WriteFileAtomicFunc(dir, LedgerFile, func(f io.Writer) error {
 		// Streamed a claim at a time: the whole ledger (about 160 bytes a
