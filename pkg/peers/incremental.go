@@ -99,7 +99,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 			return nil, nil, false, false
 		default:
 			st.gen = e.gen
-			if full || !sameRecord(st.rec, *r) {
+			if full || !st.rec.Equal(*r) {
 				changed = append(changed, r)
 			}
 		}
@@ -358,14 +358,6 @@ func (e *resolver) remove(st *vrec) {
 	if i, found := slices.BinarySearchFunc(e.order, st.rec.Name, func(x *vrec, name string) int { return strings.Compare(x.rec.Name, name) }); found {
 		e.order = slices.Delete(e.order, i, i+1)
 	}
-}
-
-// sameRecord reports whether a and b are the same record, field by field
-// (Updated to the instant: Resolve reads no more of it).
-func sameRecord(a, b Record) bool {
-	return a.Name == b.Name && a.HostIPv4 == b.HostIPv4 && a.HostIPv6 == b.HostIPv6 && slices.Equal(a.Blocks, b.Blocks) &&
-		a.VTEPMAC == b.VTEPMAC && a.VTEPMACv6 == b.VTEPMACv6 && a.TunnelIPv4 == b.TunnelIPv4 && a.TunnelIPv6 == b.TunnelIPv6 &&
-		a.Updated.Equal(b.Updated)
 }
 
 // sameSightings reports whether a and b hold the same times.

@@ -102,6 +102,14 @@ func (r Refusal) Error() string {
 	return fmt.Sprintf("node record %q: %s %q refused: %s", r.Node, r.Field, r.Value, r.Reason)
 }
 
+// Equal reports whether r and o are the same record, field by field
+// (Updated to the instant: Resolve reads no more of it).
+func (r Record) Equal(o Record) bool {
+	return r.Name == o.Name && r.HostIPv4 == o.HostIPv4 && r.HostIPv6 == o.HostIPv6 && slices.Equal(r.Blocks, o.Blocks) &&
+		r.VTEPMAC == o.VTEPMAC && r.VTEPMACv6 == o.VTEPMACv6 && r.TunnelIPv4 == o.TunnelIPv4 && r.TunnelIPv6 == o.TunnelIPv6 &&
+		r.Updated.Equal(o.Updated)
+}
+
 // FromState converts a file-datastore record.
 func FromState(n *state.Node) Record {
 	return Record{

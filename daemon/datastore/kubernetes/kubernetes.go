@@ -492,7 +492,7 @@ func (d *Datastore) onNode(obj any, gone bool) {
 	i, found := slices.BinarySearchFunc(d.recs, n.Name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) })
 	switch {
 	case isPeer && found:
-		if sameRecord(d.recs[i], n.record) {
+		if d.recs[i].Equal(n.record) {
 			d.pmu.Unlock()
 			return
 		}
@@ -510,13 +510,6 @@ func (d *Datastore) onNode(obj any, gone bool) {
 	for _, w := range wake {
 		w()
 	}
-}
-
-// sameRecord reports whether two records hold the same values.
-func sameRecord(a, b peers.Record) bool {
-	return a.Name == b.Name && a.HostIPv4 == b.HostIPv4 && a.HostIPv6 == b.HostIPv6 && slices.Equal(a.Blocks, b.Blocks) &&
-		a.VTEPMAC == b.VTEPMAC && a.VTEPMACv6 == b.VTEPMACv6 && a.TunnelIPv4 == b.TunnelIPv4 && a.TunnelIPv6 == b.TunnelIPv6 &&
-		a.Updated.Equal(b.Updated)
 }
 
 // Peers returns a record for every other Node with podCIDRs, sorted by
