@@ -66,12 +66,14 @@ type Datastore struct {
 	// rebuilds its loop when its blocks grow) and revoked by Close.
 	leaseMu sync.Mutex
 	lease   leaseState
+	closed  bool // Close ran: no lease is granted again
 
 	mu        sync.Mutex
 	self      *state.Node             // this node's record as published
 	selfDirty bool                    // the stored record may differ from self
 	recs      map[string]peers.Record // peers by name
 	sorted    []peers.Record          // recs by name, built by Peers; nil after a relist
+	shared    bool                    // sorted was handed out by Peers since it last changed
 	bad       map[string]error        // skipped keys: why
 	live      map[string]bool         // nodes with a liveness key
 	listed    bool                    // the prefix was listed once
@@ -157,6 +159,7 @@ func (d *Datastore) Close() error {
 		cancel()
 		d.lease = leaseState{}
 	}
+	d.closed = true
 	d.leaseMu.Unlock()
 	return d.cli.Close()
 }
@@ -486,22 +489,28 @@ func (d *Datastore) publishCounts() {
 }
 
 // resort brings d.sorted up to date with name's record (in d.recs, or
-// gone) in a copy, as the last Peers answer may still be being read.
-// d.mu is held.
+// gone): in a copy when the last Peers answer may still be being read,
+// else in place, so a burst of changes between two Peers calls copies the
+// list once. d.mu is held.
 func (d *Datastore) resort(name string) {
 	if d.sorted == nil {
 		return
 	}
 	i, found := slices.BinarySearchFunc(d.sorted, name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) })
 	r, ok := d.recs[name]
+	if !ok && !found {
+		return
+	}
+	if d.shared {
+		d.sorted, d.shared = slices.Clone(d.sorted), false
+	}
 	switch {
 	case ok && found:
-		d.sorted = slices.Clone(d.sorted)
 		d.sorted[i] = r
 	case ok:
-		d.sorted = slices.Insert(slices.Clone(d.sorted), i, r)
-	case found:
-		d.sorted = slices.Delete(slices.Clone(d.sorted), i, i+1)
+		d.sorted = slices.Insert(d.sorted, i, r)
+	default:
+		d.sorted = slices.Delete(d.sorted, i, i+1)
 	}
 }
 
@@ -534,6 +543,7 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 			bad = append(bad, d.bad[k])
 		}
 	}
+	d.shared = true
 	return d.sorted, bad, nil
 }
 
@@ -560,6 +570,11 @@ func (d *Datastore) keepLoop(ctx context.Context) {
 	for {
 		rctx, cancel := d.req(ctx)
 		d.leaseMu.Lock()
+		if d.closed {
+			d.leaseMu.Unlock()
+			cancel()
+			return
+		}
 		var err error
 		d.lease, err = d.keepLiveness(rctx, d.lease)
 		d.leaseMu.Unlock()
