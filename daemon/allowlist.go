@@ -33,7 +33,7 @@ func allowRules(cfg *config.Config) rules.Config {
 // newAllowlist builds the allowlist manager (routelet's ipsets and
 // iptables chains) for cfg and registers its metrics; its periodic tamper
 // check is a tick of the loop. IPv6 rules are managed only when ip6tables
-// works. The returned func closes the netlink socket.
+// works. The returned func closes its netlink sockets.
 func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, repairs *inspect.RepairLog, log *slog.Logger) (*allowmgr.Manager, func(), error) {
 	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
@@ -47,7 +47,12 @@ func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Met
 	}
 	k, err := ipset.NewNetlink()
 	if err != nil {
+		_ = rules.ClosePair(v4, v6)
 		return nil, nil, fmt.Errorf("allowlist: %w", err)
+	}
+	closeAll := func() {
+		k.Close()
+		_ = rules.ClosePair(v4, v6)
 	}
 	rc := allowRules(cfg)
 	if !cfg.NATOutgoing && len(cfg.NATOutgoingPools) > 0 {
@@ -61,10 +66,10 @@ func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Met
 		err = m.Register(metrics.Registry)
 	}
 	if err != nil {
-		k.Close()
+		closeAll()
 		return nil, nil, fmt.Errorf("allowlist: %w", err)
 	}
 	log.Info("allowlist enabled", "vxlan", rc.VXLAN, "ipip", rc.IPIP, "natOutgoing", rc.NATOutgoing, "natOutgoingPools", cfg.NATOutgoingPools,
 		"iptablesBackend", cfg.IptablesBackend, "ipv6", v6 != nil, "checkPeriod", cfg.AllowlistCheckPeriod)
-	return m, func() { k.Close() }, nil
+	return m, closeAll, nil
 }

@@ -20,6 +20,7 @@ func removeAllowlist(backend string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
+	defer rules.ClosePair(v4, v6)
 	if v6Err != nil {
 		log.Warn("cleanup: ip6tables unavailable, IPv6 chains left alone", "err", v6Err)
 	}

@@ -321,6 +321,7 @@ func TestPairReadsItsNamespacesGeneration(t *testing.T) {
 	if err := n.Do(func(ns.NetNS) error { v4, v6, _, err = NewIPTablesPair(BackendNFT); return err }); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ClosePair(v4, v6) }) // the socket would keep the namespace alive
 	// fresh reads the generation in n on a socket of its own.
 	fresh := func() uint32 {
 		t.Helper()

@@ -13,9 +13,9 @@ import (
 // IPv4 table that cannot be had is err. They are the tables of the
 // caller's own namespace: with iptables-nft both read the ruleset
 // generation (the namespace's, whatever the family) over one netlink
-// socket opened here, in the calling thread's namespace, and kept for the
-// life of the process, so the allowlist's check every second opens none
-// (should it fail to open, each read opens its own).
+// socket opened here, in the calling thread's namespace, and kept until
+// ClosePair, so the allowlist's check every second opens none (should it
+// fail to open, each read opens its own).
 func NewIPTablesPair(backend string) (v4, v6 Table, v6Err, err error) {
 	t4, err := NewIPTables(ipset.IPv4, backend)
 	if err != nil {
@@ -33,4 +33,19 @@ func NewIPTablesPair(backend string) (v4, v6 Table, v6Err, err error) {
 		t6.gen = t4.gen
 	}
 	return t4, t6, nil, nil
+}
+
+// ClosePair closes the socket the tables of NewIPTablesPair share; they
+// then open one per read. Either may be nil.
+func ClosePair(v4, v6 Table) error {
+	var conn *nlutil.Conn
+	for _, t := range []Table{v4, v6} {
+		if it, ok := t.(*IPTables); ok && it != nil && it.gen != nil {
+			conn, it.gen = it.gen, nil
+		}
+	}
+	if conn == nil {
+		return nil
+	}
+	return conn.Close()
 }
