@@ -113,8 +113,11 @@ func Once(protocol int, req *nl.NetlinkRequest, each func(msg []byte) error) err
 // or the single answer of one without. An error the kernel reports is
 // returned as its syscall.Errno; an answer marked NLM_F_DUMP_INTR is read
 // to its end and reported as nl.ErrDumpInterrupted (see Retry). An error
-// from each stops the calls to each, not the reading, and is returned:
-// the socket is left with nothing of this exchange pending.
+// from each stops the calls to each, not the reading, and is returned
+// after the answer's end. Other early returns (an error the kernel
+// reports in the middle of a dump, a malformed or oversized message) can
+// leave the rest of the answer queued; the next Execute skips it by its
+// sequence number.
 func (c *Conn) Execute(req *nl.NetlinkRequest, each func(msg []byte) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
