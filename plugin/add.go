@@ -43,11 +43,8 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if e != nil {
 		return e
 	}
-	host, err := dp.Host(int(node.proto), c.Prefix)
-	if err != nil {
-		return cniErr(types.ErrInternal, "read the node's addresses and links: %v", err)
-	}
-	if e := checkPrefix(host, c.Prefix); e != nil {
+	host, e := guardedHost(c, int(node.proto))
+	if e != nil {
 		return e
 	}
 	if c.Delegate == "" && len(c.Blocks) > 0 {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
 
 	"github.com/routelet/routelet/pkg/ipam"
@@ -34,11 +33,8 @@ func cmdDel(args *skel.CmdArgs) error {
 	if e != nil {
 		return e
 	}
-	host, err := dp.Host(routes.DefaultProtocol, c.Prefix)
-	if err != nil {
-		return cniErr(types.ErrInternal, "read the node's links: %v", err)
-	}
-	if e := checkPrefix(host, c.Prefix); e != nil {
+	host, e := guardedHost(c, routes.DefaultProtocol)
+	if e != nil {
 		return e
 	}
 	rec, err := store.GetWorkload(args.ContainerID, args.IfName)

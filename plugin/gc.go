@@ -43,11 +43,8 @@ func cmdGC(args *skel.CmdArgs) error {
 	if e != nil {
 		return e
 	}
-	host, err := dp.Host(routes.DefaultProtocol, c.Prefix)
-	if err != nil {
-		return cniErr(types.ErrInternal, "read the node's links: %v", err)
-	}
-	if e := checkPrefix(host, c.Prefix); e != nil {
+	host, e := guardedHost(c, routes.DefaultProtocol)
+	if e != nil {
 		return e
 	}
 	recs, bad := store.ListWorkloads()
@@ -55,6 +52,7 @@ func cmdGC(args *skel.CmdArgs) error {
 		slog.Warn("skipping unreadable workload record", "err", b)
 	}
 	var alloc *ipam.Allocator
+	var err error
 	var errs []error
 	for _, r := range recs {
 		att := ipam.Attachment{ContainerID: r.ContainerID, IfName: r.IfName}

@@ -94,6 +94,20 @@ func dropTunnelAddrs(h *netguard.Host, daemonBlocks []netip.Prefix) {
 	h.Addrs = kept
 }
 
+// guardedHost reads the node's addresses and links (routes of protocol
+// ownProto count as routelet's) and refuses the configuration's
+// interfacePrefix when checkPrefix does: the start of ADD, DEL and GC.
+func guardedHost(c *config, ownProto int) (netguard.Host, *types.Error) {
+	host, err := dp.Host(ownProto, c.Prefix)
+	if err != nil {
+		return netguard.Host{}, cniErr(types.ErrInternal, "read the node's addresses and links: %v", err)
+	}
+	if e := checkPrefix(host, c.Prefix); e != nil {
+		return netguard.Host{}, e
+	}
+	return host, nil
+}
+
 // checkPrefix refuses an interfacePrefix under which DEL and GC would own
 // links routelet did not create: one matching the uplink or an existing
 // link that is not a veth.
