@@ -11,6 +11,8 @@ import (
 	"github.com/ti-mo/conntrack"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/fakekernel"
 )
 
 var (
@@ -39,21 +41,13 @@ type FakeNetlink struct {
 	nextIndex int
 	routes    map[fakeRouteKey]netlink.Route
 	neighs    map[neighKey]netlink.Neigh
-	calls     map[string]int
-	failures  []fakeFailure
-	writes    int
+	calls     fakekernel.Calls
 }
 
 type fakeRouteKey struct {
 	family, table int
 	dst           netip.Prefix
 	tos, priority int
-}
-
-type fakeFailure struct {
-	call string
-	at   int // fires when calls[call] reaches at
-	err  error
 }
 
 // NewFakeNetlink returns a fake kernel holding only "lo" (index 1, up).
@@ -63,7 +57,6 @@ func NewFakeNetlink() *FakeNetlink {
 		nextIndex: 1,
 		routes:    map[fakeRouteKey]netlink.Route{},
 		neighs:    map[neighKey]netlink.Neigh{},
-		calls:     map[string]int{},
 	}
 	f.AddLink("lo", true)
 	return f
@@ -168,37 +161,14 @@ func (f *FakeNetlink) Neighbours() []netlink.Neigh {
 
 // FailOn makes the nth next call named call (1 = the very next one) return
 // err without doing anything.
-func (f *FakeNetlink) FailOn(call string, nth int, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failures = append(f.failures, fakeFailure{call: call, at: f.calls[call] + nth, err: err})
-}
+func (f *FakeNetlink) FailOn(call string, nth int, err error) { f.calls.FailOn(call, nth, err) }
 
 // Calls returns how many times call was made (failed calls included).
-func (f *FakeNetlink) Calls(call string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[call]
-}
+func (f *FakeNetlink) Calls(call string) int { return f.calls.Count(call) }
 
 // Writes returns how many route and neighbour writes were attempted.
 func (f *FakeNetlink) Writes() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.writes
-}
-
-// enter counts a call and returns an injected failure for it, if any.
-// Caller holds mu.
-func (f *FakeNetlink) enter(call string) error {
-	f.calls[call]++
-	for i, fl := range f.failures {
-		if fl.call == call && fl.at == f.calls[call] {
-			f.failures = slices.Delete(f.failures, i, i+1)
-			return fl.err
-		}
-	}
-	return nil
+	return f.calls.Sum("RouteReplace", "RouteAdd", "RouteDel", "NeighSet", "NeighDel")
 }
 
 // byName finds a link by name. Caller holds mu.
@@ -327,58 +297,60 @@ func (f *FakeNetlink) list(family, table, linkIndex int) []netlink.Route {
 }
 
 // LinkList implements Netlink.
-func (f *FakeNetlink) LinkList() ([]Link, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("LinkList"); err != nil {
-		return nil, err
-	}
-	out := make([]Link, 0, len(f.links))
-	for _, l := range f.links {
-		out = append(out, *l)
-	}
-	slices.SortFunc(out, func(a, b Link) int { return a.Index - b.Index })
-	return out, nil
+func (f *FakeNetlink) LinkList() (out []Link, err error) {
+	err = f.calls.Do(&f.mu, "LinkList", func() error {
+		out = make([]Link, 0, len(f.links))
+		for _, l := range f.links {
+			out = append(out, *l)
+		}
+		slices.SortFunc(out, func(a, b Link) int { return a.Index - b.Index })
+		return nil
+	})
+	return out, err
 }
 
 // LinkByName implements Netlink.
-func (f *FakeNetlink) LinkByName(name string) (Link, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("LinkByName"); err != nil {
-		return Link{}, err
-	}
-	l := f.byName(name)
-	if l == nil {
-		return Link{}, fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
-	}
-	return *l, nil
+func (f *FakeNetlink) LinkByName(name string) (out Link, err error) {
+	err = f.calls.Do(&f.mu, "LinkByName", func() error {
+		l := f.byName(name)
+		if l == nil {
+			return fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
+		}
+		out = *l
+		return nil
+	})
+	return out, err
 }
 
 // RouteList implements Netlink.
-func (f *FakeNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("RouteList"); err != nil {
-		return nil, err
-	}
-	return f.list(family, table, linkIndex), nil
+func (f *FakeNetlink) RouteList(family, table, linkIndex int) (out []netlink.Route, err error) {
+	err = f.calls.Do(&f.mu, "RouteList", func() error {
+		out = f.list(family, table, linkIndex)
+		return nil
+	})
+	return out, err
 }
 
 // RouteReplace implements Netlink.
 func (f *FakeNetlink) RouteReplace(r *netlink.Route) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writes++
-	if err := f.enter("RouteReplace"); err != nil {
-		return err
-	}
-	k, route, err := f.validate(*r)
-	if err != nil {
-		return err
-	}
-	f.routes[k] = route
-	return nil
+	return f.writeRoute("RouteReplace", r, false)
+}
+
+// writeRoute is RouteReplace, or RouteAdd when exclusive: validated like
+// the kernel, and refused with EEXIST when exclusive and any route holds
+// the key.
+func (f *FakeNetlink) writeRoute(call string, r *netlink.Route, exclusive bool) error {
+	return f.calls.Do(&f.mu, call, func() error {
+		k, route, err := f.validate(*r)
+		if err != nil {
+			return err
+		}
+		if _, ok := f.routes[k]; ok && exclusive {
+			return fmt.Errorf("fake: add %s: %w", k.dst, unix.EEXIST)
+		}
+		f.routes[k] = route
+		return nil
+	})
 }
 
 // oneByOne is a Netlink's RouteReplaceMany or RouteAddMany done without
@@ -401,21 +373,7 @@ func (f *FakeNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
 // RouteAdd implements Netlink: like NLM_F_CREATE|NLM_F_EXCL, it fails with
 // EEXIST when any route (of any protocol, on any device) holds the key.
 func (f *FakeNetlink) RouteAdd(r *netlink.Route) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writes++
-	if err := f.enter("RouteAdd"); err != nil {
-		return err
-	}
-	k, route, err := f.validate(*r)
-	if err != nil {
-		return err
-	}
-	if _, ok := f.routes[k]; ok {
-		return fmt.Errorf("fake: add %s: %w", k.dst, unix.EEXIST)
-	}
-	f.routes[k] = route
-	return nil
+	return f.writeRoute("RouteAdd", r, true)
 }
 
 // RouteAddMany implements Netlink: each route counts as one "RouteAdd" call
@@ -427,12 +385,11 @@ func (f *FakeNetlink) RouteAddMany(rs []*netlink.Route) []error {
 // RouteDel implements Netlink. Like the kernel it matches the key, then every
 // attribute the request sets (device, protocol, type, gateway).
 func (f *FakeNetlink) RouteDel(r *netlink.Route) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writes++
-	if err := f.enter("RouteDel"); err != nil {
-		return err
-	}
+	return f.calls.Do(&f.mu, "RouteDel", func() error { return f.routeDel(r) })
+}
+
+// routeDel is RouteDel once counted. Caller holds mu.
+func (f *FakeNetlink) routeDel(r *netlink.Route) error {
 	if r.Dst == nil {
 		return fmt.Errorf("fake: delete without destination: %w", unix.EINVAL)
 	}
@@ -467,60 +424,53 @@ func (f *FakeNetlink) RouteDel(r *netlink.Route) error {
 }
 
 // NeighList implements Netlink.
-func (f *FakeNetlink) NeighList(family int) ([]netlink.Neigh, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("NeighList"); err != nil {
-		return nil, err
-	}
-	var out []netlink.Neigh
-	for k, n := range f.neighs {
-		if (family == netlink.FAMILY_V4) == k.ip.Is4() {
-			out = append(out, n)
+func (f *FakeNetlink) NeighList(family int) (out []netlink.Neigh, err error) {
+	err = f.calls.Do(&f.mu, "NeighList", func() error {
+		for k, n := range f.neighs {
+			if (family == netlink.FAMILY_V4) == k.ip.Is4() {
+				out = append(out, n)
+			}
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // NeighSet implements Netlink.
 func (f *FakeNetlink) NeighSet(n *netlink.Neigh) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writes++
-	if err := f.enter("NeighSet"); err != nil {
-		return err
-	}
-	k, err := f.neighKeyOf(n)
-	if err != nil {
-		return err
-	}
-	if f.links[n.LinkIndex] == nil {
-		return fmt.Errorf("fake: neighbour %s dev index %d: %w", k.ip, n.LinkIndex, unix.ENODEV)
-	}
-	c := *n
-	c.IP = slices.Clone(n.IP)
-	c.HardwareAddr = slices.Clone(n.HardwareAddr)
-	f.neighs[k] = c
-	return nil
+	return f.neighWrite("NeighSet", n, func(k neighKey) error {
+		if f.links[n.LinkIndex] == nil {
+			return fmt.Errorf("fake: neighbour %s dev index %d: %w", k.ip, n.LinkIndex, unix.ENODEV)
+		}
+		c := *n
+		c.IP = slices.Clone(n.IP)
+		c.HardwareAddr = slices.Clone(n.HardwareAddr)
+		f.neighs[k] = c
+		return nil
+	})
+}
+
+// neighWrite runs change on n's key as the call named call. Caller does
+// not hold mu.
+func (f *FakeNetlink) neighWrite(call string, n *netlink.Neigh, change func(neighKey) error) error {
+	return f.calls.Do(&f.mu, call, func() error {
+		k, err := f.neighKeyOf(n)
+		if err != nil {
+			return err
+		}
+		return change(k)
+	})
 }
 
 // NeighDel implements Netlink.
 func (f *FakeNetlink) NeighDel(n *netlink.Neigh) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writes++
-	if err := f.enter("NeighDel"); err != nil {
-		return err
-	}
-	k, err := f.neighKeyOf(n)
-	if err != nil {
-		return err
-	}
-	if _, ok := f.neighs[k]; !ok {
-		return fmt.Errorf("fake: neighbour %s: %w", k.ip, unix.ENOENT)
-	}
-	delete(f.neighs, k)
-	return nil
+	return f.neighWrite("NeighDel", n, func(k neighKey) error {
+		if _, ok := f.neighs[k]; !ok {
+			return fmt.Errorf("fake: neighbour %s: %w", k.ip, unix.ENOENT)
+		}
+		delete(f.neighs, k)
+		return nil
+	})
 }
 
 // SetNeighbour overwrites a neighbour entry as another program would.
