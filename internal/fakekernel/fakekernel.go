@@ -53,6 +53,17 @@ func (c *Calls) Do(mu sync.Locker, name string, fn func() error) error {
 	return fn()
 }
 
+// Get is Do for a call that returns a value: get's result, or the zero
+// value and the injected error when one is due.
+func Get[T any](c *Calls, mu sync.Locker, name string, get func() (T, error)) (T, error) {
+	var out T
+	err := c.Do(mu, name, func() (err error) {
+		out, err = get()
+		return err
+	})
+	return out, err
+}
+
 // FailOn makes the nth next call of name (1 = the very next one) return
 // err.
 func (c *Calls) FailOn(name string, nth int, err error) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/fakekernel"
 )
 
 var _ Netlink = (*FakeNetlink)(nil)
@@ -24,8 +26,7 @@ type FakeNetlink struct {
 	mu        sync.Mutex
 	links     map[int]*fakeLink
 	nextIndex int
-	failures  map[string][]error
-	calls     map[string]int
+	calls     fakekernel.Calls
 	writes    int
 }
 
@@ -42,23 +43,15 @@ type fakeLink struct {
 // NewFakeNetlink returns an empty fake whose first link gets index 1 (lo is
 // not simulated).
 func NewFakeNetlink() *FakeNetlink {
-	return &FakeNetlink{links: map[int]*fakeLink{}, nextIndex: 1, failures: map[string][]error{}, calls: map[string]int{}}
+	return &FakeNetlink{links: map[int]*fakeLink{}, nextIndex: 1}
 }
 
 // Fail makes the next call of method (e.g. "LinkAdd", "NeighSet") return
 // err; queued errors are consumed one per call, in order.
-func (f *FakeNetlink) Fail(method string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failures[method] = append(f.failures[method], err)
-}
+func (f *FakeNetlink) Fail(method string, err error) { f.calls.Fail(method, err) }
 
 // Calls returns how often method was called (failed calls included).
-func (f *FakeNetlink) Calls(method string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[method]
-}
+func (f *FakeNetlink) Calls(method string) int { return f.calls.Count(method) }
 
 // Writes returns how many successful state-changing calls were made.
 func (f *FakeNetlink) Writes() int {
@@ -67,14 +60,16 @@ func (f *FakeNetlink) Writes() int {
 	return f.writes
 }
 
-// enter counts a call and returns a queued failure, if any. f.mu is held.
-func (f *FakeNetlink) enter(method string) error {
-	f.calls[method]++
-	if q := f.failures[method]; len(q) > 0 {
-		f.failures[method] = q[1:]
-		return q[0]
-	}
-	return nil
+// write runs change as a call of method (see fakekernel.Calls.Do) and
+// counts it as a write when it succeeds.
+func (f *FakeNetlink) write(method string, change func() error) error {
+	return f.calls.Do(&f.mu, method, func() error {
+		if err := change(); err != nil {
+			return err
+		}
+		f.writes++
+		return nil
+	})
 }
 
 // AddUnderlay adds an up link (a stand-in for eth0) with the given MTU and
@@ -154,94 +149,77 @@ func (f *FakeNetlink) target(link netlink.Link) (*fakeLink, error) {
 
 // LinkByName implements Netlink.
 func (f *FakeNetlink) LinkByName(name string) (netlink.Link, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("LinkByName"); err != nil {
-		return nil, err
-	}
-	l := f.byName(name)
-	if l == nil {
-		return nil, fmt.Errorf("link %s: %w", name, ErrLinkNotFound)
-	}
-	return cloneLink(l.link), nil
+	return fakekernel.Get(&f.calls, &f.mu, "LinkByName", func() (netlink.Link, error) {
+		l := f.byName(name)
+		if l == nil {
+			return nil, fmt.Errorf("link %s: %w", name, ErrLinkNotFound)
+		}
+		return cloneLink(l.link), nil
+	})
 }
 
 // LinkByIndex implements Netlink.
 func (f *FakeNetlink) LinkByIndex(index int) (netlink.Link, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("LinkByIndex"); err != nil {
-		return nil, err
-	}
-	l, ok := f.links[index]
-	if !ok {
-		return nil, fmt.Errorf("link index %d: %w", index, ErrLinkNotFound)
-	}
-	return cloneLink(l.link), nil
+	return fakekernel.Get(&f.calls, &f.mu, "LinkByIndex", func() (netlink.Link, error) {
+		l, ok := f.links[index]
+		if !ok {
+			return nil, fmt.Errorf("link index %d: %w", index, ErrLinkNotFound)
+		}
+		return cloneLink(l.link), nil
+	})
 }
 
 // LinkList implements Netlink.
 func (f *FakeNetlink) LinkList() ([]netlink.Link, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("LinkList"); err != nil {
-		return nil, err
-	}
-	var out []netlink.Link
-	for _, idx := range slices.Sorted(maps.Keys(f.links)) {
-		out = append(out, cloneLink(f.links[idx].link))
-	}
-	return out, nil
+	return fakekernel.Get(&f.calls, &f.mu, "LinkList", func() ([]netlink.Link, error) {
+		var out []netlink.Link
+		for _, idx := range slices.Sorted(maps.Keys(f.links)) {
+			out = append(out, cloneLink(f.links[idx].link))
+		}
+		return out, nil
+	})
 }
 
 // LinkAdd implements Netlink. A VXLAN device without a MAC gets a fixed one;
 // its MTU defaults to 1500 when not given. As in the kernel, a second VXLAN
 // device with the VNI and port of an existing one is refused with EEXIST.
 func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("LinkAdd"); err != nil {
-		return err
-	}
-	if f.byName(link.Attrs().Name) != nil {
-		return unix.EEXIST
-	}
-	if v, ok := link.(*netlink.Vxlan); ok {
-		if _, ok := f.links[v.VtepDevIndex]; !ok && v.VtepDevIndex != 0 {
-			return unix.ENODEV
+	return f.write("LinkAdd", func() error {
+		if f.byName(link.Attrs().Name) != nil {
+			return unix.EEXIST
 		}
-		for _, l := range f.links {
-			if o, ok := l.link.(*netlink.Vxlan); ok && o.VxlanId == v.VxlanId && o.Port == v.Port && VXLANFamily(o) == VXLANFamily(v) {
-				return unix.EEXIST
+		if v, ok := link.(*netlink.Vxlan); ok {
+			if _, ok := f.links[v.VtepDevIndex]; !ok && v.VtepDevIndex != 0 {
+				return unix.ENODEV
+			}
+			for _, l := range f.links {
+				if o, ok := l.link.(*netlink.Vxlan); ok && o.VxlanId == v.VxlanId && o.Port == v.Port && VXLANFamily(o) == VXLANFamily(v) {
+					return unix.EEXIST
+				}
 			}
 		}
-	}
-	idx := f.addLocked(link)
-	at := f.links[idx].link.Attrs()
-	at.Flags &^= net.FlagUp
-	if at.HardwareAddr == nil {
-		if _, ok := link.(*netlink.Vxlan); ok {
-			at.HardwareAddr = net.HardwareAddr{0x06, 0, 0, 0, 0, byte(idx)}
+		idx := f.addLocked(link)
+		at := f.links[idx].link.Attrs()
+		at.Flags &^= net.FlagUp
+		if at.HardwareAddr == nil {
+			if _, ok := link.(*netlink.Vxlan); ok {
+				at.HardwareAddr = net.HardwareAddr{0x06, 0, 0, 0, 0, byte(idx)}
+			}
 		}
-	}
-	f.writes++
-	return nil
+		return nil
+	})
 }
 
 // LinkDel implements Netlink.
 func (f *FakeNetlink) LinkDel(link netlink.Link) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("LinkDel"); err != nil {
-		return err
-	}
-	l, err := f.target(link)
-	if err != nil {
-		return err
-	}
-	delete(f.links, l.link.Attrs().Index)
-	f.writes++
-	return nil
+	return f.write("LinkDel", func() error {
+		l, err := f.target(link)
+		if err != nil {
+			return err
+		}
+		delete(f.links, l.link.Attrs().Index)
+		return nil
+	})
 }
 
 // LinkSetMTU implements Netlink.
@@ -280,18 +258,14 @@ func (f *FakeNetlink) SetMaster(name string, master int) error {
 
 // modify runs change on the stored link after the failure check.
 func (f *FakeNetlink) modify(method string, link netlink.Link, change func(*fakeLink)) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter(method); err != nil {
-		return err
-	}
-	l, err := f.target(link)
-	if err != nil {
-		return err
-	}
-	change(l)
-	f.writes++
-	return nil
+	return f.write(method, func() error {
+		l, err := f.target(link)
+		if err != nil {
+			return err
+		}
+		change(l)
+		return nil
+	})
 }
 
 // SetLinkDown, SetLinkMTU and SetLinkMAC change a link behind the managers'
@@ -382,214 +356,179 @@ func (f *FakeNetlink) TXChecksumOn(name string) bool {
 
 // AddrList implements Netlink.
 func (f *FakeNetlink) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("AddrList"); err != nil {
-		return nil, err
-	}
-	var ls []*fakeLink
-	if link == nil {
-		for _, l := range f.links {
-			ls = append(ls, l)
-		}
-	} else {
-		l, err := f.target(link)
-		if err != nil {
-			return nil, err
-		}
-		ls = []*fakeLink{l}
-	}
-	var out []netlink.Addr
-	for _, l := range ls {
-		for _, p := range l.addrs {
-			if nlFamily(familyOf(p.Addr())) != family && family != netlink.FAMILY_ALL {
-				continue
+	return fakekernel.Get(&f.calls, &f.mu, "AddrList", func() ([]netlink.Addr, error) {
+		var ls []*fakeLink
+		if link == nil {
+			for _, l := range f.links {
+				ls = append(ls, l)
 			}
-			out = append(out, netlink.Addr{
-				IPNet:     &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
-				LinkIndex: l.link.Attrs().Index,
-			})
+		} else {
+			l, err := f.target(link)
+			if err != nil {
+				return nil, err
+			}
+			ls = []*fakeLink{l}
 		}
-	}
-	return out, nil
+		var out []netlink.Addr
+		for _, l := range ls {
+			for _, p := range l.addrs {
+				if nlFamily(familyOf(p.Addr())) != family && family != netlink.FAMILY_ALL {
+					continue
+				}
+				out = append(out, netlink.Addr{
+					IPNet:     &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
+					LinkIndex: l.link.Attrs().Index,
+				})
+			}
+		}
+		return out, nil
+	})
 }
 
-// addrTarget is the start of AddrReplace and AddrDel: the call counted as
-// op, the link it names and the address as a prefix. f.mu is held.
-func (f *FakeNetlink) addrTarget(op string, link netlink.Link, addr *netlink.Addr) (*fakeLink, netip.Prefix, error) {
-	if err := f.enter(op); err != nil {
-		return nil, netip.Prefix{}, err
-	}
-	l, err := f.target(link)
-	if err != nil {
-		return nil, netip.Prefix{}, err
-	}
-	pfx, ok := addrPrefix(*addr)
-	if !ok {
-		return nil, netip.Prefix{}, unix.EINVAL
-	}
-	return l, pfx, nil
+// addrWrite is AddrReplace and AddrDel: a write counted as op that runs
+// change on the link it names and the address as a prefix.
+func (f *FakeNetlink) addrWrite(op string, link netlink.Link, addr *netlink.Addr, change func(*fakeLink, netip.Prefix) error) error {
+	return f.write(op, func() error {
+		l, err := f.target(link)
+		if err != nil {
+			return err
+		}
+		pfx, ok := addrPrefix(*addr)
+		if !ok {
+			return unix.EINVAL
+		}
+		return change(l, pfx)
+	})
 }
 
 // AddrReplace implements Netlink.
 func (f *FakeNetlink) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	l, pfx, err := f.addrTarget("AddrReplace", link, addr)
-	if err != nil {
-		return err
-	}
-	l.addrs = slices.DeleteFunc(l.addrs, func(p netip.Prefix) bool { return p.Addr() == pfx.Addr() })
-	l.addrs = append(l.addrs, pfx)
-	f.writes++
-	return nil
+	return f.addrWrite("AddrReplace", link, addr, func(l *fakeLink, pfx netip.Prefix) error {
+		l.addrs = slices.DeleteFunc(l.addrs, func(p netip.Prefix) bool { return p.Addr() == pfx.Addr() })
+		l.addrs = append(l.addrs, pfx)
+		return nil
+	})
 }
 
 // AddrDel implements Netlink.
 func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	l, pfx, err := f.addrTarget("AddrDel", link, addr)
-	if err != nil {
-		return err
-	}
-	n := len(l.addrs)
-	l.addrs = slices.DeleteFunc(l.addrs, func(p netip.Prefix) bool { return p == pfx })
-	if len(l.addrs) == n {
-		return unix.EADDRNOTAVAIL
-	}
-	f.writes++
-	return nil
+	return f.addrWrite("AddrDel", link, addr, func(l *fakeLink, pfx netip.Prefix) error {
+		n := len(l.addrs)
+		l.addrs = slices.DeleteFunc(l.addrs, func(p netip.Prefix) bool { return p == pfx })
+		if len(l.addrs) == n {
+			return unix.EADDRNOTAVAIL
+		}
+		return nil
+	})
 }
 
 // NeighList implements Netlink.
 func (f *FakeNetlink) NeighList(linkIndex, family int) ([]netlink.Neigh, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("NeighList"); err != nil {
-		return nil, err
-	}
-	l, ok := f.links[linkIndex]
-	if !ok {
-		return nil, unix.ENODEV
-	}
-	var out []netlink.Neigh
-	if family == unix.AF_BRIDGE {
-		for _, n := range l.fdb {
-			out = append(out, cloneNeigh(n))
+	return fakekernel.Get(&f.calls, &f.mu, "NeighList", func() ([]netlink.Neigh, error) {
+		l, ok := f.links[linkIndex]
+		if !ok {
+			return nil, unix.ENODEV
+		}
+		var out []netlink.Neigh
+		if family == unix.AF_BRIDGE {
+			for _, n := range l.fdb {
+				out = append(out, cloneNeigh(n))
+			}
+			return out, nil
+		}
+		for _, ip := range sortedAddrs(l.neighs) {
+			if nlFamily(familyOf(ip)) == family {
+				out = append(out, cloneNeigh(l.neighs[ip]))
+			}
 		}
 		return out, nil
-	}
-	for _, ip := range sortedAddrs(l.neighs) {
-		if nlFamily(familyOf(ip)) == family {
-			out = append(out, cloneNeigh(l.neighs[ip]))
-		}
-	}
-	return out, nil
+	})
 }
 
 // NeighSet implements Netlink: an ARP/NDP entry is replaced by IP; an FDB
 // entry for a known MAC has its first remote replaced, as the VXLAN driver
 // does with NLM_F_REPLACE.
 func (f *FakeNetlink) NeighSet(neigh *netlink.Neigh) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("NeighSet"); err != nil {
-		return err
-	}
-	l, ok := f.links[neigh.LinkIndex]
-	if !ok {
-		return unix.ENODEV
-	}
-	n := cloneNeigh(*neigh)
-	if neigh.Family == unix.AF_BRIDGE {
-		for i, e := range l.fdb {
-			if bytes.Equal(e.HardwareAddr, n.HardwareAddr) {
-				if !slices.ContainsFunc(l.fdb, func(x netlink.Neigh) bool {
-					return bytes.Equal(x.HardwareAddr, n.HardwareAddr) && x.IP.Equal(n.IP)
-				}) {
-					l.fdb[i] = n
-				}
-				f.writes++
-				return nil
-			}
+	return f.write("NeighSet", func() error {
+		l, ok := f.links[neigh.LinkIndex]
+		if !ok {
+			return unix.ENODEV
 		}
-		l.fdb = append(l.fdb, n)
-		f.writes++
+		n := cloneNeigh(*neigh)
+		if neigh.Family == unix.AF_BRIDGE {
+			for i, e := range l.fdb {
+				if bytes.Equal(e.HardwareAddr, n.HardwareAddr) {
+					if !slices.ContainsFunc(l.fdb, func(x netlink.Neigh) bool {
+						return bytes.Equal(x.HardwareAddr, n.HardwareAddr) && x.IP.Equal(n.IP)
+					}) {
+						l.fdb[i] = n
+					}
+					return nil
+				}
+			}
+			l.fdb = append(l.fdb, n)
+			return nil
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			return unix.EINVAL
+		}
+		l.neighs[ip.Unmap()] = n
 		return nil
-	}
-	ip, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return unix.EINVAL
-	}
-	l.neighs[ip.Unmap()] = n
-	f.writes++
-	return nil
+	})
 }
 
 // NeighDel implements Netlink: ENOENT when no such entry exists; an FDB
 // delete without IP removes every remote of the MAC.
 func (f *FakeNetlink) NeighDel(neigh *netlink.Neigh) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("NeighDel"); err != nil {
-		return err
-	}
-	l, ok := f.links[neigh.LinkIndex]
-	if !ok {
-		return unix.ENODEV
-	}
-	if neigh.Family == unix.AF_BRIDGE {
-		n := len(l.fdb)
-		l.fdb = slices.DeleteFunc(l.fdb, func(e netlink.Neigh) bool {
-			return bytes.Equal(e.HardwareAddr, neigh.HardwareAddr) && (neigh.IP == nil || e.IP.Equal(neigh.IP))
-		})
-		if len(l.fdb) == n {
+	return f.write("NeighDel", func() error {
+		l, ok := f.links[neigh.LinkIndex]
+		if !ok {
+			return unix.ENODEV
+		}
+		if neigh.Family == unix.AF_BRIDGE {
+			n := len(l.fdb)
+			l.fdb = slices.DeleteFunc(l.fdb, func(e netlink.Neigh) bool {
+				return bytes.Equal(e.HardwareAddr, neigh.HardwareAddr) && (neigh.IP == nil || e.IP.Equal(neigh.IP))
+			})
+			if len(l.fdb) == n {
+				return unix.ENOENT
+			}
+			return nil
+		}
+		ip, ok := netip.AddrFromSlice(neigh.IP)
+		if !ok {
+			return unix.EINVAL
+		}
+		if _, ok := l.neighs[ip.Unmap()]; !ok {
 			return unix.ENOENT
 		}
-		f.writes++
+		delete(l.neighs, ip.Unmap())
 		return nil
-	}
-	ip, ok := netip.AddrFromSlice(neigh.IP)
-	if !ok {
-		return unix.EINVAL
-	}
-	if _, ok := l.neighs[ip.Unmap()]; !ok {
-		return unix.ENOENT
-	}
-	delete(l.neighs, ip.Unmap())
-	f.writes++
-	return nil
+	})
 }
 
 // TXChecksum implements Netlink. New links start with offload on.
 func (f *FakeNetlink) TXChecksum(name string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("TXChecksum"); err != nil {
-		return false, err
-	}
-	l := f.byName(name)
-	if l == nil {
-		return false, unix.ENODEV
-	}
-	return l.txcsum, nil
+	return fakekernel.Get(&f.calls, &f.mu, "TXChecksum", func() (bool, error) {
+		l := f.byName(name)
+		if l == nil {
+			return false, unix.ENODEV
+		}
+		return l.txcsum, nil
+	})
 }
 
 // SetTXChecksum implements Netlink.
 func (f *FakeNetlink) SetTXChecksum(name string, on bool) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("SetTXChecksum"); err != nil {
-		return err
-	}
-	l := f.byName(name)
-	if l == nil {
-		return unix.ENODEV
-	}
-	l.txcsum = on
-	f.writes++
-	return nil
+	return f.write("SetTXChecksum", func() error {
+		l := f.byName(name)
+		if l == nil {
+			return unix.ENODEV
+		}
+		l.txcsum = on
+		return nil
+	})
 }
 
 func cloneNeigh(n netlink.Neigh) netlink.Neigh {
