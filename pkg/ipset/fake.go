@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/routelet/routelet/internal/fakekernel"
 )
 
 // Fake is an in-memory Kernel for tests, here and in packages that drive
@@ -20,7 +22,7 @@ type Fake struct {
 	// sets by name; guarded by mu.
 	sets map[string]*fakeSet
 	// calls counts every call per operation, failed ones included.
-	calls map[string]int
+	calls fakekernel.Calls
 	// Inject, when set, is called before every operation with its name and
 	// the set it targets; a non-nil result fails the call unchanged. It
 	// runs with the Fake's lock held, so it must not call the Fake.
@@ -38,36 +40,18 @@ var _ Kernel = (*Fake)(nil)
 
 // NewFake returns an empty Fake.
 func NewFake() *Fake {
-	return &Fake{sets: map[string]*fakeSet{}, calls: map[string]int{}}
+	return &Fake{sets: map[string]*fakeSet{}}
 }
 
 // Calls returns how often op was called.
-func (f *Fake) Calls(op string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
+func (f *Fake) Calls(op string) int { return f.calls.Count(op) }
 
 // Writes returns the number of calls that change the kernel (everything but
 // list and listnames).
-func (f *Fake) Writes() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for op, c := range f.calls {
-		if op != "list" && op != "listnames" {
-			n += c
-		}
-	}
-	return n
-}
+func (f *Fake) Writes() int { return f.calls.Total("list", "listnames") }
 
 // ResetCalls zeroes the call counters.
-func (f *Fake) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	clear(f.calls)
-}
+func (f *Fake) ResetCalls() { f.calls.Reset() }
 
 // Put creates or replaces a set directly, as another program (or an older
 // routelet) would have left it. typ "" means hash:net.
@@ -105,64 +89,61 @@ func (f *Fake) Snapshot() map[string][]netip.Prefix {
 	return out
 }
 
-func (f *Fake) begin(op, name string) error {
-	f.calls[op]++
-	if f.Inject != nil {
-		return f.Inject(op, name)
-	}
-	return nil
+// do runs fn as a call of op on the set name with f.mu held: counted, and
+// failed without running fn when Inject fails it.
+func (f *Fake) do(op, name string, fn func() error) error {
+	return f.calls.Do(&f.mu, op, func() error {
+		if f.Inject != nil {
+			if err := f.Inject(op, name); err != nil {
+				return err
+			}
+		}
+		return fn()
+	})
 }
 
 // List implements Kernel.
-func (f *Fake) List(name string) (Info, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("list", name); err != nil {
-		return Info{}, err
-	}
-	s := f.sets[name]
-	if s == nil {
-		return Info{}, fmt.Errorf("fake list %q: %w", name, ErrNotExist)
-	}
-	return Info{Name: name, Type: s.typ, Family: s.family, Members: sortedPrefixes(s.members)}, nil
+func (f *Fake) List(name string) (info Info, err error) {
+	err = f.do("list", name, func() error {
+		s := f.sets[name]
+		if s == nil {
+			return fmt.Errorf("fake list %q: %w", name, ErrNotExist)
+		}
+		info = Info{Name: name, Type: s.typ, Family: s.family, Members: sortedPrefixes(s.members)}
+		return nil
+	})
+	return info, err
 }
 
 // ListNames implements Kernel.
-func (f *Fake) ListNames() ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("listnames", ""); err != nil {
-		return nil, err
-	}
-	return slices.Sorted(maps.Keys(f.sets)), nil
+func (f *Fake) ListNames() (names []string, err error) {
+	err = f.do("listnames", "", func() error {
+		names = slices.Sorted(maps.Keys(f.sets))
+		return nil
+	})
+	return names, err
 }
 
 // Create implements Kernel.
 func (f *Fake) Create(name string, family Family, maxElem uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("create", name); err != nil {
-		return err
-	}
-	if f.sets[name] != nil {
-		return fmt.Errorf("fake create %q: set exists", name)
-	}
-	f.sets[name] = &fakeSet{typ: HashNet, family: family, members: map[netip.Prefix]bool{}}
-	return nil
+	return f.do("create", name, func() error {
+		if f.sets[name] != nil {
+			return fmt.Errorf("fake create %q: set exists", name)
+		}
+		f.sets[name] = &fakeSet{typ: HashNet, family: family, members: map[netip.Prefix]bool{}}
+		return nil
+	})
 }
 
 // Destroy implements Kernel.
 func (f *Fake) Destroy(name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("destroy", name); err != nil {
-		return err
-	}
-	if s := f.sets[name]; s != nil && s.referenced {
-		return fmt.Errorf("fake destroy %q: %w", name, ErrReferenced)
-	}
-	delete(f.sets, name)
-	return nil
+	return f.do("destroy", name, func() error {
+		if s := f.sets[name]; s != nil && s.referenced {
+			return fmt.Errorf("fake destroy %q: %w", name, ErrReferenced)
+		}
+		delete(f.sets, name)
+		return nil
+	})
 }
 
 // Add implements Kernel.
@@ -176,65 +157,56 @@ func (f *Fake) Del(name string, p netip.Prefix) error {
 }
 
 func (f *Fake) member(op, name string, p netip.Prefix, add bool) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin(op, name); err != nil {
-		return err
-	}
-	s := f.sets[name]
-	if s == nil {
-		return fmt.Errorf("fake %s %s %q: %w", op, p, name, ErrNotExist)
-	}
-	if p.Addr().Is4() != (s.family == IPv4) {
-		return fmt.Errorf("fake %s %s %q: wrong family for a %s set", op, p, name, s.family)
-	}
-	if add {
-		s.members[p] = true
-	} else {
-		delete(s.members, p)
-	}
-	return nil
+	return f.do(op, name, func() error {
+		s := f.sets[name]
+		if s == nil {
+			return fmt.Errorf("fake %s %s %q: %w", op, p, name, ErrNotExist)
+		}
+		if p.Addr().Is4() != (s.family == IPv4) {
+			return fmt.Errorf("fake %s %s %q: wrong family for a %s set", op, p, name, s.family)
+		}
+		if add {
+			s.members[p] = true
+		} else {
+			delete(s.members, p)
+		}
+		return nil
+	})
 }
 
 // Swap implements Kernel.
 func (f *Fake) Swap(a, b string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("swap", a); err != nil {
-		return err
-	}
-	sa, sb := f.sets[a], f.sets[b]
-	if sa == nil || sb == nil {
-		return fmt.Errorf("fake swap %q %q: %w", a, b, ErrNotExist)
-	}
-	if sa.typ != sb.typ || sa.family != sb.family {
-		return fmt.Errorf("fake swap %q %q: %w", a, b, ErrTypeMismatch)
-	}
-	// References stay with the name, contents move.
-	sa.members, sb.members = sb.members, sa.members
-	return nil
+	return f.do("swap", a, func() error {
+		sa, sb := f.sets[a], f.sets[b]
+		if sa == nil || sb == nil {
+			return fmt.Errorf("fake swap %q %q: %w", a, b, ErrNotExist)
+		}
+		if sa.typ != sb.typ || sa.family != sb.family {
+			return fmt.Errorf("fake swap %q %q: %w", a, b, ErrTypeMismatch)
+		}
+		// References stay with the name, contents move.
+		sa.members, sb.members = sb.members, sa.members
+		return nil
+	})
 }
 
 // Rename implements Kernel.
 func (f *Fake) Rename(from, to string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("rename", from); err != nil {
-		return err
-	}
-	s := f.sets[from]
-	if s == nil {
-		return fmt.Errorf("fake rename %q: %w", from, ErrNotExist)
-	}
-	if s.referenced {
-		return fmt.Errorf("fake rename %q: %w", from, ErrReferenced)
-	}
-	if f.sets[to] != nil {
-		return fmt.Errorf("fake rename %q %q: target exists", from, to)
-	}
-	delete(f.sets, from)
-	f.sets[to] = s
-	return nil
+	return f.do("rename", from, func() error {
+		s := f.sets[from]
+		if s == nil {
+			return fmt.Errorf("fake rename %q: %w", from, ErrNotExist)
+		}
+		if s.referenced {
+			return fmt.Errorf("fake rename %q: %w", from, ErrReferenced)
+		}
+		if f.sets[to] != nil {
+			return fmt.Errorf("fake rename %q %q: target exists", from, to)
+		}
+		delete(f.sets, from)
+		f.sets[to] = s
+		return nil
+	})
 }
 
 // sortedPrefixes returns the keys of m in a stable order.
