@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/routelet/routelet/internal/fakekernel"
 )
 
 // FakeTable is an in-memory Table for tests: tables of chains of rule specs,
@@ -21,7 +23,7 @@ type FakeTable struct {
 	// chains. Guarded by mu.
 	chains  map[string][]string
 	builtin map[string]bool
-	calls   map[string]int
+	calls   fakekernel.Calls
 	// gen is the ruleset generation, bumped by every change; guarded by mu.
 	gen uint32
 	// NFT makes Generation report gen, as iptables-nft does; without it
@@ -57,7 +59,7 @@ var builtinChains = []string{"raw/PREROUTING", "raw/OUTPUT", "filter/INPUT", "fi
 
 // NewFakeTable returns a FakeTable with the raw, filter and nat tables.
 func NewFakeTable() *FakeTable {
-	f := &FakeTable{chains: map[string][]string{}, builtin: map[string]bool{}, calls: map[string]int{}}
+	f := &FakeTable{chains: map[string][]string{}, builtin: map[string]bool{}}
 	for _, k := range builtinChains {
 		f.builtin[k] = true
 	}
@@ -105,65 +107,44 @@ func (f *FakeTable) DropTable(table string) {
 // DeleteTable implements Table: with NFT and gen current it removes the
 // table; it is counted as a call.
 func (f *FakeTable) DeleteTable(table string, gen uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls["DeleteTable"]++
-	if f.Inject != nil {
-		if err := f.Inject("DeleteTable", table, ""); err != nil {
+	return f.calls.Do(&f.mu, "DeleteTable", func() error {
+		if err := f.inject("DeleteTable", table, ""); err != nil {
 			return err
 		}
-	}
-	if !f.NFT {
-		return fmt.Errorf("fake legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
-	}
-	if gen != f.gen {
-		return ErrGenerationChanged
-	}
-	for k := range f.chains {
-		if t, _, _ := strings.Cut(k, "/"); t == table {
-			delete(f.chains, k)
+		if !f.NFT {
+			return fmt.Errorf("fake legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
 		}
-	}
-	f.changed()
-	return nil
+		if gen != f.gen {
+			return ErrGenerationChanged
+		}
+		for k := range f.chains {
+			if t, _, _ := strings.Cut(k, "/"); t == table {
+				delete(f.chains, k)
+			}
+		}
+		f.changed()
+		return nil
+	})
 }
 
 // HasTable implements Table. It is not counted as a call: it is no exec.
 func (f *FakeTable) HasTable(table string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.Inject != nil {
-		if err := f.Inject("HasTable", table, ""); err != nil {
-			return false, err
-		}
+	if err := f.inject("HasTable", table, ""); err != nil {
+		return false, err
 	}
 	return f.hasTable(table), nil
 }
 
 // Calls returns how often method was called.
-func (f *FakeTable) Calls(method string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[method]
-}
+func (f *FakeTable) Calls(method string) int { return f.calls.Count(method) }
 
 // Execs returns the total number of calls (each would be one exec).
-func (f *FakeTable) Execs() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, c := range f.calls {
-		n += c
-	}
-	return n
-}
+func (f *FakeTable) Execs() int { return f.calls.Total() }
 
 // ResetCalls zeroes the counters.
-func (f *FakeTable) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	clear(f.calls)
-}
+func (f *FakeTable) ResetCalls() { f.calls.Reset() }
 
 // Rules returns the rule specs of table/chain and whether it exists.
 func (f *FakeTable) Rules(table, chain string) ([]string, bool) {
@@ -190,15 +171,26 @@ func (f *FakeTable) RemoveChain(table, chain string) {
 	f.changed()
 }
 
-func (f *FakeTable) begin(method, table, chain string) error {
-	f.calls[method]++
-	if f.Inject != nil {
-		if err := f.Inject(method, table, chain); err != nil {
+// inject returns Inject's answer for a call, nil without Inject. Caller
+// holds mu.
+func (f *FakeTable) inject(method, table, chain string) error {
+	if f.Inject == nil {
+		return nil
+	}
+	return f.Inject(method, table, chain)
+}
+
+// do runs fn as a call of method on table/chain with f.mu held: counted,
+// failed without running fn when Inject fails it, and with table created
+// first when it is missing, as iptables-legacy does.
+func (f *FakeTable) do(method, table, chain string, fn func() error) error {
+	return f.calls.Do(&f.mu, method, func() error {
+		if err := f.inject(method, table, chain); err != nil {
 			return err
 		}
-	}
-	f.instantiate(table)
-	return nil
+		f.instantiate(table)
+		return fn()
+	})
 }
 
 // changed bumps the generation: every write method calls it once it has
@@ -209,10 +201,8 @@ func (f *FakeTable) changed() { f.gen++ }
 func (f *FakeTable) Generation() (uint32, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.Inject != nil {
-		if err := f.Inject("Generation", "", ""); err != nil {
-			return 0, false, err
-		}
+	if err := f.inject("Generation", "", ""); err != nil {
+		return 0, false, err
 	}
 	return f.gen, f.NFT, nil
 }
@@ -229,12 +219,16 @@ func (f *FakeTable) get(table, chain string) ([]string, error) {
 // table -S` does: the built-in chains' policies, the other chains' -N lines,
 // then every chain's rules, chains in the same order (built-in chains in
 // their kernel order, then the others sorted by name).
-func (f *FakeTable) ListTable(table string) ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("ListTable", table, ""); err != nil {
-		return nil, err
-	}
+func (f *FakeTable) ListTable(table string) (out []string, err error) {
+	err = f.do("ListTable", table, "", func() error {
+		out = f.listTable(table)
+		return nil
+	})
+	return out, err
+}
+
+// listTable is ListTable once counted. Caller holds mu.
+func (f *FakeTable) listTable(table string) []string {
 	var builtin, user []string
 	for _, k := range builtinChains {
 		if t, ch, _ := strings.Cut(k, "/"); t == table {
@@ -261,129 +255,110 @@ func (f *FakeTable) ListTable(table string) ([]string, error) {
 			out = append(out, "-A "+ch+" "+spec)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // ListById implements Table.
-func (f *FakeTable) ListById(table, chain string, id int) (string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("ListById", table, chain); err != nil {
-		return "", err
-	}
-	r, err := f.get(table, chain)
-	if err != nil {
-		return "", err
-	}
-	if id < 1 || id > len(r) {
-		return "", &FakeExitError{1, "Index of deletion too big."}
-	}
-	return "-A " + chain + " " + r[id-1], nil
+func (f *FakeTable) ListById(table, chain string, id int) (rule string, err error) {
+	err = f.do("ListById", table, chain, func() error {
+		r, err := f.get(table, chain)
+		if err != nil {
+			return err
+		}
+		if id < 1 || id > len(r) {
+			return &FakeExitError{1, "Index of deletion too big."}
+		}
+		rule = "-A " + chain + " " + r[id-1]
+		return nil
+	})
+	return rule, err
 }
 
 // NewChain implements Table.
 func (f *FakeTable) NewChain(table, chain string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("NewChain", table, chain); err != nil {
-		return err
-	}
-	if _, ok := f.chains[table+"/"+chain]; ok {
-		return &FakeExitError{1, "Chain already exists."}
-	}
-	f.chains[table+"/"+chain] = []string{}
-	f.changed()
-	return nil
+	return f.do("NewChain", table, chain, func() error {
+		if _, ok := f.chains[table+"/"+chain]; ok {
+			return &FakeExitError{1, "Chain already exists."}
+		}
+		f.chains[table+"/"+chain] = []string{}
+		f.changed()
+		return nil
+	})
 }
 
 // Append implements Table.
 func (f *FakeTable) Append(table, chain string, rulespec ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("Append", table, chain); err != nil {
-		return err
-	}
-	r, err := f.get(table, chain)
-	if err != nil {
-		return err
-	}
-	f.chains[table+"/"+chain] = append(r, strings.Join(rulespec, " "))
-	f.changed()
-	return nil
+	return f.do("Append", table, chain, func() error {
+		r, err := f.get(table, chain)
+		if err != nil {
+			return err
+		}
+		f.chains[table+"/"+chain] = append(r, strings.Join(rulespec, " "))
+		f.changed()
+		return nil
+	})
 }
 
 // Insert implements Table.
 func (f *FakeTable) Insert(table, chain string, pos int, rulespec ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("Insert", table, chain); err != nil {
-		return err
-	}
-	r, err := f.get(table, chain)
-	if err != nil {
-		return err
-	}
-	if pos < 1 || pos > len(r)+1 {
-		return &FakeExitError{2, "Index of insertion too big."}
-	}
-	f.chains[table+"/"+chain] = slices.Insert(slices.Clone(r), pos-1, strings.Join(rulespec, " "))
-	f.changed()
-	return nil
+	return f.do("Insert", table, chain, func() error {
+		r, err := f.get(table, chain)
+		if err != nil {
+			return err
+		}
+		if pos < 1 || pos > len(r)+1 {
+			return &FakeExitError{2, "Index of insertion too big."}
+		}
+		f.chains[table+"/"+chain] = slices.Insert(slices.Clone(r), pos-1, strings.Join(rulespec, " "))
+		f.changed()
+		return nil
+	})
 }
 
 // DeleteById implements Table.
 func (f *FakeTable) DeleteById(table, chain string, id int) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("DeleteById", table, chain); err != nil {
-		return err
-	}
-	r, err := f.get(table, chain)
-	if err != nil {
-		return err
-	}
-	if id < 1 || id > len(r) {
-		return &FakeExitError{1, "Index of deletion too big."}
-	}
-	f.chains[table+"/"+chain] = slices.Delete(slices.Clone(r), id-1, id)
-	f.changed()
-	return nil
+	return f.do("DeleteById", table, chain, func() error {
+		r, err := f.get(table, chain)
+		if err != nil {
+			return err
+		}
+		if id < 1 || id > len(r) {
+			return &FakeExitError{1, "Index of deletion too big."}
+		}
+		f.chains[table+"/"+chain] = slices.Delete(slices.Clone(r), id-1, id)
+		f.changed()
+		return nil
+	})
 }
 
 // ClearChain implements Table.
 func (f *FakeTable) ClearChain(table, chain string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("ClearChain", table, chain); err != nil {
-		return err
-	}
-	f.chains[table+"/"+chain] = []string{}
-	f.changed()
-	return nil
+	return f.do("ClearChain", table, chain, func() error {
+		f.chains[table+"/"+chain] = []string{}
+		f.changed()
+		return nil
+	})
 }
 
 // DeleteChain implements Table.
 func (f *FakeTable) DeleteChain(table, chain string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.begin("DeleteChain", table, chain); err != nil {
-		return err
-	}
-	r, err := f.get(table, chain)
-	if err != nil {
-		return err
-	}
-	if len(r) > 0 {
-		return &FakeExitError{1, "Directory not empty."}
-	}
-	for k, rules := range f.chains {
-		for _, spec := range rules {
-			if strings.HasSuffix(spec, "-j "+chain) {
-				return &FakeExitError{1, "Too many links (referenced by " + k + ")."}
+	return f.do("DeleteChain", table, chain, func() error {
+		r, err := f.get(table, chain)
+		if err != nil {
+			return err
+		}
+		if len(r) > 0 {
+			return &FakeExitError{1, "Directory not empty."}
+		}
+		for k, rules := range f.chains {
+			for _, spec := range rules {
+				if strings.HasSuffix(spec, "-j "+chain) {
+					return &FakeExitError{1, "Too many links (referenced by " + k + ")."}
+				}
 			}
 		}
-	}
-	delete(f.chains, table+"/"+chain)
-	f.changed()
-	return nil
+		delete(f.chains, table+"/"+chain)
+		f.changed()
+		return nil
+	})
 }
