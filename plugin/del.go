@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
 
 	"github.com/routelet/routelet/pkg/ipam"
@@ -29,11 +30,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	if e != nil {
 		return e
 	}
-	store, e := c.openStore()
-	if e != nil {
-		return e
-	}
-	host, e := guardedHost(c, routes.DefaultProtocol)
+	store, host, e := openForRemoval(c)
 	if e != nil {
 		return e
 	}
@@ -70,6 +67,20 @@ func cmdDel(args *skel.CmdArgs) error {
 		return asCNIErr("del", err)
 	}
 	return nil
+}
+
+// openForRemoval is the start DEL and GC share: the state directory opened
+// and the node's links read, the interfacePrefix checked against them.
+func openForRemoval(c *config) (*state.Store, netguard.Host, *types.Error) {
+	store, e := c.openStore()
+	if e != nil {
+		return nil, netguard.Host{}, e
+	}
+	host, e := guardedHost(c, routes.DefaultProtocol)
+	if e != nil {
+		return nil, netguard.Host{}, e
+	}
+	return store, host, nil
 }
 
 // deleteHostVeth deletes hostIf unless another attachment's record claims it

@@ -12,7 +12,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/routelet/routelet/pkg/ipam"
-	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -39,11 +38,7 @@ func cmdGC(args *skel.CmdArgs) error {
 			keep[ipam.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
 		}
 	}
-	store, e := c.openStore()
-	if e != nil {
-		return e
-	}
-	host, e := guardedHost(c, routes.DefaultProtocol)
+	store, host, e := openForRemoval(c)
 	if e != nil {
 		return e
 	}
