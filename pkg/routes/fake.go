@@ -75,41 +75,37 @@ func (f *FakeNetlink) AddLink(name string, up bool) Link {
 // SetLinkUp changes an interface's state; going down flushes its routes and
 // neighbours like the kernel does.
 func (f *FakeNetlink) SetLinkUp(name string, up bool) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	l := f.byName(name)
-	if l == nil {
-		return fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
-	}
-	l.Up = up
-	if !up {
-		f.flushLink(l.Index)
-	}
-	return nil
+	return f.tamper(name, func(l *Link) {
+		l.Up = up
+		if !up {
+			f.flushLink(l.Index)
+		}
+	})
 }
 
 // RenameLink renames an interface; its index and routes stay.
 func (f *FakeNetlink) RenameLink(from, to string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	l := f.byName(from)
-	if l == nil {
-		return fmt.Errorf("fake: link %q: %w", from, ErrLinkNotFound)
-	}
-	l.Name = to
-	return nil
+	return f.tamper(from, func(l *Link) { l.Name = to })
 }
 
 // DelLink deletes an interface together with its routes and neighbours.
 func (f *FakeNetlink) DelLink(name string) error {
+	return f.tamper(name, func(l *Link) {
+		f.flushLink(l.Index)
+		delete(f.links, l.Index)
+	})
+}
+
+// tamper runs change on the link called name, as another program would
+// (not counted as a call); ErrLinkNotFound when there is none.
+func (f *FakeNetlink) tamper(name string, change func(*Link)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l := f.byName(name)
-	if l == nil {
-		return fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
+	l, err := f.named(name)
+	if err != nil {
+		return err
 	}
-	f.flushLink(l.Index)
-	delete(f.links, l.Index)
+	change(l)
 	return nil
 }
 
@@ -169,6 +165,14 @@ func (f *FakeNetlink) Calls(call string) int { return f.calls.Count(call) }
 // Writes returns how many route and neighbour writes were attempted.
 func (f *FakeNetlink) Writes() int {
 	return f.calls.Sum("RouteReplace", "RouteAdd", "RouteDel", "NeighSet", "NeighDel")
+}
+
+// named is byName, failing with ErrLinkNotFound. Caller holds mu.
+func (f *FakeNetlink) named(name string) (*Link, error) {
+	if l := f.byName(name); l != nil {
+		return l, nil
+	}
+	return nil, fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
 }
 
 // byName finds a link by name. Caller holds mu.
@@ -297,38 +301,33 @@ func (f *FakeNetlink) list(family, table, linkIndex int) []netlink.Route {
 }
 
 // LinkList implements Netlink.
-func (f *FakeNetlink) LinkList() (out []Link, err error) {
-	err = f.calls.Do(&f.mu, "LinkList", func() error {
-		out = make([]Link, 0, len(f.links))
+func (f *FakeNetlink) LinkList() ([]Link, error) {
+	return fakekernel.Get(&f.calls, &f.mu, "LinkList", func() ([]Link, error) {
+		out := make([]Link, 0, len(f.links))
 		for _, l := range f.links {
 			out = append(out, *l)
 		}
 		slices.SortFunc(out, func(a, b Link) int { return a.Index - b.Index })
-		return nil
+		return out, nil
 	})
-	return out, err
 }
 
 // LinkByName implements Netlink.
-func (f *FakeNetlink) LinkByName(name string) (out Link, err error) {
-	err = f.calls.Do(&f.mu, "LinkByName", func() error {
-		l := f.byName(name)
-		if l == nil {
-			return fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
+func (f *FakeNetlink) LinkByName(name string) (Link, error) {
+	return fakekernel.Get(&f.calls, &f.mu, "LinkByName", func() (Link, error) {
+		l, err := f.named(name)
+		if err != nil {
+			return Link{}, err
 		}
-		out = *l
-		return nil
+		return *l, nil
 	})
-	return out, err
 }
 
 // RouteList implements Netlink.
-func (f *FakeNetlink) RouteList(family, table, linkIndex int) (out []netlink.Route, err error) {
-	err = f.calls.Do(&f.mu, "RouteList", func() error {
-		out = f.list(family, table, linkIndex)
-		return nil
+func (f *FakeNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, error) {
+	return fakekernel.Get(&f.calls, &f.mu, "RouteList", func() ([]netlink.Route, error) {
+		return f.list(family, table, linkIndex), nil
 	})
-	return out, err
 }
 
 // RouteReplace implements Netlink.
@@ -424,16 +423,16 @@ func (f *FakeNetlink) routeDel(r *netlink.Route) error {
 }
 
 // NeighList implements Netlink.
-func (f *FakeNetlink) NeighList(family int) (out []netlink.Neigh, err error) {
-	err = f.calls.Do(&f.mu, "NeighList", func() error {
+func (f *FakeNetlink) NeighList(family int) ([]netlink.Neigh, error) {
+	return fakekernel.Get(&f.calls, &f.mu, "NeighList", func() ([]netlink.Neigh, error) {
+		var out []netlink.Neigh
 		for k, n := range f.neighs {
 			if (family == netlink.FAMILY_V4) == k.ip.Is4() {
 				out = append(out, n)
 			}
 		}
-		return nil
+		return out, nil
 	})
-	return out, err
 }
 
 // NeighSet implements Netlink.
