@@ -105,43 +105,19 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	buckets := []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		RoutesProgrammed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "routelet_routes_programmed", Help: "Routes routelet believes are programmed, per routing table.",
-		}, []string{"table"}),
-		DirtyInterfaces: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "routelet_route_dirty_interfaces", Help: "Interfaces waiting to be reconciled, per routing table.",
-		}, []string{"table"}),
-		ResyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "routelet_resync_duration_seconds", Help: "Duration of full resyncs (re-read records, reconcile every route).", Buckets: buckets,
-		}),
-		ApplyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "routelet_apply_duration_seconds", Help: "Duration of each dataplane apply.", Buckets: buckets,
-		}),
-		ApplyErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "routelet_apply_errors_total", Help: "Applies that returned an error (the failed parts are retried).",
-		}),
-		Workloads: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "routelet_workloads", Help: "Workload records currently served.",
-		}),
-		BadRecords: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "routelet_bad_records", Help: "Records skipped as unreadable, invalid or of an unknown version at the last read.",
-		}),
-		Peers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "routelet_peers", Help: "Node records of other nodes.",
-		}),
-		LeakCollections: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "routelet_leak_collections_total", Help: "Workloads released because their netns and host veth were gone past the leak grace period.",
-		}),
-		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "routelet_ready", Help: "1 once the first full sync is done.",
-		}),
-		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "routelet_repairs_total", Help: "Dataplane settings routelet put back after they were changed: per-veth and node sysctls, veth admin state, IPv6 pod neighbours, the VXLAN device enslaved to a bridge.",
-		}, []string{"object"}),
-		RouteConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "routelet_route_conflicts_total", Help: "Desired routes not programmed because a route routelet does not own holds their kernel key (counted once per conflict).",
-		}, []string{"table"}),
+		Registry:         prometheus.NewRegistry(),
+		RoutesProgrammed: gaugeVec("routelet_routes_programmed", "Routes routelet believes are programmed, per routing table.", "table"),
+		DirtyInterfaces:  gaugeVec("routelet_route_dirty_interfaces", "Interfaces waiting to be reconciled, per routing table.", "table"),
+		ResyncDuration:   histogram("routelet_resync_duration_seconds", "Duration of full resyncs (re-read records, reconcile every route).", buckets),
+		ApplyDuration:    histogram("routelet_apply_duration_seconds", "Duration of each dataplane apply.", buckets),
+		ApplyErrors:      counter("routelet_apply_errors_total", "Applies that returned an error (the failed parts are retried)."),
+		Workloads:        gauge("routelet_workloads", "Workload records currently served."),
+		BadRecords:       gauge("routelet_bad_records", "Records skipped as unreadable, invalid or of an unknown version at the last read."),
+		Peers:            gauge("routelet_peers", "Node records of other nodes."),
+		LeakCollections:  counter("routelet_leak_collections_total", "Workloads released because their netns and host veth were gone past the leak grace period."),
+		Ready:            gauge("routelet_ready", "1 once the first full sync is done."),
+		Repairs:          counterVec("routelet_repairs_total", "Dataplane settings routelet put back after they were changed: per-veth and node sysctls, veth admin state, IPv6 pod neighbours, the VXLAN device enslaved to a bridge.", "object"),
+		RouteConflicts:   counterVec("routelet_route_conflicts_total", "Desired routes not programmed because a route routelet does not own holds their kernel key (counted once per conflict).", "table"),
 	}
 	for _, o := range []string{"sysctl", "link", "neigh", "master"} {
 		m.Repairs.WithLabelValues(o)
@@ -151,6 +127,32 @@ func NewMetrics() *Metrics {
 		m.Repairs, m.RouteConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// gauge, gaugeVec, counter, counterVec and histogram make a metric with its
+// name and help (and label names or buckets).
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// gaugeVec: see gauge.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// counter: see gauge.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// counterVec: see gauge.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// histogram: see gauge.
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 }
 
 // Handler serves /healthz, /readyz and /metrics. The probes answer 200 "ok"
