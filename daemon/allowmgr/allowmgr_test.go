@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
 	"github.com/routelet/routelet/pkg/ipset/rules"
@@ -25,13 +26,8 @@ var _ agent.Manager = (*Manager)(nil)
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func pfx(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}
+// pfx parses CIDRs.
+var pfx = netiptest.Prefixes
 
 // fixture is a Manager over the real allowlist on fake kernels.
 type fixture struct {

@@ -9,18 +9,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/routelet/routelet/internal/netiptest"
 )
 
 // quiet discards the logs of the code under test.
 var quiet = slog.New(slog.DiscardHandler)
 
-func pfx(ss ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(ss))
-	for i, s := range ss {
-		out[i] = netip.MustParsePrefix(s)
-	}
-	return out
-}
+// pfx parses CIDRs.
+var pfx = netiptest.Prefixes
 
 // wantSnapshot fails unless the fake holds exactly want (name → members).
 func wantSnapshot(t *testing.T, f *Fake, want map[string][]netip.Prefix) {

@@ -15,16 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/pkg/netguard"
 )
 
-func pfx(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}
+// pfx parses CIDRs.
+var pfx = netiptest.Prefixes
 
 func mac(s string) net.HardwareAddr {
 	m, err := net.ParseMAC(s)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/internal/etcdtest"
+	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
@@ -85,13 +86,8 @@ func claimsIn(t *testing.T, srv *etcdtest.Server) map[string]string {
 	return out
 }
 
-func prefixes(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}
+// prefixes parses CIDRs.
+var prefixes = netiptest.Prefixes
 
 // TestClaimFromPool: a node without --pod-cidr claims the first free block
 // of each pool, keyed by the block and holding its name; a second node

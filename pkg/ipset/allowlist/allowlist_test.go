@@ -9,19 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func pfx(ss ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(ss))
-	for i, s := range ss {
-		out[i] = netip.MustParsePrefix(s)
-	}
-	return out
-}
+// pfx parses CIDRs.
+var pfx = netiptest.Prefixes
 
 // kernelLike makes the fake ipset kernel refuse, as the real one does, to
 // destroy a set that a rule in one of the fake tables still names.
