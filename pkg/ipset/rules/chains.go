@@ -364,19 +364,8 @@ func (c *Chains) removeChain(ch Chain, chains map[string][]string) (bool, error)
 	if len(pos) == 0 && !exists {
 		return false, nil
 	}
-	for i := len(pos) - 1; i >= 0; i-- {
-		c.stats.Reads++
-		rule, err := c.t.ListById(ch.Table, ch.Hook, pos[i])
-		if err != nil {
-			return true, fmt.Errorf("iptables read %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err)
-		}
-		if strings.TrimSpace(rule) != rules[i] {
-			return true, fmt.Errorf("iptables %s/%s changed while removing jumps to %s (rule %d is %q); will retry", ch.Table, ch.Hook, ch.Name, pos[i], rule)
-		}
-		c.stats.Writes++
-		if err := c.t.DeleteById(ch.Table, ch.Hook, pos[i]); err != nil {
-			return true, fmt.Errorf("iptables delete jump %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err)
-		}
+	if err := c.deleteJumps(ch, pos, rules, "jumps to "+ch.Name, "jump"); err != nil {
+		return true, err
 	}
 	if exists {
 		c.stats.Writes += 2
@@ -485,21 +474,30 @@ func (c *Chains) syncHook(ch Chain, lines []string) (bool, error) {
 		stale, staleRules = pos[1:], rules[1:]
 		c.log.Info("iptables duplicate jumps removed", "table", ch.Table, "chain", ch.Hook, "target", ch.Name, "copies", len(stale))
 	}
-	for i := len(stale) - 1; i >= 0; i-- {
+	return true, c.deleteJumps(ch, stale, staleRules, "stale jumps", "stale jump")
+}
+
+// deleteJumps deletes the rules at positions pos (ascending) of ch's
+// built-in chain, highest first, each re-read just before and compared
+// with rules (what was read there), so a concurrent change to the chain
+// never costs someone else's rule. Errors name the rules as what (plural)
+// and one of them as kind.
+func (c *Chains) deleteJumps(ch Chain, pos []int, rules []string, what, kind string) error {
+	for i := len(pos) - 1; i >= 0; i-- {
 		c.stats.Reads++
-		rule, err := c.t.ListById(ch.Table, ch.Hook, stale[i])
+		rule, err := c.t.ListById(ch.Table, ch.Hook, pos[i])
 		if err != nil {
-			return true, fmt.Errorf("iptables read %s/%s rule %d: %w", ch.Table, ch.Hook, stale[i], err)
+			return fmt.Errorf("iptables read %s/%s rule %d: %w", ch.Table, ch.Hook, pos[i], err)
 		}
-		if strings.TrimSpace(rule) != staleRules[i] {
-			return true, fmt.Errorf("iptables %s/%s changed while removing stale jumps (rule %d is %q); will retry", ch.Table, ch.Hook, stale[i], rule)
+		if strings.TrimSpace(rule) != rules[i] {
+			return fmt.Errorf("iptables %s/%s changed while removing %s (rule %d is %q); will retry", ch.Table, ch.Hook, what, pos[i], rule)
 		}
 		c.stats.Writes++
-		if err := c.t.DeleteById(ch.Table, ch.Hook, stale[i]); err != nil {
-			return true, fmt.Errorf("iptables delete stale jump %s/%s rule %d: %w", ch.Table, ch.Hook, stale[i], err)
+		if err := c.t.DeleteById(ch.Table, ch.Hook, pos[i]); err != nil {
+			return fmt.Errorf("iptables delete %s %s/%s rule %d: %w", kind, ch.Table, ch.Hook, pos[i], err)
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // Cleanup removes every jump to routelet's chains from the built-in chains,
