@@ -566,6 +566,35 @@ type refNode struct {
 func (n refNode) tunnel4() string { return strings.TrimSuffix(n.block4, ".0/24") + ".0" }
 func (n refNode) tunnel6() string { return strings.TrimSuffix(n.block6, "/120") }
 
+// family returns n's host IP, block, VTEP MAC and tunnel address of IPv4
+// or (v6) IPv6.
+func (n refNode) family(v6 bool) (host, block, mac, tunnel string) {
+	if v6 {
+		return n.host6, n.block6, n.mac6, n.tunnel6()
+	}
+	return n.host4, n.block4, n.mac4, n.tunnel4()
+}
+
+// refVXLAN is the commands that give node n the VXLAN device of one family
+// (vxlan.calico, or vxlan-v6.calico for v6) with peer's neighbour, FDB
+// entry and route, as routeletd programs them.
+func refVXLAN(n, peer refNode, v6 bool) []string {
+	ip, dev, mtu, bits, nodad := "ip", "vxlan.calico", "1450", "/32", ""
+	if v6 {
+		ip, dev, mtu, bits, nodad = "ip -6", "vxlan-v6.calico", "1430", "/128", " nodad"
+	}
+	host, _, mac, tunnel := n.family(v6)
+	peerHost, peerBlock, peerMAC, peerTunnel := peer.family(v6)
+	return []string{
+		"ip link add " + dev + " address " + mac + " type vxlan id 4096 dstport 4789 local " + host + " dev eth0 nolearning",
+		"ip link set " + dev + " mtu " + mtu + " up",
+		ip + " addr add " + tunnel + bits + " dev " + dev + nodad,
+		ip + " neigh add " + peerTunnel + " lladdr " + peerMAC + " dev " + dev + " nud permanent",
+		"bridge fdb append " + peerMAC + " dev " + dev + " dst " + peerHost + " self permanent",
+		ip + " route add " + peerBlock + " via " + peerTunnel + " dev " + dev + " onlink mtu " + mtu,
+	}
+}
+
 // refHostVeth is the host-side veth of n's pod.
 func refHostVeth(n refNode) string { return "cali" + n.name + "0000" }
 
@@ -644,21 +673,9 @@ func buildReference(ctx context.Context, router ns.NetNS, encap string, v6 bool,
 		}
 		switch {
 		case encap == "vxlan":
-			cmds = append(cmds,
-				"ip link add vxlan.calico address "+n.mac4+" type vxlan id 4096 dstport 4789 local "+n.host4+" dev eth0 nolearning",
-				"ip link set vxlan.calico mtu 1450 up",
-				"ip addr add "+n.tunnel4()+"/32 dev vxlan.calico",
-				"ip neigh add "+peer.tunnel4()+" lladdr "+peer.mac4+" dev vxlan.calico nud permanent",
-				"bridge fdb append "+peer.mac4+" dev vxlan.calico dst "+peer.host4+" self permanent",
-				"ip route add "+peer.block4+" via "+peer.tunnel4()+" dev vxlan.calico onlink mtu 1450")
+			cmds = append(cmds, refVXLAN(n, peer, false)...)
 			if v6 {
-				cmds = append(cmds,
-					"ip link add vxlan-v6.calico address "+n.mac6+" type vxlan id 4096 dstport 4789 local "+n.host6+" dev eth0 nolearning",
-					"ip link set vxlan-v6.calico mtu 1430 up",
-					"ip -6 addr add "+n.tunnel6()+"/128 dev vxlan-v6.calico nodad",
-					"ip -6 neigh add "+peer.tunnel6()+" lladdr "+peer.mac6+" dev vxlan-v6.calico nud permanent",
-					"bridge fdb append "+peer.mac6+" dev vxlan-v6.calico dst "+peer.host6+" self permanent",
-					"ip -6 route add "+peer.block6+" via "+peer.tunnel6()+" dev vxlan-v6.calico onlink mtu 1430")
+				cmds = append(cmds, refVXLAN(n, peer, true)...)
 			}
 		default:
 			cmds = append(cmds, "ip route add "+peer.block4+" via "+peer.host4+" dev eth0")
