@@ -180,26 +180,22 @@ func keys() []key {
 			return oneOf(&c.Datastore, v[0], DatastoreFile, DatastoreKubernetes, DatastoreEtcd)
 		}},
 		{name: "pod-cidr", help: "local pod block (CIDR); repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
-			c.PodCIDRs = nil
-			for _, s := range v {
-				p, err := parseMaskedPrefix(s, false)
-				if err != nil {
-					return err
-				}
+			var err error
+			c.PodCIDRs, err = parsePrefixList(v, false, func(s string, p netip.Prefix, before []netip.Prefix) error {
 				if err := netguard.CheckBlock(p); err != nil {
 					return err
 				}
-				if slices.Contains(c.PodCIDRs, p) {
+				if slices.Contains(before, p) {
 					return fmt.Errorf("%q given twice", s)
 				}
-				for _, q := range c.PodCIDRs {
+				for _, q := range before {
 					if q.Overlaps(p) {
 						return fmt.Errorf("%q overlaps %s", s, q)
 					}
 				}
-				c.PodCIDRs = append(c.PodCIDRs, p)
-			}
-			return nil
+				return nil
+			})
+			return err
 		}},
 		{name: "node-ip", help: `underlay address: empty (autodetect), an IP, "cidr:<CIDR>" or "interface:<REGEX>"`, def: []string{""}, set: func(c *Config, v []string) error {
 			if err := validateNodeIP(v[0]); err != nil {
@@ -240,36 +236,24 @@ func keys() []key {
 			return parseBool(&c.NATOutgoing, v[0])
 		}},
 		{name: "nat-outgoing-pool", help: "pod CIDR whose traffic NAT outgoing masquerades (Calico: natOutgoing on the pool); default every pool; repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
-			c.NATOutgoingPools = nil
-			for _, s := range v {
-				p, err := parseMaskedPrefix(s, false)
-				if err != nil {
-					return err
-				}
+			var err error
+			c.NATOutgoingPools, err = parsePrefixList(v, false, func(s string, p netip.Prefix, _ []netip.Prefix) error {
 				if p.Bits() == 0 || p.Addr().Is4In6() {
 					return fmt.Errorf("%q is not a pod pool", s)
 				}
-				if !slices.Contains(c.NATOutgoingPools, p) {
-					c.NATOutgoingPools = append(c.NATOutgoingPools, p)
-				}
-			}
-			return nil
+				return nil
+			})
+			return err
 		}},
 		{name: "external-node-cidr", help: "non-node hosts (CIDR) allowed to send VXLAN/IPIP, like peers; repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
-			c.ExternalNodeCIDRs = nil
-			for _, s := range v {
-				p, err := parseMaskedPrefix(s, true)
-				if err != nil {
-					return err
-				}
+			var err error
+			c.ExternalNodeCIDRs, err = parsePrefixList(v, true, func(s string, p netip.Prefix, _ []netip.Prefix) error {
 				if p.Bits() == 0 {
 					return fmt.Errorf("%q would let every host inject overlay traffic", s)
 				}
-				if !slices.Contains(c.ExternalNodeCIDRs, p) {
-					c.ExternalNodeCIDRs = append(c.ExternalNodeCIDRs, p)
-				}
-			}
-			return nil
+				return nil
+			})
+			return err
 		}},
 		{name: "iptables-backend", help: "iptables binaries: auto (whatever iptables is) | nft | legacy", def: []string{IptablesAuto}, set: func(c *Config, v []string) error {
 			return oneOf(&c.IptablesBackend, strings.ToLower(v[0]), IptablesAuto, IptablesNFT, IptablesLegacy)
@@ -678,6 +662,27 @@ func NodeIPMode(v string) (mode, arg string) {
 	default:
 		return "ip", v
 	}
+}
+
+// parsePrefixList parses the elements of a CIDR list key with
+// parseMaskedPrefix, refuses the first one check refuses (check is given
+// the element, its prefix and the prefixes before it) and drops repeats.
+// On an error it returns the prefixes accepted before it.
+func parsePrefixList(v []string, orAddr bool, check func(s string, p netip.Prefix, before []netip.Prefix) error) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range v {
+		p, err := parseMaskedPrefix(s, orAddr)
+		if err != nil {
+			return out, err
+		}
+		if err := check(s, p, out); err != nil {
+			return out, err
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // parseMaskedPrefix parses one list element as a CIDR without host bits
