@@ -303,32 +303,25 @@ func TestCheckInTheLoop(t *testing.T) {
 
 // TestMembers: the pure derivation of the allowlist members from peers.
 func TestMembers(t *testing.T) {
-	pp := func(ss ...string) []netip.Prefix {
-		var out []netip.Prefix
-		for _, s := range ss {
-			out = append(out, netip.MustParsePrefix(s))
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name             string
 		nodes            []peers.NodeInfo
 		local, external  []netip.Prefix
 		wantHosts, wantP []netip.Prefix
 	}{
-		{name: "no peers", local: pp("10.244.1.0/24"), wantP: pp("10.244.1.0/24")},
+		{name: "no peers", local: pfx("10.244.1.0/24"), wantP: pfx("10.244.1.0/24")},
 		{name: "peers, sorted and deduplicated",
 			nodes: []peers.NodeInfo{
 				{Name: "c", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.12")}, IPv6: peers.Endpoint{HostIP: netip.MustParseAddr("2001:db8::12")},
-					Blocks: pp("10.244.3.0/24", "fd00:3::/64")},
-				{Name: "b", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.11")}, Blocks: pp("10.244.2.0/24")},
-				{Name: "d", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.11")}, Blocks: pp("10.244.2.0/24")},
+					Blocks: pfx("10.244.3.0/24", "fd00:3::/64")},
+				{Name: "b", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.11")}, Blocks: pfx("10.244.2.0/24")},
+				{Name: "d", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.11")}, Blocks: pfx("10.244.2.0/24")},
 			},
-			local: pp("10.244.1.0/24"), external: pp("198.51.100.0/24", "192.0.2.12/32"),
-			wantHosts: pp("192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/24", "2001:db8::12/128"),
-			wantP:     pp("10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "fd00:3::/64")},
-		{name: "prefixes no set can hold are dropped", local: pp("0.0.0.0/0", "10.244.1.0/24"), external: pp("::ffff:192.0.2.1/128"),
-			wantP: pp("10.244.1.0/24")},
+			local: pfx("10.244.1.0/24"), external: pfx("198.51.100.0/24", "192.0.2.12/32"),
+			wantHosts: pfx("192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/24", "2001:db8::12/128"),
+			wantP:     pfx("10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "fd00:3::/64")},
+		{name: "prefixes no set can hold are dropped", local: pfx("0.0.0.0/0", "10.244.1.0/24"), external: pfx("::ffff:192.0.2.1/128"),
+			wantP: pfx("10.244.1.0/24")},
 	} {
 		hosts, pools := Members(tc.nodes, tc.local, tc.external)
 		if !slices.Equal(hosts, tc.wantHosts) || !slices.Equal(pools, tc.wantP) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routelet/routelet/internal/netiptest"
 )
 
 // load runs Load with a fake environment and file system.
@@ -270,13 +272,7 @@ func TestPrecedence(t *testing.T) {
 }
 
 func TestPodCIDRLists(t *testing.T) {
-	p := func(ss ...string) []netip.Prefix {
-		var out []netip.Prefix
-		for _, s := range ss {
-			out = append(out, netip.MustParsePrefix(s))
-		}
-		return out
-	}
+	p := netiptest.Prefixes
 	file := map[string]string{"/c.yaml": "node-name: n\npod-cidr:\n  - 10.1.0.0/24\n  - fd00:1::/120\n"}
 	c := mustLoad(t, []string{"--config=/c.yaml"}, nil, file)
 	if !reflect.DeepEqual(c.PodCIDRs, p("10.1.0.0/24", "fd00:1::/120")) {
