@@ -394,6 +394,24 @@ func checkDistinct(t *testing.T, results <-chan netip.Addr, want int) {
 	}
 }
 
+// allocateLockedOut opens an allocator on dir (block v4Block29) that waits
+// timeout for the lock and fails t unless Allocate for "waiter" gives up
+// with a *LockTimeoutError; it returns the allocator, that error as
+// *LockTimeoutError and as returned.
+func allocateLockedOut(t *testing.T, dir string, timeout time.Duration) (*Allocator, *LockTimeoutError, error) {
+	t.Helper()
+	a, err := New(dir, []netip.Prefix{v4Block29}, Options{LockTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Allocate(context.Background(), att("waiter"), nil)
+	var lte *LockTimeoutError
+	if !errors.As(err, &lte) {
+		t.Fatalf("Allocate while locked: err = %v, want *LockTimeoutError", err)
+	}
+	return a, lte, err
+}
+
 func TestLockTimeoutNamesHolder(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ipam")
 	holder := newAt(t, dir, "10.0.0.0/29")
@@ -404,15 +422,7 @@ func TestLockTimeoutNamesHolder(t *testing.T) {
 	}
 	defer l.unlock()
 
-	waiter, err := New(dir, []netip.Prefix{v4Block29}, Options{LockTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = waiter.Allocate(context.Background(), att("waiter"), nil)
-	var lte *LockTimeoutError
-	if !errors.As(err, &lte) {
-		t.Fatalf("Allocate while locked: err = %v, want *LockTimeoutError", err)
-	}
+	waiter, lte, err := allocateLockedOut(t, dir, 50*time.Millisecond)
 	if lte.Path != filepath.Join(dir, "lock") || !strings.Contains(lte.Holder, fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(lte.Holder, "holder/eth0") {
 		t.Fatalf("LockTimeoutError = %+v, want path %s and a holder naming this pid and holder/eth0", lte, filepath.Join(dir, "lock"))
 	}

@@ -152,15 +152,7 @@ func TestLockTimeoutAcrossProcesses(t *testing.T) {
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "locked\n" {
 		t.Fatalf("helper did not take the lock: %q, %v", line, err)
 	}
-	a, err := New(dir, []netip.Prefix{v4Block29}, Options{LockTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = a.Allocate(context.Background(), att("waiter"), nil)
-	var lte *LockTimeoutError
-	if !errors.As(err, &lte) {
-		t.Fatalf("err = %v, want *LockTimeoutError", err)
-	}
+	_, lte, _ := allocateLockedOut(t, dir, 100*time.Millisecond)
 	if want := fmt.Sprintf("pid %d (allocate sleepy/eth0)", cmd.Process.Pid); !strings.HasPrefix(lte.Holder, want) {
 		t.Fatalf("Holder = %q, want it to start with %q", lte.Holder, want)
 	}
