@@ -1,10 +1,25 @@
 package netguard
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
+
+// checkErr fails t unless err is nil where want is "", else an error
+// holding want and each of also; call is what returned err.
+func checkErr(t *testing.T, call string, err error, want string, also ...string) {
+	t.Helper()
+	wants := append([]string{want}, also...)
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%s = %v, want accepted", call, err)
+	case want != "" && (err == nil || slices.ContainsFunc(wants, func(w string) bool { return !strings.Contains(err.Error(), w) })):
+		t.Errorf("%s = %v, want an error with each of %q", call, err, wants)
+	}
+}
 
 func TestCheckBlock(t *testing.T) {
 	for _, tc := range []struct {
@@ -29,13 +44,7 @@ func TestCheckBlock(t *testing.T) {
 		{"fd00::/128", "too small"},
 		{"10.0.0.1/24", "did you mean 10.0.0.0/24"},
 	} {
-		err := CheckBlock(netip.MustParsePrefix(tc.block))
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("CheckBlock(%s) = %v, want accepted", tc.block, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.block)):
-			t.Errorf("CheckBlock(%s) = %v, want an error naming the block and %q", tc.block, err, tc.want)
-		}
+		checkErr(t, "CheckBlock("+tc.block+")", CheckBlock(netip.MustParsePrefix(tc.block)), tc.want, tc.block)
 	}
 }
 
@@ -57,13 +66,7 @@ func TestHostCheckBlock(t *testing.T) {
 		{"2001:db8:2::/120", ""},
 		{"0.0.0.0/0", "every address"},
 	} {
-		err := h.CheckBlock(netip.MustParsePrefix(tc.block))
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("CheckBlock(%s) = %v, want accepted", tc.block, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("CheckBlock(%s) = %v, want an error with %q", tc.block, err, tc.want)
-		}
+		checkErr(t, "CheckBlock("+tc.block+")", h.CheckBlock(netip.MustParsePrefix(tc.block)), tc.want)
 	}
 }
 
@@ -84,13 +87,7 @@ func TestCheckInterfacePrefix(t *testing.T) {
 		{"abcdefghijkl", "longer than 11"},
 		{"ca%d", "not allowed"},
 	} {
-		err := h.CheckInterfacePrefix(tc.prefix)
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("CheckInterfacePrefix(%q) = %v, want accepted", tc.prefix, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("CheckInterfacePrefix(%q) = %v, want an error with %q", tc.prefix, err, tc.want)
-		}
+		checkErr(t, fmt.Sprintf("CheckInterfacePrefix(%q)", tc.prefix), h.CheckInterfacePrefix(tc.prefix), tc.want)
 	}
 }
 
