@@ -83,6 +83,16 @@ func sendUDP(t *testing.T, n ns.NetNS, dst, payload string) {
 	}
 }
 
+// mustDeliver sends payload from n to dst and fails t unless c receives it
+// within 5 s from src; what names the path in the failure.
+func mustDeliver(t *testing.T, n ns.NetNS, dst string, c net.PacketConn, payload, src, what string) {
+	t.Helper()
+	sendUDP(t, n, dst, payload)
+	if p, from, ok := recv(t, c, 5*time.Second); !ok || p != payload || from != src {
+		t.Fatalf("%s: got %q from %q (ok %v), want %q from %s", what, p, from, ok, payload, src)
+	}
+}
+
 // recv waits up to wait for a datagram and returns its payload and source;
 // ok is false when none arrived.
 func recv(t *testing.T, c net.PacketConn, wait time.Duration) (payload, src string, ok bool) {
@@ -205,10 +215,7 @@ func testAllowlistTraffic(t *testing.T, backend string) {
 	if err := f.sets.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	sendUDP(t, attacker, "10.99.0.1:4789", "vxlan-2")
-	if p, src, ok := recv(t, vxlan, 5*time.Second); !ok || p != "vxlan-2" || src != "10.99.0.2" {
-		t.Fatalf("peer's VXLAN not received (got %q from %s, ok %v)", p, src, ok)
-	}
+	mustDeliver(t, attacker, "10.99.0.1:4789", vxlan, "vxlan-2", "10.99.0.2", "peer's VXLAN")
 	waitPackets(t, f.tab, "filter", InputChain, vxlanAccept, 1)
 	if ipip != nil {
 		sendIPIP()
@@ -289,19 +296,13 @@ func testForwardAndNAT(t *testing.T, backend string) {
 
 	// NAT outgoing: the outside sees the node's address.
 	out := listenUDP(t, outside, "0.0.0.0:9000")
-	sendUDP(t, pod1, "10.99.1.2:9000", "to-outside")
-	if p, src, ok := recv(t, out, 5*time.Second); !ok || p != "to-outside" || src != "10.99.1.1" {
-		t.Fatalf("outside got %q from %q (ok %v), want the node's 10.99.1.1 as source", p, src, ok)
-	}
+	mustDeliver(t, pod1, "10.99.1.2:9000", out, "to-outside", "10.99.1.1", "pod to outside, from the node's address")
 	if out, err := netnstest.Ping(ctx, pod1, "10.99.1.2", 1); err != nil {
 		t.Fatalf("pod to outside (replies need the masquerade): %v\n%s", err, out)
 	}
 	// Pod to pod: not masqueraded.
 	in := listenUDP(t, pod2, "0.0.0.0:9001")
-	sendUDP(t, pod1, "10.244.0.3:9001", "to-pod")
-	if p, src, ok := recv(t, in, 5*time.Second); !ok || p != "to-pod" || src != "10.244.0.2" {
-		t.Fatalf("pod2 got %q from %q (ok %v), want the pod's own 10.244.0.2", p, src, ok)
-	}
+	mustDeliver(t, pod1, "10.244.0.3:9001", in, "to-pod", "10.244.0.2", "pod to pod, from the pod's own address")
 
 	// NAT outgoing off: the pod's address leaves unchanged.
 	if err := c.SetConfig(Config{VXLAN: true}); err != nil {
@@ -310,10 +311,7 @@ func testForwardAndNAT(t *testing.T, backend string) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	sendUDP(t, pod1, "10.99.1.2:9000", "no-nat")
-	if p, src, ok := recv(t, out, 5*time.Second); !ok || p != "no-nat" || src != "10.244.0.2" {
-		t.Fatalf("with NAT outgoing off outside got %q from %q (ok %v), want 10.244.0.2", p, src, ok)
-	}
+	mustDeliver(t, pod1, "10.99.1.2:9000", out, "no-nat", "10.244.0.2", "pod to outside with NAT outgoing off")
 }
 
 // TestRawJumpOnlyForPodPackets: the raw PREROUTING jump to the
