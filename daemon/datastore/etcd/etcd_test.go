@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/datastore/datastoretest"
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/internal/netnstest"
@@ -524,11 +525,7 @@ func TestBadDataSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, r := range recs {
-		names = append(names, r.Name)
-	}
-	if !slices.Equal(names, []string{"node-c", "node-d"}) {
+	if names := datastoretest.Names(recs); !slices.Equal(names, []string{"node-c", "node-d"}) {
 		t.Errorf("peers %v, want node-c and node-d", names)
 	}
 	for _, key := range []string{"/routelet/junk", "/routelet/nodes/node-e", "/routelet/nodes/node-f", "/routelet/nodes/Bad_Name"} {

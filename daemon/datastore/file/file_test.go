@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelet/routelet/daemon/datastore/datastoretest"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -26,13 +27,8 @@ func newStore(t *testing.T) *state.Store {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func names(rs []peers.Record) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.Name)
-	}
-	return out
-}
+// names returns the records' names.
+var names = datastoretest.Names
 
 // TestFileDatastore: blocks are --pod-cidr at once; this node's record is
 // written by Publish, never returned as a peer, and re-written when it is

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/routelet/routelet/daemon/datastore/datastoretest"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/peers"
 )
@@ -65,13 +66,7 @@ func peersNow(t *testing.T, d *Datastore) []peers.Record {
 }
 
 // names returns the records' names.
-func names(recs []peers.Record) []string {
-	var out []string
-	for _, r := range recs {
-		out = append(out, r.Name)
-	}
-	return out
-}
+var names = datastoretest.Names
 
 // TestLocalBlocksWaitForPodCIDRs: without podCIDRs LocalBlocks keeps
 // waiting and says why; once the Node gets them it returns them.
