@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/overlay"
 )
 
@@ -236,15 +237,9 @@ func addrs(nl Netlink, l netlink.Link, fam int) ([]netip.Prefix, error) {
 	}
 	var out []netip.Prefix
 	for _, a := range as {
-		if a.IPNet == nil {
-			continue
+		if p, ok := nlutil.Prefix(a.IPNet); ok {
+			out = append(out, p)
 		}
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok {
-			continue
-		}
-		ones, _ := a.Mask.Size()
-		out = append(out, netip.PrefixFrom(ip.Unmap(), ones))
 	}
 	return out, nil
 }

@@ -1,6 +1,6 @@
-// Package nlutil holds the netlink error handling every routelet package
-// shares: taking again a dump the kernel interrupted, and telling "that
-// object is not there" from a real failure.
+// Package nlutil holds the netlink handling every routelet package shares:
+// taking again a dump the kernel interrupted, telling "that object is not
+// there" from a real failure, and reading netlink's addresses as prefixes.
 package nlutil
 
 import (

@@ -2,7 +2,6 @@ package netguard
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -48,15 +47,9 @@ func readHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 		return Host{}, fmt.Errorf("netguard: list addresses: %w", err)
 	}
 	for _, a := range addrs {
-		if skip[a.LinkIndex] || a.IPNet == nil {
-			continue
+		if p, ok := nlutil.Prefix(a.IPNet); ok && !skip[a.LinkIndex] {
+			out.Addrs = append(out.Addrs, p)
 		}
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok {
-			continue
-		}
-		ones, _ := a.Mask.Size()
-		out.Addrs = append(out.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
 	}
 	routes, err := h.RouteListFiltered(unix.AF_UNSPEC, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
@@ -79,12 +72,10 @@ func readHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 		if int(r.Protocol) == ownProto || skip[r.LinkIndex] || r.Scope != netlink.SCOPE_LINK || r.Type != unix.RTN_UNICAST {
 			continue
 		}
-		ip, ok := netip.AddrFromSlice(r.Dst.IP)
+		p, ok := nlutil.Prefix(r.Dst)
 		if !ok {
 			continue
 		}
-		ones, _ := r.Dst.Mask.Size()
-		p := netip.PrefixFrom(ip.Unmap(), ones)
 		if p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
 			continue // every IPv6 link has fe80::/64
 		}

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/routelet/routelet/internal/nlutil"
 )
 
 // Underlay is the parent interface: the link that holds our host IP.
@@ -53,18 +55,4 @@ func nlFamily(ipVersion int) int {
 }
 
 // addrPrefix converts a netlink address to a prefix (address bits kept).
-func addrPrefix(a netlink.Addr) (netip.Prefix, bool) {
-	if a.IPNet == nil {
-		return netip.Prefix{}, false
-	}
-	ip, ok := netip.AddrFromSlice(a.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ip = ip.Unmap()
-	ones, bits := a.Mask.Size()
-	if bits == 0 {
-		return netip.Prefix{}, false
-	}
-	return netip.PrefixFrom(ip, ones), true
-}
+func addrPrefix(a netlink.Addr) (netip.Prefix, bool) { return nlutil.Prefix(a.IPNet) }

@@ -68,7 +68,7 @@ func InspectPod(netnsPath, ifName string) (*PodView, error) {
 		return nil, fmt.Errorf("list addresses of %s in netns %s: %w", ifName, netnsPath, err)
 	}
 	for _, a := range addrs {
-		if p, ok := toPrefix(a.IPNet); ok {
+		if p, ok := nlutil.Prefix(a.IPNet); ok {
 			v.Addrs = append(v.Addrs, p)
 		}
 	}
@@ -116,7 +116,7 @@ func linkRoutes(h *netlink.Handle, l netlink.Link) ([]Route, error) {
 	for _, r := range rs {
 		var dst netip.Prefix
 		if r.Dst != nil {
-			p, ok := toPrefix(r.Dst)
+			p, ok := nlutil.Prefix(r.Dst)
 			if !ok {
 				continue
 			}
@@ -144,17 +144,4 @@ func HasRoute(routes []Route, dst netip.Prefix, gw netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-func toPrefix(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	a = a.Unmap()
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a, ones), true
 }
