@@ -10,6 +10,7 @@ command -v ping      >/dev/null 2>&1 || need+=(iputils-ping)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v iperf3    >/dev/null 2>&1 || need+=(iperf3)
 command -v ipset     >/dev/null 2>&1 || need+=(ipset)
+command -v nft       >/dev/null 2>&1 || need+=(nftables)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -70,6 +70,7 @@ type options struct {
 	v6           []bool // pod families measured, in order: false IPv4, true IPv6
 	perfDir      string // perf record each transfer into this directory
 	dump         string // directory for the datapaths' state; no transfer then
+	refRules     string // nft ruleset loaded into the reference's nodes
 }
 
 func main() {
@@ -85,6 +86,7 @@ func main() {
 	flag.StringVar(&fam, "family", "4,6", "pod families to measure, in order: 4, 6 or both (6 needs -ipv6)")
 	flag.StringVar(&o.perfDir, "perf", "", "record each transfer with perf record -a -g into this directory (for perf report --comm iperf3,...)")
 	flag.StringVar(&o.dump, "dump", "", "write both datapaths' state (links, offloads, routes, neighbours, sysctls, netfilter) per namespace into this directory and exit without measuring")
+	flag.StringVar(&o.refRules, "reference-nft", "", "nft ruleset file loaded into both reference nodes (placeholders {veth} {pod4} {pod6}), to measure a netfilter layout on the otherwise bare path")
 	flag.Parse()
 	o.nat, o.pin = strings.Split(nat, ","), strings.Split(pin, ",")
 	for _, v := range append(slices.Clone(o.nat), o.pin...) {
@@ -192,6 +194,11 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		return errors.Join(err, ref.close())
 	}
 	defer func() { err = errors.Join(err, ref.close()) }()
+	if o.refRules != "" {
+		if err := ref.loadRules(ctx, o.refRules); err != nil {
+			return err
+		}
+	}
 
 	if o.dump != "" {
 		roles := map[string]ns.NetNS{"routelet-node": na.CNI.NS, "routelet-pod": pa.NS, "reference-node": ref.nodes[0], "reference-pod": ref.pods[0]}
@@ -216,6 +223,9 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		fmt.Fprintf(w, " and %s → %s", pa.IPv6, pb.IPv6)
 	}
 	fmt.Fprintf(w, "; reference pods %s → %s; pinned: both iperf3 ends on CPU %s\n", refA.pod4, refB.pod4, pinCPU)
+	if o.refRules != "" {
+		fmt.Fprintf(w, "the reference runs the netfilter rules of %s\n", o.refRules)
+	}
 	fmt.Fprintf(w, "CPU-s/GB: whole machine (busy time in /proc/stat); attrib: %s\n", at)
 	fmt.Fprintf(w, "load average at start: %s\n", loadavg())
 
@@ -718,6 +728,29 @@ func buildReference(ctx context.Context, router ns.NetNS, encap string, v6 bool,
 		}
 	}
 	return r, nil
+}
+
+// loadRules loads the nft ruleset in file into each reference node, its
+// placeholders {veth}, {pod4} and {pod6} replaced by that node's pod
+// veth and addresses.
+func (r *reference) loadRules(ctx context.Context, file string) error {
+	text, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("reference rules: %w", err)
+	}
+	for i, n := range []refNode{refA, refB} {
+		rules := strings.NewReplacer("{veth}", refHostVeth(n), "{pod4}", n.pod4, "{pod6}", n.pod6).Replace(string(text))
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("%sref-%s-%d.nft", benchPrefix, n.name, os.Getpid()))
+		if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
+			return fmt.Errorf("reference rules: %w", err)
+		}
+		out, err := netnstest.Exec(ctx, r.nodes[i], "nft", "-f", path)
+		os.Remove(path)
+		if err != nil {
+			return fmt.Errorf("reference rules %s on %s: %w\n%s", file, n.name, err, out)
+		}
+	}
+	return nil
 }
 
 // lockedBuffer collects a child's output; safe to read while it writes.
