@@ -33,11 +33,10 @@ type resolver struct {
 	gone     map[Claim]bool
 	maxFirst time.Time // the latest First among the sightings
 	live     []*item   // scratch: the live values of a pass
-	// fresh lists the claims first seen by the passes since the ledger
-	// was last written, in first-seen order (later than every other);
-	// moved the claims whose sighting changed otherwise (gone, back, or
-	// forgotten), with their first-seen time.
-	fresh, moved []sighted
+	// changed lists the claims whose sighting the passes since the
+	// ledger was last written changed (first seen, gone, back or
+	// forgotten), perhaps more than once each: what Flush appends.
+	changed []Claim
 	// out holds the peers of the last two passes (flip: the last one's).
 	out  [2][]NodeInfo
 	flip int
@@ -183,7 +182,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	for i, it := range fresh {
 		it.seen = base.Add(time.Duration(i))
 		e.maxFirst = it.seen
-		e.fresh = append(e.fresh, sighted{it.Claim, Sighting{First: it.seen}})
+		e.changed = append(e.changed, it.Claim)
 	}
 
 	// Sightings: the claims present now, then the ones that went.
@@ -193,7 +192,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 			delete(e.gone, it.Claim)
 			seenChanged = true
 			if had {
-				e.moved = append(e.moved, sighted{it.Claim, s})
+				e.changed = append(e.changed, it.Claim)
 			}
 		}
 	}
@@ -202,7 +201,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		if s := seen[c]; now.Sub(s.Gone) >= retain {
 			delete(seen, c)
 			delete(e.gone, c)
-			e.moved = append(e.moved, sighted{c, s})
+			e.changed = append(e.changed, c)
 			recompute = recompute || !s.First.Before(e.maxFirst)
 			seenChanged = true
 		}
@@ -211,7 +210,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		if s := seen[c]; s.Gone.IsZero() && !e.present(c) {
 			seen[c] = Sighting{First: s.First, Gone: now}
 			e.gone[c] = true
-			e.moved = append(e.moved, sighted{c, s})
+			e.changed = append(e.changed, c)
 			seenChanged = true
 		}
 	}

@@ -250,6 +250,12 @@ func SyncDir(dir string) error {
 // regular file no larger than maxFileSize. A missing file yields an error
 // that matches fs.ErrNotExist.
 func ReadFileNoFollow(dir, name string) ([]byte, error) {
+	return ReadFileNoFollowMax(dir, name, maxFileSize)
+}
+
+// ReadFileNoFollowMax is ReadFileNoFollow for a file that may be larger
+// than a record: at most limit bytes.
+func ReadFileNoFollowMax(dir, name string, limit int) ([]byte, error) {
 	if err := validateFileName(name); err != nil {
 		return nil, err
 	}
@@ -270,11 +276,11 @@ func ReadFileNoFollow(dir, name string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: not a regular file (mode %s)", path, fi.Mode())
 	}
 	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(f, maxFileSize+1)); err != nil {
+	if _, err := io.Copy(&buf, io.LimitReader(f, int64(limit)+1)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if buf.Len() > maxFileSize {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxFileSize)
+	if buf.Len() > limit {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
 	}
 	return buf.Bytes(), nil
 }
