@@ -1,7 +1,9 @@
 package peers
 
 import (
+	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -25,14 +27,18 @@ const maxAffected = 256
 // values; every other verdict cannot have changed. The result equals
 // Resolve's with the same records, host, sightings and time.
 type resolver struct {
-	ok       bool          // recs reflect the last pass against host
-	host     netguard.Host // what the last pass checked against
-	recs     map[string]*vrec
-	order    []*vrec // recs sorted by name
-	gen      uint64  // the current pass
-	gone     map[Claim]bool
+	ok    bool          // recs reflect the last pass against host
+	host  netguard.Host // what the last pass checked against
+	recs  map[string]*vrec
+	order []*vrec // recs sorted by name
+	gen   uint64  // the current pass
+	// gone holds the claims that went, by the time they went: those
+	// past the retention time are at its front. An entry whose claim
+	// came back (or went again later) since is stale and skipped.
+	gone     []goneAt
 	maxFirst time.Time // the latest First among the sightings
-	live     []*item   // scratch: the live values of a pass
+	live     []*item   // scratch: the live values of a pass that decides all
+	index    []*item   // the live values, by compareIndex
 	// changed lists the claims whose sighting the passes since the
 	// ledger was last written changed (first seen, gone, back or
 	// forgotten), perhaps more than once each: what Flush appends.
@@ -40,6 +46,12 @@ type resolver struct {
 	// out holds the peers of the last two passes (flip: the last one's).
 	out  [2][]NodeInfo
 	flip int
+}
+
+// goneAt is a claim that went, and when.
+type goneAt struct {
+	c  Claim
+	at time.Time
 }
 
 // sighted is a claim with its sighting.
@@ -79,9 +91,18 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	full := !e.ok || !sameHost(e.host, host)
 	var changed []*Record
 	var added map[string]bool
+	j := 0 // datastores hand records sorted by name: walk order alongside
 	for i := range records {
 		r := &records[i]
-		st := e.recs[r.Name]
+		for j < len(e.order) && e.order[j].rec.Name < r.Name {
+			j++
+		}
+		var st *vrec
+		if j < len(e.order) && e.order[j].rec.Name == r.Name {
+			st = e.order[j]
+		} else {
+			st = e.recs[r.Name]
+		}
 		switch {
 		case st == nil:
 			if added[r.Name] {
@@ -123,10 +144,10 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	var old, oldLive []*item
 	if full {
 		e.recs, e.order = map[string]*vrec{}, nil
-		e.gone, e.maxFirst = map[Claim]bool{}, time.Time{}
+		e.gone, e.maxFirst = e.gone[:0], time.Time{}
 		for c, s := range seen {
 			if !s.Gone.IsZero() {
-				e.gone[c] = true
+				e.gone = append(e.gone, goneAt{c, s.Gone})
 			}
 			if s.First.After(e.maxFirst) {
 				e.maxFirst = s.First
@@ -145,6 +166,9 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 			old = append(old, st.items...)
 			if st.live() {
 				oldLive = append(oldLive, st.items...)
+				for _, it := range st.items {
+					e.unindex(it)
+				}
 			}
 		}
 	}
@@ -189,27 +213,42 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	for _, it := range newItems {
 		if s, had := seen[it.Claim]; !had || !s.Gone.IsZero() || !s.First.Equal(it.seen) {
 			seen[it.Claim] = Sighting{First: it.seen}
-			delete(e.gone, it.Claim)
 			seenChanged = true
 			if had {
 				e.changed = append(e.changed, it.Claim)
 			}
 		}
 	}
+	if full {
+		slices.SortFunc(e.gone, func(a, b goneAt) int { return a.at.Compare(b.at) })
+	}
 	recompute := false
-	for c := range e.gone {
-		if s := seen[c]; now.Sub(s.Gone) >= retain {
-			delete(seen, c)
-			delete(e.gone, c)
-			e.changed = append(e.changed, c)
+	expired := 0
+	for _, g := range e.gone {
+		if now.Sub(g.at) < retain {
+			break
+		}
+		expired++
+		if s, ok := seen[g.c]; ok && !s.Gone.IsZero() && s.Gone.Equal(g.at) {
+			delete(seen, g.c)
+			e.changed = append(e.changed, g.c)
 			recompute = recompute || !s.First.Before(e.maxFirst)
 			seenChanged = true
 		}
 	}
+	e.gone = e.gone[expired:]
 	goneNow := func(c Claim) {
 		if s := seen[c]; s.Gone.IsZero() && !e.present(c) {
 			seen[c] = Sighting{First: s.First, Gone: now}
-			e.gone[c] = true
+			// After every entry that went at or before now (usually
+			// at the end; a clock that went back puts it earlier).
+			i, _ := slices.BinarySearchFunc(e.gone, now, func(g goneAt, t time.Time) int {
+				if g.at.After(t) {
+					return 1
+				}
+				return -1
+			})
+			e.gone = slices.Insert(e.gone, i, goneAt{c, now})
 			e.changed = append(e.changed, c)
 			seenChanged = true
 		}
@@ -233,17 +272,31 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	}
 
 	// Re-decide the values related to what changed.
-	e.live = e.live[:0]
-	for _, st := range e.order {
-		if st.live() {
-			e.live = append(e.live, st.items...)
+	var affected []*item
+	if full {
+		e.index = e.index[:0]
+		for _, st := range e.order {
+			if st.live() {
+				e.index = append(e.index, st.items...)
+			}
 		}
+		slices.SortFunc(e.index, compareIndex)
+	} else {
+		for _, it := range seeds {
+			e.reindex(it)
+		}
+		var ok bool
+		affected, ok = e.affected(seeds, oldLive)
+		full = !ok
 	}
-	affected := e.live
-	if !full {
-		if some, ok := e.affected(seeds, oldLive); ok {
-			affected = some
+	if full {
+		e.live = e.live[:0]
+		for _, st := range e.order {
+			if st.live() {
+				e.live = append(e.live, st.items...)
+			}
 		}
+		affected = e.live
 	}
 	decide(self, host, affected) // sorts affected, a list this pass built
 	for _, it := range affected {
@@ -252,6 +305,8 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	for _, r := range changed {
 		e.touch(e.recs[r.Name])
 	}
+	clear(e.live) // scratch: hold no value past its pass
+	e.live = e.live[:0]
 
 	// The two result buffers take turns: the slice the last pass returned
 	// stays as it was while this one is filled, and a change allocates no
@@ -289,20 +344,88 @@ func (e *resolver) affected(seeds, old []*item) (out []*item, ok bool) {
 		}
 	}
 	for _, o := range old {
-		for _, it := range e.live {
-			if related(o, it) && !queue(it) {
-				return nil, false
-			}
+		if !e.eachRelated(o, queue) {
+			return nil, false
 		}
 	}
 	for i := 0; i < len(out); i++ {
-		for _, it := range e.live {
-			if it.mark != e.gen && related(out[i], it) && !queue(it) {
-				return nil, false
-			}
+		if !e.eachRelated(out[i], queue) {
+			return nil, false
 		}
 	}
 	return out, true
+}
+
+// compareIndex orders the index: address-space claims first, by prefix
+// (address, then length), then the other values by field and value.
+func compareIndex(a, b *item) int { return compareKey(a, b.space, b.Field, b.Value) }
+
+// compareKey compares it with the index key of a value claiming space
+// (invalid: none), or else field and value.
+func compareKey(it *item, space netip.Prefix, field, value string) int {
+	as, bs := it.space.IsValid(), space.IsValid()
+	switch {
+	case as && bs:
+		return cmp.Or(it.space.Addr().Compare(space.Addr()), cmp.Compare(it.space.Bits(), space.Bits()))
+	case as:
+		return -1
+	case bs:
+		return 1
+	}
+	return cmp.Or(strings.Compare(it.Field, field), strings.Compare(it.Value, value))
+}
+
+// search returns where the key (compareKey) starts in the index.
+func (e *resolver) search(space netip.Prefix, field, value string) int {
+	i, _ := slices.BinarySearchFunc(e.index, space, func(it *item, p netip.Prefix) int { return compareKey(it, p, field, value) })
+	return i
+}
+
+// reindex adds it, a value of a live record, to the index.
+func (e *resolver) reindex(it *item) {
+	e.index = slices.Insert(e.index, e.search(it.space, it.Field, it.Value), it)
+}
+
+// unindex removes it from the index.
+func (e *resolver) unindex(it *item) {
+	for i := e.search(it.space, it.Field, it.Value); i < len(e.index) && compareIndex(e.index[i], it) == 0; i++ {
+		if e.index[i] == it {
+			e.index = slices.Delete(e.index, i, i+1)
+			return
+		}
+	}
+}
+
+// eachRelated calls f with every live value related to o (o itself
+// included when it is live), until f returns false; it reports whether f
+// never did. The index makes that a few binary searches: a MAC or tunnel
+// address meets only its equals; an address space meets the prefixes
+// that contain it (one search per shorter length) and the ones it
+// contains (those sorted from its own address to its last).
+func (e *resolver) eachRelated(o *item, f func(*item) bool) bool {
+	p := o.space
+	if !p.IsValid() {
+		for i := e.search(p, o.Field, o.Value); i < len(e.index) && compareKey(e.index[i], p, o.Field, o.Value) == 0; i++ {
+			if !f(e.index[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	for bits := range p.Bits() {
+		q, _ := p.Addr().Prefix(bits)
+		for i := e.search(q, "", ""); i < len(e.index) && e.index[i].space == q; i++ {
+			if !f(e.index[i]) {
+				return false
+			}
+		}
+	}
+	for i := e.search(p, "", ""); i < len(e.index) && e.index[i].space.IsValid() && p.Contains(e.index[i].space.Addr()); i++ {
+		if related(o, e.index[i]) && !f(e.index[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // touch rebuilds st's output and refusals from its values' verdicts, once
