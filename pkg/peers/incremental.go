@@ -43,9 +43,8 @@ type resolver struct {
 	// ledger was last written changed (first seen, gone, back or
 	// forgotten), perhaps more than once each: what Flush appends.
 	changed []Claim
-	// out holds the peers of the last two passes (flip: the last one's).
-	out  [2][]NodeInfo
-	flip int
+	// out holds the peers the last pass returned.
+	out []NodeInfo
 }
 
 // goneAt is a claim that went, and when.
@@ -308,11 +307,12 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	clear(e.live) // scratch: hold no value past its pass
 	e.live = e.live[:0]
 
-	// The two result buffers take turns: the slice the last pass returned
-	// stays as it was while this one is filled, and a change allocates no
-	// new list of every peer.
-	e.flip ^= 1
-	peers = e.out[e.flip][:0]
+	// One result buffer, filled again by every pass: a change allocates
+	// no new list of every peer.
+	peers = e.out[:0]
+	if n := len(e.order); cap(peers) < n {
+		peers = make([]NodeInfo, 0, n+n/16)
+	}
 	for _, st := range e.order {
 		refused = append(refused, st.refused...)
 		if st.live() {
@@ -320,7 +320,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		}
 	}
 	clear(peers[len(peers):cap(peers)]) // drop what a longer list held
-	e.out[e.flip] = peers
+	e.out = peers
 	e.ok, e.host = true, host
 	return peers, refused, seenChanged, true
 }

@@ -118,8 +118,8 @@ func (v *Validator) Register(reg prometheus.Registerer) error { return reg.Regis
 // memory (Flush writes them to the ledger). Every record is checked
 // against this node and the others as Resolve does; only what the
 // records changed since the last call (and a new host snapshot) is
-// worked out again. The returned slice stays as it is until the Validate
-// after next, which reuses its array: a caller that keeps peers longer
+// worked out again. The returned slice stays as it is until the next
+// Validate, which reuses its array: a caller that keeps peers longer
 // keeps a copy.
 func (v *Validator) Validate(records []Record) []NodeInfo {
 	v.readHost()
