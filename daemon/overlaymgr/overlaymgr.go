@@ -98,11 +98,11 @@ type family struct {
 	created map[string]int // device name → DeviceInfo.Created last seen
 	// problems is the last set of route problems logged (logged on change).
 	problems string
-	// l2 is what was last handed to vxlan.SetPeers, as its neighbour and
-	// FDB entries see it (handed: at least once); spare is the other
-	// buffer OnNodes builds peers in.
-	l2, spare []overlay.Peer
-	handed    bool
+	// l2 is the peers of the last OnNodes, the same as what was last
+	// handed to vxlan.SetPeers as its neighbour and FDB entries see them
+	// (handed: at least once).
+	l2     []overlay.Peer
+	handed bool
 	// routes is, per owned interface, what was last handed to rt; gen
 	// marks the targets the current OnNodes still wants. Guarded by
 	// Manager.mu (the event handler looks routes up).
@@ -283,12 +283,14 @@ func appendPeers(ps []overlay.Peer, nodes []peers.NodeInfo, v int) []overlay.Pee
 	return ps
 }
 
-// sameL2 reports whether two peer lists give a VXLAN device the same
-// neighbour and FDB entries: the same peers in the same order with the same
-// host IP, VTEP MAC and tunnel IP (blocks do not matter there).
-func sameL2(a, b []overlay.Peer) bool {
-	return slices.EqualFunc(a, b, func(x, y overlay.Peer) bool {
-		return x.Name == y.Name && x.HostIP == y.HostIP && x.TunnelIP == y.TunnelIP && bytes.Equal(x.VTEPMAC, y.VTEPMAC)
+// sameL2 reports whether ps (appendPeers of family v) gives a VXLAN
+// device the neighbour and FDB entries nodes give: the same peers in the
+// same order with the same host IP, VTEP MAC and tunnel IP (blocks do not
+// matter there).
+func sameL2(ps []overlay.Peer, nodes []peers.NodeInfo, v int) bool {
+	return slices.EqualFunc(ps, nodes, func(p overlay.Peer, n peers.NodeInfo) bool {
+		ep := n.Endpoint(v)
+		return p.Name == n.Name && p.HostIP == ep.HostIP && p.TunnelIP == ep.TunnelAddr && bytes.Equal(p.VTEPMAC, ep.VTEPMAC)
 	})
 }
 
@@ -347,17 +349,20 @@ func (m *Manager) PodMTU() int {
 // is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
-		ps := appendPeers(f.spare[:0], nodes, f.v)
-		if f.vxlan != nil && (!f.handed || !sameL2(f.l2, ps)) {
-			// A peer change that moves only blocks and keeps the tunnel
-			// address leaves the ARP and FDB entries alone.
+		// A peer change that moves only blocks and keeps the tunnel
+		// address leaves the ARP and FDB entries alone. The list is
+		// rewritten in place: SetPeers and Routes keep none of it.
+		same := f.handed && sameL2(f.l2, nodes, f.v)
+		if cap(f.l2) < len(nodes) {
+			f.l2 = make([]overlay.Peer, 0, len(nodes)+len(nodes)/16)
+		}
+		ps := appendPeers(f.l2[:0], nodes, f.v)
+		clear(ps[len(ps):cap(ps)]) // drop what a longer list held
+		f.l2 = ps
+		if f.vxlan != nil && !same {
 			f.vxlan.SetPeers(ps)
 			f.handed = true
 		}
-		// The previous list is the next call's buffer; clear it so it
-		// holds no peer's blocks meanwhile.
-		f.l2, f.spare = ps, f.l2
-		clear(f.spare[:cap(f.spare)])
 		in := f.in
 		in.Peers = ps
 		want, errs := f.rb.Routes(in)
