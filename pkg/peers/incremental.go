@@ -36,9 +36,9 @@ type resolver struct {
 	// past the retention time are at its front. An entry whose claim
 	// came back (or went again later) since is stale and skipped.
 	gone     []goneAt
-	maxFirst time.Time // the latest First among the sightings
-	live     []*item   // scratch: the live values of a pass that decides all
-	index    []*item   // the live values, by compareIndex
+	maxFirst int64   // the latest first-seen time among the sightings (nanos)
+	live     []*item // scratch: the live values of a pass that decides all
+	index    []*item // the live values, by compareIndex
 	// changed lists the claims whose sighting the passes since the
 	// ledger was last written changed (first seen, gone, back or
 	// forgotten), perhaps more than once each: what Flush appends.
@@ -47,10 +47,10 @@ type resolver struct {
 	out []NodeInfo
 }
 
-// goneAt is a claim that went, and when.
+// goneAt is a claim that went, and when (nanos).
 type goneAt struct {
 	c  Claim
-	at time.Time
+	at int64
 }
 
 // sighted is a claim with its sighting.
@@ -85,8 +85,10 @@ func sameHost(a, b netguard.Host) bool {
 // which it owns) in place, and reports whether seen changed. It returns
 // false for ok when it cannot (two records with one name): the caller
 // then resolves from scratch.
-func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen map[Claim]Sighting, now time.Time, retain time.Duration) (peers []NodeInfo, refused []Refusal, seenChanged, ok bool) {
+func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen map[Claim]sighting, now time.Time, retain time.Duration) (peers []NodeInfo, refused []Refusal, seenChanged, ok bool) {
 	e.gen++
+	now = now.Round(0) // wall clock only, as the sightings keep it
+	nowNS := nanos(now)
 	full := !e.ok || !sameHost(e.host, host)
 	var changed []*Record
 	var added map[string]bool
@@ -143,14 +145,12 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 	var old, oldLive []*item
 	if full {
 		e.recs, e.order = map[string]*vrec{}, nil
-		e.gone, e.maxFirst = e.gone[:0], time.Time{}
+		e.gone, e.maxFirst = e.gone[:0], 0
 		for c, s := range seen {
-			if !s.Gone.IsZero() {
-				e.gone = append(e.gone, goneAt{c, s.Gone})
+			if s.gone != 0 {
+				e.gone = append(e.gone, goneAt{c, s.gone})
 			}
-			if s.First.After(e.maxFirst) {
-				e.maxFirst = s.First
-			}
+			e.maxFirst = max(e.maxFirst, s.first)
 		}
 	} else {
 		for _, st := range removed {
@@ -185,7 +185,7 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 			st.whole = wholeRecord(self, host, n)
 			for _, it := range st.items {
 				if s, ok := seen[it.Claim]; ok {
-					it.seen = s.First
+					it.seen = fromNanos(s.first)
 				} else {
 					fresh = append(fresh, it)
 				}
@@ -198,20 +198,20 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		e.put(st)
 	}
 	base := now
-	if !e.maxFirst.Before(base) {
-		base = e.maxFirst.Add(time.Nanosecond)
+	if e.maxFirst >= nowNS {
+		base = fromNanos(e.maxFirst + 1)
 	}
 	slices.SortFunc(fresh, compareItems) // fresh claims are unique: a total order
 	for i, it := range fresh {
 		it.seen = base.Add(time.Duration(i))
-		e.maxFirst = it.seen
+		e.maxFirst = nanos(it.seen)
 		e.changed = append(e.changed, it.Claim)
 	}
 
 	// Sightings: the claims present now, then the ones that went.
 	for _, it := range newItems {
-		if s, had := seen[it.Claim]; !had || !s.Gone.IsZero() || !s.First.Equal(it.seen) {
-			seen[it.Claim] = Sighting{First: it.seen}
+		if s, had := seen[it.Claim]; !had || s.gone != 0 || s.first != nanos(it.seen) {
+			seen[it.Claim] = sighting{first: nanos(it.seen)}
 			seenChanged = true
 			if had {
 				e.changed = append(e.changed, it.Claim)
@@ -219,35 +219,35 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		}
 	}
 	if full {
-		slices.SortFunc(e.gone, func(a, b goneAt) int { return a.at.Compare(b.at) })
+		slices.SortFunc(e.gone, func(a, b goneAt) int { return cmp.Compare(a.at, b.at) })
 	}
 	recompute := false
 	expired := 0
 	for _, g := range e.gone {
-		if now.Sub(g.at) < retain {
+		if now.Sub(fromNanos(g.at)) < retain {
 			break
 		}
 		expired++
-		if s, ok := seen[g.c]; ok && !s.Gone.IsZero() && s.Gone.Equal(g.at) {
+		if s, ok := seen[g.c]; ok && s.gone != 0 && s.gone == g.at {
 			delete(seen, g.c)
 			e.changed = append(e.changed, g.c)
-			recompute = recompute || !s.First.Before(e.maxFirst)
+			recompute = recompute || s.first >= e.maxFirst
 			seenChanged = true
 		}
 	}
 	e.gone = e.gone[expired:]
 	goneNow := func(c Claim) {
-		if s := seen[c]; s.Gone.IsZero() && !e.present(c) {
-			seen[c] = Sighting{First: s.First, Gone: now}
+		if s := seen[c]; s.gone == 0 && !e.present(c) {
+			seen[c] = sighting{first: s.first, gone: nowNS}
 			// After every entry that went at or before now (usually
 			// at the end; a clock that went back puts it earlier).
-			i, _ := slices.BinarySearchFunc(e.gone, now, func(g goneAt, t time.Time) int {
-				if g.at.After(t) {
+			i, _ := slices.BinarySearchFunc(e.gone, nowNS, func(g goneAt, t int64) int {
+				if g.at > t {
 					return 1
 				}
 				return -1
 			})
-			e.gone = slices.Insert(e.gone, i, goneAt{c, now})
+			e.gone = slices.Insert(e.gone, i, goneAt{c, nowNS})
 			e.changed = append(e.changed, c)
 			seenChanged = true
 		}
@@ -262,11 +262,9 @@ func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen ma
 		}
 	}
 	if recompute {
-		e.maxFirst = time.Time{}
+		e.maxFirst = 0
 		for _, s := range seen {
-			if s.First.After(e.maxFirst) {
-				e.maxFirst = s.First
-			}
+			e.maxFirst = max(e.maxFirst, s.first)
 		}
 	}
 
@@ -480,6 +478,63 @@ func (e *resolver) remove(st *vrec) {
 	if i, found := slices.BinarySearchFunc(e.order, st.rec.Name, func(x *vrec, name string) int { return strings.Compare(x.rec.Name, name) }); found {
 		e.order = slices.Delete(e.order, i, i+1)
 	}
+}
+
+// sighting is a Sighting as the Validator keeps one per claim: its
+// instants as nanos (a third of Sighting's 48 bytes, for thousands of
+// claims).
+type sighting struct{ first, gone int64 }
+
+// Sighting returns s as a Sighting.
+func (s sighting) Sighting() Sighting {
+	return Sighting{First: fromNanos(s.first), Gone: fromNanos(s.gone)}
+}
+
+// nanos is t in nanoseconds since the Unix epoch, 0 for the zero time (the
+// epoch itself is 1 ns later: 0 means none). t must lie in the years
+// 1678 to 2262 (inRange).
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	if n := t.UnixNano(); n != 0 {
+		return n
+	}
+	return 1
+}
+
+// fromNanos is the instant n (nanos), the zero time for 0.
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// inRange reports whether nanos can hold t.
+func inRange(t time.Time) bool { return t.IsZero() || (t.Year() > 1678 && t.Year() < 2262) }
+
+// compactSightings converts seen to the Validator's form; ok is false when
+// a time in it is out of range (that claim is left out).
+func compactSightings(seen map[Claim]Sighting) (out map[Claim]sighting, ok bool) {
+	out, ok = make(map[Claim]sighting, len(seen)), true
+	for c, s := range seen {
+		if !inRange(s.First) || !inRange(s.Gone) {
+			ok = false
+			continue
+		}
+		out[c] = sighting{nanos(s.First), nanos(s.Gone)}
+	}
+	return out, ok
+}
+
+// expandSightings converts the Validator's form back.
+func expandSightings(seen map[Claim]sighting) map[Claim]Sighting {
+	out := make(map[Claim]Sighting, len(seen))
+	for c, s := range seen {
+		out[c] = s.Sighting()
+	}
+	return out
 }
 
 // sameSightings reports whether a and b hold the same times.

@@ -305,8 +305,8 @@ func TestValidatorLedgerOnlyOnChange(t *testing.T) {
 	if s, ok := seen[Claim{Node: "b", Field: FieldBlock, Value: "10.244.2.0/24"}]; !ok || s.Gone.IsZero() {
 		t.Errorf("old block in the ledger = %+v, %v; want kept as gone", s, ok)
 	}
-	if !maps.EqualFunc(seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
-		t.Errorf("the ledger holds %d claims, the validator %d, or their times differ", len(seen), len(v.seen))
+	if !maps.EqualFunc(seen, v.sightings(), func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		t.Errorf("the ledger holds %d claims, the validator %d, or their times differ", len(seen), len(v.sightings()))
 	}
 
 	intruder := Record{Name: "a0", HostIPv4: "10.0.1.78", Blocks: []string{"10.244.20.0/24"}, Updated: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -342,8 +342,8 @@ func TestLedgerAppends(t *testing.T) {
 	}
 	readBack := func(v *Validator, when string) {
 		t.Helper()
-		if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.seen) {
-			t.Fatalf("%s: ledger read back %d claims, %v; the validator holds %d", when, len(got), err, len(v.seen))
+		if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.sightings()) {
+			t.Fatalf("%s: ledger read back %d claims, %v; the validator holds %d", when, len(got), err, len(v.sightings()))
 		}
 	}
 	quiet := slog.New(slog.DiscardHandler)
@@ -376,8 +376,8 @@ func TestLedgerAppends(t *testing.T) {
 
 	// A restart reads the same sightings and writes the ledger whole.
 	v2 := New(Options{Self: self, StateDir: dir, Now: clock, Logger: quiet})
-	if !sameSightings(v2.seen, v.seen) {
-		t.Fatalf("after a restart %d sightings, want %d", len(v2.seen), len(v.seen))
+	if !sameSightings(v2.sightings(), v.sightings()) {
+		t.Fatalf("after a restart %d sightings, want %d", len(v2.sightings()), len(v.sightings()))
 	}
 	v2.Validate(moved)
 	v2.Validate(recs)
@@ -420,6 +420,20 @@ func TestLedgerAppends(t *testing.T) {
 	v2.Flush()
 	readBack(v2, "after the ledger was replaced")
 
+	// A time the Validator cannot keep (it keeps nanoseconds since 1970)
+	// makes the ledger unreadable to it: every value counts as first seen
+	// together, as with a corrupt one.
+	far := `{"version":2,"claims":[
+{"node":"n0007","field":"block","value":"10.100.1.192/26","firstSeen":"2500-01-01T00:00:00Z"}
+]}
+`
+	if err := os.WriteFile(path, []byte(far), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v3 := New(Options{Self: self, StateDir: dir, Now: clock, Logger: quiet}); len(v3.seen) != 0 {
+		t.Errorf("a ledger with a time in 2500 gave %d sightings; want none", len(v3.seen))
+	}
+
 	// Version 1: the claims only.
 	v1 := `{"version":1,"claims":[
 {"node":"b","field":"block","value":"10.244.2.0/24","firstSeen":"2026-01-01T00:00:00Z"}
@@ -450,7 +464,8 @@ func TestValidatorInvalidUTF8(t *testing.T) {
 
 // writeLedger writes seen as the Validator's Flush would.
 func writeLedger(dir string, seen map[Claim]Sighting) error {
-	return writeClaims(dir, sortedClaims(seen))
+	cs, _ := compactSightings(seen)
+	return writeClaims(dir, sortedClaims(cs))
 }
 
 // TestLedgerRoundTrip: what writeLedger writes, readLedger reads back the
@@ -505,7 +520,7 @@ func TestValidatorCacheMatchesResolve(t *testing.T) {
 	}
 	for i, recs := range steps {
 		now = now.Add(time.Second)
-		want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: time.Minute})
+		want := Resolve(Input{Self: self, Records: recs, Seen: v.sightings(), Now: now, Retain: time.Minute})
 		got := v.Validate(recs)
 		if !slices.EqualFunc(got, want.Peers, nodeEqual) {
 			t.Errorf("step %d: peers\n%+v\nwant\n%+v", i, got, want.Peers)
@@ -513,7 +528,7 @@ func TestValidatorCacheMatchesResolve(t *testing.T) {
 		if !slices.Equal(v.Refused(), want.Refused) {
 			t.Errorf("step %d: refused\n%v\nwant\n%v", i, v.Refused(), want.Refused)
 		}
-		if !maps.EqualFunc(v.seen, want.Seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		if !maps.EqualFunc(v.sightings(), want.Seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
 			t.Errorf("step %d: sightings differ", i)
 		}
 	}
@@ -570,7 +585,7 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 		}
 		rng.Shuffle(len(list), func(i, j int) { list[i], list[j] = list[j], list[i] })
 		now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
-		want := Resolve(Input{Self: self, Host: h, Records: list, Seen: v.seen, Now: now, Retain: time.Minute})
+		want := Resolve(Input{Self: self, Host: h, Records: list, Seen: v.sightings(), Now: now, Retain: time.Minute})
 		got := v.Validate(list)
 		if !slices.EqualFunc(got, want.Peers, nodeEqual) {
 			t.Fatalf("step %d: peers\n%+v\nwant\n%+v", step, got, want.Peers)
@@ -578,21 +593,21 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 		if !slices.Equal(v.Refused(), want.Refused) {
 			t.Fatalf("step %d: refused\n%v\nwant\n%v", step, v.Refused(), want.Refused)
 		}
-		if !sameSightings(v.seen, want.Seen) {
-			t.Fatalf("step %d: sightings\n%v\nwant\n%v", step, v.seen, want.Seen)
+		if !sameSightings(v.sightings(), want.Seen) {
+			t.Fatalf("step %d: sightings\n%v\nwant\n%v", step, v.sightings(), want.Seen)
 		}
 		// The ledger, appended to or written whole, reads back as the
 		// Validator's sightings.
 		if rng.IntN(3) > 0 {
 			v.Flush()
-			if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.seen) {
-				t.Fatalf("step %d: ledger read back: %v, %v; want %v", step, got, err, v.seen)
+			if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.sightings()) {
+				t.Fatalf("step %d: ledger read back: %v, %v; want %v", step, got, err, v.sightings())
 			}
 		}
 	}
 	v.Flush()
-	if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.seen) {
-		t.Errorf("ledger read back: %v, %v; want %v", got, err, v.seen)
+	if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.sightings()) {
+		t.Errorf("ledger read back: %v, %v; want %v", got, err, v.sightings())
 	}
 }
 
@@ -615,9 +630,9 @@ func TestValidatorManyChanges(t *testing.T) {
 		}
 		recs = append(recs, Record{Name: "x", HostIPv4: "10.0.1.77", Blocks: []string{block}})
 		now = now.Add(time.Second)
-		want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: DefaultRetain})
+		want := Resolve(Input{Self: self, Records: recs, Seen: v.sightings(), Now: now, Retain: DefaultRetain})
 		got := v.Validate(recs)
-		if !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) || !sameSightings(v.seen, want.Seen) {
+		if !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) || !sameSightings(v.sightings(), want.Seen) {
 			t.Fatalf("step %d (%d moved): %d peers, refused %v; want %d, refused %v", step, n, len(got), v.Refused(), len(want.Peers), want.Refused)
 		}
 	}
@@ -681,7 +696,7 @@ func FuzzValidatorCache(f *testing.F) {
 		y := Record{Name: name2, Blocks: []string{b2}}
 		for i, recs := range [][]Record{{b, x1}, {b, x2}, {x1, b, y}, {b, x1}, {y, x2}} {
 			now = now.Add(time.Second)
-			want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: DefaultRetain})
+			want := Resolve(Input{Self: self, Records: recs, Seen: v.sightings(), Now: now, Retain: DefaultRetain})
 			if got := v.Validate(recs); !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) {
 				t.Fatalf("pass %d: %+v refused %v, want %+v refused %v", i, got, v.Refused(), want.Peers, want.Refused)
 			}

@@ -56,7 +56,7 @@ type Options struct {
 type Validator struct {
 	opts     Options
 	log      *slog.Logger
-	seen     map[Claim]Sighting
+	seen     map[Claim]sighting
 	host     netguard.Host
 	hostErr  string               // last ReadHost error logged
 	hostOld  atomic.Bool          // host must be read again (HostChanged)
@@ -91,7 +91,7 @@ func New(opts Options) *Validator {
 		opts.Retain = 0
 	}
 	v := &Validator{
-		opts: opts, log: opts.Logger.With("component", "peers"), seen: map[Claim]Sighting{}, logged: map[string]bool{},
+		opts: opts, log: opts.Logger.With("component", "peers"), seen: map[Claim]sighting{}, logged: map[string]bool{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "routelet_peer_values_refused",
 			Help: "Node record values currently refused (1 per node, field and value; field \"record\" for a record refused whole). The log says why.",
@@ -99,10 +99,15 @@ func New(opts Options) *Validator {
 	}
 	if opts.StateDir != "" {
 		seen, err := readLedger(opts.StateDir)
+		if err == nil {
+			if cs, ok := compactSightings(seen); ok {
+				v.seen = cs
+			} else {
+				err = fmt.Errorf("%s: a time outside the years 1678 to 2262", LedgerFile)
+			}
+		}
 		if err != nil {
 			v.log.Warn("cannot read the peer claim ledger; values present now count as first seen together", "file", LedgerFile, "err", err)
-		} else {
-			v.seen = seen
 		}
 	}
 	v.hostOld.Store(true)
@@ -126,15 +131,20 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 	now := v.opts.Now()
 	ps, refused, changed, ok := v.res.pass(v.opts.Self, v.host, records, v.seen, now, v.opts.Retain)
 	if !ok {
-		res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: now, Retain: v.opts.Retain})
-		changed = !sameSightings(res.Seen, v.seen)
-		v.seen, ps, refused = res.Seen, res.Peers, res.Refused
+		seen := v.sightings()
+		res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: seen, Now: now.Round(0), Retain: v.opts.Retain})
+		changed = !sameSightings(res.Seen, seen)
+		v.seen, _ = compactSightings(res.Seen) // times of now or of the ledger read
+		ps, refused = res.Peers, res.Refused
 		v.written = nil // the sightings changed unrecorded: write them whole
 	}
 	v.dirty = v.dirty || changed
 	v.report(refused)
 	return ps
 }
+
+// sightings returns the first-seen times as Resolve takes them.
+func (v *Validator) sightings() map[Claim]Sighting { return expandSightings(v.seen) }
 
 // HostChanged says the node's own address space may have changed: the
 // next Validate reads it again. Safe to call from any goroutine (netlink
@@ -278,10 +288,10 @@ func compareLedger(x, y sighted) int {
 }
 
 // sortedClaims returns seen in ledger order.
-func sortedClaims(seen map[Claim]Sighting) []sighted {
+func sortedClaims(seen map[Claim]sighting) []sighted {
 	out := make([]sighted, 0, len(seen))
 	for c, s := range seen {
-		out = append(out, sighted{c, s})
+		out = append(out, sighted{c, s.Sighting()})
 	}
 	slices.SortFunc(out, compareLedger)
 	return out
@@ -416,7 +426,7 @@ func writeClaims(dir string, order []sighted) error {
 // appendLedgerLine appends to buf the line Flush appends for changed: the
 // current sighting of each claim in it (once each), or that it was
 // forgotten. changed is sorted in place.
-func appendLedgerLine(buf []byte, seen map[Claim]Sighting, changed []Claim) []byte {
+func appendLedgerLine(buf []byte, seen map[Claim]sighting, changed []Claim) []byte {
 	slices.SortFunc(changed, func(x, y Claim) int {
 		return cmp.Or(strings.Compare(x.Node, y.Node), strings.Compare(x.Field, y.Field), strings.Compare(x.Value, y.Value))
 	})
@@ -426,7 +436,7 @@ func appendLedgerLine(buf []byte, seen map[Claim]Sighting, changed []Claim) []by
 			buf = append(buf, ',')
 		}
 		s, ok := seen[c]
-		buf = appendLedgerEntry(buf, c, s, !ok)
+		buf = appendLedgerEntry(buf, c, s.Sighting(), !ok)
 	}
 	return append(buf, "]}\n"...)
 }
