@@ -103,21 +103,15 @@ type family struct {
 	// (handed: at least once).
 	l2     []overlay.Peer
 	handed bool
-	// routes is, per owned interface, what was last handed to rt; gen
-	// marks the targets the current OnNodes still wants. Guarded by
-	// Manager.mu (the event handler looks routes up).
-	routes map[string]map[netip.Prefix]routeEntry
+	// routes is, per owned interface, the CIDRs of the targets last
+	// handed to rt (which keeps the targets), each with the OnNodes
+	// generation that last wanted it. Guarded by Manager.mu (the event
+	// handler looks routes up).
+	routes map[string]map[netip.Prefix]uint64
 	gen    uint64
 	rb     overlay.RouteBuilder
 	// last is rb's previous result (valid until the call after next).
 	last map[string][]routes.Target
-}
-
-// routeEntry is one target handed to the route table and the OnNodes
-// generation that last wanted it.
-type routeEntry struct {
-	t   routes.Target
-	gen uint64
 }
 
 // Manager is the overlay's agent.Manager. OnNodes and Apply run on the
@@ -209,7 +203,7 @@ func (m *Manager) newFamily(v int, hostIP netip.Addr, blocks []netip.Prefix, new
 	if err != nil {
 		return nil, fmt.Errorf("overlay IPv%d on %s: %w", v, parent.Name, err)
 	}
-	f := &family{v: v, hostIP: hostIP, parent: parent, mtu: mtu, created: map[string]int{}, routes: map[string]map[netip.Prefix]routeEntry{}}
+	f := &family{v: v, hostIP: hostIP, parent: parent, mtu: mtu, created: map[string]int{}, routes: map[string]map[netip.Prefix]uint64{}}
 	tunnel, _ := overlay.TunnelAddress(blocks, v)
 	vxlanDev := c.VXLANDevice
 	if v == 6 {
@@ -380,9 +374,10 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	}
 }
 
-// setRoutes hands family f's route table the targets of want that differ
-// from what it was last handed: changed and new ones first, in interface
-// and peer order, then the removals. Nothing is built when nothing changed.
+// setRoutes hands family f's route table the targets of want: changed and
+// new ones first, in interface and peer order, then the removals (a
+// target the table holds already changes nothing there). Nothing is
+// built when nothing changed.
 func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -395,19 +390,16 @@ func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		have := f.routes[name]
 		if have == nil {
-			have = make(map[netip.Prefix]routeEntry, len(want[name]))
+			have = make(map[netip.Prefix]uint64, len(want[name]))
 			f.routes[name] = have
 		}
 		for _, t := range want[name] {
 			t.CIDR = t.CIDR.Masked()
-			e, ok := have[t.CIDR]
-			if !ok || !e.t.Equal(t) {
-				f.rt.RouteUpdate(name, t)
-			}
-			if !ok || e.gen != f.gen {
+			f.rt.RouteUpdate(name, t)
+			if gen, ok := have[t.CIDR]; !ok || gen != f.gen {
 				current[name]++
 			}
-			have[t.CIDR] = routeEntry{t: t, gen: f.gen}
+			have[t.CIDR] = f.gen
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.routes)) {
@@ -415,8 +407,8 @@ func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
 		if len(have) == current[name] {
 			continue // every target is still wanted
 		}
-		for cidr, e := range have {
-			if e.gen != f.gen {
+		for cidr, gen := range have {
+			if gen != f.gen {
 				f.rt.RouteRemove(name, cidr)
 				delete(have, cidr)
 			}
@@ -452,7 +444,7 @@ func (m *Manager) setChanged(f *family, want map[string][]routes.Target) bool {
 			delete(have, prev[i].CIDR)
 		}
 		for _, i := range changed {
-			have[ts[i].CIDR] = routeEntry{t: ts[i], gen: f.gen}
+			have[ts[i].CIDR] = f.gen
 			f.rt.RouteUpdate(name, ts[i])
 		}
 		for _, i := range changed {
