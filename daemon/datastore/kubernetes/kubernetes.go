@@ -92,6 +92,7 @@ type Datastore struct {
 	// name, and the Watch callbacks it wakes.
 	pmu         sync.Mutex
 	recs        []*cachedNode
+	out         []peers.Record // what Peers hands out, filled again by each call
 	watchers    map[int]func()
 	nextWatcher int
 
@@ -517,9 +518,11 @@ func (d *Datastore) onNode(obj any, gone bool) {
 // Peers returns a record for every other Node with podCIDRs, sorted by
 // name, as the informer last delivered them: an API outage leaves the last
 // listed Nodes. The records are kept as the Nodes change (onNode), so a
-// call converts no Node; it copies the records into a new slice, which
-// the caller may keep (the records' Blocks are the cache's: read them, do
-// not modify them).
+// call converts no Node; it copies the records into a slice that stays
+// as it is until the next call, which fills it again (the daemon's loop,
+// the one caller, validates them in between: a peer change allocates no
+// list of every peer). The records' Blocks are the cache's: read them, do
+// not modify them.
 // Before the first list it is an error (the daemon keeps what it has).
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	if !d.handler.HasSynced() {
@@ -527,10 +530,15 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	}
 	d.pmu.Lock()
 	defer d.pmu.Unlock()
-	out := make([]peers.Record, len(d.recs))
-	for i, n := range d.recs {
-		out[i] = n.record
+	out := d.out[:0]
+	if n := len(d.recs); cap(out) < n {
+		out = make([]peers.Record, 0, n+n/16)
 	}
+	for _, n := range d.recs {
+		out = append(out, n.record)
+	}
+	clear(out[len(out):cap(out)]) // hold no record a longer list had
+	d.out = out
 	return out, nil, nil
 }
 
