@@ -257,6 +257,20 @@ func TestValidatorLedger(t *testing.T) {
 	}
 }
 
+// ledgerStat returns a function that stats dir's ledger file, failing t
+// when it cannot.
+func ledgerStat(t *testing.T, dir string) func() os.FileInfo {
+	path := filepath.Join(dir, LedgerFile)
+	return func() os.FileInfo {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+}
+
 // TestValidatorLedgerOnlyOnChange: re-validating records that changed
 // nothing leaves the ledger file alone; a record whose block moved adds a
 // claim, the ledger is written, and after a restart the moved block is
@@ -266,15 +280,7 @@ func TestValidatorLedgerOnlyOnChange(t *testing.T) {
 	dir := t.TempDir()
 	now := t0
 	clock := func() time.Time { now = now.Add(time.Second); return now }
-	path := filepath.Join(dir, LedgerFile)
-	stat := func() os.FileInfo {
-		t.Helper()
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fi
-	}
+	stat := ledgerStat(t, dir)
 	v := New(Options{Self: self, StateDir: dir, Now: clock})
 	v.Validate([]Record{b, c})
 	v.Flush()
@@ -332,14 +338,7 @@ func TestLedgerAppends(t *testing.T) {
 	path := filepath.Join(dir, LedgerFile)
 	now := t0
 	clock := func() time.Time { now = now.Add(time.Second); return now }
-	stat := func() os.FileInfo {
-		t.Helper()
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fi
-	}
+	stat := ledgerStat(t, dir)
 	readBack := func(v *Validator, when string) {
 		t.Helper()
 		if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.sightings()) {
