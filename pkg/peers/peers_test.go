@@ -260,12 +260,10 @@ func TestValidatorLedger(t *testing.T) {
 // ledgerStat returns a function that stats dir's ledger file, failing t
 // when it cannot.
 func ledgerStat(t *testing.T, dir string) func() os.FileInfo {
-	path := filepath.Join(dir, LedgerFile)
 	return func() os.FileInfo {
-		t.Helper()
-		fi, err := os.Stat(path)
+		fi, err := os.Stat(filepath.Join(dir, LedgerFile))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("ledger: %v", err)
 		}
 		return fi
 	}

@@ -10,12 +10,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,7 +66,7 @@ type Validator struct {
 	// The ledger file as this Validator last wrote it whole (nil: not
 	// yet, or an append failed: the next Flush writes it whole), and how
 	// many sightings were appended to it since.
-	written  os.FileInfo
+	written  fs.FileInfo
 	appended int64
 	line     []byte // the last appended line's buffer
 }
@@ -226,12 +223,12 @@ func (v *Validator) flush(changed []Claim) error {
 	if v.written != nil {
 		v.line = appendLedgerLine(v.line[:0], v.seen, changed)
 		if v.appended+int64(len(v.line)) <= max(v.written.Size(), minCompact) {
-			err := appendLedger(v.opts.StateDir, v.written, v.line)
+			err := state.AppendFile(v.opts.StateDir, LedgerFile, v.written, v.line)
 			if err == nil {
 				v.appended += int64(len(v.line))
 				return nil
 			}
-			if !errors.Is(err, errLedgerReplaced) {
+			if !errors.Is(err, state.ErrReplaced) {
 				return err
 			}
 		}
@@ -240,10 +237,9 @@ func (v *Validator) flush(changed []Claim) error {
 	if err := writeClaims(v.opts.StateDir, sortedClaims(v.seen)); err != nil {
 		return err
 	}
-	path := filepath.Join(v.opts.StateDir, LedgerFile)
-	fi, err := os.Lstat(path)
+	fi, err := state.Lstat(v.opts.StateDir, LedgerFile)
 	if err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
+		return err
 	}
 	v.written = fi
 	return nil
@@ -461,36 +457,6 @@ func appendLedgerEntry(buf []byte, c Claim, s Sighting, forgotten bool) []byte {
 		buf = append(buf, '"')
 	}
 	return append(buf, '}')
-}
-
-// errLedgerReplaced: the ledger file is not the one the Validator last
-// wrote whole (removed, or replaced by someone else): it is written whole
-// again, not appended to.
-var errLedgerReplaced = errors.New("the ledger file is not the one last written")
-
-// appendLedger appends line (one write, its newline last) to LedgerFile,
-// which must be the file written is (errLedgerReplaced otherwise), and
-// syncs it, as writeClaims does.
-func appendLedger(dir string, written os.FileInfo, line []byte) error {
-	path := filepath.Join(dir, LedgerFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
-		return errLedgerReplaced
-	}
-	if err != nil {
-		return fmt.Errorf("append to %s: %w", path, err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, written) || fi.Size() < written.Size() {
-		return errLedgerReplaced
-	}
-	if _, err := f.Write(line); err != nil {
-		return fmt.Errorf("append to %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // appendJSONString appends s as a JSON string. Claims hold parsed names,
