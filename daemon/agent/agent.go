@@ -61,7 +61,7 @@ type PeerSource interface {
 	Watch(ctx context.Context, changed func()) error
 	// Peers returns the validated peers, how many records there were, the
 	// unreadable ones, and an error when none can be listed. The peers'
-	// slice is reused by the call after next (peers.Validator.Validate).
+	// slice is reused by the next call (peers.Validator.Validate).
 	Peers() ([]peers.NodeInfo, int, []error, error)
 	// Rescan makes the next Peers re-read everything.
 	Rescan()

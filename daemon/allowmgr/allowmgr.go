@@ -62,9 +62,11 @@ type Manager struct {
 	opts Options
 	log  *slog.Logger
 
-	// What was last handed to al, to skip unchanged lists.
-	peers, pools []netip.Prefix
-	handed       bool
+	// What was last handed to al, to skip unchanged lists, and the
+	// lists the next OnNodes builds in (al keeps copies of its own).
+	peers, pools           []netip.Prefix
+	handed                 bool
+	spareHosts, sparePools []netip.Prefix
 
 	applied   bool   // the first Apply ran: the desired members are known
 	checkDue  bool   // QueueCheck was called: the next Apply checks
@@ -135,8 +137,9 @@ func (m *Manager) Register(reg prometheus.Registerer) error {
 // ours are the pools. The peers were checked where their records entered
 // the daemon (pkg/peers), so nothing is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
-	hosts, pools := Members(nodes, m.opts.LocalBlocks, m.opts.ExternalNodeCIDRs)
+	hosts, pools := appendMembers(m.spareHosts[:0], m.sparePools[:0], nodes, m.opts.LocalBlocks, m.opts.ExternalNodeCIDRs)
 	if m.handed && slices.Equal(hosts, m.peers) && slices.Equal(pools, m.pools) {
+		m.spareHosts, m.sparePools = hosts, pools // a peer change that moved neither allocates nothing
 		return
 	}
 	// The setters only fail on prefixes normalize already dropped.
@@ -145,6 +148,7 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 			m.log.Error("allowlist: cannot set members", "err", err)
 		}
 	}
+	m.spareHosts, m.sparePools = m.peers, m.pools
 	m.peers, m.pools, m.handed = hosts, pools, true
 	m.log.Debug("allowlist members", "peers", len(hosts), "pools", len(pools))
 }
@@ -154,8 +158,18 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 // (hosts); every peer's blocks plus local are the pod pools. Both are
 // sorted, without duplicates or prefixes no set can hold.
 func Members(nodes []peers.NodeInfo, local, external []netip.Prefix) (hosts, pools []netip.Prefix) {
-	hosts = make([]netip.Prefix, 0, 2*len(nodes)+len(external))
-	pools = make([]netip.Prefix, 0, len(local)+len(nodes))
+	return appendMembers(nil, nil, nodes, local, external)
+}
+
+// appendMembers is Members building its lists in hosts and pools (empty,
+// their arrays reused when large enough).
+func appendMembers(hosts, pools []netip.Prefix, nodes []peers.NodeInfo, local, external []netip.Prefix) ([]netip.Prefix, []netip.Prefix) {
+	if n := 2*len(nodes) + len(external); cap(hosts) < n {
+		hosts = make([]netip.Prefix, 0, n)
+	}
+	if n := len(local) + len(nodes); cap(pools) < n {
+		pools = make([]netip.Prefix, 0, n)
+	}
 	pools = append(pools, local...)
 	for _, n := range nodes {
 		for _, a := range [2]netip.Addr{n.IPv4.HostIP, n.IPv6.HostIP} {

@@ -98,26 +98,20 @@ type family struct {
 	created map[string]int // device name → DeviceInfo.Created last seen
 	// problems is the last set of route problems logged (logged on change).
 	problems string
-	// l2 is what was last handed to vxlan.SetPeers, as its neighbour and
-	// FDB entries see it (handed: at least once); spare is the other
-	// buffer OnNodes builds peers in.
-	l2, spare []overlay.Peer
-	handed    bool
-	// routes is, per owned interface, what was last handed to rt; gen
-	// marks the targets the current OnNodes still wants. Guarded by
-	// Manager.mu (the event handler looks routes up).
-	routes map[string]map[netip.Prefix]routeEntry
+	// l2 is the peers of the last OnNodes, the same as what was last
+	// handed to vxlan.SetPeers as its neighbour and FDB entries see them
+	// (handed: at least once).
+	l2     []overlay.Peer
+	handed bool
+	// routes is, per owned interface, the CIDRs of the targets last
+	// handed to rt (which keeps the targets), each with the OnNodes
+	// generation that last wanted it. Guarded by Manager.mu (the event
+	// handler looks routes up).
+	routes map[string]map[netip.Prefix]uint64
 	gen    uint64
 	rb     overlay.RouteBuilder
 	// last is rb's previous result (valid until the call after next).
 	last map[string][]routes.Target
-}
-
-// routeEntry is one target handed to the route table and the OnNodes
-// generation that last wanted it.
-type routeEntry struct {
-	t   routes.Target
-	gen uint64
 }
 
 // Manager is the overlay's agent.Manager. OnNodes and Apply run on the
@@ -209,7 +203,7 @@ func (m *Manager) newFamily(v int, hostIP netip.Addr, blocks []netip.Prefix, new
 	if err != nil {
 		return nil, fmt.Errorf("overlay IPv%d on %s: %w", v, parent.Name, err)
 	}
-	f := &family{v: v, hostIP: hostIP, parent: parent, mtu: mtu, created: map[string]int{}, routes: map[string]map[netip.Prefix]routeEntry{}}
+	f := &family{v: v, hostIP: hostIP, parent: parent, mtu: mtu, created: map[string]int{}, routes: map[string]map[netip.Prefix]uint64{}}
 	tunnel, _ := overlay.TunnelAddress(blocks, v)
 	vxlanDev := c.VXLANDevice
 	if v == 6 {
@@ -283,12 +277,14 @@ func appendPeers(ps []overlay.Peer, nodes []peers.NodeInfo, v int) []overlay.Pee
 	return ps
 }
 
-// sameL2 reports whether two peer lists give a VXLAN device the same
-// neighbour and FDB entries: the same peers in the same order with the same
-// host IP, VTEP MAC and tunnel IP (blocks do not matter there).
-func sameL2(a, b []overlay.Peer) bool {
-	return slices.EqualFunc(a, b, func(x, y overlay.Peer) bool {
-		return x.Name == y.Name && x.HostIP == y.HostIP && x.TunnelIP == y.TunnelIP && bytes.Equal(x.VTEPMAC, y.VTEPMAC)
+// sameL2 reports whether ps (appendPeers of family v) gives a VXLAN
+// device the neighbour and FDB entries nodes give: the same peers in the
+// same order with the same host IP, VTEP MAC and tunnel IP (blocks do not
+// matter there).
+func sameL2(ps []overlay.Peer, nodes []peers.NodeInfo, v int) bool {
+	return slices.EqualFunc(ps, nodes, func(p overlay.Peer, n peers.NodeInfo) bool {
+		ep := n.Endpoint(v)
+		return p.Name == n.Name && p.HostIP == ep.HostIP && p.TunnelIP == ep.TunnelAddr && bytes.Equal(p.VTEPMAC, ep.VTEPMAC)
 	})
 }
 
@@ -347,17 +343,20 @@ func (m *Manager) PodMTU() int {
 // is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
-		ps := appendPeers(f.spare[:0], nodes, f.v)
-		if f.vxlan != nil && (!f.handed || !sameL2(f.l2, ps)) {
-			// A peer change that moves only blocks and keeps the tunnel
-			// address leaves the ARP and FDB entries alone.
+		// A peer change that moves only blocks and keeps the tunnel
+		// address leaves the ARP and FDB entries alone. The list is
+		// rewritten in place: SetPeers and Routes keep none of it.
+		same := f.handed && sameL2(f.l2, nodes, f.v)
+		if cap(f.l2) < len(nodes) {
+			f.l2 = make([]overlay.Peer, 0, len(nodes)+len(nodes)/16)
+		}
+		ps := appendPeers(f.l2[:0], nodes, f.v)
+		clear(ps[len(ps):cap(ps)]) // drop what a longer list held
+		f.l2 = ps
+		if f.vxlan != nil && !same {
 			f.vxlan.SetPeers(ps)
 			f.handed = true
 		}
-		// The previous list is the next call's buffer; clear it so it
-		// holds no peer's blocks meanwhile.
-		f.l2, f.spare = ps, f.l2
-		clear(f.spare[:cap(f.spare)])
 		in := f.in
 		in.Peers = ps
 		want, errs := f.rb.Routes(in)
@@ -375,9 +374,10 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	}
 }
 
-// setRoutes hands family f's route table the targets of want that differ
-// from what it was last handed: changed and new ones first, in interface
-// and peer order, then the removals. Nothing is built when nothing changed.
+// setRoutes hands family f's route table the targets of want: changed and
+// new ones first, in interface and peer order, then the removals (a
+// target the table holds already changes nothing there). Nothing is
+// built when nothing changed.
 func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -390,19 +390,16 @@ func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		have := f.routes[name]
 		if have == nil {
-			have = make(map[netip.Prefix]routeEntry, len(want[name]))
+			have = make(map[netip.Prefix]uint64, len(want[name]))
 			f.routes[name] = have
 		}
 		for _, t := range want[name] {
 			t.CIDR = t.CIDR.Masked()
-			e, ok := have[t.CIDR]
-			if !ok || !e.t.Equal(t) {
-				f.rt.RouteUpdate(name, t)
-			}
-			if !ok || e.gen != f.gen {
+			f.rt.RouteUpdate(name, t)
+			if gen, ok := have[t.CIDR]; !ok || gen != f.gen {
 				current[name]++
 			}
-			have[t.CIDR] = routeEntry{t: t, gen: f.gen}
+			have[t.CIDR] = f.gen
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.routes)) {
@@ -410,8 +407,8 @@ func (m *Manager) setRoutes(f *family, want map[string][]routes.Target) {
 		if len(have) == current[name] {
 			continue // every target is still wanted
 		}
-		for cidr, e := range have {
-			if e.gen != f.gen {
+		for cidr, gen := range have {
+			if gen != f.gen {
 				f.rt.RouteRemove(name, cidr)
 				delete(have, cidr)
 			}
@@ -447,7 +444,7 @@ func (m *Manager) setChanged(f *family, want map[string][]routes.Target) bool {
 			delete(have, prev[i].CIDR)
 		}
 		for _, i := range changed {
-			have[ts[i].CIDR] = routeEntry{t: ts[i], gen: f.gen}
+			have[ts[i].CIDR] = f.gen
 			f.rt.RouteUpdate(name, ts[i])
 		}
 		for _, i := range changed {

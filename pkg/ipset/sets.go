@@ -43,7 +43,10 @@ type Sets struct {
 	desired map[string]*memberSet
 	// actual is the last known kernel view per name, kept in step with each
 	// successful call; a missing key means unknown (re-read before use);
-	// guarded by mu.
+	// guarded by mu. When the kernel holds what is desired it is the
+	// desired memberSet itself (which is never changed: Set replaces it),
+	// so a set's members are kept once, not twice; a view that differs is
+	// its own and is changed in place as the kernel is.
 	actual map[string]*memberSet
 	// dirty names need reconciling (including names removed from desired,
 	// whose sets are to be destroyed); guarded by mu.
@@ -212,8 +215,10 @@ func (s *Sets) Check() (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		s.actual[name] = cur
-		if !same(cur, s.desired[name]) {
+		if same(cur, s.desired[name]) {
+			s.actual[name] = s.desired[name]
+		} else {
+			s.actual[name] = cur
 			s.log.Warn("ipset drifted from desired state; repairing", "set", name,
 				"exists", cur.exists, "type", cur.typ, "family", cur.family, "members", len(cur.members),
 				"want", len(s.desired[name].members))
@@ -309,6 +314,7 @@ func (s *Sets) applyOne(name string) error {
 		delete(cur.members, p)
 		s.log.Debug("ipset member deleted", "set", name, "cidr", p)
 	}
+	s.actual[name] = want // the kernel holds it now
 	return nil
 }
 
@@ -360,7 +366,7 @@ func (s *Sets) rewrite(name string, want, cur *memberSet) error {
 		}
 		s.log.Debug("ipset rewritten", "set", name, "family", want.family, "members", len(want.members))
 	}
-	s.actual[name] = &memberSet{exists: true, typ: HashNet, family: want.family, members: maps.Clone(want.members)}
+	s.actual[name] = want
 	return nil
 }
 

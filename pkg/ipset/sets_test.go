@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -326,4 +327,56 @@ func TestSetsRemoveAndCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSnapshot(t, f, map[string][]netip.Prefix{"kube-something": pfx("10.0.0.1/32")})
+}
+
+// TestSetsKeepMembersOnce: once the kernel holds a set's desired members
+// (after a rewrite, a change by difference, or a clean check), Sets keeps
+// those members once, not a second copy as its view of the kernel.
+func TestSetsKeepMembersOnce(t *testing.T) {
+	const n = 20000
+	members := make([]netip.Prefix, n)
+	for i := range members {
+		members[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)
+	}
+	moved := slices.Clone(members)
+	moved[7] = netip.MustParsePrefix("192.0.2.7/32")
+	heap := func() int64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	for _, c := range []struct {
+		what  string
+		steps [][]netip.Prefix
+		check bool
+	}{
+		{"after a rewrite", [][]netip.Prefix{members}, false},
+		{"after a change by difference", [][]netip.Prefix{members, moved}, false},
+		{"after a clean check", [][]netip.Prefix{members}, true},
+	} {
+		f := NewFake()
+		s := NewSets(f, quiet)
+		for _, ps := range c.steps {
+			if err := s.Set(VXLANPeers, IPv4, ps); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Apply(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c.check {
+			if _, err := s.Check(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held := heap()
+		runtime.KeepAlive(s)
+		kept := held - heap() // Sets' own memory: the fake kernel's copy is still held
+		// One map of n prefixes is about 80 bytes a member, two 160.
+		if kept > 120*n {
+			t.Errorf("%s: Sets holds %d bytes for %d members (%d a member); want one copy of them", c.what, kept, n, kept/n)
+		}
+		runtime.KeepAlive(f)
+	}
 }

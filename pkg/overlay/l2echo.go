@@ -3,6 +3,8 @@ package overlay
 import (
 	"net/netip"
 	"time"
+
+	"github.com/routelet/routelet/internal/compact"
 )
 
 // echoTTL is how long a write's notification is waited for; one that
@@ -17,6 +19,7 @@ const echoTTL = 5 * time.Second
 // what is wanted, and without this memory it would look like drift.
 type echoes struct {
 	pending map[echoKey][]echo
+	peak    int // the most entries pending held since it was last empty
 	swept   time.Time
 }
 
@@ -41,19 +44,29 @@ func (e *echoes) wrote(k echoKey, w echo) {
 		return
 	}
 	now := time.Now()
-	if e.pending == nil {
-		e.pending = map[echoKey][]echo{}
-	}
 	if now.Sub(e.swept) > echoTTL {
 		for key, ws := range e.pending {
 			if now.Sub(ws[len(ws)-1].at) > echoTTL {
-				delete(e.pending, key)
+				e.forget(key)
 			}
 		}
 		e.swept = now
 	}
 	w.at = now
+	if e.pending == nil {
+		e.pending = map[echoKey][]echo{}
+	}
 	e.pending[k] = append(e.pending[k], w)
+	e.peak = max(e.peak, len(e.pending))
+}
+
+// forget drops k's pending writes; once none is left, a map that held
+// many (the start-up burst: an entry per peer) is let go with its buckets.
+func (e *echoes) forget(k echoKey) {
+	delete(e.pending, k)
+	if len(e.pending) == 0 && e.peak > compact.Small {
+		e.pending, e.peak = nil, 0
+	}
 }
 
 // seen reports whether a notification (k, w) is the echo of a recorded
@@ -66,7 +79,7 @@ func (e *echoes) seen(k echoKey, w echo) bool {
 			continue
 		}
 		if i == len(ws)-1 {
-			delete(e.pending, k)
+			e.forget(k)
 		} else {
 			e.pending[k] = ws[i+1:]
 		}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+
+	"github.com/routelet/routelet/internal/compact"
 )
 
 // l2State is a VXLAN device's desired ARP/NDP and FDB entries, kept up to
@@ -181,8 +183,8 @@ func (s *l2State) hadFDB(mac [6]byte) (netip.Addr, bool) {
 
 // held records that the kernel holds want now.
 func (s *l2State) held() {
-	clear(s.oldARP)
-	clear(s.oldFDB)
+	s.oldARP = compact.Clear(s.oldARP)
+	s.oldFDB = compact.Clear(s.oldFDB)
 }
 
 // write changes the entries on the device at index from what the kernel

@@ -253,24 +253,28 @@ func TestValidatorLedger(t *testing.T) {
 	}
 }
 
+// ledgerStat returns a function that stats dir's ledger file, failing t
+// when it cannot.
+func ledgerStat(t *testing.T, dir string) func() os.FileInfo {
+	return func() os.FileInfo {
+		fi, err := os.Stat(filepath.Join(dir, LedgerFile))
+		if err != nil {
+			t.Fatalf("ledger: %v", err)
+		}
+		return fi
+	}
+}
+
 // TestValidatorLedgerOnlyOnChange: re-validating records that changed
 // nothing leaves the ledger file alone; a record whose block moved adds a
-// claim, the ledger is rewritten, and after a restart the moved block is
+// claim, the ledger is written, and after a restart the moved block is
 // b's established claim against a newcomer whose record claims an earlier
 // time.
 func TestValidatorLedgerOnlyOnChange(t *testing.T) {
 	dir := t.TempDir()
 	now := t0
 	clock := func() time.Time { now = now.Add(time.Second); return now }
-	path := filepath.Join(dir, LedgerFile)
-	stat := func() os.FileInfo {
-		t.Helper()
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fi
-	}
+	stat := ledgerStat(t, dir)
 	v := New(Options{Self: self, StateDir: dir, Now: clock})
 	v.Validate([]Record{b, c})
 	v.Flush()
@@ -288,8 +292,8 @@ func TestValidatorLedgerOnlyOnChange(t *testing.T) {
 	moved.Updated = t0 // later than the newcomer's claimed time below
 	v.Validate([]Record{moved, c})
 	v.Flush()
-	if os.SameFile(before, stat()) {
-		t.Fatalf("the ledger was not rewritten when b's block moved")
+	if after := stat(); os.SameFile(before, after) && after.Size() == before.Size() {
+		t.Fatalf("the ledger was not written when b's block moved")
 	}
 	seen, err := ReadLedger(dir)
 	if err != nil {
@@ -301,8 +305,8 @@ func TestValidatorLedgerOnlyOnChange(t *testing.T) {
 	if s, ok := seen[Claim{Node: "b", Field: FieldBlock, Value: "10.244.2.0/24"}]; !ok || s.Gone.IsZero() {
 		t.Errorf("old block in the ledger = %+v, %v; want kept as gone", s, ok)
 	}
-	if !maps.EqualFunc(seen, v.seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
-		t.Errorf("the ledger holds %d claims, the validator %d, or their times differ", len(seen), len(v.seen))
+	if !maps.EqualFunc(seen, v.sightings(), func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		t.Errorf("the ledger holds %d claims, the validator %d, or their times differ", len(seen), len(v.sightings()))
 	}
 
 	intruder := Record{Name: "a0", HostIPv4: "10.0.1.78", Blocks: []string{"10.244.20.0/24"}, Updated: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -312,6 +316,128 @@ func TestValidatorLedgerOnlyOnChange(t *testing.T) {
 	}
 	if n, _ := find(ps, "a0"); len(n.Blocks) != 0 {
 		t.Errorf("after a restart the newcomer a0 = %+v, want its block refused", n)
+	}
+}
+
+// TestLedgerAppends: a peer change appends its sightings to the ledger
+// instead of writing every claim again (the file is the same one, a little
+// longer); the ledger reads back as the Validator's sightings after every
+// Flush; a line still being appended (no newline yet) is not read; a
+// restarted Validator writes the ledger whole at its first Flush; the
+// appended lines are folded into a whole write before they outgrow the
+// ledger; a ledger someone else replaced is written whole, not appended
+// to; and a version 1 ledger (no appended lines) still reads.
+func TestLedgerAppends(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, LedgerFile)
+	now := t0
+	clock := func() time.Time { now = now.Add(time.Second); return now }
+	stat := ledgerStat(t, dir)
+	readBack := func(v *Validator, when string) {
+		t.Helper()
+		if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.sightings()) {
+			t.Fatalf("%s: ledger read back %d claims, %v; the validator holds %d", when, len(got), err, len(v.sightings()))
+		}
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	v := New(Options{Self: self, StateDir: dir, Now: clock, Logger: quiet})
+	recs := benchRecords(300, nil)
+	v.Validate(recs)
+	v.Flush()
+	first := stat()
+	readBack(v, "first write")
+
+	moved := benchRecords(300, map[int]bool{7: true})
+	v.Validate(moved)
+	v.Flush()
+	if after := stat(); !os.SameFile(first, after) || after.Size() <= first.Size() || after.Size() > first.Size()+1024 {
+		t.Fatalf("one peer change: ledger %d → %d bytes, same file %v; want a few hundred bytes appended to it",
+			first.Size(), after.Size(), os.SameFile(first, after))
+	}
+	readBack(v, "after an append")
+
+	// A line a writer is still appending is not read.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"claims":[{"node":"n0007","field":"block","value":"10.9.0.0/24","firstSeen":"2026-`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	readBack(v, "with an incomplete line")
+
+	// A restart reads the same sightings and writes the ledger whole.
+	v2 := New(Options{Self: self, StateDir: dir, Now: clock, Logger: quiet})
+	if !sameSightings(v2.sightings(), v.sightings()) {
+		t.Fatalf("after a restart %d sightings, want %d", len(v2.sightings()), len(v.sightings()))
+	}
+	v2.Validate(moved)
+	v2.Validate(recs)
+	v2.Flush()
+	whole := stat()
+	if os.SameFile(first, whole) {
+		t.Errorf("the first Flush after a restart appended; want the ledger written whole")
+	}
+	readBack(v2, "after the restart's write")
+
+	// Changes append until the lines would outgrow the ledger.
+	compacted := false
+	for i := range 2000 {
+		r := recs
+		if i%2 == 0 {
+			r = moved
+		}
+		v2.Validate(r)
+		v2.Flush()
+		fi := stat()
+		if fi.Size() > 2*max(whole.Size(), minCompact)+4096 {
+			t.Fatalf("change %d: ledger of %d bytes, written whole at %d", i, fi.Size(), whole.Size())
+		}
+		if !os.SameFile(fi, whole) {
+			compacted = true
+			break
+		}
+	}
+	if !compacted {
+		t.Errorf("2000 changes appended and the ledger was never written whole")
+	}
+	readBack(v2, "after the appended lines were folded in")
+
+	// A ledger replaced by someone else is written whole, not appended to.
+	if err := writeLedger(dir, map[Claim]Sighting{{Node: "zz", Field: FieldBlock, Value: "10.99.0.0/24"}: {First: t0}}); err != nil {
+		t.Fatal(err)
+	}
+	v2.Validate(recs)
+	v2.Validate(moved)
+	v2.Flush()
+	readBack(v2, "after the ledger was replaced")
+
+	// A time the Validator cannot keep (it keeps nanoseconds since 1970)
+	// makes the ledger unreadable to it: every value counts as first seen
+	// together, as with a corrupt one.
+	far := `{"version":2,"claims":[
+{"node":"n0007","field":"block","value":"10.100.1.192/26","firstSeen":"2500-01-01T00:00:00Z"}
+]}
+`
+	if err := os.WriteFile(path, []byte(far), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v3 := New(Options{Self: self, StateDir: dir, Now: clock, Logger: quiet}); len(v3.seen) != 0 {
+		t.Errorf("a ledger with a time in 2500 gave %d sightings; want none", len(v3.seen))
+	}
+
+	// Version 1: the claims only.
+	v1 := `{"version":1,"claims":[
+{"node":"b","field":"block","value":"10.244.2.0/24","firstSeen":"2026-01-01T00:00:00Z"}
+]}
+`
+	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadLedger(dir)
+	if s, ok := got[Claim{Node: "b", Field: FieldBlock, Value: "10.244.2.0/24"}]; err != nil || len(got) != 1 || !ok || !s.First.Equal(t0) {
+		t.Errorf("version 1 ledger read as %v, %v", got, err)
 	}
 }
 
@@ -331,7 +457,8 @@ func TestValidatorInvalidUTF8(t *testing.T) {
 
 // writeLedger writes seen as the Validator's Flush would.
 func writeLedger(dir string, seen map[Claim]Sighting) error {
-	return writeClaims(dir, sortedClaims(seen))
+	cs, _ := compactSightings(seen)
+	return writeClaims(dir, sortedClaims(cs))
 }
 
 // TestLedgerRoundTrip: what writeLedger writes, readLedger reads back the
@@ -386,7 +513,7 @@ func TestValidatorCacheMatchesResolve(t *testing.T) {
 	}
 	for i, recs := range steps {
 		now = now.Add(time.Second)
-		want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: time.Minute})
+		want := Resolve(Input{Self: self, Records: recs, Seen: v.sightings(), Now: now, Retain: time.Minute})
 		got := v.Validate(recs)
 		if !slices.EqualFunc(got, want.Peers, nodeEqual) {
 			t.Errorf("step %d: peers\n%+v\nwant\n%+v", i, got, want.Peers)
@@ -394,7 +521,7 @@ func TestValidatorCacheMatchesResolve(t *testing.T) {
 		if !slices.Equal(v.Refused(), want.Refused) {
 			t.Errorf("step %d: refused\n%v\nwant\n%v", i, v.Refused(), want.Refused)
 		}
-		if !maps.EqualFunc(v.seen, want.Seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
+		if !maps.EqualFunc(v.sightings(), want.Seen, func(a, b Sighting) bool { return a.First.Equal(b.First) && a.Gone.Equal(b.Gone) }) {
 			t.Errorf("step %d: sightings differ", i)
 		}
 	}
@@ -451,7 +578,7 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 		}
 		rng.Shuffle(len(list), func(i, j int) { list[i], list[j] = list[j], list[i] })
 		now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
-		want := Resolve(Input{Self: self, Host: h, Records: list, Seen: v.seen, Now: now, Retain: time.Minute})
+		want := Resolve(Input{Self: self, Host: h, Records: list, Seen: v.sightings(), Now: now, Retain: time.Minute})
 		got := v.Validate(list)
 		if !slices.EqualFunc(got, want.Peers, nodeEqual) {
 			t.Fatalf("step %d: peers\n%+v\nwant\n%+v", step, got, want.Peers)
@@ -459,22 +586,21 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 		if !slices.Equal(v.Refused(), want.Refused) {
 			t.Fatalf("step %d: refused\n%v\nwant\n%v", step, v.Refused(), want.Refused)
 		}
-		if !sameSightings(v.seen, want.Seen) {
-			t.Fatalf("step %d: sightings\n%v\nwant\n%v", step, v.seen, want.Seen)
+		if !sameSightings(v.sightings(), want.Seen) {
+			t.Fatalf("step %d: sightings\n%v\nwant\n%v", step, v.sightings(), want.Seen)
 		}
-		// The ledger kept in order between writes is the one sorted afresh.
+		// The ledger, appended to or written whole, reads back as the
+		// Validator's sightings.
 		if rng.IntN(3) > 0 {
 			v.Flush()
-			if sorted := sortedClaims(v.seen); !slices.EqualFunc(v.order, sorted, func(a, b sighted) bool {
-				return a.c == b.c && a.s.First.Equal(b.s.First) && a.s.Gone.Equal(b.s.Gone)
-			}) {
-				t.Fatalf("step %d: ledger order\n%v\nwant\n%v", step, v.order, sorted)
+			if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.sightings()) {
+				t.Fatalf("step %d: ledger read back: %v, %v; want %v", step, got, err, v.sightings())
 			}
 		}
 	}
 	v.Flush()
-	if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.seen) {
-		t.Errorf("ledger read back: %v, %v; want %v", got, err, v.seen)
+	if got, err := ReadLedger(dir); err != nil || !sameSightings(got, v.sightings()) {
+		t.Errorf("ledger read back: %v, %v; want %v", got, err, v.sightings())
 	}
 }
 
@@ -497,9 +623,9 @@ func TestValidatorManyChanges(t *testing.T) {
 		}
 		recs = append(recs, Record{Name: "x", HostIPv4: "10.0.1.77", Blocks: []string{block}})
 		now = now.Add(time.Second)
-		want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: DefaultRetain})
+		want := Resolve(Input{Self: self, Records: recs, Seen: v.sightings(), Now: now, Retain: DefaultRetain})
 		got := v.Validate(recs)
-		if !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) || !sameSightings(v.seen, want.Seen) {
+		if !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) || !sameSightings(v.sightings(), want.Seen) {
 			t.Fatalf("step %d (%d moved): %d peers, refused %v; want %d, refused %v", step, n, len(got), v.Refused(), len(want.Peers), want.Refused)
 		}
 	}
@@ -563,7 +689,7 @@ func FuzzValidatorCache(f *testing.F) {
 		y := Record{Name: name2, Blocks: []string{b2}}
 		for i, recs := range [][]Record{{b, x1}, {b, x2}, {x1, b, y}, {b, x1}, {y, x2}} {
 			now = now.Add(time.Second)
-			want := Resolve(Input{Self: self, Records: recs, Seen: v.seen, Now: now, Retain: DefaultRetain})
+			want := Resolve(Input{Self: self, Records: recs, Seen: v.sightings(), Now: now, Retain: DefaultRetain})
 			if got := v.Validate(recs); !slices.EqualFunc(got, want.Peers, nodeEqual) || !slices.Equal(v.Refused(), want.Refused) {
 				t.Fatalf("pass %d: %+v refused %v, want %+v refused %v", i, got, v.Refused(), want.Peers, want.Refused)
 			}

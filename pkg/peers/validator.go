@@ -2,6 +2,7 @@ package peers
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -52,7 +53,7 @@ type Options struct {
 type Validator struct {
 	opts     Options
 	log      *slog.Logger
-	seen     map[Claim]Sighting
+	seen     map[Claim]sighting
 	host     netguard.Host
 	hostErr  string               // last ReadHost error logged
 	hostOld  atomic.Bool          // host must be read again (HostChanged)
@@ -61,9 +62,13 @@ type Validator struct {
 	gauge    *prometheus.GaugeVec // routelet_peer_values_refused
 	res      resolver             // the last pass, for the next one
 	dirty    bool                 // seen differs from the ledger file
-	order    []sighted            // seen in ledger order, as last written
-	ordered  bool                 // order with res.fresh and res.moved is seen
 	flushErr string               // last ledger write error logged
+	// The ledger file as this Validator last wrote it whole (nil: not
+	// yet, or an append failed: the next Flush writes it whole), and how
+	// many sightings were appended to it since.
+	written  fs.FileInfo
+	appended int64
+	line     []byte // the last appended line's buffer
 }
 
 // New returns a Validator, loading the ledger from opts.StateDir. An
@@ -83,7 +88,7 @@ func New(opts Options) *Validator {
 		opts.Retain = 0
 	}
 	v := &Validator{
-		opts: opts, log: opts.Logger.With("component", "peers"), seen: map[Claim]Sighting{}, logged: map[string]bool{},
+		opts: opts, log: opts.Logger.With("component", "peers"), seen: map[Claim]sighting{}, logged: map[string]bool{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "routelet_peer_values_refused",
 			Help: "Node record values currently refused (1 per node, field and value; field \"record\" for a record refused whole). The log says why.",
@@ -91,10 +96,15 @@ func New(opts Options) *Validator {
 	}
 	if opts.StateDir != "" {
 		seen, err := readLedger(opts.StateDir)
+		if err == nil {
+			if cs, ok := compactSightings(seen); ok {
+				v.seen = cs
+			} else {
+				err = fmt.Errorf("%s: a time outside the years 1678 to 2262", LedgerFile)
+			}
+		}
 		if err != nil {
 			v.log.Warn("cannot read the peer claim ledger; values present now count as first seen together", "file", LedgerFile, "err", err)
-		} else {
-			v.seen = seen
 		}
 	}
 	v.hostOld.Store(true)
@@ -110,23 +120,28 @@ func (v *Validator) Register(reg prometheus.Registerer) error { return reg.Regis
 // memory (Flush writes them to the ledger). Every record is checked
 // against this node and the others as Resolve does; only what the
 // records changed since the last call (and a new host snapshot) is
-// worked out again. The returned slice stays as it is until the Validate
-// after next, which reuses its array: a caller that keeps peers longer
+// worked out again. The returned slice stays as it is until the next
+// Validate, which reuses its array: a caller that keeps peers longer
 // keeps a copy.
 func (v *Validator) Validate(records []Record) []NodeInfo {
 	v.readHost()
 	now := v.opts.Now()
 	ps, refused, changed, ok := v.res.pass(v.opts.Self, v.host, records, v.seen, now, v.opts.Retain)
 	if !ok {
-		res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: v.seen, Now: now, Retain: v.opts.Retain})
-		changed = !sameSightings(res.Seen, v.seen)
-		v.seen, ps, refused = res.Seen, res.Peers, res.Refused
-		v.ordered = false
+		seen := v.sightings()
+		res := Resolve(Input{Self: v.opts.Self, Host: v.host, Records: records, Seen: seen, Now: now.Round(0), Retain: v.opts.Retain})
+		changed = !sameSightings(res.Seen, seen)
+		v.seen, _ = compactSightings(res.Seen) // times of now or of the ledger read
+		ps, refused = res.Peers, res.Refused
+		v.written = nil // the sightings changed unrecorded: write them whole
 	}
 	v.dirty = v.dirty || changed
 	v.report(refused)
 	return ps
 }
+
+// sightings returns the first-seen times as Resolve takes them.
+func (v *Validator) sightings() map[Claim]Sighting { return expandSightings(v.seen) }
 
 // HostChanged says the node's own address space may have changed: the
 // next Validate reads it again. Safe to call from any goroutine (netlink
@@ -150,11 +165,16 @@ func (v *Validator) readHost() {
 	v.host, v.hostErr = h, ""
 }
 
-// Flush writes the ledger when a Validate since the last Flush changed a
-// first-seen time (a value appeared, went, or was forgotten); a failed
-// write is logged and tried again at the next Flush. The daemon's loop
-// calls it after every pass, once the pass's changes are in the kernel,
-// so the write is off the path from a record to its route.
+// Flush records in the ledger what the Validates since the last Flush
+// changed of the first-seen times (a value appeared, went, or was
+// forgotten); a failed write is logged and tried again at the next Flush.
+// The daemon's loop calls it after every pass, once the pass's changes
+// are in the kernel, so the write is off the path from a record to its
+// route. A Flush appends one line holding the sightings that changed (a
+// peer change costs the same with ten peers or ten thousand); the first
+// Flush of a Validator, the one after a failed write, and one that finds
+// more appended than the ledger holds, write the file whole instead
+// (writeClaims).
 //
 // Crash reasoning: a daemon that dies between a pass and its Flush loses
 // only the sightings of that one pass (Flush runs before the next pass
@@ -165,15 +185,22 @@ func (v *Validator) readHost() {
 // the restarted daemon decides as the one that died, unless a record
 // changed meanwhile — which a first start decides the same way. A value
 // that went in the lost pass is still present in the ledger and is marked
-// gone at the restart, keeping its first-seen time a little longer. The
-// file itself is replaced by rename (writeClaims), never left half.
+// gone at the restart, keeping its first-seen time a little longer. A
+// whole write replaces the file by rename, and an append is one line
+// ending in a newline written last, which a reader ignores until it is
+// complete: a crash in the middle of an append loses that Flush's
+// sightings as a whole, never some of them (readLedger).
 func (v *Validator) Flush() {
 	if !v.dirty || v.opts.StateDir == "" {
 		return
 	}
-	v.order = v.ledgerOrder()
-	v.res.fresh, v.res.moved = nil, nil // not kept: the first pass's fresh holds every claim
-	if err := writeClaims(v.opts.StateDir, v.order); err != nil {
+	changed := v.res.changed
+	v.res.changed = v.res.changed[:0]
+	if cap(v.res.changed) > 1024 {
+		v.res.changed = nil // the first pass's, which holds every claim
+	}
+	if err := v.flush(changed); err != nil {
+		v.written = nil // what a failed write left is not ours to extend
 		if err.Error() != v.flushErr {
 			v.flushErr = err.Error()
 			v.log.Error("cannot write the peer claim ledger; established claims are kept in memory only until it can be written", "err", err)
@@ -181,6 +208,41 @@ func (v *Validator) Flush() {
 		return
 	}
 	v.dirty, v.flushErr = false, ""
+}
+
+// minCompact is how many bytes a ledger may have appended before Flush
+// writes it whole, however small it is.
+const minCompact = 64 << 10
+
+// flush appends the sightings of changed to the ledger, or writes it
+// whole when this Validator has not written it yet, someone replaced it,
+// or the appended lines would outgrow what it held when written whole
+// (so the file stays under twice its content and reading it stays
+// cheap).
+func (v *Validator) flush(changed []Claim) error {
+	if v.written != nil {
+		v.line = appendLedgerLine(v.line[:0], v.seen, changed)
+		if v.appended+int64(len(v.line)) <= max(v.written.Size(), minCompact) {
+			err := state.AppendFile(v.opts.StateDir, LedgerFile, v.written, v.line)
+			if err == nil {
+				v.appended += int64(len(v.line))
+				return nil
+			}
+			if !errors.Is(err, state.ErrReplaced) {
+				return err
+			}
+		}
+	}
+	v.written, v.appended = nil, 0
+	if err := writeClaims(v.opts.StateDir, sortedClaims(v.seen)); err != nil {
+		return err
+	}
+	fi, err := state.Lstat(v.opts.StateDir, LedgerFile)
+	if err != nil {
+		return err
+	}
+	v.written = fi
+	return nil
 }
 
 // Refused returns the refusals of the last Validate.
@@ -213,51 +275,6 @@ func (v *Validator) report(refused []Refusal) {
 	v.logged = now
 }
 
-// ledgerOrder returns seen in ledger order: the order last written with
-// the sightings that changed since updated in place (found by binary
-// search: a claim's first-seen time never changes) and the forgotten ones
-// dropped, then the claims first seen since, which are later than all
-// others. Sorted afresh when that does not add up to seen.
-func (v *Validator) ledgerOrder() []sighted {
-	if !v.ordered {
-		v.ordered = true
-		return sortedClaims(v.seen)
-	}
-	order := v.order
-	var drop []int
-	for _, m := range v.res.moved {
-		i, found := slices.BinarySearchFunc(order, m, compareLedger)
-		if !found {
-			continue // first seen since the last write: among fresh
-		}
-		if s, ok := v.seen[m.c]; ok && s.First.Equal(m.s.First) {
-			order[i].s = s
-		} else {
-			drop = append(drop, i)
-		}
-	}
-	if len(drop) > 0 {
-		slices.Sort(drop)
-		drop = slices.Compact(drop)
-		for k := len(drop) - 1; k >= 0; k-- {
-			order = slices.Delete(order, drop[k], drop[k]+1)
-		}
-	}
-	if len(order)+len(v.res.fresh) > cap(order) {
-		// Room for the next few changes too, not the usual quarter more.
-		order = append(make([]sighted, 0, len(order)+len(v.res.fresh)+64), order...)
-	}
-	for _, f := range v.res.fresh {
-		if s, ok := v.seen[f.c]; ok && s.First.Equal(f.s.First) {
-			order = append(order, sighted{f.c, s})
-		}
-	}
-	if len(order) != len(v.seen) {
-		return sortedClaims(v.seen)
-	}
-	return order
-}
-
 // compareLedger orders sightings by first-seen instant, then by claim.
 func compareLedger(x, y sighted) int {
 	if c := cmp.Compare(x.s.First.UnixNano(), y.s.First.UnixNano()); c != 0 {
@@ -267,65 +284,106 @@ func compareLedger(x, y sighted) int {
 }
 
 // sortedClaims returns seen in ledger order.
-func sortedClaims(seen map[Claim]Sighting) []sighted {
+func sortedClaims(seen map[Claim]sighting) []sighted {
 	out := make([]sighted, 0, len(seen))
 	for c, s := range seen {
-		out = append(out, sighted{c, s})
+		out = append(out, sighted{c, s.Sighting()})
 	}
 	slices.SortFunc(out, compareLedger)
 	return out
 }
 
-// ledger is LedgerFile's content.
+// ledgerVersion is the version of LedgerFile this package writes: a
+// ledger as version 1 had it (every claim, by first-seen time), followed
+// by zero or more appended lines, one per Flush, each a ledgerLine of the
+// sightings that changed, applied in order. Version 1 (no appended lines)
+// is read too.
+const ledgerVersion = 2
+
+// ledger is LedgerFile's content as last written whole.
 type ledger struct {
 	Version int           `json:"version"`
 	Claims  []ledgerEntry `json:"claims"`
+}
+
+// ledgerLine is one appended line: the sightings one Flush changed.
+type ledgerLine struct {
+	Claims []ledgerEntry `json:"claims"`
 }
 
 type ledgerEntry struct {
 	Node      string    `json:"node"`
 	Field     string    `json:"field"`
 	Value     string    `json:"value"`
-	FirstSeen time.Time `json:"firstSeen"`
+	FirstSeen time.Time `json:"firstSeen,omitzero"`
 	Gone      time.Time `json:"gone,omitzero"`
+	Forgotten bool      `json:"forgotten,omitempty"` // appended only: the claim left the ledger
 }
+
+// maxLedgerSize bounds what readLedger reads: a ledger holds about 110
+// bytes a claim and at most twice its claims (minCompact), so this is
+// tens of thousands of peers.
+const maxLedgerSize = 64 << 20
 
 // ReadLedger reads dir's LedgerFile (the first-seen times a daemon keeps)
 // without changing it; a missing file is an empty ledger. Resolve with it
 // decides as the daemon's Validator did.
 func ReadLedger(dir string) (map[Claim]Sighting, error) { return readLedger(dir) }
 
-// readLedger reads LedgerFile; a missing file is an empty ledger.
+// readLedger reads LedgerFile; a missing file is an empty ledger. Of the
+// appended lines it applies the complete ones: a line is complete once
+// its newline, written last, is there, so a line a writer is still
+// appending (or died appending) counts as not written.
 func readLedger(dir string) (map[Claim]Sighting, error) {
 	seen := map[Claim]Sighting{}
-	data, err := state.ReadFileNoFollow(dir, LedgerFile)
+	data, err := state.ReadFileNoFollowMax(dir, LedgerFile, maxLedgerSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return seen, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	var l ledger
-	if err := json.Unmarshal(data, &l); err != nil {
+	if err := dec.Decode(&l); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", LedgerFile, err)
 	}
-	if l.Version != state.RecordVersion {
-		return nil, fmt.Errorf("%s: version %d, want %d", LedgerFile, l.Version, state.RecordVersion)
+	if l.Version != ledgerVersion && l.Version != 1 {
+		return nil, fmt.Errorf("%s: version %d, want %d", LedgerFile, l.Version, ledgerVersion)
 	}
-	for _, e := range l.Claims {
-		seen[Claim{Node: e.Node, Field: e.Field, Value: e.Value}] = Sighting{First: e.FirstSeen, Gone: e.Gone}
+	apply := func(es []ledgerEntry) {
+		for _, e := range es {
+			c := Claim{Node: e.Node, Field: e.Field, Value: e.Value}
+			if e.Forgotten {
+				delete(seen, c)
+			} else {
+				seen[c] = Sighting{First: e.FirstSeen, Gone: e.Gone}
+			}
+		}
+	}
+	apply(l.Claims)
+	rest := data[dec.InputOffset():]
+	rest = rest[:bytes.LastIndexByte(rest, '\n')+1] // complete lines only
+	dec = json.NewDecoder(bytes.NewReader(rest))
+	for {
+		var line ledgerLine
+		if err := dec.Decode(&line); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("parse %s: appended line: %w", LedgerFile, err)
+		}
+		apply(line.Claims)
 	}
 	return seen, nil
 }
 
-// writeClaims writes LedgerFile atomically, order being the sightings in
-// ledger order (by first-seen time; the Validator keeps that order between
-// writes), one claim per line. Flush calls it only when a sighting changed
-// (a value appeared, went, or was forgotten), so a re-validation that
-// changes nothing writes nothing. The encoding is appended by hand a claim
-// at a time and streamed to the file (json.Marshal of a few thousand
-// entries with their times cost milliseconds per peer change); readLedger
-// parses it with encoding/json.
+// writeClaims writes LedgerFile whole and atomically, order being the
+// sightings in ledger order (by first-seen time), one claim per line.
+// Flush calls it only when a sighting changed (a value appeared, went, or
+// was forgotten), so a re-validation that changes nothing writes nothing.
+// The encoding is appended by hand a claim at a time and streamed to the
+// file (json.Marshal of a few thousand entries with their times cost
+// milliseconds); readLedger parses it with encoding/json.
 //
 // Crash reasoning: the file is replaced by rename, so a reader (the next
 // daemon, status) sees the old ledger or the new one, never a mix. The
@@ -336,34 +394,19 @@ func readLedger(dir string) (map[Claim]Sighting, error) {
 // established claim is not lost to a power cut after it was recorded.
 func writeClaims(dir string, order []sighted) error {
 	return state.WriteFileAtomicFunc(dir, LedgerFile, func(f io.Writer) error {
-		// Streamed a claim at a time: the whole ledger (about 160 bytes a
-		// claim) is never built in memory, so a write per peer change
-		// leaves no large garbage for the collector.
+		// Streamed a claim at a time: the whole ledger (about 110 bytes a
+		// claim) is never built in memory.
 		w := bufio.NewWriterSize(f, 16<<10)
-		if _, err := fmt.Fprintf(w, "{\"version\":%d,\"claims\":[", state.RecordVersion); err != nil {
+		if _, err := fmt.Fprintf(w, "{\"version\":%d,\"claims\":[", ledgerVersion); err != nil {
 			return err
 		}
 		line := make([]byte, 0, 256)
 		for i, e := range order {
-			c, s := e.c, e.s
 			if i > 0 {
 				line = append(line, ',')
 			}
-			line = append(line, "\n{\"node\":"...)
-			line = appendJSONString(line, c.Node)
-			line = append(line, ",\"field\":"...)
-			line = appendJSONString(line, c.Field)
-			line = append(line, ",\"value\":"...)
-			line = appendJSONString(line, c.Value)
-			line = append(line, ",\"firstSeen\":\""...)
-			line = s.First.UTC().AppendFormat(line, time.RFC3339Nano)
-			line = append(line, '"')
-			if !s.Gone.IsZero() {
-				line = append(line, ",\"gone\":\""...)
-				line = s.Gone.UTC().AppendFormat(line, time.RFC3339Nano)
-				line = append(line, '"')
-			}
-			line = append(line, '}')
+			line = append(line, '\n')
+			line = appendLedgerEntry(line, e.c, e.s, false)
 			if _, err := w.Write(line); err != nil {
 				return err
 			}
@@ -374,6 +417,46 @@ func writeClaims(dir string, order []sighted) error {
 		}
 		return w.Flush()
 	})
+}
+
+// appendLedgerLine appends to buf the line Flush appends for changed: the
+// current sighting of each claim in it (once each), or that it was
+// forgotten. changed is sorted in place.
+func appendLedgerLine(buf []byte, seen map[Claim]sighting, changed []Claim) []byte {
+	slices.SortFunc(changed, func(x, y Claim) int {
+		return cmp.Or(strings.Compare(x.Node, y.Node), strings.Compare(x.Field, y.Field), strings.Compare(x.Value, y.Value))
+	})
+	buf = append(buf, "{\"claims\":["...)
+	for i, c := range slices.Compact(changed) {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		s, ok := seen[c]
+		buf = appendLedgerEntry(buf, c, s.Sighting(), !ok)
+	}
+	return append(buf, "]}\n"...)
+}
+
+// appendLedgerEntry appends one ledgerEntry as JSON.
+func appendLedgerEntry(buf []byte, c Claim, s Sighting, forgotten bool) []byte {
+	buf = append(buf, "{\"node\":"...)
+	buf = appendJSONString(buf, c.Node)
+	buf = append(buf, ",\"field\":"...)
+	buf = appendJSONString(buf, c.Field)
+	buf = append(buf, ",\"value\":"...)
+	buf = appendJSONString(buf, c.Value)
+	if forgotten {
+		return append(buf, ",\"forgotten\":true}"...)
+	}
+	buf = append(buf, ",\"firstSeen\":\""...)
+	buf = s.First.UTC().AppendFormat(buf, time.RFC3339Nano)
+	buf = append(buf, '"')
+	if !s.Gone.IsZero() {
+		buf = append(buf, ",\"gone\":\""...)
+		buf = s.Gone.UTC().AppendFormat(buf, time.RFC3339Nano)
+		buf = append(buf, '"')
+	}
+	return append(buf, '}')
 }
 
 // appendJSONString appends s as a JSON string. Claims hold parsed names,

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/compact"
 	"github.com/routelet/routelet/internal/nlutil"
 )
 
@@ -102,7 +103,7 @@ func (rt *RouteTable) Apply() error {
 		rt.plan(w)
 	}
 	rt.startMoveCleanups(work)
-	clear(rt.replaced)
+	rt.replaced = compact.Clear(rt.replaced)
 	rt.applyAdds(work)
 	for _, w := range work {
 		rt.applyDeletes(w)

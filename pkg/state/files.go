@@ -250,6 +250,12 @@ func SyncDir(dir string) error {
 // regular file no larger than maxFileSize. A missing file yields an error
 // that matches fs.ErrNotExist.
 func ReadFileNoFollow(dir, name string) ([]byte, error) {
+	return ReadFileNoFollowMax(dir, name, maxFileSize)
+}
+
+// ReadFileNoFollowMax is ReadFileNoFollow for a file that may be larger
+// than a record: at most limit bytes.
+func ReadFileNoFollowMax(dir, name string, limit int) ([]byte, error) {
 	if err := validateFileName(name); err != nil {
 		return nil, err
 	}
@@ -270,13 +276,62 @@ func ReadFileNoFollow(dir, name string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: not a regular file (mode %s)", path, fi.Mode())
 	}
 	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(f, maxFileSize+1)); err != nil {
+	if _, err := io.Copy(&buf, io.LimitReader(f, int64(limit)+1)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if buf.Len() > maxFileSize {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxFileSize)
+	if buf.Len() > limit {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
 	}
 	return buf.Bytes(), nil
+}
+
+// ErrReplaced: the file AppendFile was to extend is not the one its
+// caller wrote (missing, a symlink, another file, or shorter).
+var ErrReplaced = errors.New("not the file last written")
+
+// Lstat returns dir/name's FileInfo, not following a symlink.
+func Lstat(dir, name string) (fs.FileInfo, error) {
+	if err := validateFileName(name); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, name)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return fi, nil
+}
+
+// AppendFile appends data to dir/name in one write and syncs it. The file
+// must be the one written describes (Lstat after the caller wrote it:
+// the same file, no shorter), else the error wraps ErrReplaced and
+// nothing is written. It never follows a symlink or blocks on a FIFO.
+func AppendFile(dir, name string, written fs.FileInfo, data []byte) error {
+	if err := validateFileName(name); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) {
+		return fmt.Errorf("append to %s: %w", path, ErrReplaced)
+	}
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", path, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, written) || fi.Size() < written.Size() {
+		return fmt.Errorf("append to %s: %w", path, ErrReplaced)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("append to %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
 }
 
 // removeFile deletes dir/name; a missing file is success (the goal is

@@ -522,3 +522,55 @@ func TestRemoveStaleTemps(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendFile: AppendFile extends the file its caller wrote and
+// nothing else: not one renamed over it, not a missing one, not a
+// symlink to it, not one someone truncated.
+func TestAppendFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteFileAtomic(dir, "f", []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := Lstat(dir, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := AppendFile(dir, "f", fi, []byte("two\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "f")); string(b) != "one\ntwo\n" {
+		t.Errorf("after an append: %q", b)
+	}
+	if err := os.Symlink("f", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for what, prepare := range map[string]func() error{
+		"renamed over": func() error { return WriteFileAtomic(dir, "f", []byte("other\n")) },
+		"missing":      func() error { return os.Remove(filepath.Join(dir, "f")) },
+		"truncated":    func() error { return os.WriteFile(filepath.Join(dir, "f"), nil, 0o600) },
+	} {
+		if err := WriteFileAtomic(dir, "f", []byte("one\n")); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := Lstat(dir, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := prepare(); err != nil {
+			t.Fatal(err)
+		}
+		if err := AppendFile(dir, "f", fi, []byte("two\n")); !errors.Is(err, ErrReplaced) {
+			t.Errorf("%s: AppendFile = %v, want ErrReplaced", what, err)
+		}
+	}
+	if err := WriteFileAtomic(dir, "f", []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err = Lstat(dir, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := AppendFile(dir, "link", fi, []byte("two\n")); !errors.Is(err, ErrReplaced) {
+		t.Errorf("through a symlink: AppendFile = %v, want ErrReplaced", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/internal/dirwatch"
+	"github.com/routelet/routelet/internal/compact"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -113,7 +114,7 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 			d.nodes[n.Name+".json"] = n
 		}
 		d.all = false
-		clear(d.dirty)
+		d.dirty = compact.Clear(d.dirty)
 		d.out = nil
 	} else {
 		if len(d.dirty) > 0 {
@@ -131,7 +132,7 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 				d.nodes[name] = n
 			}
 		}
-		clear(d.dirty)
+		d.dirty = compact.Clear(d.dirty) // the start's burst of events named every record
 	}
 	if err := d.ensureSelf(); err != nil {
 		d.log.Error("cannot write own node record", "err", err)

@@ -87,10 +87,12 @@ type Datastore struct {
 	// through the watch and is not sent again.
 	sentOn *cachedNode
 
-	// pmu guards the peer records, which onNode keeps sorted by name, and
-	// the Watch callbacks it wakes.
+	// pmu guards the peers (their cached Nodes, which hold their records
+	// and are never changed once cached), which onNode keeps sorted by
+	// name, and the Watch callbacks it wakes.
 	pmu         sync.Mutex
-	recs        []peers.Record
+	recs        []*cachedNode
+	out         []peers.Record // what Peers hands out, filled again by each call
 	watchers    map[int]func()
 	nextWatcher int
 
@@ -489,16 +491,17 @@ func (d *Datastore) onNode(obj any, gone bool) {
 	}
 	isPeer := !gone && len(n.record.Blocks) > 0
 	d.pmu.Lock()
-	i, found := slices.BinarySearchFunc(d.recs, n.Name, func(r peers.Record, name string) int { return strings.Compare(r.Name, name) })
+	i, found := slices.BinarySearchFunc(d.recs, n.Name, func(c *cachedNode, name string) int { return strings.Compare(c.Name, name) })
 	switch {
 	case isPeer && found:
-		if d.recs[i].Equal(n.record) {
+		same := d.recs[i].record.Equal(n.record)
+		d.recs[i] = n // the cache's own, whether or not the record changed
+		if same {
 			d.pmu.Unlock()
 			return
 		}
-		d.recs[i] = n.record
 	case isPeer:
-		d.recs = slices.Insert(d.recs, i, n.record)
+		d.recs = slices.Insert(d.recs, i, n)
 	case found:
 		d.recs = slices.Delete(d.recs, i, i+1)
 	default:
@@ -515,8 +518,11 @@ func (d *Datastore) onNode(obj any, gone bool) {
 // Peers returns a record for every other Node with podCIDRs, sorted by
 // name, as the informer last delivered them: an API outage leaves the last
 // listed Nodes. The records are kept as the Nodes change (onNode), so a
-// call converts no Node; it copies the slice, which the caller may keep
-// (the records' Blocks are the cache's: read them, do not modify them).
+// call converts no Node; it copies the records into a slice that stays
+// as it is until the next call, which fills it again (the daemon's loop,
+// the one caller, validates them in between: a peer change allocates no
+// list of every peer). The records' Blocks are the cache's: read them, do
+// not modify them.
 // Before the first list it is an error (the daemon keeps what it has).
 func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	if !d.handler.HasSynced() {
@@ -524,7 +530,16 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	}
 	d.pmu.Lock()
 	defer d.pmu.Unlock()
-	return slices.Clone(d.recs), nil, nil
+	out := d.out[:0]
+	if n := len(d.recs); cap(out) < n {
+		out = make([]peers.Record, 0, n+n/16)
+	}
+	for _, n := range d.recs {
+		out = append(out, n.record)
+	}
+	clear(out[len(out):cap(out)]) // hold no record a longer list had
+	d.out = out
+	return out, nil, nil
 }
 
 // Record is the node record of a Node: its annotations, the InternalIP of
