@@ -93,7 +93,9 @@ type Host interface {
 // Manager is a further dataplane component driven by the loop, such as the
 // overlay or the ipset allowlists. Both methods run on the loop goroutine.
 type Manager interface {
-	// OnNodes hands over every peer, validated (memory only).
+	// OnNodes hands over every peer, validated (memory only). The slice
+	// is the validator's and is reused by the next pass: a manager that
+	// keeps peers keeps a copy.
 	OnNodes(peers []peers.NodeInfo)
 	// Apply programs the kernel; failures are retried on the next pass.
 	Apply() error

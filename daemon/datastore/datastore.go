@@ -33,7 +33,8 @@ type Datastore interface {
 	// Peers returns every peer's record as delivered (this node's left
 	// out), and the records that could not be read, each an error naming
 	// it. An error means the peers cannot be listed at all: the daemon
-	// keeps the last known peers.
+	// keeps the last known peers. The slice is the caller's to read until
+	// the next call, which may reuse it; the caller never modifies it.
 	Peers() ([]peers.Record, []error, error)
 }
 
