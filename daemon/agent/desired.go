@@ -75,23 +75,12 @@ func DesiredRoutes(in RouteInput) Desired {
 	}
 	for addr, name := range d.Owner {
 		w := in.Workloads[name]
-		t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
-		fam := 0
-		if addr.Is6() {
-			fam = 1
-		} else if in.StaticARP {
-			if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
-				t.DestMAC = mac
-			}
-		}
+		fam, t := workloadTarget(in, w, addr)
 		d.Routes[fam][w.HostIface] = append(d.Routes[fam][w.HostIface], t)
 	}
 	for _, b := range in.LocalBlocks {
-		fam := 0
-		if b.Addr().Is6() {
-			fam = 1
-		}
-		d.Routes[fam][routes.InterfaceNone] = append(d.Routes[fam][routes.InterfaceNone], routes.Target{CIDR: b, Type: routes.TypeBlackhole})
+		fam, t := blackholeTarget(b)
+		d.Routes[fam][routes.InterfaceNone] = append(d.Routes[fam][routes.InterfaceNone], t)
 	}
 	for _, m := range d.Routes {
 		for _, ts := range m {
@@ -99,6 +88,31 @@ func DesiredRoutes(in RouteInput) Desired {
 		}
 	}
 	return d
+}
+
+// workloadTarget is the route of addr on record w's host veth and its
+// family (0: IPv4, 1: IPv6); with StaticARP an IPv4 route carries the
+// container MAC.
+func workloadTarget(in RouteInput, w *state.Workload, addr netip.Addr) (int, routes.Target) {
+	t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
+	if addr.Is6() {
+		return 1, t
+	}
+	if in.StaticARP {
+		if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
+			t.DestMAC = mac
+		}
+	}
+	return 0, t
+}
+
+// blackholeTarget is the blackhole of local block b and its family.
+func blackholeTarget(b netip.Prefix) (int, routes.Target) {
+	fam := 0
+	if b.Addr().Is6() {
+		fam = 1
+	}
+	return fam, routes.Target{CIDR: b, Type: routes.TypeBlackhole}
 }
 
 // ownVeth reports whether name is one of routelet's veths that exists: it
