@@ -39,6 +39,7 @@ type fakeRT struct {
 	resyncs  int
 	applies  int
 	applyErr error
+	sets     []string // interfaces handed over one by one (SetRoutes); "*all*" for SetAllRoutes
 }
 
 var _ RouteTable = (*fakeRT)(nil)
@@ -50,6 +51,7 @@ func newFakeRT() *fakeRT {
 func (f *fakeRT) SetAllRoutes(all map[string][]routes.Target) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sets = append(f.sets, "*all*")
 	next := map[string][]routes.Target{}
 	for iface, ts := range all {
 		if len(ts) > 0 {
@@ -59,6 +61,16 @@ func (f *fakeRT) SetAllRoutes(all map[string][]routes.Target) bool {
 	changed := !maps.EqualFunc(f.routes, next, func(a, b []routes.Target) bool { return slices.EqualFunc(a, b, routes.Target.Equal) })
 	f.routes = next
 	return changed
+}
+func (f *fakeRT) SetRoutes(iface string, ts []routes.Target) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sets = append(f.sets, iface)
+	if len(ts) == 0 {
+		delete(f.routes, iface)
+		return
+	}
+	f.routes[iface] = slices.Clone(ts)
 }
 func (f *fakeRT) Wants(iface string, dst netip.Prefix) bool {
 	f.mu.Lock()
@@ -576,6 +588,48 @@ func TestWorkloadRecordChecks(t *testing.T) {
 	}
 }
 
+// TestRecordChangeSetsOnlyItsInterface: a record added, changed or
+// removed among many hands the tables only the interfaces whose routes it
+// changes (a contested address: both claimants'), not the whole table.
+func TestRecordChangeSetsOnlyItsInterface(t *testing.T) {
+	f := newFixture(t)
+	for i := range 50 {
+		f.put(t, fmt.Sprintf("c%d", i), fmt.Sprintf("cali%d", i), fmt.Sprintf("10.244.1.%d/32", i+2))
+	}
+	f.a.fullSync()
+	step := func(what string, want4 []string, change func()) {
+		t.Helper()
+		f.rt4.sets, f.rt6.sets = nil, nil
+		change()
+		f.a.processPending()
+		if !slices.Equal(f.rt4.sets, want4) || len(f.rt6.sets) > 0 {
+			t.Errorf("%s: interfaces set %v (IPv6 %v), want %v", what, f.rt4.sets, f.rt6.sets, want4)
+		}
+	}
+	step("a record added", []string{"cali60"}, func() {
+		f.put(t, "c60", "cali60", "10.244.1.100/32")
+		f.a.NotifyWorkload("c60_eth0.json")
+	})
+	step("a record changed", []string{"cali7"}, func() {
+		f.put(t, "c7", "cali7", "10.244.1.9/32", "10.244.1.101/32")
+		f.a.NotifyWorkload("c7_eth0.json")
+	})
+	step("a newer record taking an address", []string{"cali3", "cali61"}, func() {
+		f.put(t, "c61", "cali61", "10.244.1.5/32") // c3's address, created later
+		f.a.NotifyWorkload("c61_eth0.json")
+	})
+	step("a record removed", []string{"cali9"}, func() {
+		if err := f.store.DeleteWorkload("c9", "eth0"); err != nil {
+			t.Fatal(err)
+		}
+		f.a.NotifyWorkload("c9_eth0.json")
+	})
+	step("an unchanged record read again", nil, func() { f.a.NotifyWorkload("c10_eth0.json") })
+	if got := f.rt4.cidrs("cali3"); len(got) != 0 {
+		t.Errorf("cali3 still wants %v", got)
+	}
+}
+
 // TestAddressClaimedTwice: a live veth beats an absent one, then the newer
 // record, then the lower container ID; the same whatever the read order.
 func TestAddressClaimedTwice(t *testing.T) {
@@ -602,7 +656,9 @@ func TestAddressClaimedTwice(t *testing.T) {
 		for i, j := range order {
 			r := *recs[j]
 			r.IfName = "eth0"
-			f.a.workloads[fmt.Sprintf("%d.json", i)] = &r
+			key := fmt.Sprintf("%d.json", i)
+			f.a.workloads[key] = &r
+			f.a.changedKeys[key] = struct{}{}
 		}
 		f.a.syncDesired()
 		for _, r := range recs {

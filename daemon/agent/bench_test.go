@@ -70,9 +70,10 @@ func BenchmarkKeeperVeths200(b *testing.B) {
 	f.a.SetKeeper(&fakeKeeper{}, 0)
 	ws, links := bench200()
 	f.a.workloads, f.a.links = ws, links
-	d := DesiredRoutes(RouteInput{Workloads: ws, Links: links, IfacePrefix: "cali", LocalBlocks: f.a.opts.LocalBlocks})
+	f.a.syncDesired()
 	b.ReportAllocs()
 	for b.Loop() {
-		f.a.keeperVeths(d.Owner)
+		f.a.keepAll = true
+		f.a.keeperVeths()
 	}
 }

@@ -121,18 +121,6 @@ func ownVeth(prefix string, links map[string]string, name string) bool {
 	return strings.HasPrefix(name, prefix) && links[name] == "veth"
 }
 
-// workloadAddrs returns the addresses of a record's IPs (the Store
-// validated them as CIDRs).
-func workloadAddrs(w *state.Workload) []netip.Addr {
-	out := make([]netip.Addr, 0, len(w.IPs))
-	for _, s := range w.IPs {
-		if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Addr()) {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
-}
-
 // checkWorkload refuses a record that would make routelet touch an
 // interface that is not one of its veths, or route an address that is not a
 // pod address of this node: the host interface must have the interface
@@ -140,8 +128,8 @@ func workloadAddrs(w *state.Workload) []netip.Addr {
 // unicast, inside one of the node's blocks of its family (not a block's
 // first address, which is the tunnel address, nor an IPv4 block's last) or,
 // for a family without local blocks, outside the node's own addresses and
-// connected subnets. It returns the record's addresses (as workloadAddrs
-// does), parsed once for the caller.
+// connected subnets. It returns the record's addresses, each once, parsed
+// once for the caller.
 func checkWorkload(in RouteInput, w *state.Workload) ([]netip.Addr, error) {
 	if !strings.HasPrefix(w.HostIface, in.IfacePrefix) {
 		return nil, fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, in.IfacePrefix)

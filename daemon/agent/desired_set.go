@@ -37,8 +37,9 @@ type desiredDelta struct {
 	ifaces [2][]string  // per family, the interfaces whose routes changed, sorted
 }
 
-// newDesiredSet derives everything from in, as DesiredRoutes does.
-func newDesiredSet(in RouteInput) *desiredSet {
+// newDesiredSet derives everything from in, as DesiredRoutes does; the
+// delta names every record and address.
+func newDesiredSet(in RouteInput) (*desiredSet, desiredDelta) {
 	n := len(in.Workloads)
 	s := &desiredSet{
 		in: in,
@@ -55,8 +56,7 @@ func newDesiredSet(in RouteInput) *desiredSet {
 		keys[key] = struct{}{}
 	}
 	s.setIface(routes.InterfaceNone) // the blackholes
-	s.update(keys, nil)
-	return s
+	return s, s.update(keys, nil)
 }
 
 // update derives again the records under keys (changed, added or gone

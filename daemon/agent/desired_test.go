@@ -161,7 +161,7 @@ func TestDesiredSetMatchesDesiredRoutes(t *testing.T) {
 			}
 			in := RouteInput{Workloads: map[string]*state.Workload{}, Links: map[string]string{}, LocalBlocks: cfg.blocks, NodeSpace: cfg.space,
 				IfacePrefix: "cali", StaticARP: true}
-			s := newDesiredSet(in)
+			s, _ := newDesiredSet(in)
 			prev := DesiredRoutes(in)
 			for step := range 4000 {
 				keys, links := map[string]struct{}{}, map[string]struct{}{}

@@ -75,29 +75,34 @@ func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
 }
 
 // keeperVeths hands the served workloads' host veths to the keeper: only
-// records syncDesired accepted, each with the IPv6 addresses routed to it
-// (owner: address → record file). It derives a veth again only for a record
-// that changed (another record read, refused or routed other addresses) and
-// hands the list over only when one did.
-func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
-	if a.keeper == nil {
+// records syncDesired accepted, each with the IPv6 addresses routed to it.
+// It derives a veth again only for a record in keepKeys (read again, or a
+// claimant of an IPv6 address decided again), or for every record after a
+// full read (keepAll), and hands the list over only when one changed.
+func (a *Agent) keeperVeths() {
+	if a.keeper == nil || a.desired == nil || (!a.keepAll && len(a.keepKeys) == 0) {
 		return
 	}
 	if a.kept == nil {
 		a.kept = map[string]keptVeth{}
 	}
-	changed, served := false, 0
-	for name, w := range a.workloads {
-		if _, bad := a.refused[name]; bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
-			continue
+	owner := a.desired.d.Owner
+	changed := false
+	derive := func(name string) {
+		w := a.workloads[name]
+		if _, bad := a.refused[name]; w == nil || bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
+			if _, ok := a.kept[name]; ok {
+				delete(a.kept, name)
+				changed = true
+			}
+			return
 		}
-		served++
 		if kv, ok := a.kept[name]; ok && kv.w == w && kv.current(owner, name) {
-			continue
+			return
 		}
 		kv := keptVeth{w: w, v: podnet.HostVeth{Name: w.HostIface}}
 		kv.v.MAC, _ = net.ParseMAC(w.ContainerMAC)
-		for _, addr := range workloadAddrs(w) {
+		for _, addr := range a.desired.recs[name].addrs {
 			if addr.Is6() {
 				kv.v.IPv6 = true
 				kv.v6 = append(kv.v6, addr)
@@ -109,15 +114,22 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 		a.kept[name] = kv
 		changed = true
 	}
-	if served != len(a.kept) {
-		// Every served record is in kept now; the others are gone or refused.
-		for name, kv := range a.kept {
-			if _, bad := a.refused[name]; bad || a.workloads[name] != kv.w {
-				delete(a.kept, name)
+	if a.keepAll {
+		for name := range a.kept {
+			if _, ok := a.workloads[name]; !ok {
+				derive(name)
 			}
 		}
-		changed = true
+		for name := range a.workloads {
+			derive(name)
+		}
+	} else {
+		for name := range a.keepKeys {
+			derive(name)
+		}
 	}
+	a.keepAll = false
+	clear(a.keepKeys)
 	if !changed {
 		return
 	}
@@ -128,17 +140,8 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 	a.keeper.SetVeths(vs)
 }
 
-// handVeths hands the keeper the veths of the desired routes derived last,
-// if it has not had them yet (keeperVeths).
-func (a *Agent) handVeths() {
-	if a.keeper != nil && a.keepOwner != nil {
-		a.keeperVeths(a.keepOwner)
-	}
-	a.keepOwner = nil
-}
-
-// keep runs the keeper: first hands it the veths when the desired routes
-// were derived again since (keeperVeths), then the silent sysctls when due
+// keep runs the keeper: first hands it the veths of the records whose
+// desired routes were derived again since (keeperVeths), then the silent sysctls when due
 // (poll), the hinted sysctls, links and neighbours always. Repairs are
 // counted in routelet_repairs_total; errors are logged (the keeper retries
 // them on its next run).
@@ -146,7 +149,7 @@ func (a *Agent) keep(poll bool) {
 	if a.keeper == nil {
 		return
 	}
-	a.handVeths()
+	a.keeperVeths()
 	rep, err := a.keeper.Check(poll)
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
 	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))

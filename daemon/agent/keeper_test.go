@@ -137,7 +137,7 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	f.a.processPending()
 	f.a.keep(false)
 	step("a record claiming an address", 2, "cali1[]", "cali2[]", "cali3[fd00:1::2]")
-	f.a.links["cali2"] = "bridge" // refused: not a veth
+	f.a.setLink("cali2", "bridge") // refused: not a veth
 	f.a.syncDesired()
 	f.a.keep(false)
 	step("a record refused", 3, "cali1[]", "cali3[fd00:1::2]")
