@@ -544,8 +544,14 @@ func (a *Agent) processPending() {
 	for key := range p.workloads {
 		a.reloadWorkload(key)
 	}
-	a.syncDesired()
+	routed := a.syncDesired()
 	if p.peers {
+		if routed {
+			// The records' routes go first: validating the peers may
+			// read the node's every link, address and route again (a
+			// host change), which a pod's route need not wait for.
+			a.applyTables()
+		}
 		_ = a.nodesChanged(false)
 	}
 	for _, ev := range p.routeEvs {
@@ -672,12 +678,13 @@ func (a *Agent) setBadRecords() {
 // changedKeys and the links in changedLinks (desiredSet.update: only what
 // they can affect is derived again), or, after a full read (desired nil),
 // with every record, and hands the interfaces whose routes changed to the
-// tables. Refused records and addresses several records claim are logged
-// when that changes.
-func (a *Agent) syncDesired() {
+// tables; it reports whether it handed them any. Refused records and
+// addresses several records claim are logged when that changes.
+func (a *Agent) syncDesired() bool {
 	if a.desired != nil && len(a.changedKeys) == 0 && len(a.changedLinks) == 0 {
-		return
+		return false
 	}
+	routed := false
 	var delta desiredDelta
 	if a.desired == nil {
 		a.desired, delta = newDesiredSet(RouteInput{
@@ -690,7 +697,7 @@ func (a *Agent) syncDesired() {
 		maps.DeleteFunc(a.winners, func(addr netip.Addr, _ string) bool { _, ok := d.Contested[addr]; return !ok })
 		for fam, rt := range []RouteTable{a.rt4, a.rt6} {
 			if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
-				a.needApply = true
+				routed = true
 			}
 		}
 		a.keepAll = true
@@ -702,7 +709,7 @@ func (a *Agent) syncDesired() {
 			}
 			for _, iface := range delta.ifaces[fam] {
 				rt.SetRoutes(iface, a.desired.d.Routes[fam][iface])
-				a.needApply = true
+				routed = true
 			}
 		}
 	}
@@ -710,6 +717,8 @@ func (a *Agent) syncDesired() {
 	clear(a.changedLinks)
 	a.noteDesired(delta)
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
+	a.needApply = a.needApply || routed
+	return routed
 }
 
 // noteDesired logs what delta decided anew: records refused (or refused
@@ -798,6 +807,17 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 		a.rt4.MarkDirty(ev.Iface)
 		a.needApply = true
 		a.snap.repairs.Add("neigh", ev.IP.String()+" dev "+ev.Iface, 1)
+	}
+}
+
+// applyTables runs the route tables' Apply ahead of the rest of a pass,
+// whose own Apply still follows (it reports errors and retries what failed
+// here).
+func (a *Agent) applyTables() {
+	for _, rt := range []RouteTable{a.rt4, a.rt6} {
+		if rt != nil {
+			_ = rt.Apply()
+		}
 	}
 }
 

@@ -630,6 +630,51 @@ func TestRecordChangeSetsOnlyItsInterface(t *testing.T) {
 	}
 }
 
+// orderedPeers is a PeerSource that notes how many Applies the IPv4 table
+// had when the peers were read.
+type orderedPeers struct {
+	PeerSource
+	rt      *fakeRT
+	applies []int
+}
+
+func (o *orderedPeers) Peers() ([]peers.NodeInfo, int, []error, error) {
+	o.rt.mu.Lock()
+	o.applies = append(o.applies, o.rt.applies)
+	o.rt.mu.Unlock()
+	return o.PeerSource.Peers()
+}
+
+// TestRecordRouteBeforePeers: a pass with a record change and a peer hint
+// (e.g. a host change, whose validation reads the node's every link,
+// address and route) applies the record's route before it reads the peers;
+// a peer hint alone reads them first, as before.
+func TestRecordRouteBeforePeers(t *testing.T) {
+	f := newFixture(t)
+	op := &orderedPeers{PeerSource: f.a.ds, rt: f.rt4}
+	f.a.ds = op
+	f.a.fullSync()
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.a.NotifyWorkload("c1_eth0.json")
+	f.a.NotifyPeers()
+	before := f.rt4.applies
+	op.applies = nil
+	f.a.processPending()
+	if len(op.applies) != 1 || op.applies[0] != before+1 {
+		t.Fatalf("peers read after %v table applies, want once after %d", op.applies, before+1)
+	}
+	if got := f.rt4.cidrs("cali1"); !slices.Equal(got, []string{"10.244.1.2/32"}) {
+		t.Fatalf("cali1 wants %v", got)
+	}
+	f.a.apply()
+	f.a.NotifyPeers()
+	before, op.applies = f.rt4.applies, nil
+	f.a.processPending()
+	if len(op.applies) != 1 || op.applies[0] != before {
+		t.Fatalf("peer hint alone: peers read after %v table applies, want once after %d", op.applies, before)
+	}
+}
+
 // TestAddressClaimedTwice: a live veth beats an absent one, then the newer
 // record, then the lower container ID; the same whatever the read order.
 func TestAddressClaimedTwice(t *testing.T) {
