@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -213,24 +214,13 @@ type linkState struct {
 // nil when there are no local blocks.
 func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, rt6 RouteTable, releaser Releaser, host Host, managers []Manager,
 	status *health.Status, metrics *health.Metrics, log *slog.Logger) *Agent {
-	if opts.IfacePrefix == "" {
-		opts.IfacePrefix = podnet.DefaultPrefix
-	}
-	if opts.RouteProtocol == 0 {
-		opts.RouteProtocol = routes.DefaultProtocol
-	}
-	if opts.ResyncPeriod <= 0 {
-		opts.ResyncPeriod = DefaultResyncPeriod
-	}
-	if opts.TickPeriod <= 0 {
-		opts.TickPeriod = DefaultTickPeriod
-	}
-	if opts.LeakGracePeriod <= 0 {
-		opts.LeakGracePeriod = DefaultLeakGracePeriod
-	}
-	if opts.Debounce == 0 {
-		opts.Debounce = time.Millisecond
-	}
+	opts.IfacePrefix = cmp.Or(opts.IfacePrefix, podnet.DefaultPrefix)
+	opts.RouteProtocol = cmp.Or(opts.RouteProtocol, routes.DefaultProtocol)
+	// A period not above zero takes the default.
+	opts.ResyncPeriod = cmp.Or(max(opts.ResyncPeriod, 0), DefaultResyncPeriod)
+	opts.TickPeriod = cmp.Or(max(opts.TickPeriod, 0), DefaultTickPeriod)
+	opts.LeakGracePeriod = cmp.Or(max(opts.LeakGracePeriod, 0), DefaultLeakGracePeriod)
+	opts.Debounce = cmp.Or(opts.Debounce, time.Millisecond) // negative: none
 	return &Agent{
 		opts: opts, wls: wls, ds: ds, statusW: statusW, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
 		status: status, metrics: metrics, log: log, now: time.Now,
@@ -261,34 +251,32 @@ func (a *Agent) wake() {
 // changed or removed.
 func (a *Agent) NotifyWorkload(key string) { a.notifyKey(&a.pending.workloads, key) }
 
+// hint records a watcher's hint (note changes a.pending under the lock)
+// and wakes the loop.
+func (a *Agent) hint(note func(p *pending)) {
+	a.mu.Lock()
+	note(&a.pending)
+	a.mu.Unlock()
+	a.wake()
+}
+
 // notifyKey adds key to the pending set *set (a field of a.pending) and
 // wakes the loop.
 func (a *Agent) notifyKey(set *map[string]struct{}, key string) {
-	a.mu.Lock()
-	if *set == nil {
-		*set = map[string]struct{}{}
-	}
-	(*set)[key] = struct{}{}
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(*pending) {
+		if *set == nil {
+			*set = map[string]struct{}{}
+		}
+		(*set)[key] = struct{}{}
+	})
 }
 
 // NotifyPeers records that the datastore's peers may have changed.
-func (a *Agent) NotifyPeers() {
-	a.mu.Lock()
-	a.pending.peers = true
-	a.mu.Unlock()
-	a.wake()
-}
+func (a *Agent) NotifyPeers() { a.hint(func(p *pending) { p.peers = true }) }
 
 // NotifyRescan asks for a full re-read of every record and peer (e.g.
 // after a watcher lost events).
-func (a *Agent) NotifyRescan() {
-	a.mu.Lock()
-	a.pending.rescan = true
-	a.mu.Unlock()
-	a.wake()
-}
+func (a *Agent) NotifyRescan() { a.hint(func(p *pending) { p.rescan = true }) }
 
 // NotifyLink records a workload link's state: its netlink kind ("veth",
 // "bridge", …), up or down; exists is false once the link was deleted.
@@ -296,25 +284,19 @@ func (a *Agent) NotifyLink(name, kind string, up, exists bool) {
 	if !strings.HasPrefix(name, a.opts.IfacePrefix) {
 		return
 	}
-	a.mu.Lock()
-	if a.pending.links == nil {
-		a.pending.links = map[string]linkState{}
-	}
-	a.pending.links[name] = linkState{up: up && exists, exists: exists, kind: kind}
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(p *pending) {
+		if p.links == nil {
+			p.links = map[string]linkState{}
+		}
+		p.links[name] = linkState{up: up && exists, exists: exists, kind: kind}
+	})
 }
 
 // NotifyApply asks the loop for an Apply pass: every table's and manager's
 // Apply runs soon. Managers that watch their own kernel objects (the overlay
 // devices) call it after recording a hint, since their Apply only runs on
 // the loop goroutine.
-func (a *Agent) NotifyApply() {
-	a.mu.Lock()
-	a.pending.apply = true
-	a.mu.Unlock()
-	a.wake()
-}
+func (a *Agent) NotifyApply() { a.hint(func(p *pending) { p.apply = true }) }
 
 // RouteEvent is a kernel route notification, reduced to what ownership and
 // tamper checks need.
@@ -329,10 +311,7 @@ func (a *Agent) NotifyRoute(ev RouteEvent) {
 		// belong to the overlay manager, whose own watcher repairs them.
 		return
 	}
-	a.mu.Lock()
-	a.pending.routeEvs = append(a.pending.routeEvs, ev)
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(p *pending) { p.routeEvs = append(p.routeEvs, ev) })
 }
 
 // NeighEvent is a kernel neighbour notification on some interface.
@@ -344,10 +323,7 @@ func (a *Agent) NotifyNeigh(ev NeighEvent) {
 	if !ev.Deleted || !strings.HasPrefix(ev.Iface, a.opts.IfacePrefix) {
 		return
 	}
-	a.mu.Lock()
-	a.pending.neighEvs = append(a.pending.neighEvs, ev)
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(p *pending) { p.neighEvs = append(p.neighEvs, ev) })
 }
 
 // Run is the loop. It starts watching the workload records and the
@@ -730,31 +706,19 @@ func (a *Agent) syncDesired() bool {
 func (a *Agent) noteDesired(delta desiredDelta) {
 	d := a.desired.d
 	for _, name := range delta.keys {
-		why, bad := d.Refused[name]
-		if !bad {
-			delete(a.refused, name)
-			continue
-		}
-		if a.refused[name] != why {
+		if why, news := noteChange(a.refused, d.Refused, name); news {
 			w := a.workloads[name]
 			a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
 				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", why)
 		}
-		a.refused[name] = why
 	}
 	a.setBadRecords()
 	for _, addr := range delta.addrs {
-		name, contested := d.Contested[addr]
-		if !contested {
-			delete(a.winners, addr)
-			continue
-		}
-		if a.winners[addr] != name {
+		if name, news := noteChange(a.winners, d.Contested, addr); news {
 			w := a.workloads[name]
 			a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
 				"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
 		}
-		a.winners[addr] = name
 	}
 	if a.keeper == nil || a.keepAll {
 		return
@@ -769,6 +733,19 @@ func (a *Agent) noteDesired(delta desiredDelta) {
 			}
 		}
 	}
+}
+
+// noteChange brings noted[k] in line with now[k] (deleted when now has
+// none) and returns now's value and whether it is one noted did not hold.
+func noteChange[K comparable](noted, now map[K]string, k K) (string, bool) {
+	v, ok := now[k]
+	if !ok {
+		delete(noted, k)
+		return "", false
+	}
+	news := noted[k] != v
+	noted[k] = v
+	return v, news
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its

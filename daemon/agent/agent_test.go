@@ -29,6 +29,10 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
+// t0 is the fixed instant the tests that keep a clock of their own start
+// from.
+var t0 = time.Unix(1700000000, 0)
+
 // fakeRT is an in-memory RouteTable: desired routes per iface, the dirty
 // marks and an injectable Apply error.
 type fakeRT struct {
@@ -357,7 +361,7 @@ func TestLeakCollection(t *testing.T) {
 	f.put(t, "vethonly", "cali3", "10.244.1.4/32") // veth gone, netns alive
 	f.put(t, "nsonly", "cali4", "10.244.1.5/32")   // netns gone, veth alive
 	f.a.fullSync()
-	clock := time.Unix(1000, 0)
+	clock := t0
 	f.a.now = func() time.Time { return clock }
 	f.host.mu.Lock()
 	f.host.links["cali2"], f.host.links["cali3"] = false, false
