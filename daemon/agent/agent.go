@@ -187,10 +187,11 @@ type Agent struct {
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
 	keepPeriod   time.Duration
-	kept         map[string]keptVeth // by record key: what the keeper was last handed (keeperVeths)
-	keepKeys     map[string]struct{} // records whose veth the keeper may need anew (keeperVeths)
-	keepAll      bool                // every record's (after a full read)
-	snap         *snapState          // snapshots for the state endpoint (snapshot.go)
+	kept         map[string]keptVeth            // by record key: what the keeper was last handed (keeperVeths)
+	keptBy       map[string]map[string]struct{} // host veth → keys of the records in kept naming it
+	keepKeys     map[string]struct{}            // records whose veth the keeper may need anew (keeperVeths)
+	keepAll      bool                           // every record's (after a full read)
+	snap         *snapState                     // snapshots for the state endpoint (snapshot.go)
 }
 
 // pending collects watcher hints between two loop passes.

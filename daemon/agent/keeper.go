@@ -17,6 +17,9 @@ import (
 // pod neighbours).
 type Keeper interface {
 	SetVeths(vs []podnet.HostVeth)
+	// UpdateVeths changes the veths of set and stops keeping those named
+	// in gone; the others stay as they are.
+	UpdateVeths(set []podnet.HostVeth, gone []string)
 	LinkChanged(name string)
 	NeighChanged(name string)
 	SysctlsChanged(name string)
@@ -77,27 +80,31 @@ func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
 // keeperVeths hands the served workloads' host veths to the keeper: only
 // records syncDesired accepted, each with the IPv6 addresses routed to it.
 // It derives a veth again only for a record in keepKeys (read again, or a
-// claimant of an IPv6 address decided again), or for every record after a
-// full read (keepAll), and hands the list over only when one changed.
+// claimant of an IPv6 address decided again) and hands over only the veths
+// those name (UpdateVeths); after a full read (keepAll) it derives every
+// record's and hands over the whole list (SetVeths). Of two records naming
+// one veth, the one with the greater key is kept (as in the whole list,
+// sorted by key, the later). Nothing is handed over when nothing changed.
 func (a *Agent) keeperVeths() {
 	if a.keeper == nil || a.desired == nil || (!a.keepAll && len(a.keepKeys) == 0) {
 		return
 	}
 	if a.kept == nil {
-		a.kept = map[string]keptVeth{}
+		a.kept, a.keptBy = map[string]keptVeth{}, map[string]map[string]struct{}{}
 	}
 	owner := a.desired.d.Owner
-	changed := false
+	changed := map[string]struct{}{} // veth names
 	derive := func(name string) {
+		old, had := a.kept[name]
 		w := a.workloads[name]
 		if _, bad := a.refused[name]; w == nil || bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
-			if _, ok := a.kept[name]; ok {
-				delete(a.kept, name)
-				changed = true
+			if had {
+				a.unkeep(name, old)
+				changed[old.v.Name] = struct{}{}
 			}
 			return
 		}
-		if kv, ok := a.kept[name]; ok && kv.w == w && kv.current(owner, name) {
+		if had && old.w == w && old.current(owner, name) {
 			return
 		}
 		kv := keptVeth{w: w, v: podnet.HostVeth{Name: w.HostIface}}
@@ -111,10 +118,19 @@ func (a *Agent) keeperVeths() {
 				}
 			}
 		}
+		if had {
+			a.unkeep(name, old)
+			changed[old.v.Name] = struct{}{}
+		}
 		a.kept[name] = kv
-		changed = true
+		if a.keptBy[kv.v.Name] == nil {
+			a.keptBy[kv.v.Name] = map[string]struct{}{}
+		}
+		a.keptBy[kv.v.Name][name] = struct{}{}
+		changed[kv.v.Name] = struct{}{}
 	}
-	if a.keepAll {
+	all := a.keepAll
+	if all {
 		for name := range a.kept {
 			if _, ok := a.workloads[name]; !ok {
 				derive(name)
@@ -130,14 +146,37 @@ func (a *Agent) keeperVeths() {
 	}
 	a.keepAll = false
 	clear(a.keepKeys)
-	if !changed {
-		return
+	switch {
+	case len(changed) == 0:
+	case all:
+		vs := make([]podnet.HostVeth, 0, len(a.kept))
+		for _, name := range slices.Sorted(maps.Keys(a.kept)) {
+			vs = append(vs, a.kept[name].v)
+		}
+		a.keeper.SetVeths(vs)
+	default:
+		var set []podnet.HostVeth
+		var gone []string
+		for veth := range changed {
+			if keys := a.keptBy[veth]; len(keys) > 0 {
+				set = append(set, a.kept[slices.Max(slices.Collect(maps.Keys(keys)))].v)
+			} else {
+				gone = append(gone, veth)
+			}
+		}
+		a.keeper.UpdateVeths(set, gone)
 	}
-	vs := make([]podnet.HostVeth, 0, len(a.kept))
-	for _, name := range slices.Sorted(maps.Keys(a.kept)) {
-		vs = append(vs, a.kept[name].v)
+}
+
+// unkeep forgets what keeperVeths derived from record name (kv).
+func (a *Agent) unkeep(name string, kv keptVeth) {
+	delete(a.kept, name)
+	if keys := a.keptBy[kv.v.Name]; keys != nil {
+		delete(keys, name)
+		if len(keys) == 0 {
+			delete(a.keptBy, kv.v.Name)
+		}
 	}
-	a.keeper.SetVeths(vs)
 }
 
 // keep runs the keeper: first hands it the veths of the records whose
