@@ -60,7 +60,7 @@ func TestUpdateVethsMatchesSetVeths(t *testing.T) {
 			t.Fatalf("step %d: names %v (IPv6 %d), want %v (%d)", step, inc.names, inc.n6, full.names, full.n6)
 		}
 		for _, hinted := range []struct {
-			what     string
+			what      string
 			got, want map[string]bool
 		}{{"links", inc.links, full.links}, {"neighbours", inc.neighs, full.neighs}, {"fresh", inc.fresh, full.fresh}} {
 			if !maps.Equal(hinted.got, hinted.want) {
