@@ -14,7 +14,6 @@ import (
 // (UpdateVeths) leave the keeper keeping what handing it the whole list
 // (SetVeths) does, with the same veths to read at the next Check.
 func TestUpdateVethsMatchesSetVeths(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
 	newKeeper := func() *Keeper {
 		k, err := NewKeeper("cali", slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -23,6 +22,7 @@ func TestUpdateVethsMatchesSetVeths(t *testing.T) {
 		t.Cleanup(k.Close)
 		return k
 	}
+	rng := rand.New(rand.NewPCG(5, 6))
 	inc, full := newKeeper(), newKeeper()
 	cur := map[string]HostVeth{}
 	for step := range 2000 {
