@@ -12,20 +12,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// benchNode sets up a node with n workload veths (calib<i>, peers pb<i>).
+// benchNode sets up a node with n workload veths (calib<i>, peers pb<i>),
+// each with the settings the plugin's ADD writes before the record
+// (podnet.HostSysctls), as a pod's veth has.
 func benchNode(b *testing.B, n int) *testNode {
 	tn := newTestNode(b, true)
 	for i := range n {
 		tn.addVeth("calib"+strconv.Itoa(i), "pb"+strconv.Itoa(i))
+	}
+	err := tn.node.NS.Do(func(ns.NetNS) error {
+		for i := range n {
+			if _, err := podnet.EnsureSysctls(podnet.HostSysctls("calib"+strconv.Itoa(i), false)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 	return tn
 }

@@ -91,8 +91,14 @@ func fullFamilies(use []ipam.BlockUsage) map[int][]netip.Prefix {
 	return out
 }
 
-// start checks the blocks now, at every workload record change (the plugin
-// writes one after each ADD) and every period, until ctx is done. When it
+// growSettle is the least time between two checks that workload record
+// changes ask for: a burst of ADDs makes one check at its start and one
+// after it, not one each (a check lists every allocation).
+const growSettle = 100 * time.Millisecond
+
+// start checks the blocks now, at workload record changes (the plugin
+// writes one after each ADD; at most one check per growSettle, the last
+// change always followed by one) and every period, until ctx is done. When it
 // claimed a block it calls stop (the loop ends). The returned function
 // waits for it to finish, after ctx is done, and returns the block it
 // claimed, if any.
@@ -114,13 +120,20 @@ func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir s
 		retry := time.Second
 		t := time.NewTimer(0)
 		defer t.Stop()
+		var last time.Time // of the last check
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-kick:
+				if wait := growSettle - time.Since(last); wait > 0 {
+					t.Stop()
+					t.Reset(wait) // the check after the burst
+					continue
+				}
 			case <-t.C:
 			}
+			last = time.Now()
 			b, again := g.check(ctx, use)
 			if b.IsValid() {
 				claimed = b

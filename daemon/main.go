@@ -370,7 +370,8 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	}
 	defer closeAllow()
 	defer allow.Register(unregistering{metrics.Registry}) // so the next build can register its own
-	pv, err := newPeerValidator(cfg, self, blocks, metrics, log)
+	hr := newHostReader(ctx, cfg)
+	pv, err := newPeerValidator(cfg, self, blocks, hr, metrics, log)
 	if err != nil {
 		return err
 	}
@@ -402,7 +403,8 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	w := netwatch.New(log)
 	w.Register("workloads", a.Interest(), a)
 	w.Register("overlay", om.Interest(), om.Events(a.NotifyApply))
-	w.Register("host", hostWatch{pv, a.NotifyPeers}.Interest(cfg), hostWatch{pv, a.NotifyPeers})
+	hr.done = func() { pv.HostChanged(); a.NotifyPeers() }
+	w.Register("host", hostWatch{hr}.Interest(cfg), hostWatch{hr})
 	if err := w.Start(ctx); err != nil {
 		return err
 	}

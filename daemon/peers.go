@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/health"
@@ -16,16 +19,16 @@ import (
 // newPeerValidator builds the check every peer record passes before the
 // overlay and the allowlists see it: against self (this node's published
 // record: host IPs, VTEP MACs, tunnel addresses, blocks) and the node's
-// own address space, read from the kernel at the first check and again
-// after hostWatch heard of a change (and at every full resync). routelet's own
-// links (pod veths, overlay devices) and routes of its protocol are not
-// the node's space. First-seen times persist in the state directory.
-func newPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Prefix, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
+// own address space, read from the kernel (host.Read) at the first check
+// and again after hostWatch heard of a change (and at every full resync).
+// routelet's own links (pod veths, overlay devices) and routes of its
+// protocol are not the node's space. First-seen times persist in the state
+// directory.
+func newPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Prefix, host *hostReader, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
 	own, _ := peers.Parse(self)
-	owned := peerOwned(cfg)
 	v := peers.New(peers.Options{
 		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: blocks},
-		ReadHost: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) },
+		ReadHost: host.Read,
 		StateDir: cfg.StateDir,
 		Logger:   log,
 	})
@@ -44,14 +47,105 @@ func peerOwned(cfg *config.Config) func(netguard.Link) bool {
 	}
 }
 
+// hostReader reads the node's own address space for the peer validator
+// (netguard.ReadHost: every link, address and main-table route). The read
+// a host change asks for runs beside the loop, so that no pass (and no pod
+// route) waits for it: the change starts it hostSettle later (so that a
+// burst of changes, such as a new pod veth's link and address events, makes
+// one read), changes after that make one more read after it, and each read
+// done tells the validator (HostChanged) and wakes the loop (done), whose
+// next pass takes it. A read the validator asks for with none waiting (the
+// first check, a full resync) is made at once.
+type hostReader struct {
+	ctx  context.Context
+	read func() (netguard.Host, error)
+	done func() // set before the first change
+
+	mu      sync.Mutex
+	running bool      // a read beside the loop runs
+	again   bool      // a change came since the running read began
+	ready   *hostRead // a read done beside the loop and not taken yet
+}
+
+// hostRead is one read's result.
+type hostRead struct {
+	host netguard.Host
+	err  error
+}
+
+// newHostReader returns the reader of the node's space for cfg; reads
+// beside the loop stop with ctx.
+func newHostReader(ctx context.Context, cfg *config.Config) *hostReader {
+	owned := peerOwned(cfg)
+	return &hostReader{ctx: ctx, read: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) }}
+}
+
+// Read is the validator's ReadHost: the read done beside the loop since the
+// last Read, else one made now.
+func (r *hostReader) Read() (netguard.Host, error) {
+	r.mu.Lock()
+	got := r.ready
+	r.ready = nil
+	r.mu.Unlock()
+	if got != nil {
+		return got.host, got.err
+	}
+	return r.read()
+}
+
+// changed starts a read beside the loop, or asks the running one for one
+// more after it.
+func (r *hostReader) changed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running {
+		r.again = true
+		return
+	}
+	r.running = true
+	go r.run()
+}
+
+// hostSettle is how long a read beside the loop waits after the change
+// that starts it.
+const hostSettle = 100 * time.Millisecond
+
+// run reads until no change came since the last read began, handing each
+// read over (ready, done).
+func (r *hostReader) run() {
+	for {
+		select {
+		case <-r.ctx.Done():
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+			return
+		case <-time.After(hostSettle):
+		}
+		r.mu.Lock()
+		r.again = false // the read below sees every change so far
+		r.mu.Unlock()
+		h, err := r.read()
+		r.mu.Lock()
+		r.ready = &hostRead{host: h, err: err}
+		again := r.again
+		r.again, r.running = false, again
+		r.mu.Unlock()
+		r.done()
+		if !again {
+			return
+		}
+	}
+}
+
 // hostWatch is the netwatch owner of the node's own address space: any
 // address, link or foreign main-table route event (or lost events) makes
-// the validator read the host again and wakes the loop to re-check the
-// peers against it, so a block over an address added later is refused
-// without waiting for a peer change or the resync.
+// the host be read again (hostReader, beside the loop), after which the
+// validator re-checks the peers against it in the pass it wakes, so a
+// block over an address added later is refused without waiting for a peer
+// change or the resync.
 type hostWatch struct {
-	v    interface{ HostChanged() }
-	wake func()
+	r *hostReader
 }
 
 // Interest asks for host changes; routes of routelet's protocol are not
@@ -61,7 +155,7 @@ func (hostWatch) Interest(cfg *config.Config) netwatch.Interest {
 }
 
 // OnHostChange implements netwatch.HostHandler.
-func (h hostWatch) OnHostChange() { h.v.HostChanged(); h.wake() }
+func (h hostWatch) OnHostChange() { h.r.changed() }
 
 // OnLink implements netwatch.Handler (no interfaces are owned).
 func (hostWatch) OnLink(netwatch.LinkEvent) {}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,8 @@ type RouteTable interface {
 	// SetAllRoutes replaces every interface's desired routes (memory only)
 	// and reports whether they changed.
 	SetAllRoutes(byIface map[string][]routes.Target) bool
+	// SetRoutes replaces one interface's desired routes (memory only).
+	SetRoutes(iface string, targets []routes.Target)
 	// Wants reports whether dst is one of iface's desired routes: what the
 	// tamper checks compare kernel events against.
 	Wants(iface string, dst netip.Prefix) bool
@@ -171,8 +174,11 @@ type Agent struct {
 	badSeen      map[string]bool            // bad-record messages already logged
 	badFiles     map[string]string          // workload keys that cannot be served → why
 	badNodes     int                        // unreadable peer records at the last full read
+	desired      *desiredSet                // the desired routes of workloads and links (syncDesired)
+	changedKeys  map[string]struct{}        // workload keys changed since the last syncDesired
+	changedLinks map[string]struct{}        // prefix links that appeared, vanished or changed kind since then
 	refused      map[string]string          // workload keys refused by checkWorkload → why (logged)
-	winners      map[netip.Addr]string      // addresses several records claim → the key served
+	winners      map[netip.Addr]string      // addresses several records claim → the key served (logged)
 	ready        bool
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
@@ -183,9 +189,11 @@ type Agent struct {
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
 	keepPeriod   time.Duration
-	kept         map[string]keptVeth   // by record key: what the keeper was last handed (keeperVeths)
-	keepOwner    map[netip.Addr]string // set by syncDesired: keep hands the veths over first (keeperVeths)
-	snap         *snapState            // snapshots for the state endpoint (snapshot.go)
+	kept         map[string]keptVeth            // by record key: what the keeper was last handed (keeperVeths)
+	keptBy       map[string]map[string]struct{} // host veth → keys of the records in kept naming it
+	keepKeys     map[string]struct{}            // records whose veth the keeper may need anew (keeperVeths)
+	keepAll      bool                           // every record's (after a full read)
+	snap         *snapState                     // snapshots for the state endpoint (snapshot.go)
 }
 
 // pending collects watcher hints between two loop passes.
@@ -209,36 +217,28 @@ type linkState struct {
 // nil when there are no local blocks.
 func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, rt6 RouteTable, releaser Releaser, host Host, managers []Manager,
 	status *health.Status, metrics *health.Metrics, log *slog.Logger) *Agent {
-	if opts.IfacePrefix == "" {
-		opts.IfacePrefix = podnet.DefaultPrefix
-	}
-	if opts.RouteProtocol == 0 {
-		opts.RouteProtocol = routes.DefaultProtocol
-	}
-	if opts.ResyncPeriod <= 0 {
-		opts.ResyncPeriod = DefaultResyncPeriod
-	}
-	if opts.TickPeriod <= 0 {
-		opts.TickPeriod = DefaultTickPeriod
-	}
-	if opts.LeakGracePeriod <= 0 {
-		opts.LeakGracePeriod = DefaultLeakGracePeriod
-	}
-	if opts.Debounce == 0 {
-		opts.Debounce = time.Millisecond
-	}
+	opts.IfacePrefix = cmp.Or(opts.IfacePrefix, podnet.DefaultPrefix)
+	opts.RouteProtocol = cmp.Or(opts.RouteProtocol, routes.DefaultProtocol)
+	// A period not above zero takes the default.
+	opts.ResyncPeriod = cmp.Or(max(opts.ResyncPeriod, 0), DefaultResyncPeriod)
+	opts.TickPeriod = cmp.Or(max(opts.TickPeriod, 0), DefaultTickPeriod)
+	opts.LeakGracePeriod = cmp.Or(max(opts.LeakGracePeriod, 0), DefaultLeakGracePeriod)
+	opts.Debounce = cmp.Or(opts.Debounce, time.Millisecond) // negative: none
 	return &Agent{
 		opts: opts, wls: wls, ds: ds, statusW: statusW, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
 		status: status, metrics: metrics, log: log, now: time.Now,
-		kick:        make(chan struct{}, 1),
-		workloads:   map[string]*state.Workload{},
-		absentSince: map[string]time.Time{},
-		links:       map[string]string{},
-		badSeen:     map[string]bool{},
-		badFiles:    map[string]string{},
-		refused:     map[string]string{},
-		winners:     map[netip.Addr]string{},
-		snap:        newSnapState(),
+		kick:         make(chan struct{}, 1),
+		workloads:    map[string]*state.Workload{},
+		absentSince:  map[string]time.Time{},
+		links:        map[string]string{},
+		badSeen:      map[string]bool{},
+		badFiles:     map[string]string{},
+		changedKeys:  map[string]struct{}{},
+		keepKeys:     map[string]struct{}{},
+		changedLinks: map[string]struct{}{},
+		refused:      map[string]string{},
+		winners:      map[netip.Addr]string{},
+		snap:         newSnapState(),
 	}
 }
 
@@ -254,34 +254,32 @@ func (a *Agent) wake() {
 // changed or removed.
 func (a *Agent) NotifyWorkload(key string) { a.notifyKey(&a.pending.workloads, key) }
 
+// hint records a watcher's hint (note changes a.pending under the lock)
+// and wakes the loop.
+func (a *Agent) hint(note func(p *pending)) {
+	a.mu.Lock()
+	note(&a.pending)
+	a.mu.Unlock()
+	a.wake()
+}
+
 // notifyKey adds key to the pending set *set (a field of a.pending) and
 // wakes the loop.
 func (a *Agent) notifyKey(set *map[string]struct{}, key string) {
-	a.mu.Lock()
-	if *set == nil {
-		*set = map[string]struct{}{}
-	}
-	(*set)[key] = struct{}{}
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(*pending) {
+		if *set == nil {
+			*set = map[string]struct{}{}
+		}
+		(*set)[key] = struct{}{}
+	})
 }
 
 // NotifyPeers records that the datastore's peers may have changed.
-func (a *Agent) NotifyPeers() {
-	a.mu.Lock()
-	a.pending.peers = true
-	a.mu.Unlock()
-	a.wake()
-}
+func (a *Agent) NotifyPeers() { a.hint(func(p *pending) { p.peers = true }) }
 
 // NotifyRescan asks for a full re-read of every record and peer (e.g.
 // after a watcher lost events).
-func (a *Agent) NotifyRescan() {
-	a.mu.Lock()
-	a.pending.rescan = true
-	a.mu.Unlock()
-	a.wake()
-}
+func (a *Agent) NotifyRescan() { a.hint(func(p *pending) { p.rescan = true }) }
 
 // NotifyLink records a workload link's state: its netlink kind ("veth",
 // "bridge", …), up or down; exists is false once the link was deleted.
@@ -289,25 +287,19 @@ func (a *Agent) NotifyLink(name, kind string, up, exists bool) {
 	if !strings.HasPrefix(name, a.opts.IfacePrefix) {
 		return
 	}
-	a.mu.Lock()
-	if a.pending.links == nil {
-		a.pending.links = map[string]linkState{}
-	}
-	a.pending.links[name] = linkState{up: up && exists, exists: exists, kind: kind}
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(p *pending) {
+		if p.links == nil {
+			p.links = map[string]linkState{}
+		}
+		p.links[name] = linkState{up: up && exists, exists: exists, kind: kind}
+	})
 }
 
 // NotifyApply asks the loop for an Apply pass: every table's and manager's
 // Apply runs soon. Managers that watch their own kernel objects (the overlay
 // devices) call it after recording a hint, since their Apply only runs on
 // the loop goroutine.
-func (a *Agent) NotifyApply() {
-	a.mu.Lock()
-	a.pending.apply = true
-	a.mu.Unlock()
-	a.wake()
-}
+func (a *Agent) NotifyApply() { a.hint(func(p *pending) { p.apply = true }) }
 
 // RouteEvent is a kernel route notification, reduced to what ownership and
 // tamper checks need.
@@ -322,10 +314,7 @@ func (a *Agent) NotifyRoute(ev RouteEvent) {
 		// belong to the overlay manager, whose own watcher repairs them.
 		return
 	}
-	a.mu.Lock()
-	a.pending.routeEvs = append(a.pending.routeEvs, ev)
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(p *pending) { p.routeEvs = append(p.routeEvs, ev) })
 }
 
 // NeighEvent is a kernel neighbour notification on some interface.
@@ -337,10 +326,7 @@ func (a *Agent) NotifyNeigh(ev NeighEvent) {
 	if !ev.Deleted || !strings.HasPrefix(ev.Iface, a.opts.IfacePrefix) {
 		return
 	}
-	a.mu.Lock()
-	a.pending.neighEvs = append(a.pending.neighEvs, ev)
-	a.mu.Unlock()
-	a.wake()
+	a.hint(func(p *pending) { p.neighEvs = append(p.neighEvs, ev) })
 }
 
 // Run is the loop. It starts watching the workload records and the
@@ -496,9 +482,10 @@ func (a *Agent) fullSync() {
 	} else {
 		a.log.Error("cannot list workload records, keeping the last known set", "err", wdirErr)
 	}
+	a.desired = nil // derived again from every record
 	a.syncDesired()
 	if a.keeper != nil {
-		a.handVeths() // so that CheckAll covers the veths of this read
+		a.keeperVeths() // so that CheckAll covers the veths of this read
 		a.keeper.CheckAll()
 	}
 	a.rt4.QueueResync()
@@ -529,18 +516,21 @@ func (a *Agent) processPending() {
 		a.fullSync()
 		return
 	}
-	linksChanged := a.applyLinks(p.links)
+	a.applyLinks(p.links)
 	if p.apply {
 		a.needApply = true
 	}
-	workloadsChanged := false
 	for key := range p.workloads {
-		workloadsChanged = a.reloadWorkload(key) || workloadsChanged
+		a.reloadWorkload(key)
 	}
-	if workloadsChanged || linksChanged {
-		a.syncDesired()
-	}
+	routed := a.syncDesired()
 	if p.peers {
+		if routed {
+			// The records' routes go first: validating the peers may
+			// read the node's every link, address and route again (a
+			// host change), which a pod's route need not wait for.
+			a.applyTables()
+		}
 		_ = a.nodesChanged(false)
 	}
 	for _, ev := range p.routeEvs {
@@ -560,11 +550,10 @@ func (a *Agent) processPending() {
 }
 
 // applyLinks hands link states to the tables and records which workload
-// links exist and of what kind; it reports whether a link appeared,
-// vanished or changed kind (which can change which record an address is
-// routed to).
-func (a *Agent) applyLinks(links map[string]linkState) bool {
-	changed := false
+// links exist and of what kind; a link that appeared, vanished or changed
+// kind (which can change which record an address is routed to) goes into
+// changedLinks.
+func (a *Agent) applyLinks(links map[string]linkState) {
 	for name, ls := range links {
 		a.rt4.OnIfaceStateChanged(name, ls.up)
 		if a.rt6 != nil {
@@ -573,20 +562,26 @@ func (a *Agent) applyLinks(links map[string]linkState) bool {
 		if a.keeper != nil {
 			a.keeper.LinkChanged(name)
 		}
-		kind, had := a.links[name]
-		if ls.exists {
-			a.links[name] = ls.kind
-			changed = changed || !had || kind != ls.kind
+		if _, had := a.links[name]; ls.exists {
+			a.setLink(name, ls.kind)
 			if ls.kind == "veth" {
 				delete(a.absentSince, name)
 			}
-		} else {
+		} else if had {
 			delete(a.links, name)
-			changed = changed || had
+			a.changedLinks[name] = struct{}{}
 		}
 		a.needApply = true
 	}
-	return changed
+}
+
+// setLink records that the prefix link name exists with kind, noting it in
+// changedLinks when that is news.
+func (a *Agent) setLink(name, kind string) {
+	if old, had := a.links[name]; !had || old != kind {
+		a.links[name] = kind
+		a.changedLinks[name] = struct{}{}
+	}
 }
 
 // refreshLinks replaces what link events said with one dump; on failure the
@@ -611,9 +606,10 @@ func (a *Agent) ownVeth(name string) bool {
 	return ownVeth(a.opts.IfacePrefix, a.links, name)
 }
 
-// reloadWorkload re-reads one workload record; it reports whether the
-// served set changed. An unreadable record is logged and no longer served.
-func (a *Agent) reloadWorkload(name string) bool {
+// reloadWorkload re-reads one workload record and notes it in changedKeys
+// when it was or is served. An unreadable record is logged and no longer
+// served.
+func (a *Agent) reloadWorkload(name string) {
 	old := a.workloads[name]
 	w, err := a.wls.Get(name)
 	switch {
@@ -632,7 +628,9 @@ func (a *Agent) reloadWorkload(name string) bool {
 	}
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
 	a.setBadRecords()
-	return old != nil || a.workloads[name] != nil
+	if old != nil || a.workloads[name] != nil {
+		a.changedKeys[name] = struct{}{}
+	}
 }
 
 // reportBad logs each bad record once (until it is fixed or changes).
@@ -655,41 +653,102 @@ func (a *Agent) setBadRecords() {
 	a.metrics.BadRecords.Set(float64(len(a.badFiles) + len(a.refused) + a.badNodes))
 }
 
-// syncDesired derives every interface's routes from the workloads and the
-// local blocks (DesiredRoutes), and hands the interfaces whose routes
-// changed to the tables. Refused records and addresses several records
-// claim are logged when that changes.
-func (a *Agent) syncDesired() {
-	d := DesiredRoutes(RouteInput{
-		Workloads: a.workloads, Links: a.links, LocalBlocks: a.opts.LocalBlocks, NodeSpace: a.opts.NodeSpace,
-		IfacePrefix: a.opts.IfacePrefix, StaticARP: a.opts.StaticARP,
-	})
-	for _, name := range slices.Sorted(maps.Keys(d.Refused)) {
-		if why := d.Refused[name]; a.refused[name] != why {
+// syncDesired brings the desired routes up to date with the records in
+// changedKeys and the links in changedLinks (desiredSet.update: only what
+// they can affect is derived again), or, after a full read (desired nil),
+// with every record, and hands the interfaces whose routes changed to the
+// tables; it reports whether it handed them any. Refused records and
+// addresses several records claim are logged when that changes.
+func (a *Agent) syncDesired() bool {
+	if a.desired != nil && len(a.changedKeys) == 0 && len(a.changedLinks) == 0 {
+		return false
+	}
+	routed := false
+	var delta desiredDelta
+	if a.desired == nil {
+		a.desired, delta = newDesiredSet(RouteInput{
+			Workloads: a.workloads, Links: a.links, LocalBlocks: a.opts.LocalBlocks, NodeSpace: a.opts.NodeSpace,
+			IfacePrefix: a.opts.IfacePrefix, StaticARP: a.opts.StaticARP,
+		})
+		d := a.desired.d
+		// What was noted of records and addresses no longer there goes.
+		maps.DeleteFunc(a.refused, func(key, _ string) bool { _, ok := d.Refused[key]; return !ok })
+		maps.DeleteFunc(a.winners, func(addr netip.Addr, _ string) bool { _, ok := d.Contested[addr]; return !ok })
+		for fam, rt := range []RouteTable{a.rt4, a.rt6} {
+			if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
+				routed = true
+			}
+		}
+		a.keepAll = true
+	} else {
+		delta = a.desired.update(a.changedKeys, a.changedLinks)
+		for fam, rt := range []RouteTable{a.rt4, a.rt6} {
+			if rt == nil {
+				continue
+			}
+			for _, iface := range delta.ifaces[fam] {
+				rt.SetRoutes(iface, a.desired.d.Routes[fam][iface])
+				routed = true
+			}
+		}
+	}
+	clear(a.changedKeys)
+	clear(a.changedLinks)
+	a.noteDesired(delta)
+	a.metrics.Workloads.Set(float64(len(a.workloads)))
+	a.needApply = a.needApply || routed
+	return routed
+}
+
+// noteDesired logs what delta decided anew: records refused (or refused
+// for another reason) and addresses several records claim that went to
+// another record. It also tells the keeper which records' veths to derive
+// again: those derived again and those claiming an IPv6 address decided
+// again (the keeper runs after the pass's Apply, off the way from a record
+// to its route).
+func (a *Agent) noteDesired(delta desiredDelta) {
+	d := a.desired.d
+	for _, name := range delta.keys {
+		if why, news := noteChange(a.refused, d.Refused, name); news {
 			w := a.workloads[name]
 			a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
 				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", why)
 		}
 	}
-	a.refused = d.Refused
 	a.setBadRecords()
-	for addr, name := range d.Contested {
-		if a.winners[addr] != name {
+	for _, addr := range delta.addrs {
+		if name, news := noteChange(a.winners, d.Contested, addr); news {
 			w := a.workloads[name]
 			a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
 				"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
 		}
 	}
-	a.winners = d.Contested
-	for fam, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
-			a.needApply = true
+	if a.keeper == nil || a.keepAll {
+		return
+	}
+	for _, key := range delta.keys {
+		a.keepKeys[key] = struct{}{}
+	}
+	for _, addr := range delta.addrs {
+		if addr.Is6() {
+			for _, key := range a.desired.claims[addr] {
+				a.keepKeys[key] = struct{}{}
+			}
 		}
 	}
-	a.metrics.Workloads.Set(float64(len(a.workloads)))
-	// The keeper runs after the pass's Apply: its veths are derived then
-	// too, off the way from a record to its route.
-	a.keepOwner = d.Owner
+}
+
+// noteChange brings noted[k] in line with now[k] (deleted when now has
+// none) and returns now's value and whether it is one noted did not hold.
+func noteChange[K comparable](noted, now map[K]string, k K) (string, bool) {
+	v, ok := now[k]
+	if !ok {
+		delete(noted, k)
+		return "", false
+	}
+	news := noted[k] != v
+	noted[k] = v
+	return v, news
 }
 
 // checkRouteEvent marks an owned interface dirty when a route event shows its
@@ -728,6 +787,17 @@ func (a *Agent) checkNeighEvent(ev NeighEvent) {
 		a.rt4.MarkDirty(ev.Iface)
 		a.needApply = true
 		a.snap.repairs.Add("neigh", ev.IP.String()+" dev "+ev.Iface, 1)
+	}
+}
+
+// applyTables runs the route tables' Apply ahead of the rest of a pass,
+// whose own Apply still follows (it reports errors and retries what failed
+// here).
+func (a *Agent) applyTables() {
+	for _, rt := range []RouteTable{a.rt4, a.rt6} {
+		if rt != nil {
+			_ = rt.Apply()
+		}
 	}
 }
 

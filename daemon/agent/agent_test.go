@@ -29,6 +29,10 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
+// t0 is the fixed instant the tests that keep a clock of their own start
+// from.
+var t0 = time.Unix(1700000000, 0)
+
 // fakeRT is an in-memory RouteTable: desired routes per iface, the dirty
 // marks and an injectable Apply error.
 type fakeRT struct {
@@ -39,6 +43,7 @@ type fakeRT struct {
 	resyncs  int
 	applies  int
 	applyErr error
+	sets     []string // interfaces handed over one by one (SetRoutes); "*all*" for SetAllRoutes
 }
 
 var _ RouteTable = (*fakeRT)(nil)
@@ -50,6 +55,7 @@ func newFakeRT() *fakeRT {
 func (f *fakeRT) SetAllRoutes(all map[string][]routes.Target) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sets = append(f.sets, "*all*")
 	next := map[string][]routes.Target{}
 	for iface, ts := range all {
 		if len(ts) > 0 {
@@ -59,6 +65,16 @@ func (f *fakeRT) SetAllRoutes(all map[string][]routes.Target) bool {
 	changed := !maps.EqualFunc(f.routes, next, func(a, b []routes.Target) bool { return slices.EqualFunc(a, b, routes.Target.Equal) })
 	f.routes = next
 	return changed
+}
+func (f *fakeRT) SetRoutes(iface string, ts []routes.Target) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sets = append(f.sets, iface)
+	if len(ts) == 0 {
+		delete(f.routes, iface)
+		return
+	}
+	f.routes[iface] = slices.Clone(ts)
 }
 func (f *fakeRT) Wants(iface string, dst netip.Prefix) bool {
 	f.mu.Lock()
@@ -345,7 +361,7 @@ func TestLeakCollection(t *testing.T) {
 	f.put(t, "vethonly", "cali3", "10.244.1.4/32") // veth gone, netns alive
 	f.put(t, "nsonly", "cali4", "10.244.1.5/32")   // netns gone, veth alive
 	f.a.fullSync()
-	clock := time.Unix(1000, 0)
+	clock := t0
 	f.a.now = func() time.Time { return clock }
 	f.host.mu.Lock()
 	f.host.links["cali2"], f.host.links["cali3"] = false, false
@@ -576,6 +592,93 @@ func TestWorkloadRecordChecks(t *testing.T) {
 	}
 }
 
+// TestRecordChangeSetsOnlyItsInterface: a record added, changed or
+// removed among many hands the tables only the interfaces whose routes it
+// changes (a contested address: both claimants'), not the whole table.
+func TestRecordChangeSetsOnlyItsInterface(t *testing.T) {
+	f := newFixture(t)
+	for i := range 50 {
+		f.put(t, fmt.Sprintf("c%d", i), fmt.Sprintf("cali%d", i), fmt.Sprintf("10.244.1.%d/32", i+2))
+	}
+	f.a.fullSync()
+	step := func(what string, want4 []string, change func()) {
+		t.Helper()
+		f.rt4.sets, f.rt6.sets = nil, nil
+		change()
+		f.a.processPending()
+		if !slices.Equal(f.rt4.sets, want4) || len(f.rt6.sets) > 0 {
+			t.Errorf("%s: interfaces set %v (IPv6 %v), want %v", what, f.rt4.sets, f.rt6.sets, want4)
+		}
+	}
+	step("a record added", []string{"cali60"}, func() {
+		f.put(t, "c60", "cali60", "10.244.1.100/32")
+		f.a.NotifyWorkload("c60_eth0.json")
+	})
+	step("a record changed", []string{"cali7"}, func() {
+		f.put(t, "c7", "cali7", "10.244.1.9/32", "10.244.1.101/32")
+		f.a.NotifyWorkload("c7_eth0.json")
+	})
+	step("a newer record taking an address", []string{"cali3", "cali61"}, func() {
+		f.put(t, "c61", "cali61", "10.244.1.5/32") // c3's address, created later
+		f.a.NotifyWorkload("c61_eth0.json")
+	})
+	step("a record removed", []string{"cali9"}, func() {
+		if err := f.store.DeleteWorkload("c9", "eth0"); err != nil {
+			t.Fatal(err)
+		}
+		f.a.NotifyWorkload("c9_eth0.json")
+	})
+	step("an unchanged record read again", nil, func() { f.a.NotifyWorkload("c10_eth0.json") })
+	if got := f.rt4.cidrs("cali3"); len(got) != 0 {
+		t.Errorf("cali3 still wants %v", got)
+	}
+}
+
+// orderedPeers is a PeerSource that notes how many Applies the IPv4 table
+// had when the peers were read.
+type orderedPeers struct {
+	PeerSource
+	rt      *fakeRT
+	applies []int
+}
+
+func (o *orderedPeers) Peers() ([]peers.NodeInfo, int, []error, error) {
+	o.rt.mu.Lock()
+	o.applies = append(o.applies, o.rt.applies)
+	o.rt.mu.Unlock()
+	return o.PeerSource.Peers()
+}
+
+// TestRecordRouteBeforePeers: a pass with a record change and a peer hint
+// (e.g. a host change, whose validation reads the node's every link,
+// address and route) applies the record's route before it reads the peers;
+// a peer hint alone reads them first, as before.
+func TestRecordRouteBeforePeers(t *testing.T) {
+	f := newFixture(t)
+	op := &orderedPeers{PeerSource: f.a.ds, rt: f.rt4}
+	f.a.ds = op
+	f.a.fullSync()
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.a.NotifyWorkload("c1_eth0.json")
+	f.a.NotifyPeers()
+	before := f.rt4.applies
+	op.applies = nil
+	f.a.processPending()
+	if len(op.applies) != 1 || op.applies[0] != before+1 {
+		t.Fatalf("peers read after %v table applies, want once after %d", op.applies, before+1)
+	}
+	if got := f.rt4.cidrs("cali1"); !slices.Equal(got, []string{"10.244.1.2/32"}) {
+		t.Fatalf("cali1 wants %v", got)
+	}
+	f.a.apply()
+	f.a.NotifyPeers()
+	before, op.applies = f.rt4.applies, nil
+	f.a.processPending()
+	if len(op.applies) != 1 || op.applies[0] != before {
+		t.Fatalf("peer hint alone: peers read after %v table applies, want once after %d", op.applies, before)
+	}
+}
+
 // TestAddressClaimedTwice: a live veth beats an absent one, then the newer
 // record, then the lower container ID; the same whatever the read order.
 func TestAddressClaimedTwice(t *testing.T) {
@@ -602,7 +705,9 @@ func TestAddressClaimedTwice(t *testing.T) {
 		for i, j := range order {
 			r := *recs[j]
 			r.IfName = "eth0"
-			f.a.workloads[fmt.Sprintf("%d.json", i)] = &r
+			key := fmt.Sprintf("%d.json", i)
+			f.a.workloads[key] = &r
+			f.a.changedKeys[key] = struct{}{}
 		}
 		f.a.syncDesired()
 		for _, r := range recs {

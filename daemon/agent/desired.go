@@ -75,23 +75,12 @@ func DesiredRoutes(in RouteInput) Desired {
 	}
 	for addr, name := range d.Owner {
 		w := in.Workloads[name]
-		t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
-		fam := 0
-		if addr.Is6() {
-			fam = 1
-		} else if in.StaticARP {
-			if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
-				t.DestMAC = mac
-			}
-		}
+		fam, t := workloadTarget(in, w, addr)
 		d.Routes[fam][w.HostIface] = append(d.Routes[fam][w.HostIface], t)
 	}
 	for _, b := range in.LocalBlocks {
-		fam := 0
-		if b.Addr().Is6() {
-			fam = 1
-		}
-		d.Routes[fam][routes.InterfaceNone] = append(d.Routes[fam][routes.InterfaceNone], routes.Target{CIDR: b, Type: routes.TypeBlackhole})
+		fam, t := blackholeTarget(b)
+		d.Routes[fam][routes.InterfaceNone] = append(d.Routes[fam][routes.InterfaceNone], t)
 	}
 	for _, m := range d.Routes {
 		for _, ts := range m {
@@ -101,22 +90,35 @@ func DesiredRoutes(in RouteInput) Desired {
 	return d
 }
 
+// workloadTarget is the route of addr on record w's host veth and its
+// family (0: IPv4, 1: IPv6); with StaticARP an IPv4 route carries the
+// container MAC.
+func workloadTarget(in RouteInput, w *state.Workload, addr netip.Addr) (int, routes.Target) {
+	t := routes.Target{CIDR: netip.PrefixFrom(addr, addr.BitLen()), Type: routes.TypeLink}
+	if addr.Is6() {
+		return 1, t
+	}
+	if in.StaticARP {
+		if mac, err := net.ParseMAC(w.ContainerMAC); err == nil {
+			t.DestMAC = mac
+		}
+	}
+	return 0, t
+}
+
+// blackholeTarget is the blackhole of local block b and its family.
+func blackholeTarget(b netip.Prefix) (int, routes.Target) {
+	fam := 0
+	if b.Addr().Is6() {
+		fam = 1
+	}
+	return fam, routes.Target{CIDR: b, Type: routes.TypeBlackhole}
+}
+
 // ownVeth reports whether name is one of routelet's veths that exists: it
 // has the interface prefix and links says it is a veth.
 func ownVeth(prefix string, links map[string]string, name string) bool {
 	return strings.HasPrefix(name, prefix) && links[name] == "veth"
-}
-
-// workloadAddrs returns the addresses of a record's IPs (the Store
-// validated them as CIDRs).
-func workloadAddrs(w *state.Workload) []netip.Addr {
-	out := make([]netip.Addr, 0, len(w.IPs))
-	for _, s := range w.IPs {
-		if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Addr()) {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
 }
 
 // checkWorkload refuses a record that would make routelet touch an
@@ -126,8 +128,8 @@ func workloadAddrs(w *state.Workload) []netip.Addr {
 // unicast, inside one of the node's blocks of its family (not a block's
 // first address, which is the tunnel address, nor an IPv4 block's last) or,
 // for a family without local blocks, outside the node's own addresses and
-// connected subnets. It returns the record's addresses (as workloadAddrs
-// does), parsed once for the caller.
+// connected subnets. It returns the record's addresses, each once, parsed
+// once for the caller.
 func checkWorkload(in RouteInput, w *state.Workload) ([]netip.Addr, error) {
 	if !strings.HasPrefix(w.HostIface, in.IfacePrefix) {
 		return nil, fmt.Errorf("host interface %s does not have the interface prefix %q", w.HostIface, in.IfacePrefix)

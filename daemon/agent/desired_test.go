@@ -15,7 +15,6 @@ import (
 // TestDesiredRoutes: the pure derivation of workload routes and blackholes,
 // record checks and the choice between records claiming one address.
 func TestDesiredRoutes(t *testing.T) {
-	t0 := time.Unix(1700000000, 0)
 	wl := func(cid, iface string, created time.Time, ips ...string) *state.Workload {
 		return &state.Workload{ContainerID: cid, IfName: "eth0", HostIface: iface, IPs: ips, ContainerMAC: "02:00:00:00:00:01", Created: created}
 	}

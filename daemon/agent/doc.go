@@ -2,9 +2,13 @@
 // records into desired routes, hands them to the RouteTables and keeps the
 // kernel in line.
 //
-// One goroutine (Run) owns every RouteTable and all desired state; the
-// desired routes live only in the RouteTables (SetAllRoutes each pass,
-// Wants for the tamper checks). Watchers
+// One goroutine (Run) owns every RouteTable and all desired state. The
+// workloads' desired routes are kept current one record at a time
+// (desiredSet: a changed record derives only its own routes and decides
+// again only the addresses it claims or claimed, with the result of
+// DesiredRoutes over all records), and the RouteTables are handed only the
+// interfaces whose routes changed (SetRoutes; SetAllRoutes after a full
+// read); the tamper checks ask the tables (Wants). Watchers
 // (fsnotify on workloads/ and nodes/; the one netlink event source,
 // daemon/netwatch, to which the agent is a Handler for the interfaces it
 // owns) run in their own goroutines and only queue hints through the

@@ -17,6 +17,9 @@ import (
 // pod neighbours).
 type Keeper interface {
 	SetVeths(vs []podnet.HostVeth)
+	// UpdateVeths changes the veths of set and stops keeping those named
+	// in gone; the others stay as they are.
+	UpdateVeths(set []podnet.HostVeth, gone []string)
 	LinkChanged(name string)
 	NeighChanged(name string)
 	SysctlsChanged(name string)
@@ -75,29 +78,38 @@ func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
 }
 
 // keeperVeths hands the served workloads' host veths to the keeper: only
-// records syncDesired accepted, each with the IPv6 addresses routed to it
-// (owner: address → record file). It derives a veth again only for a record
-// that changed (another record read, refused or routed other addresses) and
-// hands the list over only when one did.
-func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
-	if a.keeper == nil {
+// records syncDesired accepted, each with the IPv6 addresses routed to it.
+// It derives a veth again only for a record in keepKeys (read again, or a
+// claimant of an IPv6 address decided again) and hands over only the veths
+// those name (UpdateVeths); after a full read (keepAll) it derives every
+// record's and hands over the whole list (SetVeths). Of two records naming
+// one veth, the one with the greater key is kept (as in the whole list,
+// sorted by key, the later). Nothing is handed over when nothing changed.
+func (a *Agent) keeperVeths() {
+	if a.keeper == nil || a.desired == nil || (!a.keepAll && len(a.keepKeys) == 0) {
 		return
 	}
 	if a.kept == nil {
-		a.kept = map[string]keptVeth{}
+		a.kept, a.keptBy = map[string]keptVeth{}, map[string]map[string]struct{}{}
 	}
-	changed, served := false, 0
-	for name, w := range a.workloads {
-		if _, bad := a.refused[name]; bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
-			continue
+	owner := a.desired.d.Owner
+	changed := map[string]struct{}{} // veth names
+	derive := func(name string) {
+		old, had := a.kept[name]
+		w := a.workloads[name]
+		if _, bad := a.refused[name]; w == nil || bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
+			if had {
+				a.unkeep(name, old)
+				changed[old.v.Name] = struct{}{}
+			}
+			return
 		}
-		served++
-		if kv, ok := a.kept[name]; ok && kv.w == w && kv.current(owner, name) {
-			continue
+		if had && old.w == w && old.current(owner, name) {
+			return
 		}
 		kv := keptVeth{w: w, v: podnet.HostVeth{Name: w.HostIface}}
 		kv.v.MAC, _ = net.ParseMAC(w.ContainerMAC)
-		for _, addr := range workloadAddrs(w) {
+		for _, addr := range a.desired.recs[name].addrs {
 			if addr.Is6() {
 				kv.v.IPv6 = true
 				kv.v6 = append(kv.v6, addr)
@@ -106,39 +118,69 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 				}
 			}
 		}
+		if had {
+			a.unkeep(name, old)
+			changed[old.v.Name] = struct{}{}
+		}
 		a.kept[name] = kv
-		changed = true
+		if a.keptBy[kv.v.Name] == nil {
+			a.keptBy[kv.v.Name] = map[string]struct{}{}
+		}
+		a.keptBy[kv.v.Name][name] = struct{}{}
+		changed[kv.v.Name] = struct{}{}
 	}
-	if served != len(a.kept) {
-		// Every served record is in kept now; the others are gone or refused.
-		for name, kv := range a.kept {
-			if _, bad := a.refused[name]; bad || a.workloads[name] != kv.w {
-				delete(a.kept, name)
+	all := a.keepAll
+	if all {
+		for name := range a.kept {
+			if _, ok := a.workloads[name]; !ok {
+				derive(name)
 			}
 		}
-		changed = true
+		for name := range a.workloads {
+			derive(name)
+		}
+	} else {
+		for name := range a.keepKeys {
+			derive(name)
+		}
 	}
-	if !changed {
-		return
+	a.keepAll = false
+	clear(a.keepKeys)
+	switch {
+	case len(changed) == 0:
+	case all:
+		vs := make([]podnet.HostVeth, 0, len(a.kept))
+		for _, name := range slices.Sorted(maps.Keys(a.kept)) {
+			vs = append(vs, a.kept[name].v)
+		}
+		a.keeper.SetVeths(vs)
+	default:
+		var set []podnet.HostVeth
+		var gone []string
+		for veth := range changed {
+			if keys := a.keptBy[veth]; len(keys) > 0 {
+				set = append(set, a.kept[slices.Max(slices.Collect(maps.Keys(keys)))].v)
+			} else {
+				gone = append(gone, veth)
+			}
+		}
+		a.keeper.UpdateVeths(set, gone)
 	}
-	vs := make([]podnet.HostVeth, 0, len(a.kept))
-	for _, name := range slices.Sorted(maps.Keys(a.kept)) {
-		vs = append(vs, a.kept[name].v)
-	}
-	a.keeper.SetVeths(vs)
 }
 
-// handVeths hands the keeper the veths of the desired routes derived last,
-// if it has not had them yet (keeperVeths).
-func (a *Agent) handVeths() {
-	if a.keeper != nil && a.keepOwner != nil {
-		a.keeperVeths(a.keepOwner)
+// unkeep forgets what keeperVeths derived from record name (kv).
+func (a *Agent) unkeep(name string, kv keptVeth) {
+	delete(a.kept, name)
+	if keys := a.keptBy[kv.v.Name]; keys != nil {
+		delete(keys, name)
+		if len(keys) == 0 {
+			delete(a.keptBy, kv.v.Name)
+		}
 	}
-	a.keepOwner = nil
 }
 
-// keep runs the keeper: first hands it the veths when the desired routes
-// were derived again since (keeperVeths), then the silent sysctls when due
+// keep runs the keeper: first hands it the veths of the records whose
+// desired routes were derived again since (keeperVeths), then the silent sysctls when due
 // (poll), the hinted sysctls, links and neighbours always. Repairs are
 // counted in routelet_repairs_total; errors are logged (the keeper retries
 // them on its next run).
@@ -146,7 +188,7 @@ func (a *Agent) keep(poll bool) {
 	if a.keeper == nil {
 		return
 	}
-	a.handVeths()
+	a.keeperVeths()
 	rep, err := a.keeper.Check(poll)
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
 	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))

@@ -2,7 +2,12 @@ package agent
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +16,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // fakeKeeper records what the loop hands the keeper and reports canned
@@ -18,7 +24,7 @@ import (
 type fakeKeeper struct {
 	mu          sync.Mutex
 	veths       []podnet.HostVeth
-	sets        int // SetVeths calls
+	sets        int // SetVeths and UpdateVeths calls
 	links       []string
 	neighs      []string
 	sysctlHints []string // SysctlsChanged names
@@ -34,6 +40,16 @@ func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) {
 	k.veths = vs
 	k.sets++
 	k.mu.Unlock()
+}
+func (k *fakeKeeper) UpdateVeths(set []podnet.HostVeth, gone []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.veths = slices.DeleteFunc(k.veths, func(v podnet.HostVeth) bool {
+		return slices.Contains(gone, v.Name) || slices.ContainsFunc(set, func(s podnet.HostVeth) bool { return s.Name == v.Name })
+	})
+	k.veths = append(k.veths, set...)
+	slices.SortFunc(k.veths, func(a, b podnet.HostVeth) int { return strings.Compare(a.Name, b.Name) })
+	k.sets++
 }
 func (k *fakeKeeper) LinkChanged(name string)    { k.note(&k.links, name) }
 func (k *fakeKeeper) NeighChanged(name string)   { k.note(&k.neighs, name) }
@@ -137,7 +153,7 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	f.a.processPending()
 	f.a.keep(false)
 	step("a record claiming an address", 2, "cali1[]", "cali2[]", "cali3[fd00:1::2]")
-	f.a.links["cali2"] = "bridge" // refused: not a veth
+	f.a.setLink("cali2", "bridge") // refused: not a veth
 	f.a.syncDesired()
 	f.a.keep(false)
 	step("a record refused", 3, "cali1[]", "cali3[fd00:1::2]")
@@ -172,4 +188,72 @@ func repairs(f *fixture, object string) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestKeeperVethsIncrementalMatchesFull: after random record and link
+// changes, what the keeper was handed one change at a time is what the
+// whole list derived from scratch (DesiredRoutes) would be.
+func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
+	f := newFixture(t)
+	k := &fakeKeeper{}
+	f.a.SetKeeper(k, 0)
+	f.a.fullSync()
+	rng := rand.New(rand.NewPCG(7, 8))
+	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
+	byName := func(vs []podnet.HostVeth) map[string]string {
+		out := map[string]string{}
+		for _, v := range vs { // of one name, the later
+			out[v.Name] = fmt.Sprintf("%v %v %s", v.IPv6, v.Neighbours, v.MAC)
+		}
+		return out
+	}
+	for step := range 2000 {
+		for range 1 + rng.IntN(3) {
+			if rng.IntN(4) == 0 {
+				f.a.setLink(pick("cali1", "cali2", "cali3"), pick("veth", "veth", "bridge"))
+				continue
+			}
+			cid, ifName := pick("a", "b", "c", "d"), pick("eth0", "net1")
+			key := cid + "_" + ifName
+			f.a.changedKeys[key] = struct{}{}
+			if rng.IntN(3) == 0 {
+				delete(f.a.workloads, key)
+				continue
+			}
+			w := &state.Workload{ContainerID: cid, IfName: ifName, HostIface: pick("cali1", "cali2", "cali3", "eth0"),
+				ContainerMAC: pick("02:00:00:00:00:01", "02:00:00:00:00:02"), Created: t0.Add(time.Duration(rng.IntN(3)) * time.Second)}
+			for range rng.IntN(3) {
+				w.IPs = append(w.IPs, pick("10.244.1.2/32", "10.244.1.3/32", "fd00:1::2/128", "fd00:1::3/128", "10.9.0.1/32"))
+			}
+			f.a.workloads[key] = w
+		}
+		f.a.syncDesired()
+		f.a.keep(false)
+		d := DesiredRoutes(RouteInput{Workloads: f.a.workloads, Links: f.a.links, LocalBlocks: f.a.opts.LocalBlocks,
+			IfacePrefix: "cali", StaticARP: true})
+		var want []podnet.HostVeth
+		for _, key := range slices.Sorted(maps.Keys(f.a.workloads)) {
+			w := f.a.workloads[key]
+			if _, bad := d.Refused[key]; bad {
+				continue
+			}
+			v := podnet.HostVeth{Name: w.HostIface}
+			v.MAC, _ = net.ParseMAC(w.ContainerMAC)
+			for _, s := range w.IPs {
+				if a := netip.MustParsePrefix(s).Addr(); a.Is6() {
+					v.IPv6 = true
+					if d.Owner[a] == key && !slices.Contains(v.Neighbours, a) {
+						v.Neighbours = append(v.Neighbours, a)
+					}
+				}
+			}
+			want = append(want, v)
+		}
+		k.mu.Lock()
+		got := byName(k.veths)
+		k.mu.Unlock()
+		if !maps.Equal(got, byName(want)) {
+			t.Fatalf("step %d: keeper has %v, want %v", step, got, byName(want))
+		}
+	}
 }

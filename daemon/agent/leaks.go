@@ -21,7 +21,6 @@ func (a *Agent) collectLeaks(ctx context.Context) {
 	// link dump before its clock starts (events can be lost).
 	var links map[string]string
 	now := a.now()
-	changed := false
 	seen := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(a.workloads)) {
 		w := a.workloads[name]
@@ -40,10 +39,9 @@ func (a *Agent) collectLeaks(ctx context.Context) {
 			}
 		}
 		if kind, ok := links[w.HostIface]; ok && strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
-			a.links[w.HostIface] = kind
+			a.setLink(w.HostIface, kind)
 			if kind == "veth" {
-				delete(a.absentSince, w.HostIface)
-				changed = true // it can now win addresses from absent records
+				delete(a.absentSince, w.HostIface) // setLink noted it: it can now win addresses from absent records
 				continue
 			}
 		}
@@ -70,15 +68,13 @@ func (a *Agent) collectLeaks(ctx context.Context) {
 			"ips", w.IPs, "absent_for", now.Sub(since).Round(time.Millisecond))
 		a.metrics.LeakCollections.Inc()
 		delete(a.workloads, name)
+		a.changedKeys[name] = struct{}{}
 		delete(a.absentSince, w.HostIface)
-		changed = true
 	}
 	for iface := range a.absentSince {
 		if !seen[iface] {
 			delete(a.absentSince, iface)
 		}
 	}
-	if changed {
-		a.syncDesired()
-	}
+	a.syncDesired()
 }

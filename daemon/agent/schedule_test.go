@@ -12,7 +12,6 @@ import (
 // TestSchedule: ticks run when due, in the order added, once however far
 // behind the loop fell; wait names the earliest.
 func TestSchedule(t *testing.T) {
-	t0 := time.Unix(1000, 0)
 	var ran []string
 	s := &schedule{}
 	s.add("fast", time.Second, t0, func() bool { ran = append(ran, "fast"); return false })

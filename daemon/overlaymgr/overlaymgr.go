@@ -2,6 +2,7 @@ package overlaymgr
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -140,18 +141,10 @@ type Manager struct {
 // The manager owns nl from then on: Close closes it (as does a failed New).
 // The error names what is missing, e.g. no link holding the host IP.
 func New(nl overlay.Netlink, cfg Config, newTable NewTable) (*Manager, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.VXLANDevice == "" {
-		cfg.VXLANDevice = overlay.DeviceVXLAN
-	}
-	if cfg.RouteProtocol == 0 {
-		cfg.RouteProtocol = routes.DefaultProtocol
-	}
-	if cfg.CheckPeriod <= 0 {
-		cfg.CheckPeriod = DefaultCheckPeriod
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.VXLANDevice = cmp.Or(cfg.VXLANDevice, overlay.DeviceVXLAN)
+	cfg.RouteProtocol = cmp.Or(cfg.RouteProtocol, routes.DefaultProtocol)
+	cfg.CheckPeriod = cmp.Or(max(cfg.CheckPeriod, 0), DefaultCheckPeriod) // not above zero: the default
 	m := &Manager{cfg: cfg, nl: nl, log: cfg.Logger.With("component", "overlay"), dirtyIfaces: map[string]bool{}}
 	for _, v := range []int{4, 6} {
 		hostIP := cfg.HostIPv4

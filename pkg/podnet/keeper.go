@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -54,7 +53,7 @@ type Keeper struct {
 	log    *slog.Logger
 	veths  map[string]keptVeth
 	names  []string // the keys of veths, sorted
-	any6   bool     // some kept veth has IPv6 (NodeSysctls' argument)
+	n6     int      // kept veths with IPv6 (NodeSysctls' argument: any)
 	// links, neighs and sysctls name the veths whose link, neighbours or
 	// sysctls the next Check reads, fresh those whose sysctls the next
 	// polling Check reads; node: the next Check reads NodeSysctls.
@@ -109,48 +108,86 @@ func (k *Keeper) Close() {
 // Check (ADD has just written them; a change is announced or polled).
 // Handing over the same veths again costs one comparison each.
 func (k *Keeper) SetVeths(vs []HostVeth) {
-	next := make(map[string]keptVeth, len(vs))
-	changed := false
+	want := make(map[string]bool, len(vs))
 	for _, v := range vs {
-		if !strings.HasPrefix(v.Name, k.prefix) {
-			continue
-		}
-		if old, ok := k.veths[v.Name]; ok && sameVeth(old.HostVeth, v) {
-			next[v.Name] = old
-			continue
-		}
-		changed = true
-		all := HostSysctls(v.Name, v.IPv6)
-		kv := keptVeth{HostVeth: v, all: all}
-		for _, s := range all {
-			if !s.Announced {
-				kv.polled = append(kv.polled, s)
-			}
-		}
-		next[v.Name] = kv
-		k.links[v.Name], k.neighs[v.Name], k.fresh[v.Name] = true, true, true
+		want[v.Name] = true
 	}
-	if !changed && len(next) == len(k.veths) {
+	var gone []string
+	for name := range k.veths {
+		if !want[name] {
+			gone = append(gone, name)
+		}
+	}
+	k.UpdateVeths(vs, gone)
+}
+
+// UpdateVeths changes some of the veths kept: each of set is kept as
+// SetVeths keeps it (in place of the one of its name; of two with one name
+// the later), each name in gone no longer (a name in both stays kept). It
+// costs what the veths it names cost, however many are kept.
+func (k *Keeper) UpdateVeths(set []HostVeth, gone []string) {
+	for _, name := range gone {
+		k.drop(name)
+	}
+	for _, v := range set {
+		if strings.HasPrefix(v.Name, k.prefix) {
+			k.keep(v)
+		}
+	}
+}
+
+// keep keeps v, unless the veth of its name is kept as it is already.
+func (k *Keeper) keep(v HostVeth) {
+	old, had := k.veths[v.Name]
+	if had && sameVeth(old.HostVeth, v) {
 		return
 	}
-	gone := func(name string, _ bool) bool { _, ok := next[name]; return !ok }
-	for name, old := range k.veths {
-		if kv, ok := next[name]; !ok || !slices.Equal(kv.polled, old.polled) {
-			for _, s := range old.polled {
-				k.files.close(s.Key)
-			}
+	all := HostSysctls(v.Name, v.IPv6)
+	kv := keptVeth{HostVeth: v, all: all}
+	for _, s := range all {
+		if !s.Announced {
+			kv.polled = append(kv.polled, s)
 		}
 	}
-	maps.DeleteFunc(k.veth, gone)
-	maps.DeleteFunc(k.fresh, gone)
-	k.veths = next
-	k.names = k.names[:0]
-	k.any6 = false
-	for name, v := range next {
-		k.names = append(k.names, name)
-		k.any6 = k.any6 || v.IPv6
+	if had {
+		k.forget(old, !slices.Equal(kv.polled, old.polled))
+	} else {
+		i, _ := slices.BinarySearch(k.names, v.Name)
+		k.names = slices.Insert(k.names, i, v.Name)
 	}
-	slices.Sort(k.names)
+	if v.IPv6 {
+		k.n6++
+	}
+	k.veths[v.Name] = kv
+	k.links[v.Name], k.neighs[v.Name], k.fresh[v.Name] = true, true, true
+}
+
+// drop stops keeping the veth name.
+func (k *Keeper) drop(name string) {
+	old, ok := k.veths[name]
+	if !ok {
+		return
+	}
+	k.forget(old, true)
+	delete(k.veths, name)
+	delete(k.veth, name)
+	delete(k.fresh, name)
+	if i, found := slices.BinarySearch(k.names, name); found {
+		k.names = slices.Delete(k.names, i, i+1)
+	}
+}
+
+// forget undoes what keeping old counted, and with files closes its
+// polled files.
+func (k *Keeper) forget(old keptVeth, files bool) {
+	if old.IPv6 {
+		k.n6--
+	}
+	if files {
+		for _, s := range old.polled {
+			k.files.close(s.Key)
+		}
+	}
 }
 
 // sameVeth compares two HostVeth values.
@@ -249,7 +286,7 @@ func (k *Keeper) Check(poll bool) (Repairs, error) {
 	}
 	if k.node && len(k.veths) > 0 {
 		k.node = false
-		n, err := k.ensureSysctls(NodeSysctls(k.any6))
+		n, err := k.ensureSysctls(NodeSysctls(k.n6 > 0))
 		rep.Sysctls += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node: %w", err))
