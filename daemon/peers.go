@@ -149,9 +149,13 @@ type hostWatch struct {
 }
 
 // Interest asks for host changes; routes of routelet's protocol are not
-// the node's own.
+// the node's own, and neither is anything on routelet's own links
+// (peerOwned: the node's space read leaves them out), so that a pod's
+// veth coming or going causes no read.
 func (hostWatch) Interest(cfg *config.Config) netwatch.Interest {
-	return netwatch.Interest{Host: true, OwnProtocols: []int{cfg.RouteProtocol}}
+	owned := peerOwned(cfg)
+	return netwatch.Interest{Host: true, OwnProtocols: []int{cfg.RouteProtocol},
+		HostIgnores: func(name, kind string) bool { return owned(netguard.Link{Name: name, Type: kind}) }}
 }
 
 // OnHostChange implements netwatch.HostHandler.

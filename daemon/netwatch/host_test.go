@@ -2,6 +2,7 @@ package netwatch
 
 import (
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -47,4 +48,42 @@ func TestHostChanges(t *testing.T) {
 	if other.changes != 0 {
 		t.Errorf("an owner without Host heard of %d host changes", other.changes)
 	}
+}
+
+// TestHostIgnoresOwnLinks: the link, address and route events of a link
+// the owner ignores (by name and kind, known from its link notification)
+// are no host change; the same events on another link, a link of another
+// kind under an ignored name, a rename between an ignored and another name
+// and an address on a link the watcher knows only by index still are.
+func TestHostIgnoresOwnLinks(t *testing.T) {
+	w := fakeWatcher(map[int]string{3: "eth0", 12: "cali12"})
+	h := &hostRecorder{}
+	ignores := func(name, kind string) bool { return strings.HasPrefix(name, "cali") && kind == "veth" }
+	w.Register("host", Interest{Host: true, OwnProtocols: []int{80}, HostIgnores: ignores}, h)
+	count := func(what string, want int, event func()) {
+		t.Helper()
+		before := h.changes
+		event()
+		if got := h.changes - before; got != want {
+			t.Errorf("%s: %d host changes, want %d", what, got, want)
+		}
+	}
+	ll := func(index int, cidr string) netlink.AddrUpdate {
+		ip, n, _ := net.ParseCIDR(cidr)
+		return netlink.AddrUpdate{LinkAddress: net.IPNet{IP: ip, Mask: n.Mask}, LinkIndex: index, NewAddr: true}
+	}
+	count("address on a link known by index only", 1, func() { w.Addr(ll(12, "fe80::1/64")) })
+	count("pod veth appears", 0, func() { w.Link(netlink.LinkUpdate{Link: veth(9, "cali9", true)}) })
+	count("its link-local address", 0, func() { w.Addr(ll(9, "fe80::ecee:eeff:feee:eeee/64")) })
+	count("its kernel fe80::/64 route", 0, func() { w.Route(route(unix.RTM_NEWROUTE, 9, "fe80::/64", 2, 254)) })
+	count("a veth not named like a pod's", 1, func() { w.Link(netlink.LinkUpdate{Link: veth(3, "eth0", true)}) })
+	count("its address", 1, func() { w.Addr(ll(3, "10.250.5.1/24")) })
+	count("vxlan named like a pod veth", 1, func() { w.Link(netlink.LinkUpdate{Link: vxlan(10, "cali10")}) })
+	count("its address", 1, func() { w.Addr(ll(10, "10.250.9.1/24")) })
+	count("pod veth renamed to a host name", 1, func() { w.Link(netlink.LinkUpdate{Link: veth(9, "uplink9", true)}) })
+	count("and back", 1, func() { w.Link(netlink.LinkUpdate{Link: veth(9, "cali9", true)}) })
+	count("pod veth deleted", 0, func() {
+		w.Link(netlink.LinkUpdate{Header: unix.NlMsghdr{Type: unix.RTM_DELLINK}, Link: veth(9, "cali9", false)})
+	})
+	count("an address on its index after the delete", 1, func() { w.Addr(ll(9, "10.250.8.1/24")) })
 }

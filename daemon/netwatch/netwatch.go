@@ -87,6 +87,10 @@ type Interest struct {
 	// protocols whose routes are not the node's own (routelet's).
 	Host         bool
 	OwnProtocols []int
+	// HostIgnores, when set, names the links (by name and kind) whose
+	// link, address and route events are no change to the node's own
+	// space for this owner, e.g. routelet's pod veths.
+	HostIgnores func(name, kind string) bool
 }
 
 // iface reports whether name is an interface the interest covers.
@@ -274,18 +278,22 @@ func (w *Watcher) Start(ctx context.Context) error {
 // RTM_DELLINK) to the owners of the link's name. A renamed link is reported
 // deleted under its old name first.
 func (w *Watcher) Link(u netlink.LinkUpdate) {
-	w.hostChanged()
 	at := u.Attrs()
 	kind := u.Link.Type()
+	old, known := w.names.peek(at.Index)
+	renamed := known && old != at.Name
+	w.hostChange(func(in Interest) bool {
+		return in.ignoresHost(at.Name, kind) && (!renamed || in.ignoresHost(old, kind))
+	})
 	if u.Header.Type == unix.RTM_DELLINK {
 		w.names.del(at.Index)
 		w.link(LinkEvent{Name: at.Name, Kind: kind, Deleted: true})
 		return
 	}
-	if old, ok := w.names.peek(at.Index); ok && old != at.Name {
+	if renamed {
 		w.link(LinkEvent{Name: old, Kind: kind, Deleted: true})
 	}
-	w.names.set(at.Index, at.Name)
+	w.names.setLink(at.Index, at.Name, kind)
 	w.link(LinkEvent{Name: at.Name, Kind: kind, Up: linkUp(u.Link)})
 }
 
@@ -303,7 +311,7 @@ func (w *Watcher) Route(u netlink.RouteUpdate) {
 	if !ok {
 		return
 	}
-	w.hostRoute(ev)
+	w.hostRoute(ev, u.LinkIndex)
 	for _, o := range w.owners {
 		if o.in.route(ev) {
 			o.h.OnRoute(ev)
@@ -434,16 +442,37 @@ func routeEvent(u netlink.RouteUpdate, names *ifNames) (RouteEvent, bool) {
 }
 
 // ifNames maps interface indexes to names, from link notifications; an
-// unknown index is looked up (lookup: the kernel). mu guards byIndex, which
-// the link, route and neighbour pumps share.
+// unknown index is looked up (lookup: the kernel). Kinds are known only
+// from link notifications. mu guards byIndex and kinds, which the link,
+// address, route and neighbour pumps share.
 type ifNames struct {
 	mu      sync.Mutex
 	byIndex map[int]string
+	kinds   map[int]string
 	lookup  func(int) (string, bool)
 }
 
 func newIfNames(lookup func(int) (string, bool)) *ifNames {
-	return &ifNames{byIndex: map[int]string{}, lookup: lookup}
+	return &ifNames{byIndex: map[int]string{}, kinds: map[int]string{}, lookup: lookup}
+}
+
+// setLink records the name and kind of index i, from a link notification.
+func (n *ifNames) setLink(i int, name, kind string) {
+	n.mu.Lock()
+	n.byIndex[i] = name
+	n.kinds[i] = kind
+	n.mu.Unlock()
+}
+
+// link returns the name and kind of index i when a link notification told
+// them.
+func (n *ifNames) link(i int) (name, kind string, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if kind, ok = n.kinds[i]; !ok {
+		return "", "", false
+	}
+	return n.byIndex[i], kind, true
 }
 
 // set records the name of index i.
@@ -457,6 +486,7 @@ func (n *ifNames) set(i int, name string) {
 func (n *ifNames) del(i int) {
 	n.mu.Lock()
 	delete(n.byIndex, i)
+	delete(n.kinds, i)
 	n.mu.Unlock()
 }
 
