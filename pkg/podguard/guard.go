@@ -15,10 +15,10 @@ type State int
 
 // The states Read reports.
 const (
-	OK        State = iota // chain and rules as desired
-	Missing                // no chain of that name in routelet's table
-	WrongHook              // a chain of that name that is not the ingress base chain Ensure makes
-	WrongRules             // the chain's rules differ from the rendered ones
+	OK         State = iota // chain and rules as desired
+	Missing                 // no chain of that name in routelet's table
+	WrongHook               // a chain of that name that is not the ingress base chain Ensure makes
+	WrongRules              // the chain's rules differ from the rendered ones
 )
 
 // String names a State for logs and errors.
