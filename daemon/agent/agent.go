@@ -121,6 +121,7 @@ type Options struct {
 	Version         string
 	IfacePrefix     string        // default podnet.DefaultPrefix
 	RouteProtocol   int           // default routes.DefaultProtocol
+	VXLANPort       int           // published in daemon.json for the plugin's pod guards; 0: podguard.DefaultVXLANPort
 	ResyncPeriod    time.Duration // default DefaultResyncPeriod
 	TickPeriod      time.Duration // liveness and leak checks; default DefaultTickPeriod
 	LeakGracePeriod time.Duration // default DefaultLeakGracePeriod
@@ -853,6 +854,7 @@ func (a *Agent) writeStatus(reason string) {
 		PodMTU:        a.opts.PodMTU,
 		Blocks:        blocks,
 		RouteProtocol: a.opts.RouteProtocol,
+		VXLANPort:     a.opts.VXLANPort,
 		DaemonVersion: a.opts.Version,
 		LastSyncError: a.lastErr,
 		Updated:       a.now().UTC(),
