@@ -51,27 +51,28 @@ func (a *Agent) NotifySysctls(iface string) {
 }
 
 // keptVeth is what keeperVeths last derived from one record: the veth
-// handed to the keeper and the record's IPv6 addresses.
+// handed to the keeper and the record's addresses.
 type keptVeth struct {
-	w  *state.Workload
-	v  podnet.HostVeth
-	v6 []netip.Addr
+	w     *state.Workload
+	v     podnet.HostVeth
+	addrs []netip.Addr
 }
 
-// current reports whether kv still holds for the record name: its
-// neighbours are exactly the IPv6 addresses routed to it (owner).
+// current reports whether kv still holds for the record name: its Addrs
+// (the pod guard's sources) are exactly the addresses routed to it
+// (owner), and so its neighbours the IPv6 ones among them.
 func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
 	i := 0
-	for _, addr := range kv.v6 {
+	for _, addr := range kv.addrs {
 		if owner[addr] != name {
 			continue
 		}
-		if i >= len(kv.v.Neighbours) || kv.v.Neighbours[i] != addr {
+		if i >= len(kv.v.Addrs) || kv.v.Addrs[i] != addr {
 			return false
 		}
 		i++
 	}
-	return i == len(kv.v.Neighbours)
+	return i == len(kv.v.Addrs)
 }
 
 // keeperVeths hands the served workloads' host veths to the keeper: only
@@ -97,10 +98,13 @@ func (a *Agent) keeperVeths(owner map[netip.Addr]string) {
 		}
 		kv := keptVeth{w: w, v: podnet.HostVeth{Name: w.HostIface}}
 		kv.v.MAC, _ = net.ParseMAC(w.ContainerMAC)
-		for _, addr := range workloadAddrs(w) {
+		kv.addrs = workloadAddrs(w)
+		for _, addr := range kv.addrs {
+			if owner[addr] == name {
+				kv.v.Addrs = append(kv.v.Addrs, addr)
+			}
 			if addr.Is6() {
 				kv.v.IPv6 = true
-				kv.v6 = append(kv.v6, addr)
 				if owner[addr] == name {
 					kv.v.Neighbours = append(kv.v.Neighbours, addr)
 				}
@@ -151,9 +155,11 @@ func (a *Agent) keep(poll bool) {
 	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
 	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))
 	a.metrics.Repairs.WithLabelValues("neigh").Add(float64(rep.Neighbours))
+	a.metrics.Repairs.WithLabelValues("guard").Add(float64(rep.Guards))
 	a.snap.repairs.Add("sysctl", "", rep.Sysctls)
 	a.snap.repairs.Add("link", "", rep.Links)
 	a.snap.repairs.Add("neigh", "", rep.Neighbours)
+	a.snap.repairs.Add("guard", "", rep.Guards)
 	if err != nil {
 		a.log.Warn("keeping pod veths", "err", err)
 	}

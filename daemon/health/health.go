@@ -137,13 +137,13 @@ func NewMetrics() *Metrics {
 			Name: "routelet_ready", Help: "1 once the first full sync is done.",
 		}),
 		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "routelet_repairs_total", Help: "Dataplane settings routelet put back after they were changed: per-veth and node sysctls, veth admin state, IPv6 pod neighbours, the VXLAN device enslaved to a bridge.",
+			Name: "routelet_repairs_total", Help: "Dataplane settings routelet put back after they were changed: per-veth and node sysctls, veth admin state, IPv6 pod neighbours, pod guards (the source check on each pod veth's ingress, rewritten or removed with their veth), the VXLAN device enslaved to a bridge.",
 		}, []string{"object"}),
 		RouteConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "routelet_route_conflicts_total", Help: "Desired routes not programmed because a route routelet does not own holds their kernel key (counted once per conflict).",
 		}, []string{"table"}),
 	}
-	for _, o := range []string{"sysctl", "link", "neigh", "master"} {
+	for _, o := range []string{"sysctl", "link", "neigh", "guard", "master"} {
 		m.Repairs.WithLabelValues(o)
 	}
 	m.Registry.MustRegister(m.RoutesProgrammed, m.DirtyInterfaces, m.ResyncDuration, m.ApplyDuration,
