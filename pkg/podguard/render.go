@@ -104,13 +104,15 @@ func Rules(s Spec) [][]expr.Any {
 	for _, a := range addrs {
 		out = append(out, sourceRule(a.Unmap(), a.BitLen(), &expr.Verdict{Kind: expr.VerdictAccept}))
 	}
-	// ip6 saddr fe80::/10 accept: the first two bytes, masked.
+	// ip6 saddr fe80::/10 accept
+	mask, linkLocal := make([]byte, 16), make([]byte, 16)
+	mask[0], mask[1], linkLocal[0], linkLocal[1] = 0xff, 0xc0, 0xfe, 0x80
 	out = append(out, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: etherIPv6},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 2},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 2, Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0xfe, 0x80}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 16, Mask: mask, Xor: make([]byte, 16)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: linkLocal},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	})
 	out = append(out, sourceRule(netip.IPv6Unspecified(), 128, &expr.Verdict{Kind: expr.VerdictAccept}))
