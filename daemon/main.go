@@ -399,6 +399,7 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	defer guards.Close()
 	keeper.SetGuards(guards, uint16(cfg.VXLANPort))
 	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
+	a.SetGuardPeriod(cfg.AllowlistCheckPeriod) // the pod source check was an allowlist chain: same period
 	a.SetRepairLog(ep.repairs)
 	a.AddSnapshotter(refusals{pv})
 	ep.agent.Store(a)

@@ -181,6 +181,7 @@ type Agent struct {
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
+	guardPeriod  time.Duration // pod guard check period (SetGuardPeriod); 0: none
 	keepPeriod   time.Duration
 	kept         map[string]keptVeth   // by record key: what the keeper was last handed (keeperVeths)
 	keepOwner    map[netip.Addr]string // set by syncDesired: keep hands the veths over first (keeperVeths)
@@ -466,6 +467,9 @@ func (a *Agent) newSchedule(ctx context.Context) *schedule {
 		// The sysctls without change events are polled on their own
 		// tick, without a pass of their own.
 		s.add("keeper", a.keepPeriod, now, func() bool { a.keep(true); return false })
+		if a.guardPeriod > 0 {
+			s.add("guards", a.guardPeriod, now, func() bool { a.keepGuards(); return false })
+		}
 	}
 	return s
 }

@@ -22,6 +22,8 @@ type Keeper interface {
 	SysctlsChanged(name string)
 	CheckAll()
 	Check(poll bool) (podnet.Repairs, error)
+	// CheckGuards reads back and repairs the veths' pod guards.
+	CheckGuards() (podnet.Repairs, error)
 }
 
 // DefaultKeepPeriod is how often, at most, the owned veths' sysctls whose
@@ -39,6 +41,23 @@ func (a *Agent) SetKeeper(k Keeper, period time.Duration) {
 		period = DefaultKeepPeriod
 	}
 	a.keeper, a.keepPeriod = k, period
+}
+
+// SetGuardPeriod makes the loop check the workloads' pod guards (the
+// keeper's CheckGuards) every period; 0 leaves them to link events. Call
+// it before Run.
+func (a *Agent) SetGuardPeriod(period time.Duration) { a.guardPeriod = period }
+
+// keepGuards runs the keeper's guard check, handing it the veths first
+// when the desired routes were derived again since; repairs are counted
+// in routelet_repairs_total{object="guard"}.
+func (a *Agent) keepGuards() {
+	a.handVeths()
+	rep, err := a.keeper.CheckGuards()
+	a.countRepairs(rep)
+	if err != nil {
+		a.log.Warn("keeping pod guards", "err", err)
+	}
 }
 
 // NotifySysctls records that a device configuration event named the
@@ -152,15 +171,19 @@ func (a *Agent) keep(poll bool) {
 	}
 	a.handVeths()
 	rep, err := a.keeper.Check(poll)
-	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
-	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))
-	a.metrics.Repairs.WithLabelValues("neigh").Add(float64(rep.Neighbours))
-	a.metrics.Repairs.WithLabelValues("guard").Add(float64(rep.Guards))
-	a.snap.repairs.Add("sysctl", "", rep.Sysctls)
-	a.snap.repairs.Add("link", "", rep.Links)
-	a.snap.repairs.Add("neigh", "", rep.Neighbours)
-	a.snap.repairs.Add("guard", "", rep.Guards)
+	a.countRepairs(rep)
 	if err != nil {
 		a.log.Warn("keeping pod veths", "err", err)
+	}
+}
+
+// countRepairs counts what the keeper put back.
+func (a *Agent) countRepairs(rep podnet.Repairs) {
+	for _, r := range []struct {
+		object string
+		n      int
+	}{{"sysctl", rep.Sysctls}, {"link", rep.Links}, {"neigh", rep.Neighbours}, {"guard", rep.Guards}} {
+		a.metrics.Repairs.WithLabelValues(r.object).Add(float64(r.n))
+		a.snap.repairs.Add(r.object, "", r.n)
 	}
 }

@@ -45,7 +45,8 @@ func (k *fakeKeeper) note(list *[]string, name string) {
 	*list = append(*list, name)
 	k.mu.Unlock()
 }
-func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.allVeths = len(k.veths); k.mu.Unlock() }
+func (k *fakeKeeper) CheckGuards() (podnet.Repairs, error) { return podnet.Repairs{}, nil }
+func (k *fakeKeeper) CheckAll()                            { k.mu.Lock(); k.all++; k.allVeths = len(k.veths); k.mu.Unlock() }
 func (k *fakeKeeper) Check(poll bool) (podnet.Repairs, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

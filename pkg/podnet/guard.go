@@ -9,13 +9,28 @@ import (
 )
 
 // SetGuards makes the Keeper keep each kept veth's pod source check
-// (pkg/podguard) in g: read back on every polling Check and on a link
-// event for the veth, rewritten when it differs (for the veth's Addrs and
-// vxlanPort, 0 meaning podguard.DefaultVXLANPort), and, on a polling
-// Check, the chains of veths that no longer exist and are not kept
-// removed. Call it before the first Check.
+// (pkg/podguard) in g: read back by CheckGuards and by a Check after a
+// link event, rewritten when it differs (for the veth's Addrs and
+// vxlanPort, 0 meaning podguard.DefaultVXLANPort), and, by CheckGuards,
+// the chains of veths that no longer exist and are not kept removed. Call
+// it before the first Check.
 func (k *Keeper) SetGuards(g *podguard.Guards, vxlanPort uint16) {
 	k.guards, k.guardPort = g, vxlanPort
+}
+
+// CheckGuards reads back the pod guard of every kept veth that exists,
+// rewrites those that differ and removes the chains of veths that are gone
+// (nothing without SetGuards). It reads no link state of its own: which
+// kept veths exist is what the last Check found.
+func (k *Keeper) CheckGuards() (Repairs, error) {
+	if k.guards == nil {
+		return Repairs{}, nil
+	}
+	n, err := k.checkGuards(true)
+	if err != nil {
+		err = fmt.Errorf("pod guards: %w", err)
+	}
+	return Repairs{Guards: n}, err
 }
 
 // guardSpec is the guard v should have.

@@ -211,17 +211,18 @@ func (k *Keeper) CheckAll() {
 // hinted since the last Check, the NodeSysctls the pods need when hinted or
 // when a veth's sysctls were read, and with poll the not Announced
 // HostSysctls of every kept veth and all of those of the veths new since the
-// last poll; with SetGuards, on a poll or a link hint, every existing kept
-// veth's pod guard (and, polling, the chains of deleted veths). A veth that no longer exists, or a link of
+// last poll; with SetGuards, after a link hint, every existing kept veth's
+// pod guard. A veth that no longer exists, or a link of
 // that name that is not a veth, is skipped (its record is the agent's
 // business). Errors are joined; what failed is hinted again for the next
 // Check.
 func (k *Keeper) Check(poll bool) (Repairs, error) {
 	var rep Repairs
 	var errs []error
-	// The guards are read on a poll and when a link event may have
-	// replaced a veth (on kernels that release a veth's chain with it).
-	guards := k.guards != nil && (poll || len(k.links) > 0)
+	// The guards are read here only when a link event may have replaced
+	// a veth (kernels that release a veth's chain with it); the periodic
+	// read is CheckGuards.
+	guards := k.guards != nil && len(k.links) > 0
 	var retryLinks, retryNeighs, retrySysctls []string
 	for name := range k.links {
 		delete(k.links, name)
@@ -284,7 +285,7 @@ func (k *Keeper) Check(poll bool) (Repairs, error) {
 		}
 	}
 	if guards {
-		n, err := k.checkGuards(poll)
+		n, err := k.checkGuards(false)
 		rep.Guards += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pod guards: %w", err))
