@@ -1,9 +1,12 @@
 package podguard
 
 import (
+	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 )
 
@@ -86,5 +89,25 @@ func TestSpecValidate(t *testing.T) {
 	}
 	if err := (Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}).Validate(); err != nil {
 		t.Errorf("a good spec: %v", err)
+	}
+}
+
+// TestStale: only chains neither kept nor backed by an existing device are
+// stale; an error asking about one device leaves the others decided.
+func TestStale(t *testing.T) {
+	have := map[string]*nftables.Chain{"cali1": {}, "cali2": {}, "cali3": {}, "cali4": {}}
+	keep := map[string]bool{"cali1": true}
+	exists := func(name string) (bool, error) {
+		switch name {
+		case "cali2":
+			return true, nil
+		case "cali4":
+			return false, errors.New("netlink: interrupted")
+		}
+		return false, nil
+	}
+	got, err := Stale(have, keep, exists)
+	if !slices.Equal(got, []string{"cali3"}) || err == nil {
+		t.Errorf("Stale = %v, %v; want [cali3] and the error about cali4", got, err)
 	}
 }
