@@ -93,7 +93,7 @@ type Metrics struct {
 	LeakCollections  prometheus.Counter
 	Ready            prometheus.Gauge
 	// Repairs counts dataplane settings put back after something changed
-	// them; label object: "sysctl" | "link" | "neigh" | "master".
+	// them; label object: "sysctl" | "link" | "neigh" | "guard" | "master".
 	Repairs *prometheus.CounterVec
 	// RouteConflicts counts desired routes found blocked by a route
 	// routelet does not own under the same kernel key; label table.
