@@ -21,17 +21,13 @@ const (
 	WrongRules              // the chain's rules differ from the rendered ones
 )
 
+// stateNames are the States' names, by value.
+var stateNames = [...]string{OK: "ok", Missing: "missing", WrongHook: "wrong hook", WrongRules: "rules differ"}
+
 // String names a State for logs and errors.
 func (s State) String() string {
-	switch s {
-	case OK:
-		return "ok"
-	case Missing:
-		return "missing"
-	case WrongHook:
-		return "wrong hook"
-	case WrongRules:
-		return "rules differ"
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
 	}
 	return fmt.Sprintf("state %d", int(s))
 }
