@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -48,6 +49,7 @@ import (
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
+	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -382,7 +384,7 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	}
 	a := agent.New(agent.Options{
 		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
-		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
+		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol, VXLANPort: cfg.VXLANPort,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
 		StaticARP: true, NodeSpace: host, OnReady: onReady,
 	}, workloads.New(store, log), datastore.Peers{DS: ds, V: pv}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
@@ -391,7 +393,14 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 		return err
 	}
 	defer keeper.Close()
+	guards, err := podguard.New(nftables.AsLasting())
+	if err != nil {
+		return err
+	}
+	defer guards.Close()
+	keeper.SetGuards(guards, uint16(cfg.VXLANPort))
 	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
+	a.SetGuardPeriod(cfg.AllowlistCheckPeriod) // the pod source check was an allowlist chain: same period
 	a.SetRepairLog(ep.repairs)
 	a.AddSnapshotter(refusals{pv})
 	ep.agent.Store(a)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -158,6 +159,13 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		return cniErr(types.ErrInternal, "set up pod network: %v", err)
 	}
 	undo = append(undo, func() error { return dp.Teardown(hostIf) })
+	// The pod's source check, before the pod can be told its addresses: an
+	// ADD that cannot install it fails.
+	guard := podguard.Spec{Device: hostIf, Addrs: addrs, VXLANPort: node.vxlanPort}
+	if err = dp.EnsureGuard(guard); err != nil {
+		return cniErr(types.ErrInternal, "pod source check on %s: %v", hostIf, err)
+	}
+	undo = append(undo, func() error { return dp.RemoveGuard(hostIf) })
 
 	rec := &state.Workload{
 		ContainerID:  args.ContainerID,
@@ -259,6 +267,9 @@ type nodeSettings struct {
 	mtu    int
 	blocks []netip.Prefix
 	proto  netlink.RouteProtocol // host routes' protocol: routeletd's, see hostRouteProtocol
+	// vxlanPort is the port the pod guard drops: daemon.json's, else 0
+	// (podguard.DefaultVXLANPort).
+	vxlanPort uint16
 	// daemonBlocks are the blocks daemon.json publishes (those that parse),
 	// whatever the conflist says: their reserved addresses stay reserved.
 	daemonBlocks []netip.Prefix
@@ -283,6 +294,7 @@ func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Erro
 		st = nil
 	}
 	out.proto = hostRouteProtocol(st)
+	out.vxlanPort = guardPort(st)
 	if out.mtu == 0 {
 		out.mtu = DefaultMTU
 		if st != nil && st.PodMTU >= 68 && st.PodMTU <= 65535 {
@@ -329,6 +341,15 @@ func hostRouteProtocol(st *state.DaemonStatus) netlink.RouteProtocol {
 		return routes.DefaultProtocol
 	}
 	return netlink.RouteProtocol(st.RouteProtocol)
+}
+
+// guardPort is the VXLAN port the pod guard drops: the one routeletd
+// publishes in daemon.json, else 0 (the default port).
+func guardPort(st *state.DaemonStatus) uint16 {
+	if st == nil || st.VXLANPort <= 0 || st.VXLANPort > 65535 {
+		return 0
+	}
+	return uint16(st.VXLANPort)
 }
 
 // cidrs renders addresses as host CIDRs (/32, /128) for the record.

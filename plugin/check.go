@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/ipam"
+	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -60,6 +61,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	var problems []string
 	problems = append(problems, checkPod(args, want)...)
 	problems = append(problems, checkHost(want, expectedRouteProtocol(store))...)
+	problems = append(problems, checkGuard(want, store)...)
 	problems = append(problems, checkRecord(store, args, c, want)...)
 	problems = append(problems, checkIPAM(c, store, args, want)...)
 	if len(problems) > 0 {
@@ -180,6 +182,28 @@ func expectedRouteProtocol(store *state.Store) netlink.RouteProtocol {
 		slog.Warn("daemon status unreadable; expecting the default route protocol", "err", err, "proto", routes.DefaultProtocol)
 	}
 	return hostRouteProtocol(st)
+}
+
+// checkGuard verifies the pod source check on the host veth: its chain
+// and rules as ADD wrote them for prevResult's addresses and the port
+// daemon.json publishes.
+func checkGuard(want *expected, store *state.Store) []string {
+	st, err := store.ReadDaemonStatus()
+	if err != nil {
+		st = nil
+	}
+	spec := podguard.Spec{Device: want.hostIf, VXLANPort: guardPort(st)}
+	for _, p := range want.addrs {
+		spec.Addrs = append(spec.Addrs, p.Addr())
+	}
+	got, err := dp.ReadGuard(spec)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	if got != podguard.OK {
+		return []string{fmt.Sprintf("pod source check on %s: %s", want.hostIf, got)}
+	}
+	return nil
 }
 
 // checkHost verifies the host veth and one host route per pod address,

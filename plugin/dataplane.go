@@ -8,6 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 )
 
@@ -21,6 +22,11 @@ type dataplane interface {
 	Setup(spec podnet.Spec) (*podnet.Attached, error)
 	AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error
 	Teardown(hostIface string) error
+	// EnsureGuard, ReadGuard and RemoveGuard keep the pod source check on
+	// the host veth's ingress hook (pkg/podguard).
+	EnsureGuard(spec podguard.Spec) error
+	ReadGuard(spec podguard.Spec) (podguard.State, error)
+	RemoveGuard(hostIface string) error
 	// Host snapshots the node namespace for the checks of pkg/netguard;
 	// routelet's own links (see ownedByRoutelet) and routes of ownProto
 	// contribute no address space.
@@ -44,6 +50,26 @@ func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.
 	return podnet.AddHostRoutes(hostIface, addrs, proto)
 }
 func (kernel) Teardown(hostIface string) error { return podnet.Teardown(hostIface) }
+func (kernel) EnsureGuard(spec podguard.Spec) error {
+	return withGuards(func(g *podguard.Guards) error { _, err := g.Ensure(spec); return err })
+}
+func (kernel) ReadGuard(spec podguard.Spec) (st podguard.State, err error) {
+	err = withGuards(func(g *podguard.Guards) error { st, err = g.Read(spec, nil); return err })
+	return st, err
+}
+func (kernel) RemoveGuard(hostIface string) error {
+	return withGuards(func(g *podguard.Guards) error { return g.Remove(hostIface) })
+}
+
+// withGuards runs f with the pod guards of the plugin's namespace.
+func withGuards(f func(*podguard.Guards) error) error {
+	g, err := podguard.New()
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	return f(g)
+}
 func (kernel) Host(ownProto int, prefix string) (netguard.Host, error) {
 	return netguard.ReadHost(nil, ownProto, ownedByRoutelet(prefix))
 }

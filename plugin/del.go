@@ -53,6 +53,8 @@ func cmdDel(args *skel.CmdArgs) error {
 	var errs []error
 	if err := deleteHostVeth(store, host, c.Prefix, hostIf, args.ContainerID, args.IfName); err != nil {
 		errs = append(errs, err)
+	} else if err := removeGuard(hostIf); err != nil {
+		errs = append(errs, err)
 	}
 	if err := releaseAddrs(c, store, args.StdinData, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
 		errs = append(errs, err)
@@ -118,6 +120,24 @@ func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) 
 	}
 	if err := dp.Teardown(hostIf); err != nil {
 		return fmt.Errorf("delete host veth: %w", err)
+	}
+	return nil
+}
+
+// removeGuard deletes the pod guard of hostIf once the veth is gone (on
+// kernels that keep a netdev chain without its device). A veth still
+// there belongs to another attachment, or is not routelet's: its guard
+// stays.
+func removeGuard(hostIf string) error {
+	hv, err := dp.InspectHost(hostIf)
+	if err != nil {
+		return fmt.Errorf("look up host veth %s: %w", hostIf, err)
+	}
+	if hv.Exists {
+		return nil
+	}
+	if err := dp.RemoveGuard(hostIf); err != nil {
+		return fmt.Errorf("remove pod source check: %w", err)
 	}
 	return nil
 }

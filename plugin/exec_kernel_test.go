@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -356,6 +357,8 @@ func TestGC(t *testing.T) {
 	}
 	if l := n.hostLinks(); len(l) != 2 {
 		t.Errorf("links after GC: %v, want the two kept veths", l)
+	} else if c := n.guardChains(); len(c) != 2 || !slices.Contains(c, l[0]) || !slices.Contains(c, l[1]) {
+		t.Errorf("pod guards after GC: %v, want those of the kept veths %v", c, l)
 	}
 }
 

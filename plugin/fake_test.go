@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -25,18 +26,19 @@ import (
 // named in failAt.
 type fakeDataplane struct {
 	failAt string
-	veths  map[string]podnet.Spec  // host iface → what Setup made
-	routes map[string][]netip.Addr // host iface → host routes
-	protos map[string]int          // host iface → protocol its host routes carry
-	calls  []string                // step names in call order
-	podIfs map[string]bool         // "<netns>/<ifname>" present
-	node   netguard.Host           // the node's own links and addresses, besides the veths
+	veths  map[string]podnet.Spec   // host iface → what Setup made
+	routes map[string][]netip.Addr  // host iface → host routes
+	protos map[string]int           // host iface → protocol its host routes carry
+	calls  []string                 // step names in call order
+	podIfs map[string]bool          // "<netns>/<ifname>" present
+	node   netguard.Host            // the node's own links and addresses, besides the veths
+	guards map[string]podguard.Spec // host iface → its pod guard
 }
 
 var _ dataplane = (*fakeDataplane)(nil)
 
 func newFake() *fakeDataplane {
-	return &fakeDataplane{veths: map[string]podnet.Spec{}, routes: map[string][]netip.Addr{}, protos: map[string]int{}, podIfs: map[string]bool{}}
+	return &fakeDataplane{veths: map[string]podnet.Spec{}, routes: map[string][]netip.Addr{}, protos: map[string]int{}, podIfs: map[string]bool{}, guards: map[string]podguard.Spec{}}
 }
 
 var errInjected = errors.New("injected failure")
@@ -120,6 +122,39 @@ func (f *fakeDataplane) Teardown(hostIface string) error {
 	return nil
 }
 
+func (f *fakeDataplane) EnsureGuard(spec podguard.Spec) error {
+	if err := f.step("guard"); err != nil {
+		return err
+	}
+	if _, ok := f.veths[spec.Device]; !ok {
+		return fmt.Errorf("guard %s: no such device", spec.Device)
+	}
+	f.guards[spec.Device] = spec
+	return nil
+}
+
+func (f *fakeDataplane) ReadGuard(spec podguard.Spec) (podguard.State, error) {
+	if err := f.step("read-guard"); err != nil {
+		return podguard.Missing, err
+	}
+	have, ok := f.guards[spec.Device]
+	switch {
+	case !ok:
+		return podguard.Missing, nil
+	case have.VXLANPort != spec.VXLANPort || !slices.Equal(have.Addrs, spec.Addrs):
+		return podguard.WrongRules, nil
+	}
+	return podguard.OK, nil
+}
+
+func (f *fakeDataplane) RemoveGuard(hostIface string) error {
+	if err := f.step("remove-guard"); err != nil {
+		return err
+	}
+	delete(f.guards, hostIface)
+	return nil
+}
+
 // Host is f.node plus the fake's veths.
 func (f *fakeDataplane) Host(int, string) (netguard.Host, error) {
 	h := f.node
@@ -148,11 +183,11 @@ func unitNode(t testing.TB) (*node, []byte) {
 }
 
 // TestAddFailureMatrix fails each step of ADD in turn and checks that the
-// address, the veth, the record and the host routes are all undone and the
+// address, the veth, the pod guard, the record and the host routes are all undone and the
 // error names the failed step. It needs no root: the kernel is faked, the
 // IPAM and state directory are real.
 func TestAddFailureMatrix(t *testing.T) {
-	for _, step := range []string{"inspect-pod", "inspect-host", "forwarding", "setup", "host-routes"} {
+	for _, step := range []string{"inspect-pod", "inspect-host", "forwarding", "setup", "guard", "host-routes"} {
 		t.Run(step, func(t *testing.T) {
 			f, out := useFake(t)
 			f.failAt = step
@@ -167,8 +202,8 @@ func TestAddFailureMatrix(t *testing.T) {
 			if out.Len() != 0 {
 				t.Errorf("failed ADD printed a result: %s", out)
 			}
-			if len(f.veths) != 0 || len(f.routes) != 0 {
-				t.Errorf("veths %v / routes %v left after failed ADD", f.veths, f.routes)
+			if len(f.veths) != 0 || len(f.routes) != 0 || len(f.guards) != 0 {
+				t.Errorf("veths %v / routes %v / guards %v left after failed ADD", f.veths, f.routes, f.guards)
 			}
 			if r := n.records(); len(r) != 0 {
 				t.Errorf("%d records left after failed ADD", len(r))
@@ -200,9 +235,12 @@ func TestAddDelWithFake(t *testing.T) {
 	if len(recs) != 1 || recs[0].PodNamespace != "ns1" || recs[0].PodName != "web" || recs[0].HostIface != host {
 		t.Errorf("records = %+v", recs)
 	}
-	wantOrder := []string{"inspect-pod", "inspect-host", "forwarding", "setup", "host-routes"}
+	wantOrder := []string{"inspect-pod", "inspect-host", "forwarding", "setup", "guard", "host-routes"}
 	if !slices.Equal(f.calls, wantOrder) {
 		t.Errorf("ADD steps %v, want %v", f.calls, wantOrder)
+	}
+	if g, ok := f.guards[host]; !ok || len(g.Addrs) != 2 || g.VXLANPort != 0 {
+		t.Errorf("pod guard after ADD: %+v (present %v), want the pod's two addresses and the default port", g, ok)
 	}
 
 	checkArgs := *args
@@ -210,6 +248,16 @@ func TestAddDelWithFake(t *testing.T) {
 	if err := cmdCheck(&checkArgs); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
+	saved := f.guards[host]
+	delete(f.guards, host)
+	if err := cmdCheck(&checkArgs); err == nil || !strings.Contains(err.Error(), "pod source check on "+host+": missing") {
+		t.Errorf("CHECK without the pod guard: %v", err)
+	}
+	f.guards[host] = podguard.Spec{Device: host, Addrs: saved.Addrs[:1]}
+	if err := cmdCheck(&checkArgs); err == nil || !strings.Contains(err.Error(), "pod source check on "+host+": rules differ") {
+		t.Errorf("CHECK with a guard for one address only: %v", err)
+	}
+	f.guards[host] = saved
 	f.routes[host] = f.routes[host][1:] // lose the IPv4 host route
 	if err := cmdCheck(&checkArgs); err == nil || !strings.Contains(err.Error(), "host route 10.90.0.1/32 dev "+host+" is missing") {
 		t.Errorf("CHECK with a missing host route: %v", err)
@@ -228,8 +276,8 @@ func TestAddDelWithFake(t *testing.T) {
 	if err := cmdDel(args); err != nil {
 		t.Fatalf("DEL retry: %v", err)
 	}
-	if len(f.veths) != 0 || len(n.records()) != 0 || len(n.allocations()) != 0 {
-		t.Errorf("after DEL: veths %v, %d records, allocations %v", f.veths, len(n.records()), n.allocations())
+	if len(f.veths) != 0 || len(n.records()) != 0 || len(n.allocations()) != 0 || len(f.guards) != 0 {
+		t.Errorf("after DEL: veths %v, %d records, allocations %v, guards %v", f.veths, len(n.records()), n.allocations(), f.guards)
 	}
 	if err := cmdDel(args); err != nil {
 		t.Errorf("second DEL: %v", err)

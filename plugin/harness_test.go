@@ -277,6 +277,9 @@ func (n *node) assertEmpty(what string) {
 	if a := n.allocations(); len(a) > 0 {
 		n.t.Errorf("%s: allocations left: %v", what, a)
 	}
+	if c := n.guardChains(); len(c) > 0 {
+		n.t.Errorf("%s: pod guard chains left: %v", what, c)
+	}
 }
 
 // ping sends one echo request from inside n to dst.

@@ -126,6 +126,7 @@ type Options struct {
 	Version         string
 	IfacePrefix     string        // default podnet.DefaultPrefix
 	RouteProtocol   int           // default routes.DefaultProtocol
+	VXLANPort       int           // published in daemon.json for the plugin's pod guards; 0: podguard.DefaultVXLANPort
 	ResyncPeriod    time.Duration // default DefaultResyncPeriod
 	TickPeriod      time.Duration // liveness and leak checks; default DefaultTickPeriod
 	LeakGracePeriod time.Duration // default DefaultLeakGracePeriod
@@ -188,6 +189,7 @@ type Agent struct {
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
+	guardPeriod  time.Duration // pod guard check period (SetGuardPeriod); 0: none
 	keepPeriod   time.Duration
 	kept         map[string]keptVeth            // by record key: what the keeper was last handed (keeperVeths)
 	keptBy       map[string]map[string]struct{} // host veth → keys of the records in kept naming it
@@ -453,6 +455,9 @@ func (a *Agent) newSchedule(ctx context.Context) *schedule {
 		// The sysctls without change events are polled on their own
 		// tick, without a pass of their own.
 		s.add("keeper", a.keepPeriod, now, func() bool { a.keep(true); return false })
+		if a.guardPeriod > 0 {
+			s.add("guards", a.guardPeriod, now, func() bool { a.keepGuards(); return false })
+		}
 	}
 	return s
 }
@@ -925,6 +930,7 @@ func (a *Agent) writeStatus(reason string) {
 		PodMTU:        a.opts.PodMTU,
 		Blocks:        blocks,
 		RouteProtocol: a.opts.RouteProtocol,
+		VXLANPort:     a.opts.VXLANPort,
 		DaemonVersion: a.opts.Version,
 		LastSyncError: a.lastErr,
 		Updated:       a.now().UTC(),

@@ -25,6 +25,8 @@ type Keeper interface {
 	SysctlsChanged(name string)
 	CheckAll()
 	Check(poll bool) (podnet.Repairs, error)
+	// CheckGuards reads back and repairs the veths' pod guards.
+	CheckGuards() (podnet.Repairs, error)
 }
 
 // DefaultKeepPeriod is how often, at most, the owned veths' sysctls whose
@@ -44,6 +46,23 @@ func (a *Agent) SetKeeper(k Keeper, period time.Duration) {
 	a.keeper, a.keepPeriod = k, period
 }
 
+// SetGuardPeriod makes the loop check the workloads' pod guards (the
+// keeper's CheckGuards) every period; 0 leaves them to link events. Call
+// it before Run.
+func (a *Agent) SetGuardPeriod(period time.Duration) { a.guardPeriod = period }
+
+// keepGuards runs the keeper's guard check, handing it the veths first
+// when the desired routes were derived again since; repairs are counted
+// in routelet_repairs_total{object="guard"}.
+func (a *Agent) keepGuards() {
+	a.keeperVeths()
+	rep, err := a.keeper.CheckGuards()
+	a.countRepairs(rep)
+	if err != nil {
+		a.log.Warn("keeping pod guards", "err", err)
+	}
+}
+
 // NotifySysctls records that a device configuration event named the
 // workload interface iface, or with iface "" the node.
 func (a *Agent) NotifySysctls(iface string) {
@@ -54,27 +73,28 @@ func (a *Agent) NotifySysctls(iface string) {
 }
 
 // keptVeth is what keeperVeths last derived from one record: the veth
-// handed to the keeper and the record's IPv6 addresses.
+// handed to the keeper and the record's addresses.
 type keptVeth struct {
-	w  *state.Workload
-	v  podnet.HostVeth
-	v6 []netip.Addr
+	w     *state.Workload
+	v     podnet.HostVeth
+	addrs []netip.Addr
 }
 
-// current reports whether kv still holds for the record name: its
-// neighbours are exactly the IPv6 addresses routed to it (owner).
+// current reports whether kv still holds for the record name: its Addrs
+// (the pod guard's sources) are exactly the addresses routed to it
+// (owner), and so its neighbours the IPv6 ones among them.
 func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
 	i := 0
-	for _, addr := range kv.v6 {
+	for _, addr := range kv.addrs {
 		if owner[addr] != name {
 			continue
 		}
-		if i >= len(kv.v.Neighbours) || kv.v.Neighbours[i] != addr {
+		if i >= len(kv.v.Addrs) || kv.v.Addrs[i] != addr {
 			return false
 		}
 		i++
 	}
-	return i == len(kv.v.Neighbours)
+	return i == len(kv.v.Addrs)
 }
 
 // keeperVeths hands the served workloads' host veths to the keeper: only
@@ -109,10 +129,13 @@ func (a *Agent) keeperVeths() {
 		}
 		kv := keptVeth{w: w, v: podnet.HostVeth{Name: w.HostIface}}
 		kv.v.MAC, _ = net.ParseMAC(w.ContainerMAC)
-		for _, addr := range a.desired.recs[name].addrs {
+		kv.addrs = a.desired.recs[name].addrs
+		for _, addr := range kv.addrs {
+			if owner[addr] == name {
+				kv.v.Addrs = append(kv.v.Addrs, addr)
+			}
 			if addr.Is6() {
 				kv.v.IPv6 = true
-				kv.v6 = append(kv.v6, addr)
 				if owner[addr] == name {
 					kv.v.Neighbours = append(kv.v.Neighbours, addr)
 				}
@@ -190,13 +213,19 @@ func (a *Agent) keep(poll bool) {
 	}
 	a.keeperVeths()
 	rep, err := a.keeper.Check(poll)
-	a.metrics.Repairs.WithLabelValues("sysctl").Add(float64(rep.Sysctls))
-	a.metrics.Repairs.WithLabelValues("link").Add(float64(rep.Links))
-	a.metrics.Repairs.WithLabelValues("neigh").Add(float64(rep.Neighbours))
-	a.snap.repairs.Add("sysctl", "", rep.Sysctls)
-	a.snap.repairs.Add("link", "", rep.Links)
-	a.snap.repairs.Add("neigh", "", rep.Neighbours)
+	a.countRepairs(rep)
 	if err != nil {
 		a.log.Warn("keeping pod veths", "err", err)
+	}
+}
+
+// countRepairs counts what the keeper put back.
+func (a *Agent) countRepairs(rep podnet.Repairs) {
+	for _, r := range []struct {
+		object string
+		n      int
+	}{{"sysctl", rep.Sysctls}, {"link", rep.Links}, {"neigh", rep.Neighbours}, {"guard", rep.Guards}} {
+		a.metrics.Repairs.WithLabelValues(r.object).Add(float64(r.n))
+		a.snap.repairs.Add(r.object, "", r.n)
 	}
 }

@@ -33,6 +33,8 @@ type fakeKeeper struct {
 	checks      int
 	sysctls     int // Checks with poll set
 	repairs     podnet.Repairs
+	guardChecks int            // CheckGuards calls
+	guards      podnet.Repairs // what the next CheckGuards reports
 }
 
 func (k *fakeKeeper) SetVeths(vs []podnet.HostVeth) {
@@ -60,6 +62,14 @@ func (k *fakeKeeper) note(list *[]string, name string) {
 	k.mu.Lock()
 	*list = append(*list, name)
 	k.mu.Unlock()
+}
+func (k *fakeKeeper) CheckGuards() (podnet.Repairs, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.guardChecks++
+	r := k.guards
+	k.guards = podnet.Repairs{}
+	return r, nil
 }
 func (k *fakeKeeper) CheckAll() { k.mu.Lock(); k.all++; k.allVeths = len(k.veths); k.mu.Unlock() }
 func (k *fakeKeeper) Check(poll bool) (podnet.Repairs, error) {
@@ -117,6 +127,38 @@ func TestKeeperHook(t *testing.T) {
 	waitFor(t, "repairs counted", func() bool {
 		return repairs(f, "sysctl") == 2 && repairs(f, "link") == 1 && repairs(f, "neigh") == 3
 	})
+}
+
+// TestGuardTick: with a guard period the loop checks the pod guards on
+// their own tick, each served veth handed over with the addresses routed
+// to it (the guard's sources: both families), and counts the repairs as
+// object="guard"; without one it never does.
+func TestGuardTick(t *testing.T) {
+	f := newFixture(t)
+	k := &fakeKeeper{guards: podnet.Repairs{Guards: 2}}
+	f.a.SetKeeper(k, time.Hour)
+	f.a.SetGuardPeriod(10 * time.Millisecond)
+	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
+	f.run(t)
+	waitFor(t, "guard checks", func() bool { k.mu.Lock(); defer k.mu.Unlock(); return k.guardChecks >= 3 })
+	k.mu.Lock()
+	v := k.veths
+	k.mu.Unlock()
+	if len(v) != 1 || len(v[0].Addrs) != 2 || v[0].Addrs[0].String() != "10.244.1.2" || v[0].Addrs[1].String() != "fd00:1::2" {
+		t.Fatalf("veths %+v, want cali1 with both addresses", v)
+	}
+	waitFor(t, "guard repairs counted", func() bool { return repairs(f, "guard") == 2 })
+
+	g := newFixture(t)
+	k2 := &fakeKeeper{}
+	g.a.SetKeeper(k2, 10*time.Millisecond)
+	g.run(t)
+	waitFor(t, "sysctl polls", func() bool { k2.mu.Lock(); defer k2.mu.Unlock(); return k2.sysctls >= 3 })
+	k2.mu.Lock()
+	defer k2.mu.Unlock()
+	if k2.guardChecks != 0 {
+		t.Errorf("%d guard checks without a guard period", k2.guardChecks)
+	}
 }
 
 // TestKeeperVethsOnlyWhenRecordsChange: the loop hands the veths over

@@ -7,6 +7,7 @@ import (
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
 	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/podguard"
 )
 
 // removeAllowlist removes routelet's jumps and ROUTELET-* chains through
@@ -33,5 +34,20 @@ func removeAllowlist(backend string, log *slog.Logger) error {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	log.Info("removed routelet's iptables jumps, chains and ipsets", "iptablesBackend", backend)
+	return nil
+}
+
+// removeGuards deletes routelet's netdev table, and with it every pod
+// veth's source check (pkg/podguard); no other table is touched.
+func removeGuards(log *slog.Logger) error {
+	g, err := podguard.New()
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	defer g.Close()
+	if err := g.Cleanup(); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	log.Info("removed routelet's pod guards", "table", "netdev "+podguard.TableName)
 	return nil
 }

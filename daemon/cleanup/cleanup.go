@@ -126,6 +126,9 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 	if err := removeAllowlist(opts.IptablesBackend, log); err != nil {
 		errs = append(errs, err)
 	}
+	if err := removeGuards(log); err != nil {
+		errs = append(errs, err)
+	}
 
 	entries, err := os.ReadDir(opts.StateDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -258,7 +258,7 @@ func keys() []key {
 		{name: "iptables-backend", help: "iptables binaries: auto (whatever iptables is) | nft | legacy", def: []string{IptablesAuto}, set: func(c *Config, v []string) error {
 			return oneOf(&c.IptablesBackend, strings.ToLower(v[0]), IptablesAuto, IptablesNFT, IptablesLegacy)
 		}},
-		{name: "allowlist-check-period", help: "how often routelet's ipsets and iptables chains are checked and repaired", def: []string{durationDefault(allowmgr.DefaultCheckPeriod)}, set: func(c *Config, v []string) error {
+		{name: "allowlist-check-period", help: "how often routelet's ipsets, iptables chains and pod guards are checked and repaired", def: []string{durationDefault(allowmgr.DefaultCheckPeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.AllowlistCheckPeriod, v[0], 100*time.Millisecond)
 		}},
 		{name: "route-protocol", help: "route protocol number stamped on every route routelet programs (5-255)", def: []string{strconv.Itoa(routes.DefaultProtocol)}, set: func(c *Config, v []string) error {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/nlutil"
+	"github.com/routelet/routelet/pkg/podguard"
 )
 
 // HostVeth is what routelet keeps right on one pod's host veth.
@@ -26,6 +27,9 @@ type HostVeth struct {
 	// neighbour entry on the veth pointing at MAC, the pod side's MAC.
 	Neighbours []netip.Addr
 	MAC        net.HardwareAddr
+	// Addrs are the pod's addresses routed to the veth: the only sources
+	// its pod guard lets through (SetGuards).
+	Addrs []netip.Addr
 }
 
 // Repairs counts what one Check put back.
@@ -33,6 +37,7 @@ type Repairs struct {
 	Sysctls    int // per-veth and node settings rewritten
 	Links      int // veths set administratively up again
 	Neighbours int // permanent IPv6 neighbour entries re-added
+	Guards     int // pod guards rewritten, or removed with their veth
 }
 
 // Keeper re-asserts, in the network namespace it was made in, what the
@@ -64,6 +69,10 @@ type Keeper struct {
 	veth map[string]bool
 	// files keeps the polled (not Announced) sysctls' files open.
 	files sysctlFiles
+	// guards, when set, keeps the veths' pod guards (SetGuards), dropping
+	// VXLAN to guardPort.
+	guards    *podguard.Guards
+	guardPort uint16
 }
 
 // keptVeth is one kept veth with its HostSysctls, all and the polled
@@ -192,7 +201,8 @@ func (k *Keeper) forget(old keptVeth, files bool) {
 
 // sameVeth compares two HostVeth values.
 func sameVeth(a, b HostVeth) bool {
-	return a.Name == b.Name && a.IPv6 == b.IPv6 && slices.Equal(a.Neighbours, b.Neighbours) && bytes.Equal(a.MAC, b.MAC)
+	return a.Name == b.Name && a.IPv6 == b.IPv6 && slices.Equal(a.Neighbours, b.Neighbours) && bytes.Equal(a.MAC, b.MAC) &&
+		slices.Equal(a.Addrs, b.Addrs)
 }
 
 // LinkChanged is the hint for a link event naming name: the next Check
@@ -238,13 +248,18 @@ func (k *Keeper) CheckAll() {
 // hinted since the last Check, the NodeSysctls the pods need when hinted or
 // when a veth's sysctls were read, and with poll the not Announced
 // HostSysctls of every kept veth and all of those of the veths new since the
-// last poll. A veth that no longer exists, or a link of
+// last poll; with SetGuards, after a link hint, every existing kept veth's
+// pod guard. A veth that no longer exists, or a link of
 // that name that is not a veth, is skipped (its record is the agent's
 // business). Errors are joined; what failed is hinted again for the next
 // Check.
 func (k *Keeper) Check(poll bool) (Repairs, error) {
 	var rep Repairs
 	var errs []error
+	// The guards are read here only when a link event may have replaced
+	// a veth (kernels that release a veth's chain with it); the periodic
+	// read is CheckGuards.
+	guards := k.guards != nil && len(k.links) > 0
 	var retryLinks, retryNeighs, retrySysctls []string
 	for name := range k.links {
 		delete(k.links, name)
@@ -304,6 +319,13 @@ func (k *Keeper) Check(poll bool) (Repairs, error) {
 		if err != nil {
 			errs = append(errs, err)
 			retryNeighs = append(retryNeighs, name)
+		}
+	}
+	if guards {
+		n, err := k.checkGuards(false)
+		rep.Guards += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pod guards: %w", err))
 		}
 	}
 	for _, name := range retryLinks {

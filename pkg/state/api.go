@@ -70,6 +70,7 @@ type DaemonStatus struct {
 	PodMTU        int       `json:"podMTU,omitempty"`
 	Blocks        []string  `json:"blocks,omitempty"`        // local blocks (CIDRs) for the built-in IPAM
 	RouteProtocol int       `json:"routeProtocol,omitempty"` // protocol the daemon stamps on (and owns) routes; 0 = default 80
+	VXLANPort     int       `json:"vxlanPort,omitempty"`     // UDP port the pod guards drop; 0 = default 4789
 	DaemonVersion string    `json:"daemonVersion,omitempty"`
 	LastSyncError string    `json:"lastSyncError,omitempty"`
 	Updated       time.Time `json:"updated"`

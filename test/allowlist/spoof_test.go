@@ -11,19 +11,24 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/google/nftables"
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/state"
 )
 
 // The node's IPv6 pod block, next to nodeBlock.
 const nodeBlock6 = "fd00:244:1::/120"
 
-// Rules of ROUTELET-PREROUTING, in order.
+// What a pod guard's drop counters count (pkg/podguard).
+type dropKind int
+
 const (
-	rpfRule   = 0 // -m rpfilter --invert -j DROP
-	encapRule = 1 // the VXLAN port or IPIP from a pod interface
+	spoof4    dropKind = iota // IPv4 from a source the pod was not given
+	spoof6                    // the same for IPv6
+	encapDrop                 // VXLAN (UDP to the port) or IPIP from the pod
 )
 
 // rpfOff models Debian's default: no reverse-path filtering anywhere on the
@@ -37,42 +42,48 @@ func (c *cluster) rpfOff(t *testing.T) {
 	}
 }
 
-// preroutingCount returns the packet counter of rule idx of the node's
-// ROUTELET-PREROUTING (raw), IPv6 with v6.
-func (c *cluster) preroutingCount(v6 bool, idx int) (uint64, error) {
-	ipt := c.ipt
-	if v6 {
-		ipt = c.ipt6
-	}
-	var n uint64
-	err := c.node.NS.Do(func(ns.NetNS) error {
-		stats, err := ipt.StructuredStats(rules.TableRaw, rules.PreroutingChain)
-		if err != nil {
-			return err
-		}
-		if idx >= len(stats) {
-			return fmt.Errorf("%s has %d rules, want rule %d", rules.PreroutingChain, len(stats), idx+1)
-		}
-		n = stats[idx].Packets
-		return nil
-	})
-	return n, err
+// guards opens the pod guards of the node's namespace.
+func (c *cluster) guards() (*podguard.Guards, error) {
+	return podguard.New(nftables.WithNetNSFd(int(c.node.NS.Fd())))
 }
 
-// waitDropped waits until rule idx of ROUTELET-PREROUTING counted more than
+// guardDrops returns what the drop rules of kind counted, summed over
+// every pod guard of the node (`nft list table netdev routelet` shows the
+// same counters).
+func (c *cluster) guardDrops(kind dropKind) (uint64, error) {
+	g, err := c.guards()
+	if err != nil {
+		return 0, err
+	}
+	have, err := g.Chains()
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for name := range have {
+		d, err := g.Drops(name)
+		if err != nil {
+			return 0, err
+		}
+		n += [...]uint64{d.Spoof4, d.Spoof6, d.VXLAN + d.IPIP}[kind]
+	}
+	return n, nil
+}
+
+// waitDropped waits until the pod guards' drops of kind counted more than
 // before.
-func (c *cluster) waitDropped(t *testing.T, v6 bool, idx int, before uint64, what string) {
+func (c *cluster) waitDropped(t *testing.T, kind dropKind, before uint64, what string) {
 	t.Helper()
-	netnstest.Eventually(t, 5*time.Second, what+": counted by rule "+fmt.Sprint(idx+1)+" of "+rules.PreroutingChain, func() bool {
-		n, err := c.preroutingCount(v6, idx)
+	netnstest.Eventually(t, 5*time.Second, what+": counted by a pod guard", func() bool {
+		n, err := c.guardDrops(kind)
 		return err == nil && n > before
 	})
 }
 
-// countBefore is preroutingCount failing t, with 0 while the chain does
-// not exist yet (the code before anti-spoofing has none).
-func (c *cluster) countBefore(v6 bool, idx int) uint64 {
-	n, _ := c.preroutingCount(v6, idx)
+// countBefore is guardDrops, with 0 while there is no guard yet (the code
+// before the guards has none).
+func (c *cluster) countBefore(kind dropKind) uint64 {
+	n, _ := c.guardDrops(kind)
 	return n
 }
 
@@ -161,9 +172,10 @@ func addAddr(t *testing.T, pod ns.NetNS, ip string) (remove func()) {
 // TestPodAntiSpoofing: on a node without reverse-path filtering (Debian's
 // default), a pod gives itself addresses it was not given — a foreign one,
 // another pod's, an unassigned one of the node's block — and sends UDP from
-// each to a host outside, over IPv4 and IPv6. With routeletd running, the
-// first rule of ROUTELET-PREROUTING (raw) counts every such packet and the
-// outside host receives none. The pod's traffic from its own addresses
+// each to a host outside, over IPv4 and IPv6. The source check on its host
+// veth's ingress hook (the netdev chain the plugin's ADD wrote and
+// routeletd keeps) counts every such packet and the outside host receives
+// none. The pod's traffic from its own addresses
 // still gets through: to the outside (masqueraded to the node's address),
 // to another node's host and to another pod (with its own address).
 func TestPodAntiSpoofing(t *testing.T) { eachBackend(t, testPodAntiSpoofing) }
@@ -206,12 +218,16 @@ func testPodAntiSpoofing(t *testing.T, backend string) {
 			dst, l = net.JoinHostPort("2001:db8::99", "9100"), out6
 		}
 		payload := fmt.Sprintf("spoofed-%d", i)
-		before := c.countBefore(tc.v6, rpfRule)
+		kind := spoof4
+		if tc.v6 {
+			kind = spoof6
+		}
+		before := c.countBefore(kind)
 		sendUDPFrom(t, pod, tc.src, dst, []byte(payload))
 		if from := arrival(t, l, payload, time.Second); from != "" {
 			t.Fatalf("a datagram the pod sent from %s (not its address) reached the outside host (seen from %s)", tc.src, from)
 		}
-		c.waitDropped(t, tc.v6, rpfRule, before, "spoofed source "+tc.src)
+		c.waitDropped(t, kind, before, "spoofed source "+tc.src)
 		remove()
 	}
 
@@ -279,10 +295,10 @@ func vxlanFrame(t *testing.T, dstMAC, srcMAC string, inner []byte) []byte {
 // source sends VXLAN or IPIP to its own node, the inner packet addressed
 // to another pod of the node "from" a pod of the peer. Nothing reaches the
 // node past ROUTELET-INPUT (a raw socket sees nothing), the target pod
-// receives nothing, and the anti-spoofing rule counts it. The same pod
-// sending VXLAN or IPIP from its own address to the peer's host — which NAT
-// outgoing would masquerade to this node's address, one the peer accepts —
-// is dropped on the node by the encapsulation rule of ROUTELET-PREROUTING.
+// receives nothing, and the pod guard on its host veth counts it. The same
+// pod sending VXLAN or IPIP from its own address to the peer's host — which
+// NAT outgoing would masquerade to this node's address, one the peer
+// accepts — is dropped on the node by the guard's encapsulation rule.
 func TestPodForgedEncapsulation(t *testing.T) { eachBackendAndEncap(t, testPodForgedEncapsulation) }
 
 func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
@@ -328,7 +344,7 @@ func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
 		sendUDPFrom(t, forger, src, net.JoinHostPort(dst, "4789"), vxlanFrame(t, mac, peerMAC, inner))
 	}
 
-	before := c.countBefore(false, rpfRule)
+	before := c.countBefore(encapDrop)
 	send(peerIP, nodeIP, "forged-to-node")
 	if from := arrival(t, targetL, "forged-to-node", 2*time.Second); from != "" {
 		t.Fatalf("the target pod received the inner packet of %s a pod forged from peer %s (seen from %s)", encap, peerIP, from)
@@ -336,16 +352,16 @@ func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
 	if nodeRaw.sawFrom(t, peerIP, "forged-to-node", 200*time.Millisecond) {
 		t.Fatalf("%s a pod forged from peer %s reached the node past %s", encap, peerIP, rules.InputChain)
 	}
-	c.waitDropped(t, false, rpfRule, before, encap+" forged from a peer's host IP")
+	c.waitDropped(t, encapDrop, before, encap+" forged from a peer's host IP")
 
 	// To the peer, from the pod's own address; the peer's raw socket sees
 	// whatever arrives, masqueraded or not.
 	removePeerIP()
 	peerRaw := listenRaw(t, c.peer, proto)
-	before = c.countBefore(false, encapRule)
+	before = c.countBefore(encapDrop)
 	send(forgerIP, peerIP, "from-pod-to-peer")
 	if peerRaw.sawFrom(t, nodeIP, "from-pod-to-peer", 2*time.Second) {
 		t.Fatalf("%s a pod sent to peer %s left the node (masqueraded as the node, the peer would accept it)", encap, peerIP)
 	}
-	c.waitDropped(t, false, encapRule, before, encap+" from a pod to a peer")
+	c.waitDropped(t, encapDrop, before, encap+" from a pod to a peer")
 }

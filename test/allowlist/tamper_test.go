@@ -3,19 +3,26 @@ package allowlist
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/podguard"
 )
 
 // snapshot is what a user would look at to see routelet's firewall state in
-// the node: the chains and jumps (IPv4 and IPv6) and the members of every
-// ipset.
+// the node: the chains and jumps (IPv4 and IPv6), the members of every
+// ipset and the pod guards (chains of `table netdev routelet`).
 func (c *cluster) snapshot() string {
 	c.t.Helper()
 	var b strings.Builder
@@ -32,7 +39,22 @@ func (c *cluster) snapshot() string {
 		m, _ := c.setMembers(name)
 		fmt.Fprintf(&b, "# set %s: %v\n", name, m)
 	}
+	fmt.Fprintf(&b, "# pod guards: %v\n", c.guardNames())
 	return b.String()
+}
+
+// guardNames lists the pod guards' chains, sorted.
+func (c *cluster) guardNames() []string {
+	c.t.Helper()
+	g, err := c.guards()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	have, err := g.Chains()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return slices.Sorted(maps.Keys(have))
 }
 
 // TestTamperRepair: with routeletd running (default check period, 1 s), a
@@ -51,16 +73,19 @@ func testTamperRepair(t *testing.T, backend string) {
 	})
 	want := c.snapshot()
 	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-A ROUTELET-INPUT ! -i cali+ -p udp", "-A ROUTELET-POSTROUTING -m set --match-set routelet-nat-pools src",
-		"-A PREROUTING -i cali+ -j ROUTELET-PREROUTING", "-A ROUTELET-PREROUTING -i cali+ -m rpfilter --invert -j DROP",
 		"# set routelet-pools: [" + nodeBlock + " " + peerBlock + "]", "# set routelet-vxlan-peers: [" + peerIP + "/32]"} {
 		if !strings.Contains(want, s) {
 			t.Fatalf("routeletd's firewall state lacks %q:\n%s", s, want)
 		}
 	}
+	if strings.Contains(want, rules.PreroutingChain) {
+		t.Fatalf("routeletd made %s; the pod source check is on each pod veth's ingress hook:\n%s", rules.PreroutingChain, want)
+	}
 	// Left alone, the checks run and change nothing. With legacy each one
-	// runs `iptables -t raw -S`, `-t filter -S` and `-t nat -S` per family;
-	// with nft, once one check has read the tables, none runs iptables
-	// while the nf_tables ruleset stays unchanged.
+	// runs `iptables -t filter -S`, `-t nat -S` and, since the snapshot's
+	// read made a raw table, `-t raw -S` per family; with nft, once one
+	// check has read the tables, none runs iptables while the nf_tables
+	// ruleset stays unchanged.
 	writes, execs := c.metric("routelet_allowlist_netlink_writes_total"), c.metric("routelet_allowlist_iptables_execs_total")
 	checks := c.metric("routelet_allowlist_check_duration_seconds_count")
 	netnstest.Eventually(t, 5*time.Second, "two allowlist checks", func() bool {
@@ -89,8 +114,6 @@ func testTamperRepair(t *testing.T, backend string) {
 		tamper func()
 	}{
 		{"flush ROUTELET-INPUT", func() { c.mustIptables("-F", rules.InputChain) }},
-		{"flush ROUTELET-PREROUTING", func() { c.mustIptables("-t", "raw", "-F", rules.PreroutingChain) }},
-		{"delete the raw PREROUTING jump", func() { c.mustIptables("-t", "raw", "-D", "PREROUTING", "-i", "cali+", "-j", rules.PreroutingChain) }},
 		{"delete the INPUT jump", func() { c.mustIptables("-D", "INPUT", "-j", rules.InputChain) }},
 		{"delete the FORWARD jump", func() { c.mustIptables("-D", "FORWARD", "-j", rules.ForwardChain) }},
 		{"delete a peer from the set", func() { ipsetCmd("del", "routelet-vxlan-peers", peerIP) }},
@@ -120,14 +143,15 @@ func testTamperRepair(t *testing.T, backend string) {
 		})
 		t.Logf("%s: repaired after %s", tc.name, took.Round(10*time.Millisecond))
 	}
-	if r := c.metric("routelet_allowlist_repairs_total"); r < 7 {
-		t.Errorf("routelet_allowlist_repairs_total = %v after 7 repaired tamperings", r)
+	if r := c.metric("routelet_allowlist_repairs_total"); r < 5 {
+		t.Errorf("routelet_allowlist_repairs_total = %v after 5 repaired tamperings", r)
 	}
 }
 
 // TestCleanup: `routeletd cleanup` after the daemon stopped removes the
-// jumps, the ROUTELET-* chains (IPv4 and IPv6) and the routelet- sets, and
-// leaves everyone else's rules, chains and sets exactly as they were.
+// jumps, the ROUTELET-* chains (IPv4 and IPv6), the routelet- sets and a
+// pod's guard (the netdev table), and leaves everyone else's rules, chains
+// and sets exactly as they were.
 func TestCleanup(t *testing.T) { eachBackend(t, testCleanup) }
 
 func testCleanup(t *testing.T, backend string) {
@@ -152,9 +176,10 @@ func testCleanup(t *testing.T, backend string) {
 
 	c.writeNode("node-b", peerIP, peerBlock)
 	d := c.startDaemon("--encapsulation=vxlan")
+	c.addPod(t, "cleaned")
 	during := c.snapshot()
-	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING", "-A PREROUTING -i cali+ -j ROUTELET-PREROUTING",
-		"# set routelet-pools:", "# set routelet-nat-pools:", "# set routelet-vxlan-peers-v6:"} {
+	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING",
+		"# set routelet-pools:", "# set routelet-nat-pools:", "# set routelet-vxlan-peers-v6:", "# pod guards: [cali"} {
 		if !strings.Contains(during, s) {
 			t.Fatalf("routeletd did not set up %q:\n%s", s, during)
 		}
@@ -175,4 +200,129 @@ func testCleanup(t *testing.T, backend string) {
 			t.Fatalf("after routeletd cleanup (run %d) the firewall is not as before routeletd:\nbefore:\n%s\nafter:\n%s", i+1, before, after)
 		}
 	}
+}
+
+// TestPodGuardRepair: on a node upgraded from a routelet that kept the pod
+// source check in raw PREROUTING (chain and jump, IPv4 and IPv6), routeletd
+// removes them on start. A pod's guard, written by the plugin's ADD, is
+// read back on every check: deleted, a rule deleted, an accept inserted
+// above its rules or the chain made again as a regular chain, it is put
+// back within the check period and counted in
+// routelet_repairs_total{object="guard"}, after which it drops a spoofed
+// source again. A guard left by a veth deleted without a CNI DEL (kept
+// detached by newer kernels) is removed.
+func TestPodGuardRepair(t *testing.T) { eachBackend(t, testPodGuardRepair) }
+
+func testPodGuardRepair(t *testing.T, backend string) {
+	c := newCluster(t, backend)
+	c.rpfOff(t)
+	for _, v6 := range []bool{false, true} {
+		for _, args := range [][]string{
+			{"-t", "raw", "-N", rules.PreroutingChain},
+			{"-t", "raw", "-A", rules.PreroutingChain, "-i", "cali+", "-m", "rpfilter", "--invert", "-j", "DROP"},
+			{"-t", "raw", "-I", "PREROUTING", "1", "-i", "cali+", "-j", rules.PreroutingChain},
+		} {
+			if out, err := c.iptables(v6, args...); err != nil {
+				t.Fatalf("%v: %v\n%s", args, err, out)
+			}
+		}
+	}
+	c.writeNode("node-b", peerIP, peerBlock)
+	c.startDaemon("--encapsulation=vxlan")
+	netnstest.Eventually(t, 10*time.Second, "the older "+rules.PreroutingChain+" removed, both families", func() bool {
+		for _, v6 := range []bool{false, true} {
+			out, err := c.iptables(v6, "-t", "raw", "-S")
+			if err != nil || strings.Contains(out, rules.PreroutingChain) {
+				return false
+			}
+		}
+		return true
+	})
+
+	pod, ip := c.addPod(t, "guarded")
+	names := c.guardNames()
+	if len(names) != 1 {
+		t.Fatalf("pod guards after ADD: %v, want one", names)
+	}
+	spec := podguard.Spec{Device: names[0], Addrs: []netip.Addr{netip.MustParseAddr(ip)}}
+	g, err := c.guards()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := g.Read(spec, nil); err != nil || st != podguard.OK {
+		t.Fatalf("guard of %s after ADD: %v, %v", spec.Device, st, err)
+	}
+	out4 := listenUDPOn(t, c.outside, "udp4", "9100")
+	spoofed := 0
+	spoof := func(what string) {
+		t.Helper()
+		spoofed++
+		payload := fmt.Sprintf("spoofed-%d", spoofed)
+		before := c.countBefore(spoof4)
+		remove := addAddr(t, pod, "198.51.100.7")
+		sendUDPFrom(t, pod, "198.51.100.7", net.JoinHostPort(outsideIP, "9100"), []byte(payload))
+		remove()
+		if from := arrival(t, out4, payload, time.Second); from != "" {
+			t.Fatalf("%s: a spoofed datagram reached the outside (from %s)", what, from)
+		}
+		c.waitDropped(t, spoof4, before, what)
+	}
+	spoof("before any tampering")
+
+	conn, err := nftables.New(nftables.WithNetNSFd(int(c.node.NS.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Name: podguard.TableName, Family: nftables.TableFamilyNetdev}
+	ch := &nftables.Chain{Name: spec.Device, Table: table}
+	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	const metric = `routelet_repairs_total{object="guard"}`
+	for _, tc := range []struct {
+		name   string
+		tamper func() error
+	}{
+		{"chain deleted", func() error { conn.DelChain(ch); return conn.Flush() }},
+		{"rule deleted", func() error {
+			rs, err := conn.GetRules(table, ch)
+			if err != nil {
+				return err
+			}
+			if err := conn.DelRule(rs[len(rs)-1]); err != nil {
+				return err
+			}
+			return conn.Flush()
+		}},
+		{"accept inserted first", func() error {
+			conn.InsertRule(&nftables.Rule{Table: table, Chain: ch, Exprs: accept})
+			return conn.Flush()
+		}},
+		{"made again as a regular chain", func() error {
+			conn.DelChain(ch)
+			conn.AddChain(ch)
+			conn.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: accept})
+			return conn.Flush()
+		}},
+	} {
+		repairs := c.metric(metric)
+		if err := tc.tamper(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		took := netnstest.Eventually(t, 3*time.Second, tc.name+": repaired", func() bool {
+			st, err := g.Read(spec, nil)
+			return err == nil && st == podguard.OK && c.metric(metric) > repairs
+		})
+		t.Logf("%s: repaired after %s", tc.name, took.Round(10*time.Millisecond))
+		spoof("after " + tc.name)
+	}
+
+	// A veth gone without a DEL: its guard goes too (the kernel's doing on
+	// 6.1, routeletd's on kernels that keep the chain).
+	sh(t, c.node.NS, "ip link add calistale0 type veth peer name calistale1")
+	if _, err := g.Ensure(podguard.Spec{Device: "calistale0"}); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, c.node.NS, "ip link del calistale0")
+	netnstest.Eventually(t, 3*time.Second, "the guard of a deleted veth removed", func() bool {
+		return slices.Equal(c.guardNames(), []string{spec.Device})
+	})
 }

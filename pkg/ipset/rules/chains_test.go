@@ -67,7 +67,7 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 		t.Fatalf("clean Check = %d, %v", n, err)
 	}
 	if f.Calls("ListTable") != 3 || f.Execs() != 3 {
-		t.Fatalf("clean Check: %d table reads, %d execs; want one read per table (raw, filter, nat) and nothing else", f.Calls("ListTable"), f.Execs())
+		t.Fatalf("clean Check: %d table reads, %d execs; want one read per table (filter, nat and raw, which exists in the fake and may hold an older routelet's chain) and nothing else", f.Calls("ListTable"), f.Execs())
 	}
 
 	// Config change: only the tables of the chains whose rules change are
@@ -81,8 +81,8 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantInstalled(t, f, Config{VXLAN: true, NATOutgoing: true}, ipset.IPv4, others)
-	if f.Calls("ListTable") != 3 || f.Calls("Insert") != 0 {
-		t.Fatalf("config change: %d table reads, %d Inserts; want 3 (raw, filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
+	if f.Calls("ListTable") != 2 || f.Calls("Insert") != 0 {
+		t.Fatalf("config change: %d table reads, %d Inserts; want 2 (filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
 	}
 }
 
@@ -170,7 +170,7 @@ func TestChainsCheckExecs(t *testing.T) {
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
 			}
-			tableReads := []string{"raw", "filter", "nat"}
+			tableReads := []string{"filter", "nat", "raw"}
 			if !slices.Equal(tables, tableReads) {
 				t.Fatalf("first Apply read tables %q, want %q", tables, tableReads)
 			}
@@ -200,7 +200,7 @@ func TestChainsCheckExecs(t *testing.T) {
 			if n, err := c.Check(); n != 2 || err != nil {
 				t.Fatalf("Check = %d, %v; want 2 repairs", n, err)
 			}
-			in := Render(fullCfg, ipset.IPv4)[1]
+			in := Render(fullCfg, ipset.IPv4)[slices.IndexFunc(Render(fullCfg, ipset.IPv4), func(c Chain) bool { return c.Name == InputChain })]
 			if f.Calls("ListTable") != 3 || f.Calls("Append") != len(in.Rules) || f.Calls("Insert") != 1 || f.Execs() != 3+len(in.Rules)+1 {
 				t.Fatalf("repairing Check: %d table reads, %d appends, %d inserts, %d execs; want 3, %d, 1, %d",
 					f.Calls("ListTable"), f.Calls("Append"), f.Calls("Insert"), f.Execs(), len(in.Rules), 3+len(in.Rules)+1)
@@ -580,12 +580,19 @@ func TestCleanupLeavesMissingTablesAlone(t *testing.T) {
 }
 
 // TestCleanupDropsTablesItEmptied: with nf_tables, cleanup deletes the
-// tables that held nothing but routelet's chains and keeps a table with
-// someone else's rule.
+// tables that held nothing but routelet's chains (raw: an older routelet's
+// ROUTELET-PREROUTING) and keeps a table with someone else's rule.
 func TestCleanupDropsTablesItEmptied(t *testing.T) {
 	f := NewFakeTable()
 	f.NFT = true
 	f.SetRules(TableFilter, "INPUT", "-p tcp --dport 22 -j ACCEPT")
+	olderPrerouting(f)
+	if err := Cleanup(f, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := f.HasTable(TableRaw); ok {
+		t.Errorf("after cleanup the raw table of an older routelet's chain exists")
+	}
 	c := New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
@@ -604,30 +611,50 @@ func TestCleanupDropsTablesItEmptied(t *testing.T) {
 	}
 }
 
-// TestChainsReplaceJumpOfOlderForm: a node upgraded from a routelet whose
-// raw PREROUTING jump matched every packet gets the pod-interface jump in
-// its place, the old one removed, someone else's rule kept; Cleanup
-// removes a jump of either form.
-func TestChainsReplaceJumpOfOlderForm(t *testing.T) {
-	f := NewFakeTable()
-	f.SetRules(TableRaw, "PREROUTING", "-j "+PreroutingChain, "-s 192.0.2.1/32 -j DROP")
-	c := New(f, ipset.IPv4, quiet)
-	if err := c.SetConfig(fullCfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Apply(); err != nil {
-		t.Fatal(err)
-	}
-	hook, _ := f.Rules(TableRaw, "PREROUTING")
-	if want := []string{"-i cali+ -j " + PreroutingChain, "-s 192.0.2.1/32 -j DROP"}; !slices.Equal(hook, want) {
-		t.Fatalf("raw PREROUTING = %q, want %q", hook, want)
-	}
+// olderPrerouting gives f the raw-table anti-spoofing chain of earlier
+// routelet versions and both forms of their jump.
+func olderPrerouting(f *FakeTable) {
+	f.SetRules(TableRaw, PreroutingChain, "-i cali+ -m rpfilter --invert -j DROP", "-i cali+ -p udp -m udp --dport 4789 -j DROP")
+	f.SetRules(TableRaw, "PREROUTING", "-i cali+ -j "+PreroutingChain, "-j "+PreroutingChain)
+}
 
-	f.SetRules(TableRaw, "PREROUTING", "-i cali+ -j "+PreroutingChain, "-j "+PreroutingChain, "-s 192.0.2.1/32 -j DROP")
-	if err := Cleanup(f, quiet); err != nil {
-		t.Fatal(err)
-	}
-	if hook, _ := f.Rules(TableRaw, "PREROUTING"); !slices.Equal(hook, []string{"-s 192.0.2.1/32 -j DROP"}) {
-		t.Fatalf("raw PREROUTING after Cleanup = %q, want only the other rule", hook)
+// TestChainsRemoveOlderPrerouting: on a node upgraded from a routelet that
+// kept the pod source check in raw PREROUTING, Apply removes that chain and
+// both forms of its jump (someone else's rule kept) and never renders it;
+// with nf_tables a raw table left empty is deleted, one with someone
+// else's rule stays.
+func TestChainsRemoveOlderPrerouting(t *testing.T) {
+	for _, other := range []bool{false, true} {
+		f := NewFakeTable()
+		f.NFT = true
+		olderPrerouting(f)
+		if other {
+			f.SetRules(TableRaw, "PREROUTING", "-i cali+ -j "+PreroutingChain, "-s 192.0.2.1/32 -j DROP", "-j "+PreroutingChain)
+		}
+		c := New(f, ipset.IPv4, quiet)
+		if err := c.SetConfig(fullCfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Apply(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range c.Rendered() {
+			if ch.Table == TableRaw {
+				t.Errorf("rendered a raw chain: %+v", ch)
+			}
+		}
+		exists, _ := f.HasTable(TableRaw)
+		if exists != other {
+			t.Fatalf("with someone else's rule %v: raw table exists %v after Apply", other, exists)
+		}
+		if !other {
+			continue
+		}
+		if hook, _ := f.Rules(TableRaw, "PREROUTING"); !slices.Equal(hook, []string{"-s 192.0.2.1/32 -j DROP"}) {
+			t.Errorf("raw PREROUTING = %q, want only the other rule", hook)
+		}
+		if _, ok := f.Rules(TableRaw, PreroutingChain); ok {
+			t.Errorf("%s still exists", PreroutingChain)
+		}
 	}
 }

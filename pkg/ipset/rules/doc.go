@@ -1,13 +1,8 @@
 // Package rules renders routelet's iptables chains from a Config and keeps
 // them, and the jumps to them, in place through coreos/go-iptables.
 //
-// Four chains, per IP family (iptables and ip6tables):
+// Three chains, per IP family (iptables and ip6tables):
 //
-//   - ROUTELET-PREROUTING (raw, jumped to from PREROUTING): anti-spoofing.
-//     A packet from a pod interface (cali+) whose source does not route
-//     back through the interface it came in on (strict `-m rpfilter`) is
-//     dropped, and so is encapsulated traffic (the VXLAN port, IPIP) from a
-//     pod interface, before conntrack sees either.
 //   - ROUTELET-INPUT (filter, jumped to from INPUT): accept VXLAN (UDP to the
 //     configured port) addressed to a local address from the peers set (and
 //     not from a pod interface) and drop all other VXLAN to local
@@ -26,8 +21,15 @@
 //
 // A [Chains] holds the desired Config in memory; [Chains.Apply] brings the
 // kernel in line and [Chains.Check] re-reads each chain and repairs drift.
-// Reads are by table: one `iptables -t <table> -S` per table (raw, filter
-// and, with NAT outgoing, nat) lists routelet's chains and the built-in
+//
+// The pod source check is not here: it sits on each pod veth's ingress hook
+// (pkg/podguard). ROUTELET-PREROUTING (raw), where earlier versions kept
+// it, is a known chain that is never rendered: a check removes it and its
+// jump where found (its table read only when HasTable finds one), and with
+// nf_tables a raw table that leaves empty.
+//
+// Reads are by table: one `iptables -t <table> -S` per table (filter and,
+// with NAT outgoing, nat) lists routelet's chains and the built-in
 // chains that jump to them, so a check costs one exec per table and
 // family, not one per chain ([IPTables] adds that
 // whole-table read to the go-iptables handle). With iptables-nft a check
@@ -40,7 +42,8 @@
 // rule and never left empty. Each jump sits first in its built-in chain,
 // exactly once.
 //
-// Ownership: only the four ROUTELET-* chains are ever flushed or deleted;
+// Ownership: only the four ROUTELET-* chains (the three above and the old
+// ROUTELET-PREROUTING) are ever flushed or deleted;
 // in the built-in chains only rules that are exactly a jump to one of them
 // are inserted or removed.
 package rules

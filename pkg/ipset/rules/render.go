@@ -12,6 +12,9 @@ import (
 
 // Chain and table names (docs/design.md).
 const (
+	// PreroutingChain is the raw-table anti-spoofing chain of earlier
+	// routelet versions; the check now sits on each pod veth's ingress
+	// hook (pkg/podguard). It is never rendered: only removed where found.
 	PreroutingChain  = "ROUTELET-PREROUTING"
 	InputChain       = "ROUTELET-INPUT"
 	ForwardChain     = "ROUTELET-FORWARD"
@@ -112,34 +115,23 @@ func (c Chain) Lines() []string {
 }
 
 // Render returns routelet's chains for family from cfg, in the order they
-// are applied: ROUTELET-PREROUTING (raw), ROUTELET-INPUT and
-// ROUTELET-FORWARD (filter) always, ROUTELET-POSTROUTING (nat) only with
-// NAT outgoing. Rules are written the way `iptables -S` prints them
-// (including the implicit "-m udp"), so a read-back compares equal.
+// are applied: ROUTELET-INPUT and ROUTELET-FORWARD (filter) always,
+// ROUTELET-POSTROUTING (nat) only with NAT outgoing. Rules are written the
+// way `iptables -S` prints them (including the implicit "-m udp"), so a
+// read-back compares equal.
 //
-// ROUTELET-PREROUTING is the anti-spoofing chain: a packet from a pod
-// interface whose source does not route back through that same interface
-// (strict reverse-path check, `-m rpfilter`) is dropped before conntrack
-// sees it. Every pod address has a host route via its own veth, so this
-// admits exactly the pod's own addresses (and its IPv6 link-local ones).
-// Encapsulated traffic (the VXLAN port, IPIP) from a pod interface is
-// dropped there too, whatever its destination: a pod never sends overlay
-// traffic, to this node or, masqueraded as this node, to a peer.
+// The pod source check (a pod's packets with a source it was not given,
+// and VXLAN or IPIP from a pod) is not an iptables rule: it runs on each
+// pod veth's own ingress hook (pkg/podguard), before any prerouting hook.
+// ROUTELET-PREROUTING, where earlier versions kept it, is a known chain
+// Render leaves out, so a check removes it where an older routelet left it.
 func Render(cfg Config, family ipset.Family) []Chain {
 	cfg = cfg.withDefaults()
 	v6 := family == ipset.IPv6
 	pods := cfg.InterfacePrefix + "+"
 	port := strconv.Itoa(cfg.VXLANPort)
 
-	pre := []string{"-i " + pods + " -m rpfilter --invert -j DROP"}
-	if cfg.VXLAN {
-		pre = append(pre, "-i "+pods+" -p udp -m udp --dport "+port+" -j DROP")
-	}
-	if cfg.IPIP && !v6 {
-		pre = append(pre, "-i "+pods+" -p 4 -j DROP")
-	}
-
-	// The accept rules also exclude pod interfaces: should the raw chain
+	// The accept rules also exclude pod interfaces: should a pod's guard
 	// ever be missing, a pod's packet still cannot pass as a peer's.
 	var input []string
 	if cfg.VXLAN {
@@ -160,11 +152,6 @@ func Render(cfg Config, family ipset.Family) []Chain {
 	}
 
 	out := []Chain{
-		// Only packets from pod interfaces enter the anti-spoofing chain:
-		// every rule in it starts with that match, so the outer and the
-		// decapsulated packets of the overlay, most of what the raw hook
-		// sees, cost one interface compare instead of a walk through it.
-		{Table: TableRaw, Name: PreroutingChain, Hook: "PREROUTING", Jump: "-i " + pods, Rules: pre},
 		{Table: TableFilter, Name: InputChain, Hook: "INPUT", Rules: input},
 		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward},
 	}

@@ -1,0 +1,113 @@
+package podguard
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// TestRules: the rendered rules are the encapsulation drops, one accept per
+// distinct pod address in address order, the IPv6 link-local and
+// unspecified accepts and the two family drops; the VXLAN port defaults.
+func TestRules(t *testing.T) {
+	s := Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("fd00::5"), netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.5")}}
+	r := Rules(s)
+	if len(r) != 2+2+2+2 {
+		t.Fatalf("%d rules, want 8", len(r))
+	}
+	if got := r[0][3].(*expr.Cmp).Data; got[0] != 0x12 || got[1] != 0xb5 {
+		t.Errorf("VXLAN port %x, want 4789", got)
+	}
+	if got := r[2][3].(*expr.Cmp).Data; netip.AddrFrom4([4]byte(got)) != netip.MustParseAddr("10.0.0.5") {
+		t.Errorf("first accept for %v, want 10.0.0.5", got)
+	}
+	if got := r[3][3].(*expr.Cmp).Data; netip.AddrFrom16([16]byte(got)) != netip.MustParseAddr("fd00::5") {
+		t.Errorf("second accept for %v, want fd00::5", got)
+	}
+	for _, i := range []int{0, 1, 6, 7} {
+		if v := r[i][len(r[i])-1].(*expr.Verdict); v.Kind != expr.VerdictDrop {
+			t.Errorf("rule %d: verdict %v, want drop", i, v.Kind)
+		}
+		if _, ok := r[i][len(r[i])-2].(*expr.Counter); !ok {
+			t.Errorf("rule %d: drop without counter", i)
+		}
+	}
+	s.VXLANPort = 8472
+	if got := Rules(s)[0][3].(*expr.Cmp).Data; got[0] != 0x21 || got[1] != 0x18 {
+		t.Errorf("VXLAN port %x, want 8472", got)
+	}
+}
+
+// TestSameRules: counter values are ignored; any other difference in
+// order, kind or value is drift.
+func TestSameRules(t *testing.T) {
+	s := Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}}
+	want := Rules(s)
+	have := Rules(s)
+	have[0][4] = &expr.Counter{Packets: 7, Bytes: 700}
+	if !sameRules(want, have) {
+		t.Errorf("counted rules differ from fresh ones")
+	}
+	other := Rules(Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.6")}})
+	if sameRules(want, other) {
+		t.Errorf("rules of another address compare equal")
+	}
+	if sameRules(want, want[1:]) {
+		t.Errorf("a rule short compares equal")
+	}
+	swapped := Rules(s)
+	swapped[0], swapped[1] = swapped[1], swapped[0]
+	if sameRules(want, swapped) {
+		t.Errorf("reordered rules compare equal")
+	}
+	noCounter := Rules(s)
+	noCounter[1] = append(noCounter[1][:2:2], &expr.Verdict{Kind: expr.VerdictDrop}, &expr.Verdict{Kind: expr.VerdictDrop})
+	if sameRules(want, noCounter) {
+		t.Errorf("a counter replaced by a verdict compares equal")
+	}
+}
+
+// TestSpecValidate: bad device names and non-pod addresses are refused,
+// naming the value.
+func TestSpecValidate(t *testing.T) {
+	for _, s := range []Spec{
+		{Device: ""},
+		{Device: "cali0123456789ab"},
+		{Device: "cali/1"},
+		{Device: "cali1", Addrs: []netip.Addr{{}}},
+		{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("::")}},
+		{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("224.0.0.1")}},
+		{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.1")}},
+	} {
+		if err := s.Validate(); err == nil {
+			t.Errorf("%+v: accepted", s)
+		}
+	}
+	if err := (Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}).Validate(); err != nil {
+		t.Errorf("a good spec: %v", err)
+	}
+}
+
+// TestStale: only chains neither kept nor backed by an existing device are
+// stale; an error asking about one device leaves the others decided.
+func TestStale(t *testing.T) {
+	have := map[string]*nftables.Chain{"cali1": {}, "cali2": {}, "cali3": {}, "cali4": {}}
+	keep := map[string]bool{"cali1": true}
+	exists := func(name string) (bool, error) {
+		switch name {
+		case "cali2":
+			return true, nil
+		case "cali4":
+			return false, errors.New("netlink: interrupted")
+		}
+		return false, nil
+	}
+	got, err := Stale(have, keep, exists)
+	if !slices.Equal(got, []string{"cali3"}) || err == nil {
+		t.Errorf("Stale = %v, %v; want [cali3] and the error about cali4", got, err)
+	}
+}
