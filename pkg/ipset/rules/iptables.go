@@ -144,7 +144,7 @@ func (t *IPTables) Generation() (uint32, bool, error) {
 	if !t.nft {
 		return 0, false, nil
 	}
-	gen, err := nftGeneration(t.gen)
+	gen, err := nlutil.NFTGeneration(t.gen)
 	if err != nil {
 		return 0, false, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/ipset"
 )
 
@@ -326,7 +327,7 @@ func TestPairReadsItsNamespacesGeneration(t *testing.T) {
 	fresh := func() uint32 {
 		t.Helper()
 		var gen uint32
-		if err := n.Do(func(ns.NetNS) error { gen, err = nftGeneration(nil); return err }); err != nil {
+		if err := n.Do(func(ns.NetNS) error { gen, err = nlutil.NFTGeneration(nil); return err }); err != nil {
 			t.Fatal(err)
 		}
 		return gen
