@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
 	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/podguard"
 )
@@ -16,19 +19,40 @@ import (
 // it before the first Check.
 func (k *Keeper) SetGuards(g *podguard.Guards, vxlanPort uint16) {
 	k.guards, k.guardPort = g, vxlanPort
+	k.guardGen, _ = nlutil.Dial(unix.NETLINK_NETFILTER, netns.None()) // nil: NFTGeneration opens a socket per read
+}
+
+// guardsSeen is what a CheckGuards that found every guard right saw: the
+// nf_tables generation and the Keeper's guardEpoch. ok is false when no
+// such check has been made since the last change.
+type guardsSeen struct {
+	gen   uint32
+	epoch uint64
+	ok    bool
 }
 
 // CheckGuards reads back the pod guard of every kept veth that exists,
 // rewrites those that differ and removes the chains of veths that are gone
 // (nothing without SetGuards). It reads no link state of its own: which
-// kept veths exist is what the last Check found.
+// kept veths exist is what the last Check found. While neither the
+// nf_tables ruleset (its generation: any write by anyone changes it) nor
+// the kept veths changed since a check found every guard right, it reads
+// nothing but the generation.
 func (k *Keeper) CheckGuards() (Repairs, error) {
 	if k.guards == nil {
 		return Repairs{}, nil
 	}
+	gen, genErr := nlutil.NFTGeneration(k.guardGen)
+	if genErr == nil && k.clean.ok && k.clean.gen == gen && k.clean.epoch == k.guardEpoch {
+		return Repairs{}, nil
+	}
+	epoch := k.guardEpoch
 	n, err := k.checkGuards(true)
+	k.clean = guardsSeen{}
 	if err != nil {
 		err = fmt.Errorf("pod guards: %w", err)
+	} else if n == 0 && genErr == nil {
+		k.clean = guardsSeen{gen: gen, epoch: epoch, ok: true}
 	}
 	return Repairs{Guards: n}, err
 }

@@ -73,6 +73,13 @@ type Keeper struct {
 	// VXLAN to guardPort.
 	guards    *podguard.Guards
 	guardPort uint16
+	// guardGen reads the nf_tables generation for CheckGuards (nil: a
+	// fresh socket each time); guardEpoch counts changes to the kept
+	// veths and to which of them exist; clean is what the last
+	// CheckGuards that found every guard right saw.
+	guardGen   *nlutil.Conn
+	guardEpoch uint64
+	clean      guardsSeen
 }
 
 // keptVeth is one kept veth with its HostSysctls, all and the polled
@@ -109,6 +116,9 @@ func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 func (k *Keeper) Close() {
 	k.h.Close()
 	k.files.closeAll()
+	if k.guardGen != nil {
+		k.guardGen.Close()
+	}
 }
 
 // SetVeths replaces the veths kept; names without the prefix are ignored.
@@ -169,6 +179,7 @@ func (k *Keeper) keep(v HostVeth) {
 	}
 	k.veths[v.Name] = kv
 	k.links[v.Name], k.neighs[v.Name], k.fresh[v.Name] = true, true, true
+	k.guardEpoch++
 }
 
 // drop stops keeping the veth name.
@@ -181,6 +192,7 @@ func (k *Keeper) drop(name string) {
 	delete(k.veths, name)
 	delete(k.veth, name)
 	delete(k.fresh, name)
+	k.guardEpoch++
 	if i, found := slices.BinarySearch(k.names, name); found {
 		k.names = slices.Delete(k.names, i, i+1)
 	}
@@ -362,23 +374,36 @@ func (k *Keeper) readSysctl(s Sysctl) (string, error) {
 	return k.files.read(s.Key)
 }
 
+// setExists records whether the kept veth name exists as a veth.
+func (k *Keeper) setExists(name string, ok bool) {
+	if k.veth[name] == ok {
+		return
+	}
+	k.guardEpoch++
+	if ok {
+		k.veth[name] = true
+	} else {
+		delete(k.veth, name)
+	}
+}
+
 // ensureUp sets v's link administratively up when it is down. Links that
 // are missing, or are not veths, are left alone.
 func (k *Keeper) ensureUp(v HostVeth) (bool, error) {
 	l, err := k.h.LinkByName(v.Name)
 	if err != nil {
 		if nlutil.LinkNotFound(err) {
-			delete(k.veth, v.Name)
+			k.setExists(v.Name, false)
 			return false, nil
 		}
 		return false, fmt.Errorf("veth %s: %w", v.Name, err)
 	}
 	if l.Type() != "veth" {
 		k.log.Warn("not keeping a pod interface that is not a veth", "iface", v.Name, "type", l.Type())
-		delete(k.veth, v.Name)
+		k.setExists(v.Name, false)
 		return false, nil
 	}
-	k.veth[v.Name] = true
+	k.setExists(v.Name, true)
 	if l.Attrs().Flags&net.FlagUp != 0 {
 		return false, nil
 	}
