@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,21 +20,32 @@ import (
 
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
 
 // benchNode sets up a node with n workload veths (calib<i>, peers pb<i>),
-// each with the settings the plugin's ADD writes before the record
-// (podnet.HostSysctls), as a pod's veth has.
+// each with what the plugin's ADD writes before the record: the settings
+// (podnet.HostSysctls) and the pod guard for its address (benchIP), as a
+// pod's veth has.
 func benchNode(b *testing.B, n int) *testNode {
 	tn := newTestNode(b, true)
 	for i := range n {
 		tn.addVeth("calib"+strconv.Itoa(i), "pb"+strconv.Itoa(i))
 	}
 	err := tn.node.NS.Do(func(ns.NetNS) error {
+		g, err := podguard.New()
+		if err != nil {
+			return err
+		}
+		defer g.Close()
 		for i := range n {
-			if _, err := podnet.EnsureSysctls(podnet.HostSysctls("calib"+strconv.Itoa(i), false)); err != nil {
+			veth := "calib" + strconv.Itoa(i)
+			if _, err := podnet.EnsureSysctls(podnet.HostSysctls(veth, false)); err != nil {
+				return err
+			}
+			if _, err := g.Ensure(podguard.Spec{Device: veth, Addrs: []netip.Addr{netip.MustParseAddr(benchIP(i))}}); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -76,24 +77,13 @@ func (k *Keeper) checkGuards(collect bool) (int, error) {
 	n := 0
 	var errs []error
 	for _, name := range k.names {
-		if !k.veth[name] {
-			continue
+		fixed, err := k.checkGuard(name, have)
+		if fixed {
+			n++
 		}
-		spec := k.guardSpec(k.veths[name].HostVeth)
-		st, err := k.guards.Read(spec, have)
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if st == podguard.OK {
-			continue
-		}
-		if err := k.guards.Repair(spec, st); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		k.log.Info("pod guard repaired", "iface", name, "found", st.String())
-		n++
 	}
 	if !collect {
 		return n, errors.Join(errs...)
@@ -115,6 +105,47 @@ func (k *Keeper) checkGuards(collect bool) (int, error) {
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// checkGuardsOf checks the guards of the kept veths among names that
+// exist (one dump of the table's chains, one of the rules of each of
+// theirs). It returns how many it rewrote.
+func (k *Keeper) checkGuardsOf(names []string) (int, error) {
+	have, err := k.guards.Chains()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, name := range names {
+		fixed, err := k.checkGuard(name, have)
+		if fixed {
+			n++
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// checkGuard reads the guard of the kept veth name, when it exists, with
+// its chain looked up in have, and rewrites it when it differs; fixed: it
+// was rewritten.
+func (k *Keeper) checkGuard(name string, have map[string]*nftables.Chain) (fixed bool, err error) {
+	if !k.veth[name] {
+		return false, nil
+	}
+	spec := k.guardSpec(k.veths[name].HostVeth)
+	st, err := k.guards.Read(spec, have)
+	if err != nil || st == podguard.OK {
+		return false, err
+	}
+	if err := k.guards.Repair(spec, st); err != nil {
+		return false, err
+	}
+	k.log.Info("pod guard repaired", "iface", name, "found", st.String())
+	return true, nil
 }
 
 // linkExists reports whether a link named name exists.

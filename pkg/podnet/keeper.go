@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -63,7 +64,11 @@ type Keeper struct {
 	// sysctls the next Check reads, fresh those whose sysctls the next
 	// polling Check reads; node: the next Check reads NodeSysctls.
 	links, neighs, sysctls, fresh map[string]bool
-	node                          bool
+	// guardHints name the veths whose pod guard the next Check reads: those
+	// of link events (not new kept veths: ADD has just written theirs, and
+	// CheckGuards reads it).
+	guardHints map[string]bool
+	node       bool
 	// veth holds the kept names last read as an existing veth: only those
 	// get their sysctls written.
 	veth map[string]bool
@@ -106,7 +111,7 @@ func NewKeeper(prefix string, log *slog.Logger) (*Keeper, error) {
 		log = slog.Default()
 	}
 	k := &Keeper{prefix: prefix, h: h, log: log, veths: map[string]keptVeth{},
-		links: map[string]bool{}, neighs: map[string]bool{}, sysctls: map[string]bool{}, fresh: map[string]bool{},
+		links: map[string]bool{}, neighs: map[string]bool{}, sysctls: map[string]bool{}, fresh: map[string]bool{}, guardHints: map[string]bool{},
 		veth: map[string]bool{}}
 	k.files.reserve()
 	return k, nil
@@ -192,6 +197,7 @@ func (k *Keeper) drop(name string) {
 	delete(k.veths, name)
 	delete(k.veth, name)
 	delete(k.fresh, name)
+	delete(k.guardHints, name)
 	k.guardEpoch++
 	if i, found := slices.BinarySearch(k.names, name); found {
 		k.names = slices.Delete(k.names, i, i+1)
@@ -222,7 +228,7 @@ func sameVeth(a, b HostVeth) bool {
 // sysctls (a veth made again under the name starts from the defaults).
 func (k *Keeper) LinkChanged(name string) {
 	if _, ok := k.veths[name]; ok {
-		k.links[name], k.neighs[name], k.sysctls[name] = true, true, true
+		k.links[name], k.neighs[name], k.sysctls[name], k.guardHints[name] = true, true, true, true
 	}
 }
 
@@ -251,7 +257,7 @@ func (k *Keeper) SysctlsChanged(name string) {
 // resync).
 func (k *Keeper) CheckAll() {
 	for name := range k.veths {
-		k.links[name], k.neighs[name], k.sysctls[name] = true, true, true
+		k.links[name], k.neighs[name], k.sysctls[name], k.guardHints[name] = true, true, true, true
 	}
 	k.node = true
 }
@@ -260,18 +266,14 @@ func (k *Keeper) CheckAll() {
 // hinted since the last Check, the NodeSysctls the pods need when hinted or
 // when a veth's sysctls were read, and with poll the not Announced
 // HostSysctls of every kept veth and all of those of the veths new since the
-// last poll; with SetGuards, after a link hint, every existing kept veth's
-// pod guard. A veth that no longer exists, or a link of
+// last poll; with SetGuards, the pod guards of the existing kept veths
+// hinted by a link event (LinkChanged, CheckAll). A veth that no longer exists, or a link of
 // that name that is not a veth, is skipped (its record is the agent's
 // business). Errors are joined; what failed is hinted again for the next
 // Check.
 func (k *Keeper) Check(poll bool) (Repairs, error) {
 	var rep Repairs
 	var errs []error
-	// The guards are read here only when a link event may have replaced
-	// a veth (kernels that release a veth's chain with it); the periodic
-	// read is CheckGuards.
-	guards := k.guards != nil && len(k.links) > 0
 	var retryLinks, retryNeighs, retrySysctls []string
 	for name := range k.links {
 		delete(k.links, name)
@@ -333,11 +335,19 @@ func (k *Keeper) Check(poll bool) (Repairs, error) {
 			retryNeighs = append(retryNeighs, name)
 		}
 	}
-	if guards {
-		n, err := k.checkGuards(false)
+	// The guards of veths with a link event are read here (the event may
+	// have replaced the veth, and kernels release a veth's chain with it);
+	// the periodic read of all of them is CheckGuards.
+	if k.guards != nil && len(k.guardHints) > 0 {
+		names := slices.Collect(maps.Keys(k.guardHints))
+		clear(k.guardHints)
+		n, err := k.checkGuardsOf(names)
 		rep.Guards += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pod guards: %w", err))
+			for _, name := range names {
+				k.guardHints[name] = true
+			}
 		}
 	}
 	for _, name := range retryLinks {
