@@ -17,6 +17,18 @@ type hostRecorder struct {
 
 func (h *hostRecorder) OnHostChange() { h.changes++ }
 
+// counter returns a check that event makes h hear of want host changes.
+func (h *hostRecorder) counter(t *testing.T) func(what string, want int, event func()) {
+	return func(what string, want int, event func()) {
+		t.Helper()
+		before := h.changes
+		event()
+		if got := h.changes - before; got != want {
+			t.Errorf("%s: %d host changes, want %d", what, got, want)
+		}
+	}
+}
+
 // TestHostChanges: an owner of host changes hears of every address and
 // link event and of main-table routes of other protocols, not of its own
 // protocol's routes, other tables or neighbours; other owners hear of
@@ -26,14 +38,7 @@ func TestHostChanges(t *testing.T) {
 	h, other := &hostRecorder{}, &hostRecorder{}
 	w.Register("host", Interest{Host: true, OwnProtocols: []int{80}}, h)
 	w.Register("other", Interest{Names: []string{"eth0"}}, other)
-	count := func(what string, want int, event func()) {
-		t.Helper()
-		before := h.changes
-		event()
-		if got := h.changes - before; got != want {
-			t.Errorf("%s: %d host changes, want %d", what, got, want)
-		}
-	}
+	count := h.counter(t)
 	count("address added", 1, func() {
 		w.Addr(netlink.AddrUpdate{LinkAddress: net.IPNet{IP: net.ParseIP("10.250.5.1"), Mask: net.CIDRMask(32, 32)}, LinkIndex: 3, NewAddr: true})
 	})
@@ -60,14 +65,7 @@ func TestHostIgnoresOwnLinks(t *testing.T) {
 	h := &hostRecorder{}
 	ignores := func(name, kind string) bool { return strings.HasPrefix(name, "cali") && kind == "veth" }
 	w.Register("host", Interest{Host: true, OwnProtocols: []int{80}, HostIgnores: ignores}, h)
-	count := func(what string, want int, event func()) {
-		t.Helper()
-		before := h.changes
-		event()
-		if got := h.changes - before; got != want {
-			t.Errorf("%s: %d host changes, want %d", what, got, want)
-		}
-	}
+	count := h.counter(t)
 	ll := func(index int, cidr string) netlink.AddrUpdate {
 		ip, n, _ := net.ParseCIDR(cidr)
 		return netlink.AddrUpdate{LinkAddress: net.IPNet{IP: ip, Mask: n.Mask}, LinkIndex: index, NewAddr: true}
