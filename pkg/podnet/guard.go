@@ -48,7 +48,7 @@ func (k *Keeper) CheckGuards() (Repairs, error) {
 		return Repairs{}, nil
 	}
 	epoch := k.guardEpoch
-	n, err := k.checkGuards(true)
+	n, err := k.checkGuards()
 	k.clean = guardsSeen{}
 	if err != nil {
 		err = fmt.Errorf("pod guards: %w", err)
@@ -65,29 +65,16 @@ func (k *Keeper) guardSpec(v HostVeth) podguard.Spec {
 
 // checkGuards reads the guards of the kept veths that exist (one dump of
 // the table's chains, one of each chain's rules), rewrites those that
-// differ and, with collect, removes the chains of veths that are neither
-// kept nor present. A chain whose veth exists but is not kept yet (an ADD
-// that has written its guard but not its record) is left alone. It
-// returns how many guards it wrote or removed.
-func (k *Keeper) checkGuards(collect bool) (int, error) {
+// differ and removes the chains of veths that are neither kept nor
+// present. A chain whose veth exists but is not kept yet (an ADD that has
+// written its guard but not its record) is left alone. It returns how
+// many guards it wrote or removed.
+func (k *Keeper) checkGuards() (int, error) {
 	have, err := k.guards.Chains()
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	var errs []error
-	for _, name := range k.names {
-		fixed, err := k.checkGuard(name, have)
-		if fixed {
-			n++
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if !collect {
-		return n, errors.Join(errs...)
-	}
+	n, errs := k.checkGuardsIn(have, k.names)
 	keep := make(map[string]bool, len(k.veths))
 	for name := range k.veths {
 		keep[name] = true
@@ -115,6 +102,14 @@ func (k *Keeper) checkGuardsOf(names []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	n, errs := k.checkGuardsIn(have, names)
+	return n, errors.Join(errs...)
+}
+
+// checkGuardsIn checks the guard of each kept veth among names that
+// exists (checkGuard, chains looked up in have) and returns how many it
+// rewrote and what failed.
+func (k *Keeper) checkGuardsIn(have map[string]*nftables.Chain, names []string) (int, []error) {
 	n := 0
 	var errs []error
 	for _, name := range names {
@@ -126,7 +121,7 @@ func (k *Keeper) checkGuardsOf(names []string) (int, error) {
 			errs = append(errs, err)
 		}
 	}
-	return n, errors.Join(errs...)
+	return n, errs
 }
 
 // checkGuard reads the guard of the kept veth name, when it exists, with
