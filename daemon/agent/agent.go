@@ -708,9 +708,10 @@ func (a *Agent) syncDesired() bool {
 // noteDesired logs what delta decided anew: records refused (or refused
 // for another reason) and addresses several records claim that went to
 // another record. It also tells the keeper which records' veths to derive
-// again: those derived again and those claiming an IPv6 address decided
-// again (the keeper runs after the pass's Apply, off the way from a record
-// to its route).
+// again: those derived again and those claiming an address decided again,
+// IPv4 as IPv6, since a pod guard lets through the addresses routed to its
+// record (the keeper runs after the pass's Apply, off the way from a
+// record to its route).
 func (a *Agent) noteDesired(delta desiredDelta) {
 	d := a.desired.d
 	for _, name := range delta.keys {
@@ -735,10 +736,8 @@ func (a *Agent) noteDesired(delta desiredDelta) {
 		a.keepKeys[key] = struct{}{}
 	}
 	for _, addr := range delta.addrs {
-		if addr.Is6() {
-			for _, key := range a.desired.claims[addr] {
-				a.keepKeys[key] = struct{}{}
-			}
+		for _, key := range a.desired.claims[addr] {
+			a.keepKeys[key] = struct{}{}
 		}
 	}
 }

@@ -98,9 +98,10 @@ func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
 }
 
 // keeperVeths hands the served workloads' host veths to the keeper: only
-// records syncDesired accepted, each with the IPv6 addresses routed to it.
-// It derives a veth again only for a record in keepKeys (read again, or a
-// claimant of an IPv6 address decided again) and hands over only the veths
+// records syncDesired accepted, each with the addresses routed to it (its
+// pod guard's sources; the IPv6 ones its neighbours). It derives a veth
+// again only for a record in keepKeys (read again, or a claimant of an
+// address decided again) and hands over only the veths
 // those name (UpdateVeths); after a full read (keepAll) it derives every
 // record's and hands over the whole list (SetVeths). Of two records naming
 // one veth, the one with the greater key is kept (as in the whole list,

@@ -233,8 +233,9 @@ func repairs(f *fixture, object string) float64 {
 }
 
 // TestKeeperVethsIncrementalMatchesFull: after random record and link
-// changes, what the keeper was handed one change at a time is what the
-// whole list derived from scratch (DesiredRoutes) would be.
+// changes, what the keeper was handed one change at a time (the addresses
+// each pod guard lets through, the IPv6 neighbours) is what the whole list
+// derived from scratch (DesiredRoutes) would be.
 func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{}
@@ -245,7 +246,7 @@ func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 	byName := func(vs []podnet.HostVeth) map[string]string {
 		out := map[string]string{}
 		for _, v := range vs { // of one name, the later
-			out[v.Name] = fmt.Sprintf("%v %v %s", v.IPv6, v.Neighbours, v.MAC)
+			out[v.Name] = fmt.Sprintf("%v %v %v %s", v.IPv6, v.Addrs, v.Neighbours, v.MAC)
 		}
 		return out
 	}
@@ -282,7 +283,11 @@ func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 			v := podnet.HostVeth{Name: w.HostIface}
 			v.MAC, _ = net.ParseMAC(w.ContainerMAC)
 			for _, s := range w.IPs {
-				if a := netip.MustParsePrefix(s).Addr(); a.Is6() {
+				a := netip.MustParsePrefix(s).Addr()
+				if d.Owner[a] == key && !slices.Contains(v.Addrs, a) {
+					v.Addrs = append(v.Addrs, a)
+				}
+				if a.Is6() {
 					v.IPv6 = true
 					if d.Owner[a] == key && !slices.Contains(v.Neighbours, a) {
 						v.Neighbours = append(v.Neighbours, a)
