@@ -25,18 +25,22 @@ func (d *Datastore) Grow(ctx context.Context, family int, full []netip.Prefix) (
 	}
 	ctx, cancel := d.req(ctx)
 	defer cancel()
-	b, err := d.grow(ctx, family, full)
-	if err != nil && !errors.Is(err, datastore.ErrPoolFull) && ctx.Err() == nil {
-		d.failed("grow", err)
-	}
-	return b, err
+	return d.grow(ctx, family, full)
 }
 
-// grow is Grow's claim, within one request timeout.
+// grow is Grow's claim, within one request timeout. Only a failed request
+// counts as etcd unreachable (failed); a full pool, a missing pool or a
+// block taken away are answers.
 func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (netip.Prefix, error) {
+	unreached := func(err error) (netip.Prefix, error) {
+		if ctx.Err() == nil {
+			d.failed("grow", err)
+		}
+		return netip.Prefix{}, err
+	}
 	pools, rev, err := d.readPools(ctx)
 	if err != nil {
-		return netip.Prefix{}, err
+		return unreached(err)
 	}
 	d.reached()
 	i := slices.IndexFunc(pools, func(p Pool) bool { return familyOf(p.CIDR) == family })
@@ -47,7 +51,7 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 	for {
 		claims, _, err := d.listClaims(ctx)
 		if err != nil {
-			return netip.Prefix{}, err
+			return unreached(err)
 		}
 		own := ownBlocks(claims, d.o.NodeName)
 		for _, b := range full {
@@ -66,8 +70,11 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 		}
 		key := d.blockKey(free)
 		won, err := d.claimFree(ctx, key, rev)
-		if err != nil {
+		if errors.Is(err, errPoolsChanged) {
 			return netip.Prefix{}, err
+		}
+		if err != nil {
+			return unreached(err)
 		}
 		if won {
 			d.m.claims.WithLabelValues("full").Inc()
