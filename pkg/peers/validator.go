@@ -191,13 +191,17 @@ func (v *Validator) readHost() {
 // complete: a crash in the middle of an append loses that Flush's
 // sightings as a whole, never some of them (readLedger).
 func (v *Validator) Flush() {
-	if !v.dirty || v.opts.StateDir == "" {
+	if !v.dirty {
 		return
 	}
 	changed := v.res.changed
 	v.res.changed = v.res.changed[:0]
 	if cap(v.res.changed) > 1024 {
 		v.res.changed = nil // the first pass's, which holds every claim
+	}
+	if v.opts.StateDir == "" {
+		v.dirty = false // memory only: nothing to write, and nothing to keep for it
+		return
 	}
 	if err := v.flush(changed); err != nil {
 		v.written = nil // what a failed write left is not ours to extend
