@@ -53,8 +53,6 @@ func cmdDel(args *skel.CmdArgs) error {
 	var errs []error
 	if err := deleteHostVeth(store, host, c.Prefix, hostIf, args.ContainerID, args.IfName); err != nil {
 		errs = append(errs, err)
-	} else if err := removeGuard(hostIf); err != nil {
-		errs = append(errs, err)
 	}
 	if err := releaseAddrs(c, store, args.StdinData, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
 		errs = append(errs, err)
@@ -101,9 +99,11 @@ func deleteHostVeth(store *state.Store, host netguard.Host, prefix, hostIf, cont
 }
 
 // removeLink deletes the link a workload record names only when it is a
-// veth with the configured prefix and not the uplink. Anything else (a
-// tampered record naming a bridge, the uplink, an overlay device, a veth
-// under another prefix) is left alone with a warning: the address and the
+// veth with the configured prefix and not the uplink, and then, as when
+// there is no such link, its pod guard (on kernels that keep a netdev
+// chain without its device). Anything else (a tampered record naming a
+// bridge, the uplink, an overlay device, a veth under another prefix) is
+// left alone with a warning, and so is its guard: the address and the
 // record are still released, so DEL and GC converge.
 func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) error {
 	hv, err := dp.InspectHost(hostIf)
@@ -111,7 +111,7 @@ func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) 
 		return fmt.Errorf("look up host veth %s: %w", hostIf, err)
 	}
 	if !hv.Exists {
-		return nil
+		return removeGuard(hostIf)
 	}
 	if why := ownerDescription(host, netguard.Link{Name: hostIf, Type: hv.Type}, prefix); why != "" {
 		slog.Warn("not deleting a link routelet does not own; releasing the attachment's address and record only",
@@ -121,21 +121,11 @@ func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) 
 	if err := dp.Teardown(hostIf); err != nil {
 		return fmt.Errorf("delete host veth: %w", err)
 	}
-	return nil
+	return removeGuard(hostIf)
 }
 
-// removeGuard deletes the pod guard of hostIf once the veth is gone (on
-// kernels that keep a netdev chain without its device). A veth still
-// there belongs to another attachment, or is not routelet's: its guard
-// stays.
+// removeGuard deletes the pod guard of hostIf, whose veth is gone.
 func removeGuard(hostIf string) error {
-	hv, err := dp.InspectHost(hostIf)
-	if err != nil {
-		return fmt.Errorf("look up host veth %s: %w", hostIf, err)
-	}
-	if hv.Exists {
-		return nil
-	}
 	if err := dp.RemoveGuard(hostIf); err != nil {
 		return fmt.Errorf("remove pod source check: %w", err)
 	}

@@ -66,8 +66,6 @@ func cmdGC(args *skel.CmdArgs) error {
 		if r.HostIface != "" && !claimedByLive(recs, keep, c.Name, r) {
 			if err := removeLink(host, c.Prefix, r.HostIface, r.ContainerID, r.IfName); err != nil {
 				stepErrs = append(stepErrs, err)
-			} else if err := removeGuard(r.HostIface); err != nil {
-				stepErrs = append(stepErrs, err)
 			}
 		}
 		if c.Delegate == "" {
