@@ -60,8 +60,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	var problems []string
 	problems = append(problems, checkPod(args, want)...)
-	problems = append(problems, checkHost(want, expectedRouteProtocol(store))...)
-	problems = append(problems, checkGuard(want, store)...)
+	st := daemonStatus(store)
+	problems = append(problems, checkHost(want, hostRouteProtocol(st))...)
+	problems = append(problems, checkGuard(want, guardPort(st))...)
 	problems = append(problems, checkRecord(store, args, c, want)...)
 	problems = append(problems, checkIPAM(c, store, args, want)...)
 	if len(problems) > 0 {
@@ -173,26 +174,26 @@ func checkPod(args *skel.CmdArgs, want *expected) []string {
 	return out
 }
 
-// expectedRouteProtocol is the protocol ADD gave the host routes and the
-// daemon keeps them at: daemon.json's, else routes.DefaultProtocol (see
-// hostRouteProtocol). An unreadable daemon.json means the default, as in ADD.
-func expectedRouteProtocol(store *state.Store) netlink.RouteProtocol {
+// daemonStatus is daemon.json for CHECK's expectations of what ADD
+// wrote: the host route protocol the daemon keeps the routes at
+// (hostRouteProtocol) and the VXLAN port the pod guard drops (guardPort).
+// An unreadable daemon.json means the defaults, as in ADD (nil).
+func daemonStatus(store *state.Store) *state.DaemonStatus {
 	st, err := store.ReadDaemonStatus()
-	if err != nil && !errors.Is(err, state.ErrNotFound) {
-		slog.Warn("daemon status unreadable; expecting the default route protocol", "err", err, "proto", routes.DefaultProtocol)
+	if err != nil {
+		if !errors.Is(err, state.ErrNotFound) {
+			slog.Warn("daemon status unreadable; expecting the default route protocol and VXLAN port", "err", err, "proto", routes.DefaultProtocol)
+		}
+		return nil
 	}
-	return hostRouteProtocol(st)
+	return st
 }
 
 // checkGuard verifies the pod source check on the host veth: its chain
-// and rules as ADD wrote them for prevResult's addresses and the port
-// daemon.json publishes.
-func checkGuard(want *expected, store *state.Store) []string {
-	st, err := store.ReadDaemonStatus()
-	if err != nil {
-		st = nil
-	}
-	spec := podguard.Spec{Device: want.hostIf, VXLANPort: guardPort(st)}
+// and rules as ADD wrote them for prevResult's addresses and port (the
+// VXLAN port daemon.json publishes, guardPort).
+func checkGuard(want *expected, port uint16) []string {
+	spec := podguard.Spec{Device: want.hostIf, VXLANPort: port}
 	for _, p := range want.addrs {
 		spec.Addrs = append(spec.Addrs, p.Addr())
 	}
