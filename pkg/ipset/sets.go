@@ -291,6 +291,7 @@ func (s *Sets) applyOne(name string) error {
 	}
 	changes := len(adds) + len(dels)
 	if changes == 0 {
+		s.actual[name] = want // as read: keep the members once
 		return nil
 	}
 	if changes > rewriteMinChanges && changes > len(want.members)/2 {
