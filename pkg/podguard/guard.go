@@ -123,8 +123,8 @@ func (g *Guards) rules(device string) ([][]expr.Any, error) {
 // Ensure makes the kernel hold the guard of s and returns what it found
 // before (OK: nothing was written). Whatever differs is rewritten in one
 // nf_tables transaction: the table and chain are added when missing, a
-// chain with the wrong hook is deleted and made again, and the rules are
-// always replaced as a whole, so the chain is never seen half-written. The
+// chain with the wrong hook is deleted and made again, and rules that
+// differ are replaced as a whole, so the chain is never seen half-written. The
 // device must exist on kernels that bind a chain to a device when it is
 // made (6.1 answers ENOENT).
 func (g *Guards) Ensure(s Spec) (State, error) {
