@@ -1,7 +1,6 @@
 package overlaymgr
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -99,11 +98,9 @@ type family struct {
 	created map[string]int // device name → DeviceInfo.Created last seen
 	// problems is the last set of route problems logged (logged on change).
 	problems string
-	// l2 is the peers of the last OnNodes, the same as what was last
-	// handed to vxlan.SetPeers as its neighbour and FDB entries see them
-	// (handed: at least once).
-	l2     []overlay.Peer
-	handed bool
+	// l2 is the peers of the last OnNodes, as handed to vxlan.SetPeers
+	// and the route builder; its array is reused by the next.
+	l2 []overlay.Peer
 	// routes is, per owned interface, the CIDRs of the targets last
 	// handed to rt (which keeps the targets), each with the OnNodes
 	// generation that last wanted it. Guarded by Manager.mu (the event
@@ -270,17 +267,6 @@ func appendPeers(ps []overlay.Peer, nodes []peers.NodeInfo, v int) []overlay.Pee
 	return ps
 }
 
-// sameL2 reports whether ps (appendPeers of family v) gives a VXLAN
-// device the neighbour and FDB entries nodes give: the same peers in the
-// same order with the same host IP, VTEP MAC and tunnel IP (blocks do not
-// matter there).
-func sameL2(ps []overlay.Peer, nodes []peers.NodeInfo, v int) bool {
-	return slices.EqualFunc(ps, nodes, func(p overlay.Peer, n peers.NodeInfo) bool {
-		ep := n.Endpoint(v)
-		return p.Name == n.Name && p.HostIP == ep.HostIP && p.TunnelIP == ep.TunnelAddr && bytes.Equal(p.VTEPMAC, ep.VTEPMAC)
-	})
-}
-
 // blocksOf returns the prefixes of one family.
 func blocksOf(ps []netip.Prefix, v int) []netip.Prefix {
 	var out []netip.Prefix
@@ -336,19 +322,17 @@ func (m *Manager) PodMTU() int {
 // is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	for _, f := range m.fams {
-		// A peer change that moves only blocks and keeps the tunnel
-		// address leaves the ARP and FDB entries alone. The list is
-		// rewritten in place: SetPeers and Routes keep none of it.
-		same := f.handed && sameL2(f.l2, nodes, f.v)
+		// The list is rewritten in place: SetPeers and Routes keep none
+		// of it. (A change of blocks only leaves the ARP and FDB entries
+		// alone: SetPeers compares them.)
 		if cap(f.l2) < len(nodes) {
 			f.l2 = make([]overlay.Peer, 0, len(nodes)+len(nodes)/16)
 		}
 		ps := appendPeers(f.l2[:0], nodes, f.v)
 		clear(ps[len(ps):cap(ps)]) // drop what a longer list held
 		f.l2 = ps
-		if f.vxlan != nil && !same {
+		if f.vxlan != nil {
 			f.vxlan.SetPeers(ps)
-			f.handed = true
 		}
 		in := f.in
 		in.Peers = ps

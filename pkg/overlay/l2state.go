@@ -58,10 +58,14 @@ func sameL2Peer(a, b Peer) bool {
 }
 
 // setPeers makes want the entries of peers and reports whether it changed.
-// When the same peers come in the same order and no entry is contested,
-// only the peers that changed are looked at; otherwise want is rebuilt and
-// compared entry by entry.
+// Peers whose entries are all as before (a change of blocks only) change
+// nothing. When the same peers come in the same order and no entry is
+// contested, only the peers that changed are looked at; otherwise want is
+// rebuilt and compared entry by entry.
 func (s *l2State) setPeers(ipVersion int, peers []Peer) bool {
+	if len(peers) == len(s.peers) && slices.EqualFunc(peers, s.peers, sameL2Peer) {
+		return false
+	}
 	changed := false
 	if !s.dups && len(peers) == len(s.peers) && s.update(ipVersion, peers, &changed) {
 		s.peers = append(s.peers[:0], peers...)
