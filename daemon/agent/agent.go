@@ -16,7 +16,6 @@ import (
 
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/health"
-	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
@@ -960,8 +959,7 @@ func (a *Agent) publishSelf() {
 // (a hint that changed nothing, e.g. a host event) leaves them alone.
 func (a *Agent) nodesChanged(full bool) []error {
 	valid, n, bad, err := a.ds.Peers()
-	same := !full && err == nil && slices.EqualFunc(valid, a.snap.peers, func(x peers.NodeInfo, y inspect.Peer) bool { return samePeer(x, y.NodeInfo) })
-	a.notePeers(valid, n, bad, err, full)
+	same := !a.notePeers(valid, n, bad, err, full) && !full
 	if err != nil {
 		a.log.Error("cannot list node records, keeping the last known set", "err", err)
 		return nil

@@ -120,13 +120,14 @@ func (a *Agent) serveSnapshot(reply chan *inspect.Desired) { reply <- a.snapshot
 
 // notePeers records a read of the peers: the datastore's health and when
 // each peer's validated values last changed. full: a full read, whose
-// unreadable records replace the last ones.
-func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error, full bool) {
+// unreadable records replace the last ones. It reports whether the peers
+// differ from the last read's (false after a failed read).
+func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error, full bool) (changed bool) {
 	s := a.snap
 	now := a.now().UTC()
 	if err != nil {
 		s.ds.OK, s.ds.Error = false, err.Error()
-		return
+		return false
 	}
 	s.ds.OK, s.ds.Error, s.ds.LastRead, s.ds.Records, s.ds.Valid = true, "", now, n, len(valid)
 	if full {
@@ -141,10 +142,11 @@ func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error,
 		for i, p := range valid {
 			if !samePeer(s.peers[i].NodeInfo, p) {
 				s.peers[i].LastChange = now
+				changed = true
 			}
 			s.peers[i].NodeInfo = p
 		}
-		return
+		return changed
 	}
 	// Both lists are sorted by name (the datastore's order), so one walk
 	// pairs each peer with its last state.
@@ -161,6 +163,7 @@ func (a *Agent) notePeers(valid []peers.NodeInfo, n int, bad []error, err error,
 		next = append(next, inspect.Peer{NodeInfo: p, LastChange: since})
 	}
 	s.peers = next
+	return true
 }
 
 // sameNames reports whether valid and known name the same peers in the
