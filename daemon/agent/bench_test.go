@@ -52,7 +52,8 @@ func bench200() (map[string]*state.Workload, map[string]string) {
 }
 
 // BenchmarkDesiredRoutes200: one derivation of the desired routes from 200
-// dual-stack records (every loop pass that syncs pays it).
+// dual-stack records, what status, diagnose and the snapshot pay (a loop
+// pass updates only the changed records: BenchmarkPassOneRecord).
 func BenchmarkDesiredRoutes200(b *testing.B) {
 	ws, links := bench200()
 	in := RouteInput{Workloads: ws, Links: links, IfacePrefix: "cali", StaticARP: true,

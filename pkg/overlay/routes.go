@@ -134,7 +134,8 @@ func Routes(in RouteInput) (map[string][]routes.Target, []error) {
 
 // RouteBuilder computes Routes reusing its memory from one call to the
 // next: a caller that recomputes the routes on every peer change (and
-// copies what it keeps) allocates nothing per call in the steady state.
+// copies what it keeps) allocates a few small values per call in the
+// steady state, none per peer.
 // The zero value is ready; it is not safe for concurrent use.
 type RouteBuilder struct {
 	// outs are the results of the last two calls, alternately reused.
