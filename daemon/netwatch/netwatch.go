@@ -216,50 +216,46 @@ func (w *Watcher) Start(ctx context.Context) error {
 	}
 	netconfSub := netconfSubscribe(onErr("netconf"))
 	// Subscribe before listing, so no change between the two is missed.
+	// On an error every subscription made so far is closed (opened).
+	var opened []chan struct{}
+	fail := func(err error) error {
+		for _, done := range opened {
+			close(done)
+		}
+		return err
+	}
 	linkCh, linkDone, err := subscribe(linkSub, chanSize)
 	if err != nil {
-		return fmt.Errorf("subscribe to links: %w", err)
+		return fail(fmt.Errorf("subscribe to links: %w", err))
 	}
+	opened = append(opened, linkDone)
 	routeCh, routeDone, err := subscribe(routeSub, chanSize)
 	if err != nil {
-		close(linkDone)
-		return fmt.Errorf("subscribe to routes: %w", err)
+		return fail(fmt.Errorf("subscribe to routes: %w", err))
 	}
+	opened = append(opened, routeDone)
 	neighCh, neighDone, err := subscribe(neighSub, chanSize)
 	if err != nil {
-		close(linkDone)
-		close(routeDone)
-		return fmt.Errorf("subscribe to neighbours: %w", err)
+		return fail(fmt.Errorf("subscribe to neighbours: %w", err))
 	}
+	opened = append(opened, neighDone)
 	netconfCh, netconfDone, err := subscribe(netconfSub, chanSize)
 	if err != nil {
-		close(linkDone)
-		close(routeDone)
-		close(neighDone)
-		return fmt.Errorf("subscribe to device configuration: %w", err)
+		return fail(fmt.Errorf("subscribe to device configuration: %w", err))
 	}
+	opened = append(opened, netconfDone)
 	var addrCh chan netlink.AddrUpdate
 	var addrDone chan struct{}
 	addrSub := addrSubscribe(onErr("address"))
 	if w.hostOwners() {
 		if addrCh, addrDone, err = subscribe(addrSub, chanSize); err != nil {
-			close(linkDone)
-			close(routeDone)
-			close(neighDone)
-			close(netconfDone)
-			return fmt.Errorf("subscribe to addresses: %w", err)
+			return fail(fmt.Errorf("subscribe to addresses: %w", err))
 		}
+		opened = append(opened, addrDone)
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
-		close(linkDone)
-		close(routeDone)
-		close(neighDone)
-		close(netconfDone)
-		if addrDone != nil {
-			close(addrDone)
-		}
-		return fmt.Errorf("list links: %w", err)
+		return fail(fmt.Errorf("list links: %w", err))
 	}
 	for _, l := range links {
 		w.Link(netlink.LinkUpdate{Link: l})
