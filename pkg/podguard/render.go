@@ -102,7 +102,7 @@ func Rules(s Spec) [][]expr.Any {
 	slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
 	addrs = slices.Compact(addrs)
 	for _, a := range addrs {
-		out = append(out, sourceRule(a.Unmap(), a.BitLen(), &expr.Verdict{Kind: expr.VerdictAccept}))
+		out = append(out, acceptSource(a))
 	}
 	// ip6 saddr fe80::/10 accept
 	mask, linkLocal := make([]byte, 16), make([]byte, 16)
@@ -115,7 +115,7 @@ func Rules(s Spec) [][]expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: linkLocal},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	})
-	out = append(out, sourceRule(netip.IPv6Unspecified(), 128, &expr.Verdict{Kind: expr.VerdictAccept}))
+	out = append(out, acceptSource(netip.IPv6Unspecified()))
 	for _, proto := range [][]byte{etherIPv4, etherIPv6} {
 		out = append(out, []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1},
@@ -127,18 +127,19 @@ func Rules(s Spec) [][]expr.Any {
 	return out
 }
 
-// sourceRule matches packets of a's family whose source is a.
-func sourceRule(a netip.Addr, bits int, verdict expr.Any) []expr.Any {
+// acceptSource accepts the packets of a's family whose source is a (an
+// IPv4 or IPv6 address, never IPv4-mapped: Spec.Validate refuses those).
+func acceptSource(a netip.Addr) []expr.Any {
 	proto, off := etherIPv4, uint32(12)
-	if bits == 128 {
+	if a.Is6() {
 		proto, off = etherIPv6, 8
 	}
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: proto},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(bits / 8)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(a.BitLen() / 8)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
-		verdict,
+		&expr.Verdict{Kind: expr.VerdictAccept},
 	}
 }
 
