@@ -317,7 +317,7 @@ func TestSplitTable(t *testing.T) {
 		"-A FORWARD -j ROUTELET-FORWARD",
 		"-A FORWARD -o docker0 -j DOCKER",
 		"-A ROUTELET-FORWARD -i cali+ -j ACCEPT",
-		"-A ROUTELET-INPUT -p ipencap -m addrtype --dst-type LOCAL -j DROP",
+		"-A ROUTELET-INPUT -p ipencap -j DROP",
 	}
 	got := splitTable(out)
 	want := map[string][]string{
@@ -326,7 +326,7 @@ func TestSplitTable(t *testing.T) {
 		"OUTPUT":           {"-P OUTPUT ACCEPT"},
 		"DOCKER":           {"-N DOCKER"},
 		"ROUTELET-FORWARD": {"-N ROUTELET-FORWARD", "-A ROUTELET-FORWARD -i cali+ -j ACCEPT"},
-		"ROUTELET-INPUT":   {"-N ROUTELET-INPUT", "-A ROUTELET-INPUT -p ipencap -m addrtype --dst-type LOCAL -j DROP"},
+		"ROUTELET-INPUT":   {"-N ROUTELET-INPUT", "-A ROUTELET-INPUT -p ipencap -j DROP"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("splitTable: %d chains %q, want %d", len(got), got, len(want))

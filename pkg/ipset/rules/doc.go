@@ -3,11 +3,11 @@
 //
 // Three chains, per IP family (iptables and ip6tables):
 //
-//   - ROUTELET-INPUT (filter, jumped to from INPUT): accept VXLAN (UDP to the
-//     configured port) addressed to a local address from the peers set (and
-//     not from a pod interface) and drop all other VXLAN to local
-//     addresses; the same for IPIP (IPv4 protocol 4). Rules exist only for
-//     the enabled encapsulations.
+//   - ROUTELET-INPUT (filter, jumped to from INPUT): accept unicast VXLAN
+//     (UDP to the configured port) from the peers set (and not from a pod
+//     interface) and drop all other VXLAN this node would receive,
+//     broadcast and multicast included; the same for IPIP (IPv4 protocol
+//     4). Rules exist only for the enabled encapsulations.
 //   - ROUTELET-FORWARD (filter, from FORWARD): accept traffic from and to
 //     pod interfaces (cali+) and the enabled overlay devices, so pods are
 //     forwarded even when the FORWARD policy is DROP.

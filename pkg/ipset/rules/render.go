@@ -131,19 +131,25 @@ func Render(cfg Config, family ipset.Family) []Chain {
 	pods := cfg.InterfacePrefix + "+"
 	port := strconv.Itoa(cfg.VXLANPort)
 
-	// The accept rules also exclude pod interfaces: should a pod's guard
-	// ever be missing, a pod's packet still cannot pass as a peer's.
+	// The accept rules take a peer's unicast only (the packet type the
+	// driver set from the frame: no FIB lookup, and a native match in
+	// iptables-nft) and exclude pod interfaces: should a pod's guard ever
+	// be missing, a pod's packet still cannot pass as a peer's. The drop
+	// rules take everything else this node would deliver to the port or
+	// protocol, broadcast and multicast included: the kernel hands a
+	// broadcast datagram to every socket bound to the port, the VXLAN
+	// device's too.
 	var input []string
 	if cfg.VXLAN {
 		peers := ipset.Name(ipset.VXLANPeers, family)
 		input = append(input,
-			"! -i "+pods+" -p udp -m udp --dport "+port+" -m addrtype --dst-type LOCAL -m set --match-set "+peers+" src -j ACCEPT",
-			"-p udp -m udp --dport "+port+" -m addrtype --dst-type LOCAL -j DROP")
+			"! -i "+pods+" -p udp -m udp --dport "+port+" -m pkttype --pkt-type unicast -m set --match-set "+peers+" src -j ACCEPT",
+			"-p udp -m udp --dport "+port+" -j DROP")
 	}
 	if cfg.IPIP && !v6 {
 		input = append(input,
-			"! -i "+pods+" -p 4 -m addrtype --dst-type LOCAL -m set --match-set "+ipset.IPIPPeers+" src -j ACCEPT",
-			"-p 4 -m addrtype --dst-type LOCAL -j DROP")
+			"! -i "+pods+" -p 4 -m pkttype --pkt-type unicast -m set --match-set "+ipset.IPIPPeers+" src -j ACCEPT",
+			"-p 4 -j DROP")
 	}
 
 	forward := []string{"-i " + pods + " -j ACCEPT", "-o " + pods + " -j ACCEPT"}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,6 +207,15 @@ func testAllowlistTraffic(t *testing.T, backend string) {
 		}
 	}
 
+	// Not a peer, to the limited broadcast address: the node delivers
+	// broadcast UDP to every socket bound to the port, the VXLAN device's
+	// included, so it is dropped and counted too.
+	sendBroadcast(t, attacker, "10.99.0.2", "255.255.255.255:4789", "vxlan-bcast")
+	waitPackets(t, f.tab, "filter", InputChain, vxlanDrop, 2)
+	if p, _, ok := recv(t, vxlan, 200*time.Millisecond); ok {
+		t.Fatalf("listener on 4789 received %q, broadcast by a non-peer", p)
+	}
+
 	// Made a peer: accepted.
 	for _, base := range []string{ipset.VXLANPeers, ipset.IPIPPeers} {
 		if err := f.sets.Set(base, ipset.IPv4, []netip.Prefix{mustPrefix(t, "10.99.0.3/32"), mustPrefix(t, "10.99.0.2/32")}); err != nil {
@@ -233,9 +243,40 @@ func testAllowlistTraffic(t *testing.T, backend string) {
 		t.Fatal(err)
 	}
 	sendUDP(t, attacker, "10.99.0.1:4789", "vxlan-3")
-	waitPackets(t, f.tab, "filter", InputChain, vxlanDrop, 2)
+	waitPackets(t, f.tab, "filter", InputChain, vxlanDrop, 3)
 	if p, _, ok := recv(t, vxlan, 200*time.Millisecond); ok {
 		t.Fatalf("listener received %q after the peer was removed", p)
+	}
+}
+
+// sendBroadcast sends one datagram from inside n, from local address src,
+// to the broadcast address dst.
+func sendBroadcast(t *testing.T, n ns.NetNS, src, dst, payload string) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_BROADCAST, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		c, err := lc.ListenPacket(context.Background(), "udp4", src+":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		to, err := net.ResolveUDPAddr("udp4", dst)
+		if err != nil {
+			return err
+		}
+		_, err = c.WriteTo([]byte(payload), to)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("broadcast to %s from %s: %v", dst, src, err)
 	}
 }
 
