@@ -35,6 +35,13 @@ type Table interface {
 	// otherwise, with nothing deleted); iptables-legacy cannot remove a
 	// table (errors.ErrUnsupported). A netlink request, not an exec.
 	DeleteTable(table string, gen uint32) error
+	// DeleteBaseChain deletes the built-in chain of table, under the
+	// same generation guard as DeleteTable: with iptables-nft a built-in
+	// chain is an nf_tables base chain that registers its hook even when
+	// empty. A missing chain is success; the kernel refuses one that holds
+	// a rule (EBUSY). iptables-legacy: errors.ErrUnsupported, nothing
+	// done. A netlink request, not an exec.
+	DeleteBaseChain(table, chain string, gen uint32) error
 	// ListById returns `iptables -t table -S chain id`: one rule.
 	ListById(table, chain string, id int) (string, error)
 	NewChain(table, chain string) error
@@ -84,6 +91,14 @@ type Chains struct {
 	applied map[string][]string
 	hookOK  map[string]bool
 	goneOK  map[string]bool
+	// canDrop holds, per OnlyWhileHookCanDrop chain, whether its built-in
+	// chain could drop when last read (so the chain is wanted); the
+	// caches above say whether that state is still known in place.
+	// dropHook marks such a chain whose built-in chain routelet's removal
+	// left to be deleted (nf_tables), retried while the ruleset changes
+	// under it. Guarded by mu.
+	canDrop  map[string]bool
+	dropHook map[string]bool
 	// dirty is set by SetConfig and by failures; guarded by mu.
 	dirty bool
 	// cleanGen is the nf_tables generation read just before the last
@@ -111,10 +126,12 @@ func New(t Table, family ipset.Family, log *slog.Logger) *Chains {
 		log:     log.With("component", "iptables", "family", family.String()),
 		chains:  chains,
 		absent:  absent(chains),
-		applied: map[string][]string{},
-		hookOK:  map[string]bool{},
-		goneOK:  map[string]bool{},
-		dirty:   true,
+		applied:  map[string][]string{},
+		hookOK:   map[string]bool{},
+		goneOK:   map[string]bool{},
+		canDrop:  map[string]bool{},
+		dropHook: map[string]bool{},
+		dirty:    true,
 	}
 }
 
@@ -246,6 +263,25 @@ func (c *Chains) sync(useCache bool) (int, error) {
 	}
 	for _, ch := range c.chains {
 		want := ch.Lines()
+		if ch.OnlyWhileHookCanDrop {
+			wanted, ok := c.decide(ch, want, useCache, read)
+			if !ok {
+				continue
+			}
+			if !wanted {
+				if useCache && c.goneOK[ch.Name] {
+					continue
+				}
+				chains, _ := read(ch.Table) // read by decide
+				fixed, err := c.keepRemoved(ch, chains)
+				if err != nil {
+					errs = append(errs, err)
+				} else if fixed {
+					repaired++
+				}
+				continue
+			}
+		}
 		if !useCache || !slices.Equal(c.applied[ch.Name], want) {
 			chains, ok := read(ch.Table)
 			if !ok {
@@ -315,6 +351,118 @@ func (c *Chains) sync(useCache bool) (int, error) {
 		c.log.Warn("iptables sync failed", "err", err)
 	}
 	return repaired, err
+}
+
+// decide reports whether ch, an OnlyWhileHookCanDrop chain, is wanted: the
+// last decision when useCache and ch's state under it is known in place,
+// otherwise hookCanDrop of its built-in chain as read (ok false: the read
+// failed, reported by read). A decision that differs from the last one is
+// logged with its reason, and ch's caches are dropped.
+func (c *Chains) decide(ch Chain, want []string, useCache bool, read func(string) (map[string][]string, bool)) (wanted, ok bool) {
+	last, known := c.canDrop[ch.Name]
+	if useCache && known && (last && slices.Equal(c.applied[ch.Name], want) && c.hookOK[ch.Name] || !last && c.goneOK[ch.Name]) {
+		return last, true
+	}
+	chains, ok := read(ch.Table)
+	if !ok {
+		delete(c.applied, ch.Name)
+		delete(c.hookOK, ch.Name)
+		delete(c.goneOK, ch.Name)
+		return false, false
+	}
+	wanted, why := hookCanDrop(ch, chains[ch.Hook])
+	if known && wanted == last {
+		return wanted, true
+	}
+	c.canDrop[ch.Name] = wanted
+	delete(c.applied, ch.Name)
+	delete(c.hookOK, ch.Name)
+	delete(c.goneOK, ch.Name)
+	if wanted {
+		c.log.Info(fmt.Sprintf("iptables %s can drop (%s): %s installed", ch.Hook, why, ch.Name),
+			"table", ch.Table, "chain", ch.Hook, "target", ch.Name)
+	} else {
+		c.log.Info(fmt.Sprintf("nothing in iptables %s can drop: %s kept absent", ch.Hook, ch.Name),
+			"table", ch.Table, "chain", ch.Hook, "target", ch.Name)
+	}
+	return wanted, true
+}
+
+// hookCanDrop reports whether ch's built-in chain, given its lines as read
+// from its table (none: no such chain, which drops nothing), can drop a
+// packet — its policy is not ACCEPT, or it holds a rule other than a jump
+// to ch (someone else's rule may drop, or jump to a chain that does) —
+// and why.
+func hookCanDrop(ch Chain, lines []string) (bool, string) {
+	for _, l := range lines {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && f[0] == "-P" && f[2] != "ACCEPT":
+			return true, "policy " + f[2]
+		case len(f) > 1 && f[0] == "-A" && !strings.HasSuffix(l, " -j "+ch.Name):
+			return true, fmt.Sprintf("rule %q", l)
+		}
+	}
+	return false, ""
+}
+
+// keepRemoved removes an unwanted OnlyWhileHookCanDrop chain and its jumps
+// (removeChain) given its table's chains as read, and with nf_tables then
+// its built-in chain, left empty by that (dropHookIfEmpty; retried by the
+// next sync when the ruleset changed in between). It reports whether it
+// removed anything.
+func (c *Chains) keepRemoved(ch Chain, chains map[string][]string) (bool, error) {
+	fixed, err := c.removeChain(ch, chains)
+	if err != nil {
+		return fixed, err
+	}
+	if fixed {
+		c.dropHook[ch.Name] = true
+	}
+	if c.dropHook[ch.Name] {
+		c.dropHook[ch.Name] = c.dropHookIfEmpty(ch)
+	}
+	c.goneOK[ch.Name] = true
+	return fixed, nil
+}
+
+// dropHookIfEmpty deletes ch's built-in chain when it is empty with policy
+// ACCEPT: with iptables-nft an empty base chain still registers its hook,
+// which every packet passing it pays. The deletion is committed only while
+// the ruleset generation is the one read just before the table, so a rule
+// or policy someone set since is never lost. iptables-legacy registers its
+// hooks anyway; there nothing is done. It reports whether to try again
+// (the ruleset changed under it, or the table could not be read); failures
+// are logged, not returned: routelet's chain and jump are gone, which is
+// what was asked. It makes one exec (the read).
+func (c *Chains) dropHookIfEmpty(ch Chain) (retry bool) {
+	gen, ok, err := c.t.Generation()
+	if err != nil || !ok {
+		return false
+	}
+	c.stats.Reads++
+	lines, err := c.t.ListTable(ch.Table)
+	if err != nil {
+		c.log.Warn("iptables table not re-read after removing routelet's jump; built-in chain left in place",
+			"table", ch.Table, "chain", ch.Hook, "err", err)
+		return true
+	}
+	for _, l := range splitTable(lines)[ch.Hook] {
+		if l != "-P "+ch.Hook+" ACCEPT" {
+			return false // someone else's rule or policy: the next sync decides again
+		}
+	}
+	switch err := c.t.DeleteBaseChain(ch.Table, ch.Hook, gen); {
+	case errors.Is(err, ErrGenerationChanged):
+		c.log.Debug("ruleset changed before the empty built-in chain was removed; will retry", "table", ch.Table, "chain", ch.Hook)
+		return true
+	case err != nil:
+		c.log.Warn("empty built-in chain not removed", "table", ch.Table, "chain", ch.Hook, "err", err)
+		return false
+	}
+	c.log.Info("iptables built-in chain empty after removing routelet's jump, removed where present (no hook left registered)",
+		"table", ch.Table, "chain", ch.Hook)
+	return false
 }
 
 // dropTableIfEmpty deletes table once removing routelet's chain left it

@@ -99,10 +99,17 @@ func (f *fixture) run(t *testing.T, args ...string) string {
 }
 
 // wantKernel checks with the iptables binary, as an operator would, that
-// each chain holds the rendered rules and is jumped to exactly once, first.
-func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family) {
+// each chain holds the rendered rules and is jumped to exactly once, first;
+// an OnlyWhileHookCanDrop chain only where hookDrops (the test set up
+// something in its built-in chain that can drop), else that neither it
+// nor a jump to it exists.
+func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family, hookDrops bool) {
 	t.Helper()
 	for _, ch := range Render(cfg, family) {
+		if ch.OnlyWhileHookCanDrop && !hookDrops {
+			f.wantNoChain(t, ch)
+			continue
+		}
 		var got []string
 		for _, l := range strings.Split(strings.TrimSpace(f.run(t, "-t", ch.Table, "-S", ch.Name)), "\n") {
 			got = append(got, canonical(l))
@@ -117,6 +124,18 @@ func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family) {
 		if pos, _ := jumpPositions(hook, ch.Hook, ch.Name); len(pos) != 1 {
 			t.Fatalf("%s/%s jumps to %s %d times, want once", ch.Table, ch.Hook, ch.Name, len(pos))
 		}
+	}
+}
+
+// wantNoChain checks with the iptables binary that ch does not exist and
+// its built-in chain holds no jump to it.
+func (f *fixture) wantNoChain(t *testing.T, ch Chain) {
+	t.Helper()
+	if out, err := netnstest.Exec(context.Background(), f.n, f.bin, "-t", ch.Table, "-S", ch.Name); err == nil {
+		t.Fatalf("%s -t %s -S %s: the chain exists:\n%s", f.bin, ch.Table, ch.Name, out)
+	}
+	if hook := f.run(t, "-t", ch.Table, "-S", ch.Hook); strings.Contains(hook, "-j "+ch.Name) {
+		t.Fatalf("%s -t %s -S %s holds a jump to %s:\n%s", f.bin, ch.Table, ch.Hook, ch.Name, hook)
 	}
 }
 
@@ -161,8 +180,10 @@ func TestChainsKernelBothBackends(t *testing.T) {
 func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	cfg := fullCfg
 	f := newFixture(t, backend, family, cfg, nil)
-	// Someone else's rules in the built-in chains stay untouched.
+	// Someone else's rules in the built-in chains stay untouched; a
+	// FORWARD policy DROP, as Docker sets, makes ROUTELET-FORWARD wanted.
 	f.run(t, "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+	f.run(t, "-P", "FORWARD", "DROP")
 	c := New(f.tab, family, quiet)
 	if err := c.SetConfig(cfg); err != nil {
 		t.Fatal(err)
@@ -170,7 +191,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	f.wantKernel(t, cfg, family)
+	f.wantKernel(t, cfg, family, true)
 	f.wantTableMatchesChains(t)
 
 	before := c.Stats()
@@ -220,7 +241,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 		if err != nil || n == 0 {
 			t.Fatalf("after %s %v: Check = %d, %v; want a repair", f.bin, tamper, n, err)
 		}
-		f.wantKernel(t, cfg, family)
+		f.wantKernel(t, cfg, family, true)
 	}
 	if got := f.run(t, "-S", "INPUT"); !strings.Contains(got, "--dport 22 -j ACCEPT") {
 		t.Fatalf("foreign INPUT rule lost:\n%s", got)
@@ -235,7 +256,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	f.wantKernel(t, cfg2, family)
+	f.wantKernel(t, cfg2, family, true)
 
 	if err := Cleanup(f.tab, quiet); err != nil {
 		t.Fatal(err)
