@@ -121,11 +121,11 @@ func New(t Table, family ipset.Family, log *slog.Logger) *Chains {
 	}
 	chains := Render(Config{}, family)
 	return &Chains{
-		t:       t,
-		family:  family,
-		log:     log.With("component", "iptables", "family", family.String()),
-		chains:  chains,
-		absent:  absent(chains),
+		t:        t,
+		family:   family,
+		log:      log.With("component", "iptables", "family", family.String()),
+		chains:   chains,
+		absent:   absent(chains),
 		applied:  map[string][]string{},
 		hookOK:   map[string]bool{},
 		goneOK:   map[string]bool{},

@@ -31,7 +31,7 @@ type FakeTable struct {
 	// policy holds the built-in chains' policies other than ACCEPT, by
 	// "table/chain"; guarded by mu.
 	policy map[string]string
-	calls   fakekernel.Calls
+	calls  fakekernel.Calls
 	// gen is the ruleset generation, bumped by every change; guarded by mu.
 	gen uint32
 	// NFT makes Generation report gen, as iptables-nft does; without it
