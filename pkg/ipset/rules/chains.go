@@ -71,8 +71,12 @@ type Stats struct {
 // of a wanted chain once (`iptables -t raw -S`, `-t filter -S`, with NAT
 // outgoing `-t nat -S`: every chain and built-in chain, one exec per table)
 // and repairs what differs: that is the tamper
-// check and the full resync. A failed Apply or Check leaves Chains dirty. All
-// methods are safe for concurrent use.
+// check and the full resync. A chain marked OnlyWhileHookCanDrop is wanted
+// or kept absent as its built-in chain can drop or not, judged from its
+// table as read by every Apply with work to do and every Check not cut
+// short by an unchanged generation; so after someone adds a drop there,
+// the chain is installed by the next Check. A failed Apply or Check leaves
+// Chains dirty. All methods are safe for concurrent use.
 type Chains struct {
 	t      Table
 	family ipset.Family
@@ -92,8 +96,7 @@ type Chains struct {
 	hookOK  map[string]bool
 	goneOK  map[string]bool
 	// canDrop holds, per OnlyWhileHookCanDrop chain, whether its built-in
-	// chain could drop when last read (so the chain is wanted); the
-	// caches above say whether that state is still known in place.
+	// chain could drop when last read (so the chain is wanted).
 	// dropHook marks such a chain whose built-in chain routelet's removal
 	// left to be deleted (nf_tables), retried while the ruleset changes
 	// under it. Guarded by mu.
@@ -264,14 +267,11 @@ func (c *Chains) sync(useCache bool) (int, error) {
 	for _, ch := range c.chains {
 		want := ch.Lines()
 		if ch.OnlyWhileHookCanDrop {
-			wanted, ok := c.decide(ch, want, useCache, read)
+			wanted, ok := c.decide(ch, read)
 			if !ok {
 				continue
 			}
 			if !wanted {
-				if useCache && c.goneOK[ch.Name] {
-					continue
-				}
 				chains, _ := read(ch.Table) // read by decide
 				fixed, err := c.keepRemoved(ch, chains)
 				if err != nil {
@@ -353,16 +353,15 @@ func (c *Chains) sync(useCache bool) (int, error) {
 	return repaired, err
 }
 
-// decide reports whether ch, an OnlyWhileHookCanDrop chain, is wanted: the
-// last decision when useCache and ch's state under it is known in place,
-// otherwise hookCanDrop of its built-in chain as read (ok false: the read
-// failed, reported by read). A decision that differs from the last one is
-// logged with its reason, and ch's caches are dropped.
-func (c *Chains) decide(ch Chain, want []string, useCache bool, read func(string) (map[string][]string, bool)) (wanted, ok bool) {
+// decide reports whether ch, an OnlyWhileHookCanDrop chain, is wanted:
+// hookCanDrop of its built-in chain as read (ok false: the read failed,
+// reported by read). Every sync reads it, Apply's too: only a read shows
+// whether someone changed the built-in chain since (Apply runs only after
+// a change of Config or a failure, and its table is mostly read anyway). A
+// decision that differs from the last one is logged with its reason, and
+// ch's caches are dropped.
+func (c *Chains) decide(ch Chain, read func(string) (map[string][]string, bool)) (wanted, ok bool) {
 	last, known := c.canDrop[ch.Name]
-	if useCache && known && (last && slices.Equal(c.applied[ch.Name], want) && c.hookOK[ch.Name] || !last && c.goneOK[ch.Name]) {
-		return last, true
-	}
 	chains, ok := read(ch.Table)
 	if !ok {
 		delete(c.applied, ch.Name)
