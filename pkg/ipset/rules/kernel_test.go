@@ -382,3 +382,104 @@ func TestPairReadsItsNamespacesGeneration(t *testing.T) {
 		}
 	}
 }
+
+// nftHasChain reports whether `nft list ruleset` in the fixture's
+// namespace shows chain in table of family's nf_tables family (ip, ip6).
+func (f *fixture) nftHasChain(t *testing.T, family ipset.Family, table, chain string) bool {
+	t.Helper()
+	out, err := netnstest.Exec(context.Background(), f.n, "nft", "list", "ruleset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fam := "ip"
+	if family == ipset.IPv6 {
+		fam = "ip6"
+	}
+	in := false
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "table ") {
+			in = l == "table "+fam+" "+table+" {"
+		}
+		if in && l == "chain "+chain+" {" {
+			return true
+		}
+	}
+	return false
+}
+
+// TestForwardOnlyWhereItCanDropKernel: with the FORWARD policy ACCEPT and
+// nothing in FORWARD, routelet keeps no ROUTELET-FORWARD and no jump to it
+// and, with iptables-nft, no FORWARD base chain (whose hook every
+// forwarded packet would pass); an older routelet's chain and jump are
+// removed by one Check, the base chain with them; `-P FORWARD DROP` makes
+// the next Check install both, `-P FORWARD ACCEPT` the next remove them
+// again. Both backends, both families.
+func TestForwardOnlyWhereItCanDropKernel(t *testing.T) {
+	for _, backend := range []string{BackendNFT, BackendLegacy} {
+		for _, family := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
+			t.Run(backend+"/"+family.String(), func(t *testing.T) {
+				testForwardOnlyWhereItCanDropKernel(t, backend, family)
+			})
+		}
+	}
+}
+
+func testForwardOnlyWhereItCanDropKernel(t *testing.T, backend string, family ipset.Family) {
+	cfg := Config{VXLAN: true}
+	f := newFixture(t, backend, family, cfg, nil)
+	if backend == BackendNFT {
+		netnstest.SkipUnlessInstalled(t, "nftables", "nft")
+	}
+	fwd := Render(cfg, family)[slices.IndexFunc(Render(cfg, family), func(c Chain) bool { return c.Name == ForwardChain })]
+	// wantNone checks that no chain, no jump and (nft) no FORWARD base
+	// chain is left.
+	wantNone := func(what string) {
+		t.Helper()
+		f.wantKernel(t, cfg, family, false)
+		if backend == BackendNFT && f.nftHasChain(t, family, TableFilter, "FORWARD") {
+			out, _ := netnstest.Exec(context.Background(), f.n, "nft", "list", "ruleset")
+			t.Fatalf("%s: nf_tables still has a FORWARD base chain:\n%s", what, out)
+		}
+	}
+	c := New(f.tab, family, quiet)
+	if err := c.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wantNone("policy ACCEPT, after Apply")
+
+	// An older routelet's chain and jump, written with the binary.
+	f.run(t, "-N", ForwardChain)
+	for _, r := range fwd.Rules {
+		f.run(t, append([]string{"-A", ForwardChain}, strings.Fields(r)...)...)
+	}
+	f.run(t, "-A", "FORWARD", "-j", ForwardChain)
+	if n, err := c.Check(); n == 0 || err != nil {
+		t.Fatalf("Check after an older routelet's chain = %d, %v; want it removed", n, err)
+	}
+	wantNone("older routelet's chain, after one Check")
+
+	f.run(t, "-P", "FORWARD", "DROP")
+	if n, err := c.Check(); n == 0 || err != nil {
+		t.Fatalf("Check after -P FORWARD DROP = %d, %v; want the chain installed", n, err)
+	}
+	f.wantKernel(t, cfg, family, true)
+	if backend == BackendNFT && !f.nftHasChain(t, family, TableFilter, "FORWARD") {
+		t.Fatal("nft list ruleset shows no FORWARD base chain with policy DROP: the check above proves nothing")
+	}
+	if n, err := c.Check(); n != 0 || err != nil {
+		t.Fatalf("Check with FORWARD DROP unchanged = %d, %v; want nothing to repair", n, err)
+	}
+
+	f.run(t, "-P", "FORWARD", "ACCEPT")
+	if n, err := c.Check(); n == 0 || err != nil {
+		t.Fatalf("Check after -P FORWARD ACCEPT = %d, %v; want the chain removed", n, err)
+	}
+	wantNone("policy ACCEPT again")
+	if n, err := c.Check(); n != 0 || err != nil {
+		t.Fatalf("Check with FORWARD ACCEPT unchanged = %d, %v; want nothing to repair", n, err)
+	}
+}
