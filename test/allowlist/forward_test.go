@@ -191,7 +191,9 @@ func (c *cluster) forwardState(v6 bool) (jump, chain, baseChain bool) {
 // checks; after `iptables -P FORWARD DROP` and `ip6tables -P FORWARD DROP`
 // (as Docker sets it) the pods talk again within a few seconds and the
 // chains are back; with the policy ACCEPT again they go again.
-func TestForwardChainOnlyWhereItCanDrop(t *testing.T) { eachBackend(t, testForwardChainOnlyWhereItCanDrop) }
+func TestForwardChainOnlyWhereItCanDrop(t *testing.T) {
+	eachBackend(t, testForwardChainOnlyWhereItCanDrop)
+}
 
 func testForwardChainOnlyWhereItCanDrop(t *testing.T, backend string) {
 	c := newCluster(t, backend)
