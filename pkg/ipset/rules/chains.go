@@ -366,7 +366,6 @@ func (c *Chains) decide(ch Chain, read func(string) (map[string][]string, bool))
 	if !ok {
 		delete(c.applied, ch.Name)
 		delete(c.hookOK, ch.Name)
-		delete(c.goneOK, ch.Name)
 		return false, false
 	}
 	wanted, why := hookCanDrop(ch, chains[ch.Hook])
@@ -376,7 +375,6 @@ func (c *Chains) decide(ch Chain, read func(string) (map[string][]string, bool))
 	c.canDrop[ch.Name] = wanted
 	delete(c.applied, ch.Name)
 	delete(c.hookOK, ch.Name)
-	delete(c.goneOK, ch.Name)
 	if wanted {
 		c.log.Info(fmt.Sprintf("iptables %s can drop (%s): %s installed", ch.Hook, why, ch.Name),
 			"table", ch.Table, "chain", ch.Hook, "target", ch.Name)
@@ -421,84 +419,70 @@ func (c *Chains) keepRemoved(ch Chain, chains map[string][]string) (bool, error)
 	if c.dropHook[ch.Name] {
 		c.dropHook[ch.Name] = c.dropHookIfEmpty(ch)
 	}
-	c.goneOK[ch.Name] = true
 	return fixed, nil
 }
 
 // dropHookIfEmpty deletes ch's built-in chain when it is empty with policy
-// ACCEPT: with iptables-nft an empty base chain still registers its hook,
-// which every packet passing it pays. The deletion is committed only while
-// the ruleset generation is the one read just before the table, so a rule
-// or policy someone set since is never lost. iptables-legacy registers its
-// hooks anyway; there nothing is done. It reports whether to try again
-// (the ruleset changed under it, or the table could not be read); failures
-// are logged, not returned: routelet's chain and jump are gone, which is
-// what was asked. It makes one exec (the read).
+// ACCEPT (see dropIfEmpty): with iptables-nft an empty base chain still
+// registers its hook, which every packet passing it pays. It reports
+// whether to try again.
 func (c *Chains) dropHookIfEmpty(ch Chain) (retry bool) {
-	gen, ok, err := c.t.Generation()
-	if err != nil || !ok {
-		return false
-	}
 	c.stats.Reads++
-	lines, err := c.t.ListTable(ch.Table)
-	if err != nil {
-		c.log.Warn("iptables table not re-read after removing routelet's jump; built-in chain left in place",
-			"table", ch.Table, "chain", ch.Hook, "err", err)
-		return true
-	}
-	for _, l := range splitTable(lines)[ch.Hook] {
-		if l != "-P "+ch.Hook+" ACCEPT" {
-			return false // someone else's rule or policy: the next sync decides again
-		}
-	}
-	switch err := c.t.DeleteBaseChain(ch.Table, ch.Hook, gen); {
-	case errors.Is(err, ErrGenerationChanged):
-		c.log.Debug("ruleset changed before the empty built-in chain was removed; will retry", "table", ch.Table, "chain", ch.Hook)
-		return true
-	case err != nil:
-		c.log.Warn("empty built-in chain not removed", "table", ch.Table, "chain", ch.Hook, "err", err)
-		return false
-	}
-	c.log.Info("iptables built-in chain empty after removing routelet's jump, removed where present (no hook left registered)",
-		"table", ch.Table, "chain", ch.Hook)
-	return false
+	return dropIfEmpty(c.t, ch.Table, ch.Hook, c.log)
 }
 
 // dropTableIfEmpty deletes table once removing routelet's chain left it
 // with nothing but its built-in chains (see dropIfEmpty).
 func (c *Chains) dropTableIfEmpty(table string) {
 	c.stats.Reads++
-	dropIfEmpty(c.t, table, c.log)
+	dropIfEmpty(c.t, table, "", c.log)
 }
 
 // dropIfEmpty deletes table when it holds nothing but its built-in chains,
-// empty and with policy ACCEPT: with iptables-nft an empty nat table still
-// registers its hooks, and so keeps conntrack and NAT on for every packet.
-// The deletion is committed only if the ruleset is still the one just read
-// (no one added anything since). iptables-legacy cannot unregister a
-// table; it stays, empty. Failures are logged, not returned: routelet's
-// chain is gone, which is what was asked. It makes one exec (the read).
-func dropIfEmpty(t Table, table string, log *slog.Logger) {
+// empty and with policy ACCEPT, or with chain set only that built-in chain
+// when it is empty with policy ACCEPT: with iptables-nft an empty table or
+// base chain still registers its hooks (a nat table keeps conntrack and
+// NAT on for every packet, a FORWARD chain costs every forwarded one). The
+// deletion is committed only if the ruleset is still the one just read (no
+// one added anything since). iptables-legacy cannot unregister a table or
+// a built-in chain; it stays, empty. Failures are logged, not returned:
+// routelet's chain or jump is gone, which is what was asked. It reports
+// whether trying again may succeed (the read failed, or the ruleset
+// changed in between), and makes one exec (the read).
+func dropIfEmpty(t Table, table, chain string, log *slog.Logger) (retry bool) {
+	what := "iptables table"
+	if chain != "" {
+		what = "iptables built-in chain"
+	}
 	gen, ok, err := t.Generation()
 	if err != nil || !ok {
-		log.Debug("iptables table left in place (no nf_tables generation)", "table", table, "err", err)
-		return
+		log.Debug(what+" left in place (no nf_tables generation)", "table", table, "chain", chain, "err", err)
+		return false
 	}
 	lines, err := t.ListTable(table)
 	if err != nil {
-		log.Warn("iptables table not re-read after removing routelet's chain; left in place", "table", table, "err", err)
-		return
+		log.Warn(what+" not re-read after removing routelet's rules; left in place", "table", table, "chain", chain, "err", err)
+		return true
+	}
+	if chain != "" {
+		lines = splitTable(lines)[chain]
 	}
 	for _, l := range lines {
 		if f := strings.Fields(l); len(f) != 3 || f[0] != "-P" || f[2] != "ACCEPT" {
-			return // someone else's chain, rule or policy: theirs to keep
+			return false // someone else's chain, rule or policy: theirs to keep
 		}
 	}
-	if err := t.DeleteTable(table, gen); err != nil {
-		log.Warn("empty iptables table not removed", "table", table, "err", err)
-		return
+	if chain == "" {
+		err = t.DeleteTable(table, gen)
+	} else {
+		err = t.DeleteBaseChain(table, chain, gen)
 	}
-	log.Info("iptables table empty after removing routelet's chain, removed", "table", table)
+	if err != nil {
+		log.Warn("empty "+what+" not removed", "table", table, "chain", chain, "err", err)
+		return errors.Is(err, ErrGenerationChanged)
+	}
+	log.Info(what+" empty after removing routelet's rules, removed", "table", table, "chain", chain)
+	return false
 }
 
 // removeChain deletes every jump to ch from its built-in chain, each
@@ -713,7 +697,7 @@ func Cleanup(t Table, log *slog.Logger) error {
 	for _, ch := range Known() {
 		if emptied[ch.Table] {
 			delete(emptied, ch.Table)
-			dropIfEmpty(t, ch.Table, log)
+			dropIfEmpty(t, ch.Table, "", log)
 		}
 	}
 	return errors.Join(errs...)
