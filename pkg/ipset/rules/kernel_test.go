@@ -167,12 +167,14 @@ func (f *fixture) wantTableMatchesChains(t *testing.T) {
 	}
 }
 
-func TestChainsKernelBothBackends(t *testing.T) {
+func TestChainsKernelBothBackends(t *testing.T) { eachBackendFamily(t, testChainsKernel) }
+
+// eachBackendFamily runs test as a subtest per backend (nft, legacy) and
+// IP family.
+func eachBackendFamily(t *testing.T, test func(t *testing.T, backend string, family ipset.Family)) {
 	for _, backend := range []string{BackendNFT, BackendLegacy} {
 		for _, family := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
-			t.Run(backend+"/"+family.String(), func(t *testing.T) {
-				testChainsKernel(t, backend, family)
-			})
+			t.Run(backend+"/"+family.String(), func(t *testing.T) { test(t, backend, family) })
 		}
 	}
 }
@@ -416,13 +418,7 @@ func (f *fixture) nftHasChain(t *testing.T, family ipset.Family, table, chain st
 // the next Check install both, `-P FORWARD ACCEPT` the next remove them
 // again. Both backends, both families.
 func TestForwardOnlyWhereItCanDropKernel(t *testing.T) {
-	for _, backend := range []string{BackendNFT, BackendLegacy} {
-		for _, family := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
-			t.Run(backend+"/"+family.String(), func(t *testing.T) {
-				testForwardOnlyWhereItCanDropKernel(t, backend, family)
-			})
-		}
-	}
+	eachBackendFamily(t, testForwardOnlyWhereItCanDropKernel)
 }
 
 func testForwardOnlyWhereItCanDropKernel(t *testing.T, backend string, family ipset.Family) {
