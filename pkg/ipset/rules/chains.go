@@ -205,8 +205,10 @@ func (c *Chains) Apply() error {
 // Check reads the tables of the wanted chains (one exec each, listing every
 // chain of the table: routelet's chains and the built-in chains that jump
 // to them), repairs whatever differs, removes a chain the Config no longer
-// wants (its table is read only when HasTable finds one) and returns how
-// many chains or jumps needed repair.
+// wants (its table is read only when HasTable finds one), installs or
+// removes an OnlyWhileHookCanDrop chain whose built-in chain someone made
+// able to drop or no longer, and returns how many chains or jumps needed
+// a write (a node whose built-in chains nobody touches shows none).
 //
 // On nf_tables it first reads the ruleset generation (one netlink request):
 // when it is still the one read before the last clean Check, nobody has
