@@ -11,8 +11,10 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/google/nftables"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 // addPod attaches a fresh pod namespace to the node with the real plugin
@@ -146,4 +148,119 @@ func testForwardAndNAT(t *testing.T, backend string) {
 	if src := sourceOf(t, out, "no-nat"); src != ip1 {
 		t.Fatalf("with --nat-outgoing=false the outside saw %q, want pod1's %s", src, ip1)
 	}
+}
+
+// forwardState is what a user would look at to see whether routeletd
+// keeps its FORWARD accepts, per family: `iptables -S FORWARD` and
+// `iptables -S ROUTELET-FORWARD`, and with iptables-nft whether nf_tables
+// holds a FORWARD base chain (its hook costs every forwarded packet).
+func (c *cluster) forwardState(v6 bool) (jump, chain, baseChain bool) {
+	c.t.Helper()
+	hook, err := c.iptables(v6, "-S", "FORWARD")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	_, err = c.iptables(v6, "-S", rules.ForwardChain)
+	if c.backend != rules.BackendNFT {
+		return strings.Contains(hook, "-j "+rules.ForwardChain), err == nil, true
+	}
+	conn, cerr := nftables.New(nftables.WithNetNSFd(int(c.node.NS.Fd())))
+	if cerr != nil {
+		c.t.Fatal(cerr)
+	}
+	family := nftables.TableFamilyIPv4
+	if v6 {
+		family = nftables.TableFamilyIPv6
+	}
+	chains, cerr := conn.ListChainsOfTableFamily(family)
+	if cerr != nil {
+		c.t.Fatal(cerr)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name == "filter" && ch.Name == "FORWARD" {
+			baseChain = true
+		}
+	}
+	return strings.Contains(hook, "-j "+rules.ForwardChain), err == nil, baseChain
+}
+
+// TestForwardChainOnlyWhereItCanDrop: with the node's FORWARD policy ACCEPT
+// and nothing in FORWARD, two pods attached by the plugin talk (IPv4 and
+// IPv6) while routeletd keeps no ROUTELET-FORWARD and no jump to it (and,
+// with iptables-nft, no FORWARD base chain), through two allowlist
+// checks; after `iptables -P FORWARD DROP` and `ip6tables -P FORWARD DROP`
+// (as Docker sets it) the pods talk again within a few seconds and the
+// chains are back; with the policy ACCEPT again they go again.
+func TestForwardChainOnlyWhereItCanDrop(t *testing.T) {
+	eachBackend(t, testForwardChainOnlyWhereItCanDrop)
+}
+
+func testForwardChainOnlyWhereItCanDrop(t *testing.T, backend string) {
+	c := newCluster(t, backend)
+	ctx := context.Background()
+	pod1, _ := c.addPodIn(t, "pod1", nodeBlock, nodeBlock6)
+	_, ips2 := c.addPodIn(t, "pod2", nodeBlock, nodeBlock6)
+	if len(ips2) != 2 {
+		t.Fatalf("pod2 got %v, want an IPv4 and an IPv6 address", ips2)
+	}
+	c.startDaemon("--encapsulation=vxlan")
+	talk := func(what string) {
+		t.Helper()
+		for _, ip := range ips2 {
+			netnstest.Eventually(t, 20*time.Second, what+": pod1 → pod2 "+ip, func() bool {
+				_, err := netnstest.Ping(ctx, pod1, ip, 1)
+				return err == nil
+			})
+		}
+	}
+	// forwardIs waits until each family's state is installed (jump,
+	// chain and base chain) or gone (none of them; legacy's built-in
+	// chain always exists).
+	forwardIs := func(what string, installed bool) {
+		t.Helper()
+		netnstest.Eventually(t, 20*time.Second, what, func() bool {
+			for _, v6 := range []bool{false, true} {
+				jump, chain, base := c.forwardState(v6)
+				if jump != installed || chain != installed || base != (installed || backend != rules.BackendNFT) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	// twoChecks waits for two more allowlist checks.
+	twoChecks := func() {
+		t.Helper()
+		checks := c.metric("routelet_allowlist_check_duration_seconds_count")
+		netnstest.Eventually(t, 10*time.Second, "two allowlist checks", func() bool {
+			return c.metric("routelet_allowlist_check_duration_seconds_count") >= checks+2
+		})
+	}
+
+	talk("policy ACCEPT")
+	forwardIs("policy ACCEPT: no ROUTELET-FORWARD, no jump, no nf_tables FORWARD base chain", false)
+	twoChecks()
+	forwardIs("policy ACCEPT, two checks later: still none", false)
+	if r := c.metric("routelet_allowlist_repairs_total"); r != 0 {
+		t.Fatalf("routelet_allowlist_repairs_total = %v with FORWARD never changed", r)
+	}
+
+	c.mustIptables("-P", "FORWARD", "DROP")
+	if _, err := c.iptables(true, "-P", "FORWARD", "DROP"); err != nil {
+		t.Fatal(err)
+	}
+	talk("policy DROP")
+	forwardIs("policy DROP: ROUTELET-FORWARD and its jump back", true)
+	for _, v6 := range []bool{false, true} {
+		if hook, _ := c.iptables(v6, "-S", "FORWARD"); !strings.Contains(hook, "-P FORWARD DROP") {
+			t.Fatalf("routeletd changed the FORWARD policy (v6 %v):\n%s", v6, hook)
+		}
+	}
+
+	c.mustIptables("-P", "FORWARD", "ACCEPT")
+	if _, err := c.iptables(true, "-P", "FORWARD", "ACCEPT"); err != nil {
+		t.Fatal(err)
+	}
+	forwardIs("policy ACCEPT again: ROUTELET-FORWARD and its jump gone", false)
+	talk("policy ACCEPT again")
 }

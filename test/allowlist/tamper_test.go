@@ -65,6 +65,10 @@ func TestTamperRepair(t *testing.T) { eachBackend(t, testTamperRepair) }
 
 func testTamperRepair(t *testing.T, backend string) {
 	c := newCluster(t, backend)
+	// IPv4 FORWARD policy DROP, as Docker sets it: routeletd keeps
+	// ROUTELET-FORWARD (and its jump, tampered with below) only where
+	// FORWARD can drop.
+	c.mustIptables("-P", "FORWARD", "DROP")
 	c.writeNode("node-b", peerIP, peerBlock)
 	c.startDaemon("--encapsulation=vxlan")
 	netnstest.Eventually(t, 5*time.Second, "peer in routelet-vxlan-peers", func() bool {
@@ -72,7 +76,7 @@ func testTamperRepair(t *testing.T, backend string) {
 		return slices.Contains(m, peerIP+"/32")
 	})
 	want := c.snapshot()
-	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-A ROUTELET-INPUT ! -i cali+ -p udp", "-A ROUTELET-POSTROUTING -m set --match-set routelet-nat-pools src",
+	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-A ROUTELET-INPUT ! -i cali+ -p udp", "-A FORWARD -j ROUTELET-FORWARD", "-A ROUTELET-POSTROUTING -m set --match-set routelet-nat-pools src",
 		"# set routelet-pools: [" + nodeBlock + " " + peerBlock + "]", "# set routelet-vxlan-peers: [" + peerIP + "/32]"} {
 		if !strings.Contains(want, s) {
 			t.Fatalf("routeletd's firewall state lacks %q:\n%s", s, want)
@@ -158,7 +162,9 @@ func testCleanup(t *testing.T, backend string) {
 	c := newCluster(t, backend)
 	ctx := context.Background()
 	// Someone else's state: rules in the built-in chains (one jumping to
-	// their own chain), a NAT rule, and sets, one with a look-alike name.
+	// their own chain; the FORWARD one makes routeletd keep
+	// ROUTELET-FORWARD in IPv4), a NAT rule, and sets, one with a
+	// look-alike name.
 	c.mustIptables("-N", "OTHER-INPUT")
 	c.mustIptables("-A", "OTHER-INPUT", "-s", "203.0.113.7/32", "-j", "RETURN")
 	c.mustIptables("-A", "INPUT", "-j", "OTHER-INPUT")

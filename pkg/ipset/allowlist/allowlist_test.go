@@ -72,6 +72,9 @@ func TestManagerApply(t *testing.T) {
 	if k.Writes()+v4.Execs()+v6.Execs() != 0 {
 		t.Fatal("setters touched the kernel")
 	}
+	// IPv4 FORWARD drops (as with Docker), IPv6 FORWARD accepts all:
+	// ROUTELET-FORWARD only where it matters.
+	v4.SetPolicy("filter", "FORWARD", "DROP")
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +101,15 @@ func TestManagerApply(t *testing.T) {
 		f   ipset.Family
 	}{{v4, ipset.IPv4}, {v6, ipset.IPv6}} {
 		for _, ch := range rules.Render(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true}, tc.f) {
-			if got, _ := tc.tab.Rules(ch.Table, ch.Name); !slices.Equal(got, ch.Rules) {
-				t.Fatalf("%s %s = %q, want %q", tc.f, ch.Name, got, ch.Rules)
+			got, ok := tc.tab.Rules(ch.Table, ch.Name)
+			if ch.OnlyWhileHookCanDrop && tc.f == ipset.IPv6 {
+				if ok {
+					t.Fatalf("%s %s exists with nothing in %s that can drop", tc.f, ch.Name, ch.Hook)
+				}
+				continue
+			}
+			if !ok || !slices.Equal(got, ch.Rules) {
+				t.Fatalf("%s %s = %q (exists %v), want %q", tc.f, ch.Name, got, ok, ch.Rules)
 			}
 		}
 	}

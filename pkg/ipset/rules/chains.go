@@ -35,6 +35,13 @@ type Table interface {
 	// otherwise, with nothing deleted); iptables-legacy cannot remove a
 	// table (errors.ErrUnsupported). A netlink request, not an exec.
 	DeleteTable(table string, gen uint32) error
+	// DeleteBaseChain deletes the built-in chain of table, under the
+	// same generation guard as DeleteTable: with iptables-nft a built-in
+	// chain is an nf_tables base chain that registers its hook even when
+	// empty. A missing chain is success; the kernel refuses one that holds
+	// a rule (EBUSY). iptables-legacy: errors.ErrUnsupported, nothing
+	// done. A netlink request, not an exec.
+	DeleteBaseChain(table, chain string, gen uint32) error
 	// ListById returns `iptables -t table -S chain id`: one rule.
 	ListById(table, chain string, id int) (string, error)
 	NewChain(table, chain string) error
@@ -64,8 +71,12 @@ type Stats struct {
 // of a wanted chain once (`iptables -t raw -S`, `-t filter -S`, with NAT
 // outgoing `-t nat -S`: every chain and built-in chain, one exec per table)
 // and repairs what differs: that is the tamper
-// check and the full resync. A failed Apply or Check leaves Chains dirty. All
-// methods are safe for concurrent use.
+// check and the full resync. A chain marked OnlyWhileHookCanDrop is wanted
+// or kept absent as its built-in chain can drop or not, judged from its
+// table as read by every Apply with work to do and every Check not cut
+// short by an unchanged generation; so after someone adds a drop there,
+// the chain is installed by the next Check. A failed Apply or Check leaves
+// Chains dirty. All methods are safe for concurrent use.
 type Chains struct {
 	t      Table
 	family ipset.Family
@@ -84,6 +95,13 @@ type Chains struct {
 	applied map[string][]string
 	hookOK  map[string]bool
 	goneOK  map[string]bool
+	// canDrop holds, per OnlyWhileHookCanDrop chain, whether its built-in
+	// chain could drop when last read (so the chain is wanted).
+	// dropHook marks such a chain whose built-in chain routelet's removal
+	// left to be deleted (nf_tables), retried while the ruleset changes
+	// under it. Guarded by mu.
+	canDrop  map[string]bool
+	dropHook map[string]bool
 	// dirty is set by SetConfig and by failures; guarded by mu.
 	dirty bool
 	// cleanGen is the nf_tables generation read just before the last
@@ -106,15 +124,17 @@ func New(t Table, family ipset.Family, log *slog.Logger) *Chains {
 	}
 	chains := Render(Config{}, family)
 	return &Chains{
-		t:       t,
-		family:  family,
-		log:     log.With("component", "iptables", "family", family.String()),
-		chains:  chains,
-		absent:  absent(chains),
-		applied: map[string][]string{},
-		hookOK:  map[string]bool{},
-		goneOK:  map[string]bool{},
-		dirty:   true,
+		t:        t,
+		family:   family,
+		log:      log.With("component", "iptables", "family", family.String()),
+		chains:   chains,
+		absent:   absent(chains),
+		applied:  map[string][]string{},
+		hookOK:   map[string]bool{},
+		goneOK:   map[string]bool{},
+		canDrop:  map[string]bool{},
+		dropHook: map[string]bool{},
+		dirty:    true,
 	}
 }
 
@@ -185,8 +205,10 @@ func (c *Chains) Apply() error {
 // Check reads the tables of the wanted chains (one exec each, listing every
 // chain of the table: routelet's chains and the built-in chains that jump
 // to them), repairs whatever differs, removes a chain the Config no longer
-// wants (its table is read only when HasTable finds one) and returns how
-// many chains or jumps needed repair.
+// wants (its table is read only when HasTable finds one), installs or
+// removes an OnlyWhileHookCanDrop chain whose built-in chain someone made
+// able to drop or no longer, and returns how many chains or jumps needed
+// a write (a node whose built-in chains nobody touches shows none).
 //
 // On nf_tables it first reads the ruleset generation (one netlink request):
 // when it is still the one read before the last clean Check, nobody has
@@ -246,6 +268,22 @@ func (c *Chains) sync(useCache bool) (int, error) {
 	}
 	for _, ch := range c.chains {
 		want := ch.Lines()
+		if ch.OnlyWhileHookCanDrop {
+			wanted, ok := c.decide(ch, read)
+			if !ok {
+				continue
+			}
+			if !wanted {
+				chains, _ := read(ch.Table) // read by decide
+				fixed, err := c.keepRemoved(ch, chains)
+				if err != nil {
+					errs = append(errs, err)
+				} else if fixed {
+					repaired++
+				}
+				continue
+			}
+		}
 		if !useCache || !slices.Equal(c.applied[ch.Name], want) {
 			chains, ok := read(ch.Table)
 			if !ok {
@@ -317,41 +355,136 @@ func (c *Chains) sync(useCache bool) (int, error) {
 	return repaired, err
 }
 
+// decide reports whether ch, an OnlyWhileHookCanDrop chain, is wanted:
+// hookCanDrop of its built-in chain as read (ok false: the read failed,
+// reported by read). Every sync reads it, Apply's too: only a read shows
+// whether someone changed the built-in chain since (Apply runs only after
+// a change of Config or a failure, and its table is mostly read anyway). A
+// decision that differs from the last one is logged with its reason, and
+// ch's caches are dropped.
+func (c *Chains) decide(ch Chain, read func(string) (map[string][]string, bool)) (wanted, ok bool) {
+	last, known := c.canDrop[ch.Name]
+	chains, ok := read(ch.Table)
+	if !ok {
+		delete(c.applied, ch.Name)
+		delete(c.hookOK, ch.Name)
+		return false, false
+	}
+	wanted, why := hookCanDrop(ch, chains[ch.Hook])
+	if known && wanted == last {
+		return wanted, true
+	}
+	c.canDrop[ch.Name] = wanted
+	delete(c.applied, ch.Name)
+	delete(c.hookOK, ch.Name)
+	if wanted {
+		c.log.Info(fmt.Sprintf("iptables %s can drop (%s): %s installed", ch.Hook, why, ch.Name),
+			"table", ch.Table, "chain", ch.Hook, "target", ch.Name)
+	} else {
+		c.log.Info(fmt.Sprintf("nothing in iptables %s can drop: %s kept absent", ch.Hook, ch.Name),
+			"table", ch.Table, "chain", ch.Hook, "target", ch.Name)
+	}
+	return wanted, true
+}
+
+// hookCanDrop reports whether ch's built-in chain, given its lines as read
+// from its table (none: no such chain, which drops nothing), can drop a
+// packet — its policy is not ACCEPT, or it holds a rule other than a jump
+// to ch (someone else's rule may drop, or jump to a chain that does) —
+// and why.
+func hookCanDrop(ch Chain, lines []string) (bool, string) {
+	for _, l := range lines {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && f[0] == "-P" && f[2] != "ACCEPT":
+			return true, "policy " + f[2]
+		case len(f) > 1 && f[0] == "-A" && !strings.HasSuffix(l, " -j "+ch.Name):
+			return true, fmt.Sprintf("rule %q", l)
+		}
+	}
+	return false, ""
+}
+
+// keepRemoved removes an unwanted OnlyWhileHookCanDrop chain and its jumps
+// (removeChain) given its table's chains as read, and with nf_tables then
+// its built-in chain, left empty by that (dropHookIfEmpty; retried by the
+// next sync when the ruleset changed in between). It reports whether it
+// removed anything.
+func (c *Chains) keepRemoved(ch Chain, chains map[string][]string) (bool, error) {
+	fixed, err := c.removeChain(ch, chains)
+	if err != nil {
+		return fixed, err
+	}
+	if fixed {
+		c.dropHook[ch.Name] = true
+	}
+	if c.dropHook[ch.Name] {
+		c.dropHook[ch.Name] = c.dropHookIfEmpty(ch)
+	}
+	return fixed, nil
+}
+
+// dropHookIfEmpty deletes ch's built-in chain when it is empty with policy
+// ACCEPT (see dropIfEmpty): with iptables-nft an empty base chain still
+// registers its hook, which every packet passing it pays. It reports
+// whether to try again.
+func (c *Chains) dropHookIfEmpty(ch Chain) (retry bool) {
+	c.stats.Reads++
+	return dropIfEmpty(c.t, ch.Table, ch.Hook, c.log)
+}
+
 // dropTableIfEmpty deletes table once removing routelet's chain left it
 // with nothing but its built-in chains (see dropIfEmpty).
 func (c *Chains) dropTableIfEmpty(table string) {
 	c.stats.Reads++
-	dropIfEmpty(c.t, table, c.log)
+	dropIfEmpty(c.t, table, "", c.log)
 }
 
 // dropIfEmpty deletes table when it holds nothing but its built-in chains,
-// empty and with policy ACCEPT: with iptables-nft an empty nat table still
-// registers its hooks, and so keeps conntrack and NAT on for every packet.
-// The deletion is committed only if the ruleset is still the one just read
-// (no one added anything since). iptables-legacy cannot unregister a
-// table; it stays, empty. Failures are logged, not returned: routelet's
-// chain is gone, which is what was asked. It makes one exec (the read).
-func dropIfEmpty(t Table, table string, log *slog.Logger) {
+// empty and with policy ACCEPT, or with chain set only that built-in chain
+// when it is empty with policy ACCEPT: with iptables-nft an empty table or
+// base chain still registers its hooks (a nat table keeps conntrack and
+// NAT on for every packet, a FORWARD chain costs every forwarded one). The
+// deletion is committed only if the ruleset is still the one just read (no
+// one added anything since). iptables-legacy cannot unregister a table or
+// a built-in chain; it stays, empty. Failures are logged, not returned:
+// routelet's chain or jump is gone, which is what was asked. It reports
+// whether trying again may succeed (the read failed, or the ruleset
+// changed in between), and makes one exec (the read).
+func dropIfEmpty(t Table, table, chain string, log *slog.Logger) (retry bool) {
+	what := "iptables table"
+	if chain != "" {
+		what = "iptables built-in chain"
+	}
 	gen, ok, err := t.Generation()
 	if err != nil || !ok {
-		log.Debug("iptables table left in place (no nf_tables generation)", "table", table, "err", err)
-		return
+		log.Debug(what+" left in place (no nf_tables generation)", "table", table, "chain", chain, "err", err)
+		return false
 	}
 	lines, err := t.ListTable(table)
 	if err != nil {
-		log.Warn("iptables table not re-read after removing routelet's chain; left in place", "table", table, "err", err)
-		return
+		log.Warn(what+" not re-read after removing routelet's rules; left in place", "table", table, "chain", chain, "err", err)
+		return true
+	}
+	if chain != "" {
+		lines = splitTable(lines)[chain]
 	}
 	for _, l := range lines {
 		if f := strings.Fields(l); len(f) != 3 || f[0] != "-P" || f[2] != "ACCEPT" {
-			return // someone else's chain, rule or policy: theirs to keep
+			return false // someone else's chain, rule or policy: theirs to keep
 		}
 	}
-	if err := t.DeleteTable(table, gen); err != nil {
-		log.Warn("empty iptables table not removed", "table", table, "err", err)
-		return
+	if chain == "" {
+		err = t.DeleteTable(table, gen)
+	} else {
+		err = t.DeleteBaseChain(table, chain, gen)
 	}
-	log.Info("iptables table empty after removing routelet's chain, removed", "table", table)
+	if err != nil {
+		log.Warn("empty "+what+" not removed", "table", table, "chain", chain, "err", err)
+		return errors.Is(err, ErrGenerationChanged)
+	}
+	log.Info(what+" empty after removing routelet's rules, removed", "table", table, "chain", chain)
+	return false
 }
 
 // removeChain deletes every jump to ch from its built-in chain, each
@@ -566,7 +699,7 @@ func Cleanup(t Table, log *slog.Logger) error {
 	for _, ch := range Known() {
 		if emptied[ch.Table] {
 			delete(emptied, ch.Table)
-			dropIfEmpty(t, ch.Table, log)
+			dropIfEmpty(t, ch.Table, "", log)
 		}
 	}
 	return errors.Join(errs...)

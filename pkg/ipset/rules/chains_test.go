@@ -18,9 +18,20 @@ var fullCfg = Config{VXLAN: true, IPIP: true, NATOutgoing: true}
 // wantInstalled fails unless the fake holds exactly the rendered chains of
 // cfg, each jumped to once, first in its built-in chain, and the built-in
 // chains otherwise hold exactly others (table/chain → specs after the jump).
+// An OnlyWhileHookCanDrop chain is wanted only where others holds a rule in
+// its built-in chain or that chain's policy is not ACCEPT; otherwise it and
+// its jump must be absent.
 func wantInstalled(t *testing.T, f *FakeTable, cfg Config, family ipset.Family, others map[string][]string) {
 	t.Helper()
 	for _, ch := range Render(cfg, family) {
+		hook, _ := f.Rules(ch.Table, ch.Hook)
+		foreign := others[ch.Table+"/"+ch.Hook]
+		if ch.OnlyWhileHookCanDrop && len(foreign) == 0 && f.Policy(ch.Table, ch.Hook) == "ACCEPT" {
+			if _, ok := f.Rules(ch.Table, ch.Name); ok || len(hook) != 0 {
+				t.Fatalf("nothing in %s/%s can drop, yet chain %s exists %v, %s holds %q; want neither", ch.Table, ch.Hook, ch.Name, ok, ch.Hook, hook)
+			}
+			continue
+		}
 		got, ok := f.Rules(ch.Table, ch.Name)
 		if !ok {
 			t.Fatalf("chain %s/%s missing", ch.Table, ch.Name)
@@ -28,8 +39,7 @@ func wantInstalled(t *testing.T, f *FakeTable, cfg Config, family ipset.Family, 
 		if !slices.Equal(got, ch.Rules) && !(len(got) == 0 && len(ch.Rules) == 0) {
 			t.Fatalf("chain %s/%s = %q, want %q", ch.Table, ch.Name, got, ch.Rules)
 		}
-		hook, _ := f.Rules(ch.Table, ch.Hook)
-		want := append([]string{strings.TrimPrefix(ch.JumpLine(), "-A "+ch.Hook+" ")}, others[ch.Table+"/"+ch.Hook]...)
+		want := append([]string{strings.TrimPrefix(ch.JumpLine(), "-A "+ch.Hook+" ")}, foreign...)
 		if !slices.Equal(hook, want) {
 			t.Fatalf("built-in %s/%s = %q, want %q", ch.Table, ch.Hook, hook, want)
 		}
@@ -191,11 +201,11 @@ func TestChainsCheckExecs(t *testing.T) {
 			if s := c.Stats(); tc.nft != (s.Unchanged == 2) {
 				t.Fatalf("Stats.Unchanged = %d after 3 clean Checks (nft %v)", s.Unchanged, tc.nft)
 			}
-			// A flushed chain and a deleted jump in the same table:
-			// still one read of it; the repair appends the rules and
-			// inserts the jump.
+			// A flushed chain and its deleted jump: still one read of
+			// the table; the repair appends the rules and inserts the
+			// jump.
 			f.SetRules("filter", InputChain)
-			f.SetRules("filter", "FORWARD")
+			f.SetRules("filter", "INPUT")
 			f.ResetCalls()
 			if n, err := c.Check(); n != 2 || err != nil {
 				t.Fatalf("Check = %d, %v; want 2 repairs", n, err)
@@ -656,5 +666,155 @@ func TestChainsRemoveOlderPrerouting(t *testing.T) {
 		if _, ok := f.Rules(TableRaw, PreroutingChain); ok {
 			t.Errorf("%s still exists", PreroutingChain)
 		}
+	}
+}
+
+// TestChainsForwardOnlyWhereItCanDrop: ROUTELET-FORWARD and its jump exist
+// only while filter FORWARD can drop — a policy other than ACCEPT, or
+// someone else's rule — and are removed again when it no longer can; with
+// nf_tables the FORWARD base chain that removal leaves empty is deleted
+// (it would keep its hook registered). A steady state, either way, makes
+// no repair, and with nf_tables no read. Each flip is logged once.
+func TestChainsForwardOnlyWhereItCanDrop(t *testing.T) {
+	for _, nft := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) { testForwardOnlyWhereItCanDrop(t, nft) })
+	}
+}
+
+func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
+	f := NewFakeTable()
+	f.NFT = nft
+	var logs strings.Builder
+	c := New(f, ipset.IPv4, slog.New(slog.NewTextHandler(&logs, nil)))
+	_ = c.SetConfig(fullCfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wantGone := func(what string, baseDeleted bool) {
+		t.Helper()
+		if _, ok := f.Rules(TableFilter, ForwardChain); ok {
+			t.Fatalf("%s: %s exists", what, ForwardChain)
+		}
+		r, exists := f.Rules(TableFilter, "FORWARD")
+		if len(r) != 0 {
+			t.Fatalf("%s: FORWARD = %q, want it empty", what, r)
+		}
+		if exists == baseDeleted {
+			t.Fatalf("%s: FORWARD base chain exists %v, want %v", what, exists, !baseDeleted)
+		}
+		wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+	}
+	// steady runs clean Checks: no repair, and with a generation no read
+	// after the first.
+	steady := func(what string) {
+		t.Helper()
+		for i := range 3 {
+			f.ResetCalls()
+			if n, err := c.Check(); n != 0 || err != nil {
+				t.Fatalf("%s: clean Check %d = %d, %v; want 0 repairs", what, i+1, n, err)
+			}
+			if nft && i > 0 && f.Execs() != 0 {
+				t.Fatalf("%s: clean Check %d with an unchanged generation ran %d execs", what, i+1, f.Execs())
+			}
+		}
+	}
+	// flip changes FORWARD as someone else would, and wants the next Check
+	// to repair.
+	flip := func(what string, change func()) {
+		t.Helper()
+		change()
+		if n, err := c.Check(); n == 0 || err != nil {
+			t.Fatalf("%s: Check = %d, %v; want the change followed", what, n, err)
+		}
+	}
+
+	// The fake's FORWARD exists from the start: not routelet's to delete.
+	wantGone("policy ACCEPT, FORWARD empty", false)
+	steady("policy ACCEPT")
+
+	flip("policy DROP", func() { f.SetPolicy(TableFilter, "FORWARD", "DROP") })
+	wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+	steady("policy DROP")
+
+	flip("policy ACCEPT again", func() { f.SetPolicy(TableFilter, "FORWARD", "ACCEPT") })
+	wantGone("policy ACCEPT again", nft)
+	steady("policy ACCEPT again")
+
+	docker := "-o docker0 -j DOCKER"
+	flip("someone else's rule", func() { f.SetRules(TableFilter, "FORWARD", docker) })
+	wantInstalled(t, f, fullCfg, ipset.IPv4, map[string][]string{"filter/FORWARD": {docker}})
+	steady("someone else's rule")
+
+	flip("that rule deleted", func() {
+		r, _ := f.Rules(TableFilter, "FORWARD")
+		f.SetRules(TableFilter, "FORWARD", slices.DeleteFunc(r, func(s string) bool { return s == docker })...)
+	})
+	wantGone("that rule deleted", nft)
+	steady("that rule deleted")
+
+	for msg, want := range map[string]int{
+		"FORWARD can drop (policy DROP): ROUTELET-FORWARD installed":                    1,
+		`FORWARD can drop (rule \"-A FORWARD -o docker0 -j DOCKER\"): ROUTELET-FORWARD`: 1,
+		"nothing in iptables FORWARD can drop":                                          3,
+	} {
+		if got := strings.Count(logs.String(), msg); got != want {
+			t.Errorf("log %q %d times, want %d:\n%s", msg, got, want, logs.String())
+		}
+	}
+}
+
+// TestChainsForwardUpgrade: a node upgraded from a routelet that always
+// kept ROUTELET-FORWARD, FORWARD policy ACCEPT and nothing else in it: the
+// first Apply removes the chain and its jump and, with nf_tables, the
+// FORWARD base chain left empty; someone else's rule added at the same
+// time (the ruleset changed under the deletion) keeps the chain in place.
+func TestChainsForwardUpgrade(t *testing.T) {
+	for _, nft := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) {
+			f := NewFakeTable()
+			f.NFT = nft
+			f.SetRules(TableFilter, ForwardChain, "-i cali+ -j ACCEPT", "-o cali+ -j ACCEPT")
+			f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
+			c := New(f, ipset.IPv4, quiet)
+			_ = c.SetConfig(fullCfg)
+			if err := c.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.Rules(TableFilter, ForwardChain); ok {
+				t.Fatalf("%s kept with nothing in FORWARD that can drop", ForwardChain)
+			}
+			if r, exists := f.Rules(TableFilter, "FORWARD"); len(r) != 0 || exists == nft {
+				t.Fatalf("FORWARD = %q, exists %v; want it empty, and deleted with nf_tables", r, exists)
+			}
+			wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+		})
+	}
+	// The ruleset changes between the re-read and the deletion: nothing
+	// is deleted then, and the next Check tries again.
+	f := NewFakeTable()
+	f.NFT = true
+	f.SetRules(TableFilter, ForwardChain, "-i cali+ -j ACCEPT")
+	f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
+	raced := false
+	f.Inject = func(method, table, chain string) error {
+		if method == "DeleteBaseChain" && !raced {
+			raced = true
+			f.changed() // runs with the fake's lock held
+		}
+		return nil
+	}
+	c := New(f, ipset.IPv4, quiet)
+	_ = c.SetConfig(fullCfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if _, exists := f.Rules(TableFilter, "FORWARD"); !exists || !raced {
+		t.Fatalf("FORWARD deleted although the ruleset changed under the deletion (raced %v)", raced)
+	}
+	if _, err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if _, exists := f.Rules(TableFilter, "FORWARD"); exists {
+		t.Fatal("the next Check did not delete the empty FORWARD base chain")
 	}
 }

@@ -10,7 +10,18 @@
 //     4). Rules exist only for the enabled encapsulations.
 //   - ROUTELET-FORWARD (filter, from FORWARD): accept traffic from and to
 //     pod interfaces (cali+) and the enabled overlay devices, so pods are
-//     forwarded even when the FORWARD policy is DROP.
+//     forwarded even when the FORWARD policy is DROP. Only while FORWARD
+//     can drop ([Chain.OnlyWhileHookCanDrop]: a policy other than ACCEPT,
+//     or any rule but the jump to it, as Docker, ufw or kube-proxy add):
+//     an accept cannot pierce a drop anywhere else, and with iptables-nft
+//     the FORWARD base chain its jump needs costs every forwarded packet.
+//     Otherwise the chain and its jump are removed like a chain the Config
+//     leaves out, and with nf_tables the FORWARD base chain that removal
+//     left empty with policy ACCEPT is deleted too (under the generation
+//     guard, so a rule or policy set meanwhile is never lost). Each Check
+//     decides again: after something adds a drop to FORWARD, pods'
+//     forwarded traffic is dropped until the next Check installs the
+//     chain (at most the allowlist check period, 1 s by default).
 //   - ROUTELET-POSTROUTING (nat, from POSTROUTING): only with NAT outgoing,
 //     masquerade traffic from the NAT pools set to destinations outside
 //     every pool; traffic leaving through an overlay device is never
@@ -45,5 +56,7 @@
 // Ownership: only the four ROUTELET-* chains (the three above and the old
 // ROUTELET-PREROUTING) are ever flushed or deleted;
 // in the built-in chains only rules that are exactly a jump to one of them
-// are inserted or removed.
+// are inserted or removed; a built-in chain itself (nf_tables FORWARD) is
+// deleted only when the ruleset, at the generation read just before, shows
+// it empty with policy ACCEPT.
 package rules

@@ -7,23 +7,31 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/routelet/routelet/internal/fakekernel"
 )
 
 // FakeTable is an in-memory Table for tests: tables of chains of rule specs,
 // listed the way `iptables -S` prints them. It counts calls per method and
 // can fail chosen calls. The raw, filter and nat tables exist from the
-// start, their built-in chains with policy ACCEPT; DropTable removes one,
-// and any call naming a missing table but HasTable creates it again, as
-// iptables-legacy does (so a test sees whether code reads a table it
-// should leave alone).
+// start, their built-in chains with policy ACCEPT (SetPolicy changes one);
+// DropTable removes a table, and any call naming a missing table but
+// HasTable creates it again, as iptables-legacy does (so a test sees
+// whether code reads a table it should leave alone). With NFT a built-in
+// chain can be missing, as an nf_tables base chain can: DeleteBaseChain
+// removes one, the listing still shows it with policy ACCEPT, and a rule
+// or policy written to it creates it again, as iptables-nft does.
 type FakeTable struct {
 	mu sync.Mutex
 	// chains maps "table/chain" to its rule specs; builtin marks built-in
 	// chains. Guarded by mu.
 	chains  map[string][]string
 	builtin map[string]bool
-	calls   fakekernel.Calls
+	// policy holds the built-in chains' policies other than ACCEPT, by
+	// "table/chain"; guarded by mu.
+	policy map[string]string
+	calls  fakekernel.Calls
 	// gen is the ruleset generation, bumped by every change; guarded by mu.
 	gen uint32
 	// NFT makes Generation report gen, as iptables-nft does; without it
@@ -59,7 +67,7 @@ var builtinChains = []string{"raw/PREROUTING", "raw/OUTPUT", "filter/INPUT", "fi
 
 // NewFakeTable returns a FakeTable with the raw, filter and nat tables.
 func NewFakeTable() *FakeTable {
-	f := &FakeTable{chains: map[string][]string{}, builtin: map[string]bool{}}
+	f := &FakeTable{chains: map[string][]string{}, builtin: map[string]bool{}, policy: map[string]string{}}
 	for _, k := range builtinChains {
 		f.builtin[k] = true
 	}
@@ -99,6 +107,7 @@ func (f *FakeTable) DropTable(table string) {
 	for k := range f.chains {
 		if t, _, _ := strings.Cut(k, "/"); t == table {
 			delete(f.chains, k)
+			delete(f.policy, k)
 		}
 	}
 	f.changed()
@@ -120,11 +129,57 @@ func (f *FakeTable) DeleteTable(table string, gen uint32) error {
 		for k := range f.chains {
 			if t, _, _ := strings.Cut(k, "/"); t == table {
 				delete(f.chains, k)
+				delete(f.policy, k)
 			}
 		}
 		f.changed()
 		return nil
 	})
+}
+
+// DeleteBaseChain implements Table: with NFT and gen current it removes
+// the built-in chain unless it holds a rule (EBUSY, as the kernel
+// answers); a missing chain is success. It is counted as a call.
+func (f *FakeTable) DeleteBaseChain(table, chain string, gen uint32) error {
+	return f.calls.Do(&f.mu, "DeleteBaseChain", func() error {
+		if err := f.inject("DeleteBaseChain", table, chain); err != nil {
+			return err
+		}
+		if !f.NFT {
+			return fmt.Errorf("fake legacy cannot remove built-in chain %s/%s: %w", table, chain, errors.ErrUnsupported)
+		}
+		if gen != f.gen {
+			return ErrGenerationChanged
+		}
+		k := table + "/" + chain
+		r, ok := f.chains[k]
+		if !ok {
+			return nil
+		}
+		if len(r) > 0 {
+			return fmt.Errorf("fake delete built-in chain %s: %w", k, unix.EBUSY)
+		}
+		delete(f.chains, k)
+		delete(f.policy, k)
+		f.changed()
+		return nil
+	})
+}
+
+// SetPolicy sets the policy of the built-in chain table/chain directly (and
+// so creates it where missing), as `iptables -P` by another program would.
+func (f *FakeTable) SetPolicy(table, chain, policy string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := table + "/" + chain
+	if _, ok := f.chains[k]; !ok {
+		f.chains[k] = nil
+	}
+	f.policy[k] = policy
+	if policy == "ACCEPT" {
+		delete(f.policy, k)
+	}
+	f.changed()
 }
 
 // HasTable implements Table. It is not counted as a call: it is no exec.
@@ -152,6 +207,16 @@ func (f *FakeTable) Rules(table, chain string) ([]string, bool) {
 	defer f.mu.Unlock()
 	r, ok := f.chains[table+"/"+chain]
 	return slices.Clone(r), ok
+}
+
+// Policy returns the policy of the built-in chain table/chain.
+func (f *FakeTable) Policy(table, chain string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.policy[table+"/"+chain]; p != "" {
+		return p
+	}
+	return "ACCEPT"
 }
 
 // SetRules replaces (creating if needed) the rules of table/chain directly,
@@ -207,8 +272,13 @@ func (f *FakeTable) Generation() (uint32, bool, error) {
 	return f.gen, f.NFT, nil
 }
 
+// get returns the rules of table/chain; with NFT a missing built-in chain
+// of an existing table has none (a write creates it). Caller holds mu.
 func (f *FakeTable) get(table, chain string) ([]string, error) {
 	r, ok := f.chains[table+"/"+chain]
+	if !ok && f.NFT && f.builtin[table+"/"+chain] && f.hasTable(table) {
+		return nil, nil
+	}
 	if !ok {
 		return nil, &FakeExitError{1, "No chain/target/match by that name."}
 	}
@@ -232,7 +302,7 @@ func (f *FakeTable) listTable(table string) []string {
 	var builtin, user []string
 	for _, k := range builtinChains {
 		if t, ch, _ := strings.Cut(k, "/"); t == table {
-			if _, ok := f.chains[k]; ok {
+			if _, ok := f.chains[k]; ok || f.NFT {
 				builtin = append(builtin, ch)
 			}
 		}
@@ -245,7 +315,11 @@ func (f *FakeTable) listTable(table string) []string {
 	slices.Sort(user)
 	var out []string
 	for _, ch := range builtin {
-		out = append(out, "-P "+ch+" ACCEPT")
+		policy := f.policy[table+"/"+ch]
+		if policy == "" {
+			policy = "ACCEPT"
+		}
+		out = append(out, "-P "+ch+" "+policy)
 	}
 	for _, ch := range user {
 		out = append(out, "-N "+ch)

@@ -29,45 +29,55 @@ func nftHasTable(family ipset.Family, table string) (bool, error) {
 	return true, nil
 }
 
-// ErrGenerationChanged is what nftDeleteTable returns when the ruleset
+// ErrGenerationChanged is what nftDelete returns when the ruleset
 // generation was no longer the one given: someone changed the ruleset in
 // between, and nothing was deleted.
 var ErrGenerationChanged = errors.New("nf_tables ruleset changed since it was read")
 
-// nftDeleteTable deletes table of family from the calling thread's
-// namespace in one nf_tables transaction that the kernel commits only while
-// the ruleset generation is still gen (NFNL_BATCH_GENID): if anyone changed
-// anything since gen was read, the batch is refused with ERESTART and
-// ErrGenerationChanged is returned. A missing table is success.
-func nftDeleteTable(family ipset.Family, table string, gen uint32) error {
+// nftDelete deletes table of family, or with chain set only that chain of
+// it, from the calling thread's namespace in one nf_tables transaction that
+// the kernel commits only while the ruleset generation is still gen
+// (NFNL_BATCH_GENID): if anyone changed anything since gen was read, the
+// batch is refused with ERESTART and ErrGenerationChanged is returned. A
+// missing table or chain is success; a chain that still holds a rule is
+// refused by the kernel (EBUSY), and that error returned.
+func nftDelete(family ipset.Family, table, chain string, gen uint32) error {
+	what := "table " + table
+	typ := unix.NFT_MSG_DELTABLE
+	attrs := []*nl.RtAttr{nl.NewRtAttr(unix.NFTA_TABLE_NAME, nl.ZeroTerminated(table))}
+	if chain != "" {
+		what = "chain " + table + "/" + chain
+		typ = unix.NFT_MSG_DELCHAIN
+		attrs = []*nl.RtAttr{nl.NewRtAttr(unix.NFTA_CHAIN_TABLE, nl.ZeroTerminated(table)),
+			nl.NewRtAttr(unix.NFTA_CHAIN_NAME, nl.ZeroTerminated(chain))}
+	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
-		return fmt.Errorf("nf_tables delete table %s: %w", table, err)
+		return fmt.Errorf("nf_tables delete %s: %w", what, err)
 	}
 	defer unix.Close(fd)
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("nf_tables delete table %s: %w", table, err)
+		return fmt.Errorf("nf_tables delete %s: %w", what, err)
 	}
 	var genid [4]byte
 	binary.BigEndian.PutUint32(genid[:], gen)
 	begin := nfMsg(unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, 1, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES,
 		nl.NewRtAttr(unix.NFNL_BATCH_GENID, genid[:]))
-	del := nfMsg(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_DELTABLE, unix.NLM_F_REQUEST|unix.NLM_F_ACK, 2, uint8(family), 0,
-		nl.NewRtAttr(unix.NFTA_TABLE_NAME, nl.ZeroTerminated(table)))
+	del := nfMsg(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK, 2, uint8(family), 0, attrs...)
 	end := nfMsg(unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, 3, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	batch := append(append(begin, del...), end...)
 	if err := unix.Sendto(fd, batch, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("nf_tables delete table %s: %w", table, err)
+		return fmt.Errorf("nf_tables delete %s: %w", what, err)
 	}
 	buf := make([]byte, 8192)
 	for {
 		n, _, err := unix.Recvfrom(fd, buf, 0)
 		if err != nil {
-			return fmt.Errorf("nf_tables delete table %s: %w", table, err)
+			return fmt.Errorf("nf_tables delete %s: %w", what, err)
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
-			return fmt.Errorf("nf_tables delete table %s: %w", table, err)
+			return fmt.Errorf("nf_tables delete %s: %w", what, err)
 		}
 		for _, m := range msgs {
 			if m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4 {
@@ -84,7 +94,7 @@ func nftDeleteTable(family ipset.Family, table string, gen uint32) error {
 			case unix.Errno(errno) == unix.ENOENT:
 				return nil
 			default:
-				return fmt.Errorf("nf_tables delete table %s: %w", table, unix.Errno(errno))
+				return fmt.Errorf("nf_tables delete %s: %w", what, unix.Errno(errno))
 			}
 		}
 	}

@@ -121,7 +121,15 @@ func (t *IPTables) DeleteTable(table string, gen uint32) error {
 	if !t.nft {
 		return fmt.Errorf("iptables-legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
 	}
-	return nftDeleteTable(t.family, table, gen)
+	return nftDelete(t.family, table, "", gen)
+}
+
+// DeleteBaseChain implements Table.
+func (t *IPTables) DeleteBaseChain(table, chain string, gen uint32) error {
+	if !t.nft {
+		return fmt.Errorf("iptables-legacy cannot remove built-in chain %s/%s: %w", table, chain, errors.ErrUnsupported)
+	}
+	return nftDelete(t.family, table, chain, gen)
 }
 
 // legacyHasTable reports whether the x_tables names file at path lists

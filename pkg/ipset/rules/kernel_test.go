@@ -99,10 +99,17 @@ func (f *fixture) run(t *testing.T, args ...string) string {
 }
 
 // wantKernel checks with the iptables binary, as an operator would, that
-// each chain holds the rendered rules and is jumped to exactly once, first.
-func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family) {
+// each chain holds the rendered rules and is jumped to exactly once, first;
+// an OnlyWhileHookCanDrop chain only where hookDrops (the test set up
+// something in its built-in chain that can drop), else that neither it
+// nor a jump to it exists.
+func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family, hookDrops bool) {
 	t.Helper()
 	for _, ch := range Render(cfg, family) {
+		if ch.OnlyWhileHookCanDrop && !hookDrops {
+			f.wantNoChain(t, ch)
+			continue
+		}
 		var got []string
 		for _, l := range strings.Split(strings.TrimSpace(f.run(t, "-t", ch.Table, "-S", ch.Name)), "\n") {
 			got = append(got, canonical(l))
@@ -117,6 +124,18 @@ func (f *fixture) wantKernel(t *testing.T, cfg Config, family ipset.Family) {
 		if pos, _ := jumpPositions(hook, ch.Hook, ch.Name); len(pos) != 1 {
 			t.Fatalf("%s/%s jumps to %s %d times, want once", ch.Table, ch.Hook, ch.Name, len(pos))
 		}
+	}
+}
+
+// wantNoChain checks with the iptables binary that ch does not exist and
+// its built-in chain holds no jump to it.
+func (f *fixture) wantNoChain(t *testing.T, ch Chain) {
+	t.Helper()
+	if out, err := netnstest.Exec(context.Background(), f.n, f.bin, "-t", ch.Table, "-S", ch.Name); err == nil {
+		t.Fatalf("%s -t %s -S %s: the chain exists:\n%s", f.bin, ch.Table, ch.Name, out)
+	}
+	if hook := f.run(t, "-t", ch.Table, "-S", ch.Hook); strings.Contains(hook, "-j "+ch.Name) {
+		t.Fatalf("%s -t %s -S %s holds a jump to %s:\n%s", f.bin, ch.Table, ch.Hook, ch.Name, hook)
 	}
 }
 
@@ -148,12 +167,14 @@ func (f *fixture) wantTableMatchesChains(t *testing.T) {
 	}
 }
 
-func TestChainsKernelBothBackends(t *testing.T) {
+func TestChainsKernelBothBackends(t *testing.T) { eachBackendFamily(t, testChainsKernel) }
+
+// eachBackendFamily runs test as a subtest per backend (nft, legacy) and
+// IP family.
+func eachBackendFamily(t *testing.T, test func(t *testing.T, backend string, family ipset.Family)) {
 	for _, backend := range []string{BackendNFT, BackendLegacy} {
 		for _, family := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
-			t.Run(backend+"/"+family.String(), func(t *testing.T) {
-				testChainsKernel(t, backend, family)
-			})
+			t.Run(backend+"/"+family.String(), func(t *testing.T) { test(t, backend, family) })
 		}
 	}
 }
@@ -161,8 +182,10 @@ func TestChainsKernelBothBackends(t *testing.T) {
 func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	cfg := fullCfg
 	f := newFixture(t, backend, family, cfg, nil)
-	// Someone else's rules in the built-in chains stay untouched.
+	// Someone else's rules in the built-in chains stay untouched; a
+	// FORWARD policy DROP, as Docker sets, makes ROUTELET-FORWARD wanted.
 	f.run(t, "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+	f.run(t, "-P", "FORWARD", "DROP")
 	c := New(f.tab, family, quiet)
 	if err := c.SetConfig(cfg); err != nil {
 		t.Fatal(err)
@@ -170,7 +193,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	f.wantKernel(t, cfg, family)
+	f.wantKernel(t, cfg, family, true)
 	f.wantTableMatchesChains(t)
 
 	before := c.Stats()
@@ -220,7 +243,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 		if err != nil || n == 0 {
 			t.Fatalf("after %s %v: Check = %d, %v; want a repair", f.bin, tamper, n, err)
 		}
-		f.wantKernel(t, cfg, family)
+		f.wantKernel(t, cfg, family, true)
 	}
 	if got := f.run(t, "-S", "INPUT"); !strings.Contains(got, "--dport 22 -j ACCEPT") {
 		t.Fatalf("foreign INPUT rule lost:\n%s", got)
@@ -235,7 +258,7 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	f.wantKernel(t, cfg2, family)
+	f.wantKernel(t, cfg2, family, true)
 
 	if err := Cleanup(f.tab, quiet); err != nil {
 		t.Fatal(err)
@@ -359,5 +382,100 @@ func TestPairReadsItsNamespacesGeneration(t *testing.T) {
 				t.Fatalf("step %d: generation still %d after %v in the namespace", i, g, args)
 			}
 		}
+	}
+}
+
+// nftHasChain reports whether `nft list ruleset` in the fixture's
+// namespace shows chain in table of family's nf_tables family (ip, ip6).
+func (f *fixture) nftHasChain(t *testing.T, family ipset.Family, table, chain string) bool {
+	t.Helper()
+	out, err := netnstest.Exec(context.Background(), f.n, "nft", "list", "ruleset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fam := "ip"
+	if family == ipset.IPv6 {
+		fam = "ip6"
+	}
+	in := false
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "table ") {
+			in = l == "table "+fam+" "+table+" {"
+		}
+		if in && l == "chain "+chain+" {" {
+			return true
+		}
+	}
+	return false
+}
+
+// TestForwardOnlyWhereItCanDropKernel: with the FORWARD policy ACCEPT and
+// nothing in FORWARD, routelet keeps no ROUTELET-FORWARD and no jump to it
+// and, with iptables-nft, no FORWARD base chain (whose hook every
+// forwarded packet would pass); an older routelet's chain and jump are
+// removed by one Check, the base chain with them; `-P FORWARD DROP` makes
+// the next Check install both, `-P FORWARD ACCEPT` the next remove them
+// again. Both backends, both families.
+func TestForwardOnlyWhereItCanDropKernel(t *testing.T) {
+	eachBackendFamily(t, testForwardOnlyWhereItCanDropKernel)
+}
+
+func testForwardOnlyWhereItCanDropKernel(t *testing.T, backend string, family ipset.Family) {
+	cfg := Config{VXLAN: true}
+	f := newFixture(t, backend, family, cfg, nil)
+	if backend == BackendNFT {
+		netnstest.SkipUnlessInstalled(t, "nftables", "nft")
+	}
+	fwd := Render(cfg, family)[slices.IndexFunc(Render(cfg, family), func(c Chain) bool { return c.Name == ForwardChain })]
+	// wantNone checks that no chain, no jump and (nft) no FORWARD base
+	// chain is left.
+	wantNone := func(what string) {
+		t.Helper()
+		f.wantKernel(t, cfg, family, false)
+		if backend == BackendNFT && f.nftHasChain(t, family, TableFilter, "FORWARD") {
+			out, _ := netnstest.Exec(context.Background(), f.n, "nft", "list", "ruleset")
+			t.Fatalf("%s: nf_tables still has a FORWARD base chain:\n%s", what, out)
+		}
+	}
+	c := New(f.tab, family, quiet)
+	if err := c.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wantNone("policy ACCEPT, after Apply")
+
+	// An older routelet's chain and jump, written with the binary.
+	f.run(t, "-N", ForwardChain)
+	for _, r := range fwd.Rules {
+		f.run(t, append([]string{"-A", ForwardChain}, strings.Fields(r)...)...)
+	}
+	f.run(t, "-A", "FORWARD", "-j", ForwardChain)
+	if n, err := c.Check(); n == 0 || err != nil {
+		t.Fatalf("Check after an older routelet's chain = %d, %v; want it removed", n, err)
+	}
+	wantNone("older routelet's chain, after one Check")
+
+	f.run(t, "-P", "FORWARD", "DROP")
+	if n, err := c.Check(); n == 0 || err != nil {
+		t.Fatalf("Check after -P FORWARD DROP = %d, %v; want the chain installed", n, err)
+	}
+	f.wantKernel(t, cfg, family, true)
+	if backend == BackendNFT && !f.nftHasChain(t, family, TableFilter, "FORWARD") {
+		t.Fatal("nft list ruleset shows no FORWARD base chain with policy DROP: the check above proves nothing")
+	}
+	if n, err := c.Check(); n != 0 || err != nil {
+		t.Fatalf("Check with FORWARD DROP unchanged = %d, %v; want nothing to repair", n, err)
+	}
+
+	f.run(t, "-P", "FORWARD", "ACCEPT")
+	if n, err := c.Check(); n == 0 || err != nil {
+		t.Fatalf("Check after -P FORWARD ACCEPT = %d, %v; want the chain removed", n, err)
+	}
+	wantNone("policy ACCEPT again")
+	if n, err := c.Check(); n != 0 || err != nil {
+		t.Fatalf("Check with FORWARD ACCEPT unchanged = %d, %v; want nothing to repair", n, err)
 	}
 }

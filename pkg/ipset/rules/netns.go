@@ -43,6 +43,11 @@ func (n NetNS) DeleteTable(table string, gen uint32) error {
 	return n.do(func() error { return n.T.DeleteTable(table, gen) })
 }
 
+// DeleteBaseChain implements Table.
+func (n NetNS) DeleteBaseChain(table, chain string, gen uint32) error {
+	return n.do(func() error { return n.T.DeleteBaseChain(table, chain, gen) })
+}
+
 // ListById implements Table.
 func (n NetNS) ListById(table, chain string, id int) (out string, err error) {
 	err = n.do(func() error { out, err = n.T.ListById(table, chain, id); return err })

@@ -95,6 +95,14 @@ type Chain struct {
 	Hook  string
 	Jump  string
 	Rules []string
+	// OnlyWhileHookCanDrop keeps the chain and its jump only while the
+	// built-in chain can drop a packet (a policy other than ACCEPT, or a
+	// rule other than a jump to this chain); otherwise both are kept
+	// absent like a chain the Config leaves out. For accept-only chains:
+	// an accept cannot override a drop anywhere but in its own built-in
+	// chain, and with iptables-nft that chain, once it exists, costs
+	// every packet passing its hook.
+	OnlyWhileHookCanDrop bool
 }
 
 // JumpLine returns the jump to c as `iptables -S <hook>` prints it.
@@ -115,8 +123,9 @@ func (c Chain) Lines() []string {
 }
 
 // Render returns routelet's chains for family from cfg, in the order they
-// are applied: ROUTELET-INPUT and ROUTELET-FORWARD (filter) always,
-// ROUTELET-POSTROUTING (nat) only with NAT outgoing. Rules are written the
+// are applied: ROUTELET-INPUT and ROUTELET-FORWARD (filter) always, the
+// latter marked OnlyWhileHookCanDrop (installed only while FORWARD can
+// drop), ROUTELET-POSTROUTING (nat) only with NAT outgoing. Rules are written the
 // way `iptables -S` prints them (including the implicit "-m udp"), so a
 // read-back compares equal.
 //
@@ -159,7 +168,7 @@ func Render(cfg Config, family ipset.Family) []Chain {
 
 	out := []Chain{
 		{Table: TableFilter, Name: InputChain, Hook: "INPUT", Rules: input},
-		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward},
+		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward, OnlyWhileHookCanDrop: true},
 	}
 	if cfg.NATOutgoing {
 		var post []string

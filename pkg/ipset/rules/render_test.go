@@ -12,12 +12,16 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current rendering")
 
-// dump renders chains as an operator reads them: per chain the table and the
-// `iptables -S` lines.
+// dump renders chains as an operator reads them: per chain the table, the
+// jump (and when it is kept) and the `iptables -S` lines.
 func dump(chains []Chain) string {
 	var b strings.Builder
 	for _, ch := range chains {
-		b.WriteString("# -t " + ch.Table + " (jumped to from " + ch.Hook + ": " + ch.JumpLine() + ")\n")
+		when := ""
+		if ch.OnlyWhileHookCanDrop {
+			when = ", only while " + ch.Hook + " can drop"
+		}
+		b.WriteString("# -t " + ch.Table + " (jumped to from " + ch.Hook + ": " + ch.JumpLine() + when + ")\n")
 		for _, l := range ch.Lines() {
 			b.WriteString(l + "\n")
 		}

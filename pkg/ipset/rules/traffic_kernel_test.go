@@ -387,7 +387,7 @@ func testOlderPreroutingRemoved(t *testing.T, backend string, other bool) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	f.wantKernel(t, cfg, ipset.IPv4)
+	f.wantKernel(t, cfg, ipset.IPv4, false)
 	exists, err := f.tab.HasTable(TableRaw)
 	if err != nil {
 		t.Fatal(err)
