@@ -677,9 +677,11 @@ func buildReference(ctx context.Context, router ns.NetNS, encap string, v6 bool,
 		if err := sh(router, "ip link set "+port+" master br0 up"); err != nil {
 			return r, err
 		}
-		cmds := []string{"ip addr add " + n.host4 + "/24 dev eth0", "ip link set eth0 up", "ip route add default via 10.0.1.1"}
+		// The same underlay as routelet's nodes (internal/cluster): an
+		// address and a default route per family.
+		cmds := []string{"ip addr add " + n.host4 + "/24 dev eth0", "ip link set eth0 up", "ip route add default via " + specA.Gw4}
 		if v6 {
-			cmds = append(cmds, "ip -6 addr add "+n.host6+"/64 dev eth0 nodad")
+			cmds = append(cmds, "ip -6 addr add "+n.host6+"/64 dev eth0 nodad", "ip -6 route add default via "+specA.Gw6+" dev eth0")
 		}
 		switch {
 		case encap == "vxlan":

@@ -124,7 +124,7 @@ func (w *world) whereItDied(s, d End, v int, dl map[string]LinkStats) (problem, 
 		dv := d.w.HostIface
 		if dl[dv].TxPackets == 0 {
 			return fmt.Sprintf("it entered %s (rx +%d) but was not sent to %s (tx +0): dropped on this node (route, firewall)", veth, dl[veth].RxPackets, dv),
-				"see dst-host-route; iptables -S ROUTELET-FORWARD"
+				"see dst-host-route; iptables -S FORWARD (routelet jumps to ROUTELET-FORWARD while something there can drop)"
 		}
 		return fmt.Sprintf("it reached %s (tx +%d) but the pod did not answer", dv, dl[dv].TxPackets),
 			"the destination pod drops echo requests or is down"
@@ -148,7 +148,7 @@ func (w *world) whereItDied(s, d End, v int, dl map[string]LinkStats) (problem, 
 				"see vtep-arp and vtep-fdb"
 		case dd.TxPackets == 0:
 			return fmt.Sprintf("it entered %s (rx +%d) but never reached %s (tx +0): dropped on this node before the overlay", veth, dl[veth].RxPackets, dev),
-				"see route; iptables -S ROUTELET-FORWARD"
+				"see route; iptables -S FORWARD (routelet jumps to ROUTELET-FORWARD while something there can drop)"
 		}
 	}
 	if pd := dl[f.parent.Name]; pd.TxPackets == 0 {
