@@ -141,13 +141,12 @@ func Render(cfg Config, family ipset.Family) []Chain {
 	port := strconv.Itoa(cfg.VXLANPort)
 
 	// The accept rules take a peer's unicast only (the packet type the
-	// driver set from the frame: no FIB lookup, and a native match in
-	// iptables-nft) and exclude pod interfaces: should a pod's guard ever
-	// be missing, a pod's packet still cannot pass as a peer's. The drop
-	// rules take everything else this node would deliver to the port or
-	// protocol, broadcast and multicast included: the kernel hands a
-	// broadcast datagram to every socket bound to the port, the VXLAN
-	// device's too.
+	// driver set from the frame: one compare, no FIB lookup) and exclude
+	// pod interfaces: should a pod's guard ever be missing, a pod's
+	// packet still cannot pass as a peer's. The drop rules take
+	// everything else this node would deliver to the port or protocol,
+	// broadcast and multicast included: the kernel hands a broadcast
+	// datagram to every socket bound to the port, the VXLAN device's too.
 	var input []string
 	if cfg.VXLAN {
 		peers := ipset.Name(ipset.VXLANPeers, family)
