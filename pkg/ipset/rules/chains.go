@@ -111,6 +111,10 @@ type Chains struct {
 	// has nothing to read. SetConfig and Apply clear it. Guarded by mu.
 	cleanGen   uint32
 	cleanGenOK bool
+	// retry says the last sync left a built-in chain to delete that a
+	// failed read kept in place: the next Check syncs again even if the
+	// generation did not move. Guarded by mu.
+	retry bool
 	// stats counts execs; guarded by mu.
 	stats Stats
 }
@@ -231,7 +235,7 @@ func (c *Chains) Check() (int, error) {
 	}
 	c.cleanGenOK = false
 	n, err := c.sync(false)
-	if hasGen && n == 0 && err == nil {
+	if hasGen && n == 0 && err == nil && !c.retry {
 		c.cleanGen, c.cleanGenOK = gen, true
 	}
 	return n, err
@@ -266,21 +270,29 @@ func (c *Chains) sync(useCache bool) (int, error) {
 		tables[table] = splitTable(lines)
 		return tables[table], true
 	}
+	c.retry = false
 	for _, ch := range c.chains {
 		want := ch.Lines()
+		// count says whether ch's writes are repairs: those that follow a
+		// flipped decision are the host's firewall changing, not tampering.
+		count := true
 		if ch.OnlyWhileHookCanDrop {
-			wanted, ok := c.decide(ch, read)
+			chains, ok := read(ch.Table)
 			if !ok {
+				delete(c.applied, ch.Name)
+				delete(c.hookOK, ch.Name)
 				continue
 			}
+			wanted, flipped := c.decide(ch, chains[ch.Hook])
+			count = !flipped
 			if !wanted {
-				chains, _ := read(ch.Table) // read by decide
 				fixed, err := c.keepRemoved(ch, chains)
 				if err != nil {
 					errs = append(errs, err)
-				} else if fixed {
+				} else if fixed && count {
 					repaired++
 				}
+				c.retry = c.retry || c.dropHook[ch.Name]
 				continue
 			}
 		}
@@ -298,7 +310,7 @@ func (c *Chains) sync(useCache bool) (int, error) {
 				continue // no jump to a chain in an unknown state
 			}
 			c.applied[ch.Name] = want
-			if fixed {
+			if fixed && count {
 				repaired++
 			}
 		}
@@ -315,7 +327,7 @@ func (c *Chains) sync(useCache bool) (int, error) {
 				continue
 			}
 			c.hookOK[ch.Name] = true
-			if fixed {
+			if fixed && count {
 				repaired++
 			}
 		}
@@ -356,32 +368,26 @@ func (c *Chains) sync(useCache bool) (int, error) {
 }
 
 // decide reports whether ch, an OnlyWhileHookCanDrop chain, is wanted:
-// hookCanDrop of its built-in chain as read (ok false: the read failed,
-// reported by read). Every sync reads it, Apply's too: only a read shows
-// whether someone changed the built-in chain since (Apply runs only after
-// a change of Config or a failure, and its table is mostly read anyway). A
-// decision that differs from the last one is logged with its reason, and
-// ch's caches are dropped.
-func (c *Chains) decide(ch Chain, read func(string) (map[string][]string, bool)) (wanted, ok bool) {
+// hookCanDrop of its built-in chain's lines as read. Every sync reads
+// them, Apply's too: only a read shows whether someone changed the
+// built-in chain since (Apply runs only after a change of Config or a
+// failure, and its table is mostly read anyway). flipped says the decision
+// differs from the last one (or is the first): it is logged with its
+// reason, and ch's caches are dropped.
+func (c *Chains) decide(ch Chain, hook []string) (wanted, flipped bool) {
 	last, known := c.canDrop[ch.Name]
-	chains, ok := read(ch.Table)
-	if !ok {
-		delete(c.applied, ch.Name)
-		delete(c.hookOK, ch.Name)
-		return false, false
-	}
-	wanted, why := hookCanDrop(ch, chains[ch.Hook])
+	wanted, why := hookCanDrop(ch, hook)
 	if known && wanted == last {
-		return wanted, true
+		return wanted, false
 	}
 	c.canDrop[ch.Name] = wanted
 	delete(c.applied, ch.Name)
 	delete(c.hookOK, ch.Name)
 	if wanted {
-		c.log.Info(fmt.Sprintf("iptables %s can drop (%s): %s installed", ch.Hook, why, ch.Name),
+		c.log.Info(fmt.Sprintf("iptables %s can drop (%s): %s wanted", ch.Hook, why, ch.Name),
 			"table", ch.Table, "chain", ch.Hook, "target", ch.Name)
 	} else {
-		c.log.Info(fmt.Sprintf("nothing in iptables %s can drop: %s kept absent", ch.Hook, ch.Name),
+		c.log.Info(fmt.Sprintf("nothing in iptables %s can drop: %s not wanted", ch.Hook, ch.Name),
 			"table", ch.Table, "chain", ch.Hook, "target", ch.Name)
 	}
 	return wanted, true

@@ -459,8 +459,8 @@ func testForwardOnlyWhereItCanDropKernel(t *testing.T, backend string, family ip
 	wantNone("older routelet's chain, after one Check")
 
 	f.run(t, "-P", "FORWARD", "DROP")
-	if n, err := c.Check(); n == 0 || err != nil {
-		t.Fatalf("Check after -P FORWARD DROP = %d, %v; want the chain installed", n, err)
+	if n, err := c.Check(); n != 0 || err != nil {
+		t.Fatalf("Check after -P FORWARD DROP = %d, %v; want the chain installed, which is no repair", n, err)
 	}
 	f.wantKernel(t, cfg, family, true)
 	if backend == BackendNFT && !f.nftHasChain(t, family, TableFilter, "FORWARD") {
@@ -471,8 +471,8 @@ func testForwardOnlyWhereItCanDropKernel(t *testing.T, backend string, family ip
 	}
 
 	f.run(t, "-P", "FORWARD", "ACCEPT")
-	if n, err := c.Check(); n == 0 || err != nil {
-		t.Fatalf("Check after -P FORWARD ACCEPT = %d, %v; want the chain removed", n, err)
+	if n, err := c.Check(); n != 0 || err != nil {
+		t.Fatalf("Check after -P FORWARD ACCEPT = %d, %v; want the chain removed, which is no repair", n, err)
 	}
 	wantNone("policy ACCEPT again")
 	if n, err := c.Check(); n != 0 || err != nil {
