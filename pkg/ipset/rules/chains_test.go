@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -817,5 +818,38 @@ func TestChainsForwardUpgrade(t *testing.T) {
 	}
 	if _, exists := f.Rules(TableFilter, "FORWARD"); exists {
 		t.Fatal("the next Check did not delete the empty FORWARD base chain")
+	}
+
+	// The re-read before the deletion fails: nothing is deleted then, and
+	// the next Check tries again although the ruleset did not change.
+	f = NewFakeTable()
+	f.NFT = true
+	f.SetRules(TableFilter, ForwardChain, "-i cali+ -j ACCEPT")
+	f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
+	reads, failed := 0, false
+	f.Inject = func(method, table, chain string) error {
+		if method == "ListTable" && table == TableFilter {
+			// The first read decides and removes; the second is the
+			// re-read before the deletion.
+			if reads++; reads == 2 {
+				failed = true
+				return errors.New("injected read failure")
+			}
+		}
+		return nil
+	}
+	c = New(f, ipset.IPv4, quiet)
+	_ = c.SetConfig(fullCfg)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if _, exists := f.Rules(TableFilter, "FORWARD"); !exists || !failed {
+		t.Fatalf("FORWARD deleted although its re-read failed (failed %v)", failed)
+	}
+	if _, err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if _, exists := f.Rules(TableFilter, "FORWARD"); exists {
+		t.Fatal("the next Check, the ruleset unchanged, did not delete the empty FORWARD base chain")
 	}
 }
