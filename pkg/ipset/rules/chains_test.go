@@ -820,18 +820,19 @@ func TestChainsForwardUpgrade(t *testing.T) {
 		t.Fatal("the next Check did not delete the empty FORWARD base chain")
 	}
 
-	// The re-read before the deletion fails: nothing is deleted then, and
-	// the next Check tries again although the ruleset did not change.
+	// The re-read before the deletion fails, in the Check that removes
+	// routelet's chain and again in the next one, which writes nothing:
+	// nothing is deleted then, and the Check after tries again although
+	// the ruleset did not change since.
 	f = NewFakeTable()
 	f.NFT = true
-	f.SetRules(TableFilter, ForwardChain, "-i cali+ -j ACCEPT")
-	f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
-	reads, failed := 0, false
+	f.SetRules(TableFilter, "FORWARD", "-o docker0 -j DOCKER")
+	reads, armed, failed := 0, false, false
 	f.Inject = func(method, table, chain string) error {
-		if method == "ListTable" && table == TableFilter {
-			// The first read decides and removes; the second is the
-			// re-read before the deletion.
-			if reads++; reads == 2 {
+		if armed && method == "ListTable" && table == TableFilter {
+			// Each Check reads to decide, then re-reads before the
+			// deletion.
+			if reads++; reads == 2 || reads == 4 {
 				failed = true
 				return errors.New("injected read failure")
 			}
@@ -843,8 +844,15 @@ func TestChainsForwardUpgrade(t *testing.T) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if _, exists := f.Rules(TableFilter, "FORWARD"); !exists || !failed {
-		t.Fatalf("FORWARD deleted although its re-read failed (failed %v)", failed)
+	f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
+	armed = true
+	for range 2 {
+		if _, err := c.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, exists := f.Rules(TableFilter, "FORWARD"); !exists || !failed || reads != 4 {
+		t.Fatalf("FORWARD deleted although its re-read failed (failed %v, %d reads)", failed, reads)
 	}
 	if _, err := c.Check(); err != nil {
 		t.Fatal(err)
