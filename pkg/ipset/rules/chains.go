@@ -354,7 +354,7 @@ func (c *Chains) sync(useCache bool) (int, error) {
 			}
 			if fixed {
 				repaired++
-				c.dropTableIfEmpty(ch.Table)
+				c.dropIfEmpty(ch.Table, "")
 			}
 		}
 		c.goneOK[ch.Name] = true
@@ -413,7 +413,7 @@ func hookCanDrop(ch Chain, lines []string) (bool, string) {
 
 // keepRemoved removes an unwanted OnlyWhileHookCanDrop chain and its jumps
 // (removeChain) given its table's chains as read, and with nf_tables then
-// its built-in chain, left empty by that (dropHookIfEmpty; retried by the
+// its built-in chain, left empty by that (dropIfEmpty; retried by the
 // next sync when the ruleset changed in between). It reports whether it
 // removed anything.
 func (c *Chains) keepRemoved(ch Chain, chains map[string][]string) (bool, error) {
@@ -425,25 +425,18 @@ func (c *Chains) keepRemoved(ch Chain, chains map[string][]string) (bool, error)
 		c.dropHook[ch.Name] = true
 	}
 	if c.dropHook[ch.Name] {
-		c.dropHook[ch.Name] = c.dropHookIfEmpty(ch)
+		c.dropHook[ch.Name] = c.dropIfEmpty(ch.Table, ch.Hook)
 	}
 	return fixed, nil
 }
 
-// dropHookIfEmpty deletes ch's built-in chain when it is empty with policy
-// ACCEPT (see dropIfEmpty): with iptables-nft an empty base chain still
-// registers its hook, which every packet passing it pays. It reports
-// whether to try again.
-func (c *Chains) dropHookIfEmpty(ch Chain) (retry bool) {
+// dropIfEmpty deletes table, or with chain set only that built-in chain
+// of it, once removing routelet's rules left it empty (see dropIfEmpty):
+// with iptables-nft an empty table or base chain still registers its
+// hooks. It reports whether to try again.
+func (c *Chains) dropIfEmpty(table, chain string) (retry bool) {
 	c.stats.Reads++
-	return dropIfEmpty(c.t, ch.Table, ch.Hook, c.log)
-}
-
-// dropTableIfEmpty deletes table once removing routelet's chain left it
-// with nothing but its built-in chains (see dropIfEmpty).
-func (c *Chains) dropTableIfEmpty(table string) {
-	c.stats.Reads++
-	dropIfEmpty(c.t, table, "", c.log)
+	return dropIfEmpty(c.t, table, chain, c.log)
 }
 
 // dropIfEmpty deletes table when it holds nothing but its built-in chains,
