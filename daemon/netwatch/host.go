@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,9 +68,9 @@ func (w *Watcher) Addr(u netlink.AddrUpdate) { w.hostOnLink(u.LinkIndex) }
 
 // addrSubscribe returns the address subscription function in the shape
 // pump re-subscribes with.
-func addrSubscribe(onErr func(error)) func(chan netlink.AddrUpdate, chan struct{}) error {
+func addrSubscribe(ns netns.NsHandle, onErr func(error)) func(chan netlink.AddrUpdate, chan struct{}) error {
 	return func(ch chan netlink.AddrUpdate, done chan struct{}) error {
-		return netlink.AddrSubscribeWithOptions(ch, done, netlink.AddrSubscribeOptions{
+		return netlink.AddrSubscribeWithOptions(ch, done, netlink.AddrSubscribeOptions{Namespace: &ns,
 			ErrorCallback: onErr, ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,9 +76,9 @@ func parseNetconf(m syscall.NetlinkMessage) (netconfUpdate, bool) {
 // netconfSubscribe returns the subscription function for the IPv4 and IPv6
 // netconf groups, in the shape pump re-subscribes with: updates go to ch
 // until done is closed or the socket fails, then ch is closed.
-func netconfSubscribe(onErr func(error)) func(chan netconfUpdate, chan struct{}) error {
+func netconfSubscribe(ns netns.NsHandle, onErr func(error)) func(chan netconfUpdate, chan struct{}) error {
 	return func(ch chan netconfUpdate, done chan struct{}) error {
-		s, err := nl.Subscribe(unix.NETLINK_ROUTE, rtnlgrpIPv4Netconf, rtnlgrpIPv6Netconf)
+		s, err := nl.SubscribeAt(ns, netns.None(), unix.NETLINK_ROUTE, rtnlgrpIPv4Netconf, rtnlgrpIPv6Netconf)
 		if err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/pkg/routes"
@@ -167,9 +168,20 @@ func (w *Watcher) Register(name string, in Interest, h Handler) {
 	w.owners = append(w.owners, owner{name: name, in: in, h: h})
 }
 
-// kernelName asks the kernel for the name of interface index i.
-func kernelName(i int) (string, bool) {
-	l, err := netlink.LinkByIndex(i)
+// kernelName asks the kernel for the name of interface index i, in the
+// calling thread's namespace.
+func kernelName(i int) (string, bool) { return handleName(nil, i) }
+
+// handleName asks the kernel for the name of interface index i through h
+// (nil: the calling thread's namespace).
+func handleName(h *netlink.Handle, i int) (string, bool) {
+	var l netlink.Link
+	var err error
+	if h == nil {
+		l, err = netlink.LinkByIndex(i)
+	} else {
+		l, err = h.LinkByIndex(i)
+	}
 	if err != nil {
 		return "", false
 	}
@@ -194,7 +206,26 @@ const chanSize = 64
 // interfaces exist and are up), and pumps events until ctx is done. A
 // subscription whose socket fails (e.g. ENOBUFS when a burst overflows it)
 // is re-established with backoff and every owner gets Rescan.
+//
+// Everything it opens is bound to the namespace of the thread that calls
+// Start, not to the thread a later re-subscription or name lookup runs on:
+// a caller that locked its thread into another namespace gets that
+// namespace's events for good.
 func (w *Watcher) Start(ctx context.Context) error {
+	ns, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("netwatch: the calling thread's network namespace: %w", err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return fmt.Errorf("netwatch: netlink handle: %w", err)
+	}
+	release := func() {
+		h.Close()
+		ns.Close()
+	}
+	w.names.setLookup(func(i int) (string, bool) { return handleName(h, i) })
 	onErr := func(what string) func(error) {
 		return func(err error) {
 			if ctx.Err() == nil {
@@ -203,18 +234,18 @@ func (w *Watcher) Start(ctx context.Context) error {
 		}
 	}
 	linkSub := func(ch chan netlink.LinkUpdate, done chan struct{}) error {
-		return netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
+		return netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{Namespace: &ns,
 			ErrorCallback: onErr("link"), ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
 	}
 	routeSub := func(ch chan netlink.RouteUpdate, done chan struct{}) error {
-		return netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{
+		return netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{Namespace: &ns,
 			ErrorCallback: onErr("route"), ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
 	}
 	neighSub := func(ch chan netlink.NeighUpdate, done chan struct{}) error {
-		return netlink.NeighSubscribeWithOptions(ch, done, netlink.NeighSubscribeOptions{
+		return netlink.NeighSubscribeWithOptions(ch, done, netlink.NeighSubscribeOptions{Namespace: &ns,
 			ErrorCallback: onErr("neigh"), ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true})
 	}
-	netconfSub := netconfSubscribe(onErr("netconf"))
+	netconfSub := netconfSubscribe(ns, onErr("netconf"))
 	// Subscribe before listing, so no change between the two is missed.
 	// On an error every subscription made so far is closed (opened).
 	var opened []chan struct{}
@@ -222,6 +253,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 		for _, done := range opened {
 			close(done)
 		}
+		release()
 		return err
 	}
 	linkCh, linkDone, err := subscribe(linkSub, chanSize)
@@ -246,20 +278,24 @@ func (w *Watcher) Start(ctx context.Context) error {
 	opened = append(opened, netconfDone)
 	var addrCh chan netlink.AddrUpdate
 	var addrDone chan struct{}
-	addrSub := addrSubscribe(onErr("address"))
+	addrSub := addrSubscribe(ns, onErr("address"))
 	if w.hostOwners() {
 		if addrCh, addrDone, err = subscribe(addrSub, chanSize); err != nil {
 			return fail(fmt.Errorf("subscribe to addresses: %w", err))
 		}
 		opened = append(opened, addrDone)
 	}
-	links, err := netlink.LinkList()
+	links, err := h.LinkList()
 	if err != nil {
 		return fail(fmt.Errorf("list links: %w", err))
 	}
 	for _, l := range links {
 		w.Link(netlink.LinkUpdate{Link: l})
 	}
+	go func() {
+		<-ctx.Done()
+		release()
+	}()
 	go pump(ctx, w, "link", linkCh, linkDone, linkSub, w.Link)
 	go pump(ctx, w, "route", routeCh, routeDone, routeSub, w.Route)
 	go pump(ctx, w, "neigh", neighCh, neighDone, neighSub, w.Neigh)
@@ -471,11 +507,23 @@ func (n *ifNames) link(i int) (name, kind string, ok bool) {
 	return n.byIndex[i], kind, true
 }
 
-// set records the name of index i.
-func (n *ifNames) set(i int, name string) {
+// setLookup sets how a name missing from the cache is asked for.
+func (n *ifNames) setLookup(lookup func(int) (string, bool)) {
 	n.mu.Lock()
-	n.byIndex[i] = name
+	n.lookup = lookup
 	n.mu.Unlock()
+}
+
+// setIfAbsent records the name of index i from a lookup unless a link
+// notification named it meanwhile, and returns the name recorded.
+func (n *ifNames) setIfAbsent(i int, name string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if had, ok := n.byIndex[i]; ok {
+		return had
+	}
+	n.byIndex[i] = name
+	return name
 }
 
 // del forgets index i.
@@ -500,13 +548,15 @@ func (n *ifNames) get(i int) string {
 	if name, ok := n.peek(i); ok {
 		return name
 	}
-	if n.lookup == nil || i == 0 {
+	n.mu.Lock()
+	lookup := n.lookup
+	n.mu.Unlock()
+	if lookup == nil || i == 0 {
 		return ""
 	}
-	name, ok := n.lookup(i)
+	name, ok := lookup(i)
 	if !ok {
 		return ""
 	}
-	n.set(i, name)
-	return name
+	return n.setIfAbsent(i, name)
 }
