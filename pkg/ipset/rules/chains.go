@@ -212,7 +212,9 @@ func (c *Chains) Apply() error {
 // wants (its table is read only when HasTable finds one), installs or
 // removes an OnlyWhileHookCanDrop chain whose built-in chain someone made
 // able to drop or no longer, and returns how many chains or jumps needed
-// a write (a node whose built-in chains nobody touches shows none).
+// repair. The writes that follow such a flip are not repairs (the host's
+// firewall changed; nobody tampered with routelet's rules), so a node
+// whose chains nobody tampers with shows none.
 //
 // On nf_tables it first reads the ruleset generation (one netlink request):
 // when it is still the one read before the last clean Check, nobody has
