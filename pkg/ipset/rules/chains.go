@@ -406,7 +406,7 @@ func hookCanDrop(ch Chain, lines []string) (bool, string) {
 		switch {
 		case len(f) == 3 && f[0] == "-P" && f[2] != "ACCEPT":
 			return true, "policy " + f[2]
-		case len(f) > 1 && f[0] == "-A" && !strings.HasSuffix(l, " -j "+ch.Name):
+		case len(f) > 1 && f[0] == "-A" && !isJump(l, ch.Hook, ch.Name):
 			return true, fmt.Sprintf("rule %q", l)
 		}
 	}
@@ -433,7 +433,8 @@ func (c *Chains) keepRemoved(ch Chain, chains map[string][]string) (bool, error)
 }
 
 // dropIfEmpty deletes table, or with chain set only that built-in chain
-// of it, once removing routelet's rules left it empty (see dropIfEmpty):
+// of it, once removing routelet's rules left it empty (the package
+// function dropIfEmpty):
 // with iptables-nft an empty table or base chain still registers its
 // hooks. It reports whether to try again.
 func (c *Chains) dropIfEmpty(table, chain string) (retry bool) {
@@ -572,11 +573,17 @@ func jumpPositions(lines []string, hook, target string) (pos []int, rules []stri
 			continue
 		}
 		n++
-		if strings.HasPrefix(l, "-A "+hook+" ") && strings.HasSuffix(l, " -j "+target) {
+		if isJump(l, hook, target) {
 			pos, rules = append(pos, n), append(rules, l)
 		}
 	}
 	return pos, rules
+}
+
+// isJump reports whether line, as `iptables -S` prints it, is a rule of
+// built-in chain hook that jumps to target, in any form.
+func isJump(line, hook, target string) bool {
+	return strings.HasPrefix(line, "-A "+hook+" ") && strings.HasSuffix(line, " -j "+target)
 }
 
 // syncHook makes the jump to ch the first rule of its built-in chain, present
