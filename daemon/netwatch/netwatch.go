@@ -169,19 +169,12 @@ func (w *Watcher) Register(name string, in Interest, h Handler) {
 }
 
 // kernelName asks the kernel for the name of interface index i, in the
-// calling thread's namespace.
-func kernelName(i int) (string, bool) { return handleName(nil, i) }
+// calling thread's namespace (the zero Handle's).
+func kernelName(i int) (string, bool) { return handleName(&netlink.Handle{}, i) }
 
-// handleName asks the kernel for the name of interface index i through h
-// (nil: the calling thread's namespace).
+// handleName asks the kernel for the name of interface index i through h.
 func handleName(h *netlink.Handle, i int) (string, bool) {
-	var l netlink.Link
-	var err error
-	if h == nil {
-		l, err = netlink.LinkByIndex(i)
-	} else {
-		l, err = h.LinkByIndex(i)
-	}
+	l, err := h.LinkByIndex(i)
 	if err != nil {
 		return "", false
 	}
