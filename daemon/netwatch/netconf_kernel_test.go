@@ -1,12 +1,9 @@
 package netwatch
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/internal/netnstest"
 )
@@ -17,22 +14,11 @@ import (
 // the node's ip_forward as a node-wide one, and only to the owner that
 // asked for netconf events.
 func TestNetconfEventsKernel(t *testing.T) {
-	n := netnstest.NewT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	pods, deaf := &netconfRecorder{}, &netconfRecorder{}
-	err := n.Do(func() error {
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "calinc0"}, PeerName: "calinc1"}); err != nil {
-			return err
-		}
-		w := New(nil)
+	n, _ := startWithVeth(t, New(nil), "calinc", func(w *Watcher) {
 		w.Register("pods", Interest{Names: []string{"calinc0"}, Netconf: true}, pods)
 		w.Register("deaf", Interest{Prefixes: []string{"cali"}}, deaf)
-		return w.Start(ctx)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		key, value string
 		want       NetconfEvent
