@@ -5,6 +5,9 @@
 // The chain of a veth (named after the veth, hooked on its ingress,
 // priority 0, policy accept) drops, counting each:
 //
+//   - every frame whose Ethernet type is not IPv4, IPv6 or ARP: any
+//     VLAN-tagged frame (802.1Q, 802.1ad, QinQ, two 802.1Q tags), MPLS,
+//     PPPoE, 802.3 length frames, any other type;
 //   - UDP to the VXLAN port and IPIP (IP protocol 4), whatever the source
 //     and destination, so a pod can never pass as a node to a peer's
 //     allowlist;
@@ -12,6 +15,25 @@
 //     addresses; IPv6 link-local sources (fe80::/10) and the unspecified
 //     source of duplicate address detection are let through. Other
 //     protocols (ARP) pass.
+//
+// The Ethernet type is read from the frame (nft_payload's link-layer
+// header, offset 12), not from meta protocol. By the time the ingress hook
+// runs, the kernel has taken the outermost VLAN tag off the frame into the
+// packet's metadata (__netif_receive_skb_core untags an 802.1Q or 802.1ad
+// frame in software before the ingress hooks; a pod whose kernel offloads
+// the tag, txvlan on, hands it over in the metadata already; the node's
+// rxvlan setting changes neither), so meta protocol and the network
+// header are what follows that tag. With one tag that is the IP header:
+// the address rules saw the real source, which is why a single-tagged
+// packet from a foreign source was already dropped (and one from the pod's
+// own address accepted). With two tags meta protocol is the inner tag's
+// TPID, no rule matched, the policy accepted, and the kernel, finding no
+// VLAN device for VID 0, took off both tags and delivered the packet
+// (spoofed IPv4, IPv6, a forged VXLAN packet). nft_payload puts a tag held
+// in the metadata back into the link-layer header it shows (on 6.1 as on
+// newer kernels), so offset 12 is the outermost type as the pod sent it;
+// once it is IPv4, IPv6 or ARP the frame carries no tag and meta protocol
+// is the same type.
 //
 // The check runs before any prerouting hook, only on packets from the pod,
 // so the node's other packets (the overlay's outer and decapsulated ones)

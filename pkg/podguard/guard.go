@@ -183,7 +183,8 @@ func (g *Guards) Cleanup() error {
 	return nil
 }
 
-// Drops reads the drop counters of device's guard.
+// Drops reads the drop counters of device's guard, by their rules'
+// places in the order Rules renders them.
 func (g *Guards) Drops(device string) (Drops, error) {
 	rules, err := g.rules(device)
 	if err != nil {
@@ -199,10 +200,10 @@ func (g *Guards) Drops(device string) (Drops, error) {
 		return 0
 	}
 	n := len(rules)
-	if n < 4 {
+	if n < minRules {
 		return d, fmt.Errorf("pod guard %s: %d rules, not a guard", device, n)
 	}
-	d.VXLAN, d.IPIP = counted(rules[0]), counted(rules[1])
+	d.Ethertype, d.VXLAN, d.IPIP = counted(rules[0]), counted(rules[1]), counted(rules[2])
 	d.Spoof4, d.Spoof6 = counted(rules[n-2]), counted(rules[n-1])
 	return d, nil
 }

@@ -71,18 +71,33 @@ func chain(device string) *nftables.Chain {
 	}
 }
 
-// Ethernet protocol numbers as meta protocol holds them (network order).
+// Ethernet protocol numbers as the Ethernet header and meta protocol hold
+// them (network order).
 var (
 	etherIPv4 = binaryutil.BigEndian.PutUint16(unix.ETH_P_IP)
 	etherIPv6 = binaryutil.BigEndian.PutUint16(unix.ETH_P_IPV6)
+	etherARP  = binaryutil.BigEndian.PutUint16(unix.ETH_P_ARP)
 )
 
-// Rules renders the guard's rules, in order: the VXLAN and IPIP drops, an
-// accept per pod address (IPv4 first, each family in address order), the
-// IPv6 link-local and unspecified-source accepts, and the drops of every
-// other IPv4 and IPv6 packet. Every drop counts.
+// Rules renders the guard's rules, in order: the drop of every frame whose
+// Ethernet type is not IPv4, IPv6 or ARP (VLAN tags included), the VXLAN
+// and IPIP drops, an accept per pod address (IPv4 first, each family in
+// address order), the IPv6 link-local and unspecified-source accepts, and
+// the drops of every other IPv4 and IPv6 packet. Every drop counts.
 func Rules(s Spec) [][]expr.Any {
 	out := [][]expr.Any{
+		{ // ether type != ip ether type != ip6 ether type != arp counter drop
+			// The link-layer header as nft_payload shows it: a VLAN tag
+			// the kernel already moved into the packet's metadata (the
+			// outer one of any tagged frame, before this hook) is put back
+			// in place, so offset 12 is the outermost Ethernet type.
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: etherIPv4},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: etherIPv6},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: etherARP},
+			&expr.Counter{},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		},
 		{ // udp dport PORT counter drop
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
@@ -127,6 +142,10 @@ func Rules(s Spec) [][]expr.Any {
 	return out
 }
 
+// minRules is how many rules the guard of a pod without addresses has:
+// the three leading drops, the two IPv6 accepts and the two family drops.
+const minRules = 3 + 2 + 2
+
 // acceptSource accepts the packets of a's family whose source is a (an
 // IPv4 or IPv6 address, never IPv4-mapped: Spec.Validate refuses those).
 func acceptSource(a netip.Addr) []expr.Any {
@@ -145,6 +164,7 @@ func acceptSource(a netip.Addr) []expr.Any {
 
 // Drops are the packets a guard's drop rules counted.
 type Drops struct {
+	Ethertype   uint64 // frames of another Ethernet type than IPv4, IPv6 and ARP (any VLAN-tagged frame)
 	VXLAN, IPIP uint64 // encapsulated packets from the pod
 	Spoof4      uint64 // IPv4 packets with a source not the pod's
 	Spoof6      uint64 // IPv6 packets with a source not the pod's (nor link-local or unspecified)

@@ -10,25 +10,38 @@ import (
 	"github.com/google/nftables/expr"
 )
 
-// TestRules: the rendered rules are the encapsulation drops, one accept per
-// distinct pod address in address order, the IPv6 link-local and
-// unspecified accepts and the two family drops; the VXLAN port defaults.
+// TestRules: the rendered rules are the drop of other Ethernet types, the
+// encapsulation drops, one accept per distinct pod address in address
+// order, the IPv6 link-local and unspecified accepts and the two family
+// drops; the VXLAN port defaults.
 func TestRules(t *testing.T) {
 	s := Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("fd00::5"), netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.5")}}
 	r := Rules(s)
-	if len(r) != 2+2+2+2 {
-		t.Fatalf("%d rules, want 8", len(r))
+	if len(r) != 3+2+2+2 {
+		t.Fatalf("%d rules, want 9", len(r))
 	}
-	if got := r[0][3].(*expr.Cmp).Data; got[0] != 0x12 || got[1] != 0xb5 {
+	if p := r[0][0].(*expr.Payload); p.Base != expr.PayloadBaseLLHeader || p.Offset != 12 || p.Len != 2 {
+		t.Errorf("first rule loads %+v, want the Ethernet type from the link-layer header", p)
+	}
+	var allowed [][]byte
+	for _, e := range r[0][1:4] {
+		if c := e.(*expr.Cmp); c.Op == expr.CmpOpNeq {
+			allowed = append(allowed, c.Data)
+		}
+	}
+	if !slices.EqualFunc(allowed, [][]byte{{0x08, 0x00}, {0x86, 0xdd}, {0x08, 0x06}}, slices.Equal) {
+		t.Errorf("Ethernet types let through %x, want IPv4, IPv6 and ARP", allowed)
+	}
+	if got := r[1][3].(*expr.Cmp).Data; got[0] != 0x12 || got[1] != 0xb5 {
 		t.Errorf("VXLAN port %x, want 4789", got)
 	}
-	if got := r[2][3].(*expr.Cmp).Data; netip.AddrFrom4([4]byte(got)) != netip.MustParseAddr("10.0.0.5") {
+	if got := r[3][3].(*expr.Cmp).Data; netip.AddrFrom4([4]byte(got)) != netip.MustParseAddr("10.0.0.5") {
 		t.Errorf("first accept for %v, want 10.0.0.5", got)
 	}
-	if got := r[3][3].(*expr.Cmp).Data; netip.AddrFrom16([16]byte(got)) != netip.MustParseAddr("fd00::5") {
+	if got := r[4][3].(*expr.Cmp).Data; netip.AddrFrom16([16]byte(got)) != netip.MustParseAddr("fd00::5") {
 		t.Errorf("second accept for %v, want fd00::5", got)
 	}
-	for _, i := range []int{0, 1, 6, 7} {
+	for _, i := range []int{0, 1, 2, 7, 8} {
 		if v := r[i][len(r[i])-1].(*expr.Verdict); v.Kind != expr.VerdictDrop {
 			t.Errorf("rule %d: verdict %v, want drop", i, v.Kind)
 		}
@@ -37,8 +50,12 @@ func TestRules(t *testing.T) {
 		}
 	}
 	s.VXLANPort = 8472
-	if got := Rules(s)[0][3].(*expr.Cmp).Data; got[0] != 0x21 || got[1] != 0x18 {
+	if got := Rules(s)[1][3].(*expr.Cmp).Data; got[0] != 0x21 || got[1] != 0x18 {
 		t.Errorf("VXLAN port %x, want 8472", got)
+	}
+	// The guard of a pod without addresses is the shortest Drops reads.
+	if n := len(Rules(Spec{Device: "cali1"})); n != minRules {
+		t.Errorf("guard without addresses: %d rules, want %d", n, minRules)
 	}
 }
 
