@@ -13,8 +13,15 @@
 //     allowlist;
 //   - every IPv4 or IPv6 packet whose source is not one of the pod's
 //     addresses; IPv6 link-local sources (fe80::/10) and the unspecified
-//     source of duplicate address detection are let through. Other
-//     protocols (ARP) pass.
+//     source of duplicate address detection are let through;
+//   - every ARP packet whose sender protocol address is not one of the
+//     pod's IPv4 addresses (or whose protocol type and address lengths
+//     are not IPv4's and Ethernet's, which the kernel ignores anyway), so
+//     a pod cannot fill the node's neighbour table (the node makes an
+//     entry for the sender of every request it answers). The probe's sender
+//     0.0.0.0 is dropped too: the kernel makes no entry from it, but a
+//     pod's addresses are assigned, not negotiated, so it has nothing to
+//     probe for, and the rule stays "only the pod's own addresses".
 //
 // The Ethernet type is read from the frame (nft_payload's link-layer
 // header, offset 12), not from meta protocol. By the time the ingress hook

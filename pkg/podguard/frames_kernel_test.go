@@ -470,3 +470,101 @@ func TestGuardEthertypes(t *testing.T) {
 		t.Errorf("drops %+v, %v: the address and VXLAN rules counted frames the Ethernet type rule drops first", d, err)
 	}
 }
+
+// TestGuardARPSenders: ARP from a pod creates neighbour entries on the
+// node only for the pod's own addresses. Requests from 200 other sender
+// addresses and a probe from 0.0.0.0 are dropped and counted, and the
+// node's table on the veth gains no entry for them; the pod's own ARP
+// still resolves both ways. Without a guard the same requests do create
+// entries (logged).
+func TestGuardARPSenders(t *testing.T) {
+	const dev = "calipg00005"
+	node, pod := podPair(t, dev)
+	noRPFilter(t, node, dev)
+	nodeMAC := linkMAC(t, node, dev)
+	l, err := node.Handle.LinkByName(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := openSender(t, pod, "eth0")
+	broadcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	var senders []netip.Addr
+	for i := range 100 {
+		senders = append(senders, netip.AddrFrom4([4]byte{10, 66, 0, byte(100 + i)}), netip.AddrFrom4([4]byte{10, 77, byte(i / 50), byte(1 + i%50)}))
+	}
+	// neighbours lists the node's IPv4 neighbours on the veth.
+	neighbours := func() map[netip.Addr]bool {
+		ns, err := node.Handle.NeighList(l.Attrs().Index, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[netip.Addr]bool{}
+		for _, n := range ns {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				out[a.Unmap()] = true
+			}
+		}
+		return out
+	}
+	flush := func() {
+		for a := range neighbours() {
+			if err := node.Handle.NeighDel(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: a.AsSlice()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// flood sends a request for the node's address from every sender and
+	// a probe (sender 0.0.0.0), then one from the pod's own address, and
+	// waits for the node's entry of the pod: the node has processed them.
+	flood := func() {
+		for _, s := range senders {
+			raw.send(t, frame(broadcast, raw.mac, nil, unix.ETH_P_ARP, arp(raw.mac, s, node4)), 1)
+		}
+		raw.send(t, frame(nodeMAC, raw.mac, nil, unix.ETH_P_ARP, arp(raw.mac, netip.IPv4Unspecified(), node4)), 1)
+		raw.send(t, frame(broadcast, raw.mac, nil, unix.ETH_P_ARP, arp(raw.mac, own4, node4)), 1)
+		netnstest.Eventually(t, 10*time.Second, "the node learns the pod's own address", func() bool { return neighbours()[own4] })
+	}
+	foreign := func() []netip.Addr {
+		var out []netip.Addr
+		for a := range neighbours() {
+			if a != own4 {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+
+	flood()
+	t.Logf("without a guard: %d entries for other senders (%d requests sent); the probe made an entry for 0.0.0.0: %v",
+		len(foreign()), len(senders), neighbours()[netip.IPv4Unspecified()])
+	flush()
+
+	g := guards(t, node)
+	if _, err := g.Ensure(Spec{Device: dev, Addrs: []netip.Addr{own4, own6}}); err != nil {
+		t.Fatal(err)
+	}
+	flood()
+	if f := foreign(); len(f) != 0 {
+		t.Errorf("the node holds %d neighbour entries for addresses not the pod's: %v", len(f), f)
+	}
+	want := uint64(len(senders) + 1)
+	netnstest.WaitFor(t, 10*time.Second, "the foreign senders' ARP is counted", func() error {
+		d, err := g.Drops(dev)
+		if err != nil {
+			return err
+		}
+		if d.ARP < want {
+			return fmt.Errorf("ARP drops %d, want %d", d.ARP, want)
+		}
+		return nil
+	})
+	flush()
+	netnstest.Eventually(t, 10*time.Second, "pod pings the node from 10.66.0.2", func() bool { return ping(pod, "10.66.0.2", "10.66.0.1") })
+	netnstest.Eventually(t, 10*time.Second, "node pings the pod at 10.66.0.2", func() bool { return ping(node, "10.66.0.1", "10.66.0.2") })
+	if ping(pod, "10.66.0.3", "10.66.0.1") {
+		t.Errorf("ping from the foreign source 10.66.0.3 answered")
+	}
+	if f := foreign(); len(f) != 0 {
+		t.Errorf("after the pings the node holds neighbour entries for addresses not the pod's: %v", f)
+	}
+}

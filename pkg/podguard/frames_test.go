@@ -95,6 +95,14 @@ func vxlan(innerSrc, innerDst netip.Addr, data []byte) []byte {
 	return append([]byte{0x08, 0, 0, 0, 0, 0, 1, 0}, frame(mac, mac, nil, typ, inner)...)
 }
 
+// arp is an ARP request (Ethernet, IPv4) from sha and spa for tpa.
+func arp(sha net.HardwareAddr, spa, tpa netip.Addr) []byte {
+	b := []byte{0, 1, 0x08, 0, 6, 4, 0, 1}
+	b = append(append(b, sha...), spa.AsSlice()...)
+	b = append(append(b, 0, 0, 0, 0, 0, 0), tpa.AsSlice()...)
+	return b
+}
+
 // TestFrameChecksums: the IPv4 header and UDP checksums the tests'
 // packets carry verify (sum to 0xffff).
 func TestFrameChecksums(t *testing.T) {

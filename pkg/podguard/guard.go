@@ -204,7 +204,7 @@ func (g *Guards) Drops(device string) (Drops, error) {
 		return d, fmt.Errorf("pod guard %s: %d rules, not a guard", device, n)
 	}
 	d.Ethertype, d.VXLAN, d.IPIP = counted(rules[0]), counted(rules[1]), counted(rules[2])
-	d.Spoof4, d.Spoof6 = counted(rules[n-2]), counted(rules[n-1])
+	d.ARP, d.Spoof4, d.Spoof6 = counted(rules[n-3]), counted(rules[n-2]), counted(rules[n-1])
 	return d, nil
 }
 

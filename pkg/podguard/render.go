@@ -79,11 +79,17 @@ var (
 	etherARP  = binaryutil.BigEndian.PutUint16(unix.ETH_P_ARP)
 )
 
+// arpIPv4 is what an ARP packet the kernel processes on an Ethernet device
+// holds from its protocol type on: IPv4, hardware address length 6,
+// protocol address length 4 (arp_rcv and arp_process ignore any other).
+var arpIPv4 = []byte{0x08, 0x00, 6, 4}
+
 // Rules renders the guard's rules, in order: the drop of every frame whose
 // Ethernet type is not IPv4, IPv6 or ARP (VLAN tags included), the VXLAN
 // and IPIP drops, an accept per pod address (IPv4 first, each family in
-// address order), the IPv6 link-local and unspecified-source accepts, and
-// the drops of every other IPv4 and IPv6 packet. Every drop counts.
+// address order), an accept of ARP per pod IPv4 address as sender, the
+// IPv6 link-local and unspecified-source accepts, and the drops of every
+// other ARP, IPv4 and IPv6 packet. Every drop counts.
 func Rules(s Spec) [][]expr.Any {
 	out := [][]expr.Any{
 		{ // ether type != ip ether type != ip6 ether type != arp counter drop
@@ -119,6 +125,11 @@ func Rules(s Spec) [][]expr.Any {
 	for _, a := range addrs {
 		out = append(out, acceptSource(a))
 	}
+	for _, a := range addrs {
+		if a.Is4() {
+			out = append(out, acceptARP(a))
+		}
+	}
 	// ip6 saddr fe80::/10 accept
 	mask, linkLocal := make([]byte, 16), make([]byte, 16)
 	mask[0], mask[1], linkLocal[0], linkLocal[1] = 0xff, 0xc0, 0xfe, 0x80
@@ -131,7 +142,7 @@ func Rules(s Spec) [][]expr.Any {
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	})
 	out = append(out, acceptSource(netip.IPv6Unspecified()))
-	for _, proto := range [][]byte{etherIPv4, etherIPv6} {
+	for _, proto := range [][]byte{etherARP, etherIPv4, etherIPv6} {
 		out = append(out, []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: proto},
@@ -143,8 +154,23 @@ func Rules(s Spec) [][]expr.Any {
 }
 
 // minRules is how many rules the guard of a pod without addresses has:
-// the three leading drops, the two IPv6 accepts and the two family drops.
-const minRules = 3 + 2 + 2
+// the three leading drops, the two IPv6 accepts and the three family
+// drops.
+const minRules = 3 + 2 + 3
+
+// acceptARP accepts the ARP packets (Ethernet, IPv4) whose sender
+// protocol address is a, an IPv4 address.
+func acceptARP(a netip.Addr) []expr.Any {
+	return []expr.Any{ // arp ptype ip arp hlen 6 arp plen 4 arp saddr ip A accept
+		&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: etherARP},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 2, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: arpIPv4},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}
+}
 
 // acceptSource accepts the packets of a's family whose source is a (an
 // IPv4 or IPv6 address, never IPv4-mapped: Spec.Validate refuses those).
@@ -166,6 +192,7 @@ func acceptSource(a netip.Addr) []expr.Any {
 type Drops struct {
 	Ethertype   uint64 // frames of another Ethernet type than IPv4, IPv6 and ARP (any VLAN-tagged frame)
 	VXLAN, IPIP uint64 // encapsulated packets from the pod
+	ARP         uint64 // ARP packets with a sender address not the pod's
 	Spoof4      uint64 // IPv4 packets with a source not the pod's
 	Spoof6      uint64 // IPv6 packets with a source not the pod's (nor link-local or unspecified)
 }

@@ -12,13 +12,14 @@ import (
 
 // TestRules: the rendered rules are the drop of other Ethernet types, the
 // encapsulation drops, one accept per distinct pod address in address
-// order, the IPv6 link-local and unspecified accepts and the two family
-// drops; the VXLAN port defaults.
+// order, an ARP accept per IPv4 address, the IPv6 link-local and
+// unspecified accepts and the ARP and two family drops; the VXLAN port
+// defaults.
 func TestRules(t *testing.T) {
 	s := Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("fd00::5"), netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.5")}}
 	r := Rules(s)
-	if len(r) != 3+2+2+2 {
-		t.Fatalf("%d rules, want 9", len(r))
+	if len(r) != 3+2+1+2+3 {
+		t.Fatalf("%d rules, want 11", len(r))
 	}
 	if p := r[0][0].(*expr.Payload); p.Base != expr.PayloadBaseLLHeader || p.Offset != 12 || p.Len != 2 {
 		t.Errorf("first rule loads %+v, want the Ethernet type from the link-layer header", p)
@@ -41,7 +42,16 @@ func TestRules(t *testing.T) {
 	if got := r[4][3].(*expr.Cmp).Data; netip.AddrFrom16([16]byte(got)) != netip.MustParseAddr("fd00::5") {
 		t.Errorf("second accept for %v, want fd00::5", got)
 	}
-	for _, i := range []int{0, 1, 2, 7, 8} {
+	if p := r[5][4].(*expr.Payload); p.Base != expr.PayloadBaseNetworkHeader || p.Offset != 14 || p.Len != 4 {
+		t.Errorf("ARP accept loads %+v, want the sender protocol address", p)
+	}
+	if got := r[5][5].(*expr.Cmp).Data; netip.AddrFrom4([4]byte(got)) != netip.MustParseAddr("10.0.0.5") {
+		t.Errorf("ARP accept for sender %v, want 10.0.0.5", got)
+	}
+	if got := r[8][1].(*expr.Cmp).Data; !slices.Equal(got, []byte{0x08, 0x06}) {
+		t.Errorf("rule 8 drops protocol %x, want ARP", got)
+	}
+	for _, i := range []int{0, 1, 2, 8, 9, 10} {
 		if v := r[i][len(r[i])-1].(*expr.Verdict); v.Kind != expr.VerdictDrop {
 			t.Errorf("rule %d: verdict %v, want drop", i, v.Kind)
 		}
@@ -53,7 +63,11 @@ func TestRules(t *testing.T) {
 	if got := Rules(s)[1][3].(*expr.Cmp).Data; got[0] != 0x21 || got[1] != 0x18 {
 		t.Errorf("VXLAN port %x, want 8472", got)
 	}
-	// The guard of a pod without addresses is the shortest Drops reads.
+	// A pod without IPv4 has no ARP accept: all its ARP is dropped. The
+	// guard of a pod without addresses is the shortest Drops reads.
+	if n := len(Rules(Spec{Device: "cali1", Addrs: []netip.Addr{netip.MustParseAddr("fd00::5")}})); n != minRules+1 {
+		t.Errorf("IPv6-only guard: %d rules, want %d", n, minRules+1)
+	}
 	if n := len(Rules(Spec{Device: "cali1"})); n != minRules {
 		t.Errorf("guard without addresses: %d rules, want %d", n, minRules)
 	}
