@@ -29,6 +29,8 @@ const (
 	spoof4    dropKind = iota // IPv4 from a source the pod was not given
 	spoof6                    // the same for IPv6
 	encapDrop                 // VXLAN (UDP to the port) or IPIP from the pod
+	otherType                 // a frame that is not IPv4, IPv6 or ARP (VLAN-tagged ones included)
+	arpDrop                   // ARP with a sender the pod was not given
 )
 
 // rpfOff models Debian's default: no reverse-path filtering anywhere on the
@@ -65,7 +67,7 @@ func (c *cluster) guardDrops(kind dropKind) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		n += [...]uint64{d.Spoof4, d.Spoof6, d.VXLAN + d.IPIP}[kind]
+		n += [...]uint64{d.Spoof4, d.Spoof6, d.VXLAN + d.IPIP, d.Ethertype, d.ARP}[kind]
 	}
 	return n, nil
 }
