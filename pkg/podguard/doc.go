@@ -30,17 +30,16 @@
 // frame in software before the ingress hooks; a pod whose kernel offloads
 // the tag, txvlan on, hands it over in the metadata already; the node's
 // rxvlan setting changes neither), so meta protocol and the network
-// header are what follows that tag. With one tag that is the IP header:
-// the address rules saw the real source, which is why a single-tagged
-// packet from a foreign source was already dropped (and one from the pod's
-// own address accepted). With two tags meta protocol is the inner tag's
-// TPID, no rule matched, the policy accepted, and the kernel, finding no
-// VLAN device for VID 0, took off both tags and delivered the packet
-// (spoofed IPv4, IPv6, a forged VXLAN packet). nft_payload puts a tag held
-// in the metadata back into the link-layer header it shows (on 6.1 as on
-// newer kernels), so offset 12 is the outermost type as the pod sent it;
-// once it is IPv4, IPv6 or ARP the frame carries no tag and meta protocol
-// is the same type.
+// header are what follows that tag. With one tag that is the IP header, so
+// the address rules alone would see a single-tagged packet's real source
+// (and drop a foreign one). With two tags meta protocol is the inner tag's
+// TPID, no address rule would match, the policy would accept, and the
+// kernel, finding no VLAN device for VID 0, would take off both tags and
+// deliver the packet (a spoofed IPv4 or IPv6 source, a forged VXLAN
+// packet). nft_payload puts a tag held in the metadata back into the
+// link-layer header it shows (on 6.1 as on newer kernels), so offset 12 is
+// the outermost type as the pod sent it; once it is IPv4, IPv6 or ARP the
+// frame carries no tag and meta protocol is the same type.
 //
 // The check runs before any prerouting hook, only on packets from the pod,
 // so the node's other packets (the overlay's outer and decapsulated ones)
