@@ -449,7 +449,7 @@ func TestGuardEthertypes(t *testing.T) {
 			}
 		}
 		if n := inVXLAN.all() - vxlanBefore; n != 0 {
-			t.Errorf("%s %d forged VXLAN datagrams inside two tags reached the node's VXLAN port, want 0", phase, n)
+			t.Errorf("%s %d forged VXLAN datagrams inside VLAN tags reached the node's VXLAN port, want 0", phase, n)
 		}
 		if n := in4.count("other"); n != 0 {
 			t.Errorf("%s %d spoofed IPv4 packets inside other Ethernet types delivered, want 0", phase, n)
