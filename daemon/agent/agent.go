@@ -179,6 +179,7 @@ type Agent struct {
 	changedLinks map[string]struct{}        // prefix links that appeared, vanished or changed kind since then
 	refused      map[string]string          // workload keys refused by checkWorkload → why (logged)
 	winners      map[netip.Addr]string      // addresses several records claim → the key served (logged)
+	superseded   map[string]string          // workload keys whose veth another record owns → its key (logged)
 	ready        bool
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
@@ -239,6 +240,7 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 		changedLinks: map[string]struct{}{},
 		refused:      map[string]string{},
 		winners:      map[netip.Addr]string{},
+		superseded:   map[string]string{},
 		snap:         newSnapState(),
 	}
 }
@@ -678,6 +680,7 @@ func (a *Agent) syncDesired() bool {
 		// What was noted of records and addresses no longer there goes.
 		maps.DeleteFunc(a.refused, func(key, _ string) bool { _, ok := d.Refused[key]; return !ok })
 		maps.DeleteFunc(a.winners, func(addr netip.Addr, _ string) bool { _, ok := d.Contested[addr]; return !ok })
+		maps.DeleteFunc(a.superseded, func(key, _ string) bool { _, ok := d.Superseded[key]; return !ok })
 		for fam, rt := range []RouteTable{a.rt4, a.rt6} {
 			if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
 				routed = true
@@ -705,8 +708,8 @@ func (a *Agent) syncDesired() bool {
 }
 
 // noteDesired logs what delta decided anew: records refused (or refused
-// for another reason) and addresses several records claim that went to
-// another record. It also tells the keeper which records' veths to derive
+// for another reason), records whose veth another record owns (or a new
+// one) and addresses several records claim that went to another record. It also tells the keeper which records' veths to derive
 // again: those derived again and those claiming an address decided again,
 // IPv4 as IPv6, since a pod guard lets through the addresses routed to its
 // record (the keeper runs after the pass's Apply, off the way from a
@@ -721,6 +724,14 @@ func (a *Agent) noteDesired(delta desiredDelta) {
 		}
 	}
 	a.setBadRecords()
+	for _, name := range delta.keys {
+		if owner, news := noteChange(a.superseded, d.Superseded, name); news {
+			w, o := a.workloads[name], a.workloads[owner]
+			a.log.Warn("workload record superseded: another record owns its veth; nothing is routed or allowed for it", "file", name,
+				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "created", w.Created,
+				"owner", owner, "ownerContainer", o.ContainerID, "ownerCreated", o.Created)
+		}
+	}
 	for _, addr := range delta.addrs {
 		if name, news := noteChange(a.winners, d.Contested, addr); news {
 			w := a.workloads[name]
