@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -124,4 +127,86 @@ func TestRecreatedSandboxOwnsGuard(t *testing.T) {
 		rs := tn.routes(v4)
 		return rs[fmt.Sprintf("%s %s proto 80", cur.ip, cur.iface)] && !rs[oldRoute]
 	})
+}
+
+// TestUnreadableLiveRecordKeepsPod: a live pod's record emptied in place
+// is written back from the daemon's last good read, and the pod keeps its
+// route and its traffic; one rewritten by another release (an unknown
+// version) is left as it is and served as last read through resyncs; and a
+// daemon started with that record, which it never read whole, still
+// leaves the pod's route and guard alone.
+func TestUnreadableLiveRecordKeepsPod(t *testing.T) {
+	tn := newTestNode(t, true)
+	d := tn.startDaemon("--resync-period=1s")
+	tn.waitReady()
+	p := tn.addPod("live")
+	route := fmt.Sprintf("%s %s proto 80", p.ip, p.iface)
+	path := filepath.Join(tn.store.WorkloadsDir(), state.AttachmentName("live", "eth0")+".json")
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resyncs := func() int { n, _ := strconv.Atoi(tn.metric("routelet_resync_duration_seconds_count")); return n }
+	reachable := func(when string) {
+		t.Helper()
+		if !tn.hasRoute(v4, route) {
+			t.Errorf("%s: route %s gone", when, route)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if out, err := netnstest.Ping(ctx, p.ns, "192.0.2.10", 3); err != nil || !strings.Contains(out, " 0% packet loss") {
+			t.Errorf("%s: the pod's traffic: %v\n%s", when, err, out)
+		}
+	}
+	netnstest.Eventually(t, 10*time.Second, "the daemon serves the pod", func() bool { return tn.metric("routelet_workloads") == "1" })
+	reachable("before")
+
+	n := resyncs()
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, 30*time.Second, "two resyncs after the record was emptied", func() bool { return resyncs() >= n+2 })
+	reachable("after the record was emptied")
+	if w, err := tn.store.GetWorkload("live", "eth0"); err != nil || w.HostIface != p.iface || len(w.IPs) != 1 || w.IPs[0] != p.ip {
+		t.Errorf("the emptied record after two resyncs: %+v, %v; want it written back (%s on %s)", w, err, p.ip, p.iface)
+		if err := os.WriteFile(path, good, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	future := strings.Replace(string(good), `"version": 1`, `"version": 2`, 1)
+	if future == string(good) {
+		t.Fatalf("no version field in %s", good)
+	}
+	if err := os.WriteFile(path, []byte(future), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n = resyncs()
+	netnstest.Eventually(t, 30*time.Second, "two resyncs with a record of another version", func() bool { return resyncs() >= n+2 })
+	reachable("with a record of another version")
+	if data, _ := os.ReadFile(path); string(data) != future {
+		t.Errorf("the daemon rewrote a record of another version:\n%s", data)
+	}
+	if v := tn.metric("routelet_bad_records"); v != "1" {
+		t.Errorf("routelet_bad_records %q with a record of another version, want 1", v)
+	}
+
+	// A new daemon never read this record whole: it keeps what the
+	// kernel holds on the pod's veth, past the grace period.
+	d.kill9(t)
+	tn.startDaemon("--resync-period=1s")
+	tn.waitReady()
+	netnstest.Eventually(t, 30*time.Second, "two resyncs of the new daemon", func() bool { return resyncs() >= 2 })
+	reachable("after a restart with a record of another version")
+	if v := tn.metric("routelet_bad_records"); v != "1" {
+		t.Errorf("routelet_bad_records %q after the restart, want 1", v)
+	}
+	// Readable again, the record is served as before.
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, 30*time.Second, "the record served again", func() bool {
+		return tn.metric("routelet_workloads") == "1" && tn.metric("routelet_bad_records") == "0"
+	})
+	reachable("with the record readable again")
 }
