@@ -42,6 +42,8 @@ type RouteTable interface {
 	// RetryAfter says when an unexpected route kept for the grace period
 	// may be removed: the loop applies again then.
 	RetryAfter() (time.Duration, bool)
+	// Hold keeps every route on iface, desired or not, while hold is set.
+	Hold(iface string, hold bool)
 }
 
 var _ RouteTable = (*routes.RouteTable)(nil)
@@ -53,6 +55,9 @@ type Workloads interface {
 	All() (map[string]*state.Workload, map[string]string, error)
 	Get(key string) (*state.Workload, error)
 	Delete(w *state.Workload) error
+	// Repair writes last (the last good read of key's record) back when the
+	// file holds no JSON at all, and reports whether it did.
+	Repair(key string, last *state.Workload) (bool, error)
 	Watch(ctx context.Context, changed func(key string), rescan func()) error
 }
 
@@ -172,13 +177,15 @@ type Agent struct {
 	absentSince  map[string]time.Time       // host iface → first seen missing (leak collection)
 	links        map[string]string          // prefix links that exist → kind, from link events and dumps
 	badSeen      map[string]bool            // bad-record messages already logged
-	badFiles     map[string]string          // workload keys that cannot be served → why
+	badFiles     map[string]string          // workload keys that cannot be read → why (served from their last good read when there is one)
+	held         map[string]struct{}        // veths whose routes the tables keep while a record no good read ever came from is unreadable
 	badNodes     int                        // unreadable peer records at the last full read
 	desired      *desiredSet                // the desired routes of workloads and links (syncDesired)
 	changedKeys  map[string]struct{}        // workload keys changed since the last syncDesired
 	changedLinks map[string]struct{}        // prefix links that appeared, vanished or changed kind since then
 	refused      map[string]string          // workload keys refused by checkWorkload → why (logged)
 	winners      map[netip.Addr]string      // addresses several records claim → the key served (logged)
+	superseded   map[string]string          // workload keys whose veth another record owns → its key (logged)
 	ready        bool
 	lastErr      string
 	blocked      string // a manager's not-ready reason, "" when none
@@ -234,11 +241,13 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 		links:        map[string]string{},
 		badSeen:      map[string]bool{},
 		badFiles:     map[string]string{},
+		held:         map[string]struct{}{},
 		changedKeys:  map[string]struct{}{},
 		keepKeys:     map[string]struct{}{},
 		changedLinks: map[string]struct{}{},
 		refused:      map[string]string{},
 		winners:      map[netip.Addr]string{},
+		superseded:   map[string]string{},
 		snap:         newSnapState(),
 	}
 }
@@ -472,7 +481,12 @@ func (a *Agent) fullSync() {
 
 	ws, bad, wdirErr := a.wls.All()
 	var errs []error
-	for _, msg := range bad {
+	for key, msg := range bad {
+		if last := a.workloads[key]; last != nil && wdirErr == nil {
+			ws[key] = last
+			a.unreadable(key, msg, last)
+			continue
+		}
 		errs = append(errs, errors.New(msg))
 	}
 	// A source that cannot be listed says nothing about the records in
@@ -611,8 +625,9 @@ func (a *Agent) ownVeth(name string) bool {
 }
 
 // reloadWorkload re-reads one workload record and notes it in changedKeys
-// when it was or is served. An unreadable record is logged and no longer
-// served.
+// when it was or is served. A record that is gone is no longer served; one
+// that cannot be read is served as its last good read said (unreadable),
+// and, without one, is logged and not served.
 func (a *Agent) reloadWorkload(name string) {
 	old := a.workloads[name]
 	w, err := a.wls.Get(name)
@@ -620,20 +635,45 @@ func (a *Agent) reloadWorkload(name string) {
 	case errors.Is(err, state.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
 		delete(a.workloads, name)
 		delete(a.badFiles, name)
+	case err != nil && old != nil:
+		a.unreadable(name, err.Error(), old)
+		a.badFiles[name] = err.Error()
 	case err != nil:
 		if a.badFiles[name] != err.Error() {
 			a.log.Warn("skipping bad workload record", "file", name, "err", err)
 		}
 		a.badFiles[name] = err.Error()
-		delete(a.workloads, name)
 	default:
 		a.workloads[name] = w
 		delete(a.badFiles, name)
 	}
 	a.metrics.Workloads.Set(float64(len(a.workloads)))
 	a.setBadRecords()
-	if old != nil || a.workloads[name] != nil {
+	if (old != nil || a.workloads[name] != nil) && old != a.workloads[name] {
 		a.changedKeys[name] = struct{}{}
+	}
+}
+
+// unreadable handles a record that cannot be read (why) while its last
+// good read (last) is served: a record that cannot be read is not one that
+// is gone, so the pod keeps its routes, guard and leak-collection rules as
+// last read. It is logged when why is news, and a file holding no JSON at
+// all is written back from last (Workloads.Repair; counted as a "record"
+// repair). A file of another version or otherwise unreadable is left to
+// whoever wrote it.
+func (a *Agent) unreadable(key, why string, last *state.Workload) {
+	if a.badFiles[key] != why {
+		a.log.Warn("workload record unreadable: serving its last good read", "file", key, "err", why,
+			"container", last.ContainerID, "iface", last.HostIface, "ips", last.IPs)
+	}
+	fixed, err := a.wls.Repair(key, last)
+	switch {
+	case err != nil:
+		a.log.Warn("cannot repair workload record, serving its last good read", "file", key, "err", err)
+	case fixed:
+		a.log.Info("workload record repaired from its last good read", "file", key, "container", last.ContainerID, "iface", last.HostIface)
+		a.metrics.Repairs.WithLabelValues("record").Inc()
+		a.snap.repairs.Add("record", key, 1)
 	}
 }
 
@@ -657,13 +697,68 @@ func (a *Agent) setBadRecords() {
 	a.metrics.BadRecords.Set(float64(len(a.badFiles) + len(a.refused) + a.badNodes))
 }
 
+// holdUnnamed makes the route tables keep the routes of every routelet veth
+// that no served record names while some record that cannot be read has
+// no good read to serve (the daemon started with it, or never read it
+// whole): that record may be the veth's, so what the kernel holds there
+// stays, as the plugin left it, until the record can be read. The leak
+// collector never sees such a record, so it is not collected either. Held
+// veths are released once no such record is left (or a record names them).
+func (a *Agent) holdUnnamed() {
+	blind := false
+	for key := range a.badFiles {
+		if a.workloads[key] == nil {
+			blind = true
+			break
+		}
+	}
+	if !blind && len(a.held) == 0 {
+		return
+	}
+	want := map[string]struct{}{}
+	if blind {
+		named := make(map[string]struct{}, len(a.workloads))
+		for _, w := range a.workloads {
+			named[w.HostIface] = struct{}{}
+		}
+		for name := range a.links {
+			if _, ok := named[name]; !ok && a.ownVeth(name) {
+				want[name] = struct{}{}
+			}
+		}
+	}
+	hold := func(name string, on bool) {
+		for _, rt := range []RouteTable{a.rt4, a.rt6} {
+			if rt != nil {
+				rt.Hold(name, on)
+			}
+		}
+		a.needApply = true
+	}
+	for name := range a.held {
+		if _, ok := want[name]; !ok {
+			delete(a.held, name)
+			hold(name, false)
+		}
+	}
+	for name := range want {
+		if _, ok := a.held[name]; !ok {
+			a.held[name] = struct{}{}
+			hold(name, true)
+			a.log.Warn("keeping the routes of a veth no record names: an unreadable workload record may be its", "iface", name)
+		}
+	}
+}
+
 // syncDesired brings the desired routes up to date with the records in
 // changedKeys and the links in changedLinks (desiredSet.update: only what
 // they can affect is derived again), or, after a full read (desired nil),
 // with every record, and hands the interfaces whose routes changed to the
 // tables; it reports whether it handed them any. Refused records and
-// addresses several records claim are logged when that changes.
+// addresses several records claim are logged when that changes. First it
+// brings the tables' held veths up to date (holdUnnamed).
 func (a *Agent) syncDesired() bool {
+	a.holdUnnamed()
 	if a.desired != nil && len(a.changedKeys) == 0 && len(a.changedLinks) == 0 {
 		return false
 	}
@@ -678,6 +773,7 @@ func (a *Agent) syncDesired() bool {
 		// What was noted of records and addresses no longer there goes.
 		maps.DeleteFunc(a.refused, func(key, _ string) bool { _, ok := d.Refused[key]; return !ok })
 		maps.DeleteFunc(a.winners, func(addr netip.Addr, _ string) bool { _, ok := d.Contested[addr]; return !ok })
+		maps.DeleteFunc(a.superseded, func(key, _ string) bool { _, ok := d.Superseded[key]; return !ok })
 		for fam, rt := range []RouteTable{a.rt4, a.rt6} {
 			if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
 				routed = true
@@ -705,8 +801,8 @@ func (a *Agent) syncDesired() bool {
 }
 
 // noteDesired logs what delta decided anew: records refused (or refused
-// for another reason) and addresses several records claim that went to
-// another record. It also tells the keeper which records' veths to derive
+// for another reason), records whose veth another record owns (or a new
+// one) and addresses several records claim that went to another record. It also tells the keeper which records' veths to derive
 // again: those derived again and those claiming an address decided again,
 // IPv4 as IPv6, since a pod guard lets through the addresses routed to its
 // record (the keeper runs after the pass's Apply, off the way from a
@@ -721,6 +817,14 @@ func (a *Agent) noteDesired(delta desiredDelta) {
 		}
 	}
 	a.setBadRecords()
+	for _, name := range delta.keys {
+		if owner, news := noteChange(a.superseded, d.Superseded, name); news {
+			w, o := a.workloads[name], a.workloads[owner]
+			a.log.Warn("workload record superseded: another record owns its veth; nothing is routed or allowed for it", "file", name,
+				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "created", w.Created,
+				"owner", owner, "ownerContainer", o.ContainerID, "ownerCreated", o.Created)
+		}
+	}
 	for _, addr := range delta.addrs {
 		if name, news := noteChange(a.winners, d.Contested, addr); news {
 			w := a.workloads[name]

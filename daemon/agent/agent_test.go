@@ -44,6 +44,7 @@ type fakeRT struct {
 	applies  int
 	applyErr error
 	sets     []string // interfaces handed over one by one (SetRoutes); "*all*" for SetAllRoutes
+	held     map[string]bool
 }
 
 var _ RouteTable = (*fakeRT)(nil)
@@ -90,6 +91,18 @@ func (f *fakeRT) MarkDirty(iface string)            { f.mu.Lock(); f.dirty[iface
 func (f *fakeRT) QueueResync()                      { f.mu.Lock(); f.resyncs++; f.mu.Unlock() }
 func (f *fakeRT) Apply() error                      { f.mu.Lock(); defer f.mu.Unlock(); f.applies++; return f.applyErr }
 func (f *fakeRT) RetryAfter() (time.Duration, bool) { return 0, false }
+func (f *fakeRT) Hold(iface string, hold bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = map[string]bool{}
+	}
+	if hold {
+		f.held[iface] = true
+	} else {
+		delete(f.held, iface)
+	}
+}
 func (f *fakeRT) Stats() routes.Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -274,9 +287,12 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "cali1 routes gone", func() bool { return len(f.rt4.cidrs("cali1")) == 0 })
-	// A corrupted record stops being served; the others stay.
+	// A corrupted record is served as last read and written back.
 	os.WriteFile(filepath.Join(f.store.WorkloadsDir(), "c3_eth0.json"), []byte("garbage"), 0o600)
-	waitFor(t, "corrupt cali3 dropped", func() bool { return len(f.rt4.cidrs("cali3")) == 0 })
+	waitFor(t, "corrupt c3 repaired", func() bool { w, err := f.store.GetWorkload("c3", "eth0"); return err == nil && w.HostIface == "cali3" })
+	if len(f.rt4.cidrs("cali3")) != 1 {
+		t.Errorf("cali3 routes %v after its record was corrupted, want them kept", f.rt4.cidrs("cali3"))
+	}
 	// Own node record deleted → rewritten.
 	f.store.DeleteNode("node-a")
 	waitFor(t, "node record rewritten", func() bool { _, err := f.store.GetNode("node-a"); return err == nil })
@@ -767,4 +783,93 @@ func FuzzWorkloadRoutes(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestUnreadableRecordKeepsServing: a live pod's record that cannot be
+// read is served as its last good read said, in a pass on its own and in
+// a full read: one emptied or holding garbage is written back from that
+// read (counted as a "record" repair), one of another version is left as
+// it is. A record unreadable from the start has no good read: the tables
+// keep the routes of every veth no served record names until it can be
+// read.
+func TestUnreadableRecordKeepsServing(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.links["cali1"], f.a.links["cali2"], f.a.links["cali9"] = "veth", "veth", "veth"
+	f.a.fullSync()
+	dir := f.store.WorkloadsDir()
+	future := `{"version":9,"containerID":"c2","ifName":"eth0","hostIface":"cali2","ips":["10.244.1.3/32"]}`
+	served := func(when string) {
+		t.Helper()
+		if got := f.rt4.cidrs("cali1"); !slices.Equal(got, []string{"10.244.1.2/32"}) {
+			t.Errorf("%s: cali1 routes %v, want the last good read's", when, got)
+		}
+		if got := f.rt4.cidrs("cali2"); !slices.Equal(got, []string{"10.244.1.3/32"}) {
+			t.Errorf("%s: cali2 routes %v, want the last good read's", when, got)
+		}
+	}
+	for i, full := range []bool{false, true} {
+		if err := os.WriteFile(filepath.Join(dir, "c1_eth0.json"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "c2_eth0.json"), []byte(future), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		when := fmt.Sprintf("full=%v", full)
+		if full {
+			f.a.fullSync()
+		} else {
+			f.a.reloadWorkload("c1_eth0.json")
+			f.a.reloadWorkload("c2_eth0.json")
+			f.a.syncDesired()
+		}
+		served(when)
+		if w, err := f.store.GetWorkload("c1", "eth0"); err != nil || w.HostIface != "cali1" {
+			t.Errorf("%s: emptied record after the pass: %+v, %v; want it written back", when, w, err)
+		}
+		if data, _ := os.ReadFile(filepath.Join(dir, "c2_eth0.json")); string(data) != future {
+			t.Errorf("%s: a record of another version was rewritten: %s", when, data)
+		}
+		if got := counter(f.m.Repairs.WithLabelValues("record")); got != float64(i+1) {
+			t.Errorf("%s: record repairs %v, want %d", when, got, i+1)
+		}
+		if len(f.rt4.held) != 0 {
+			t.Errorf("%s: held %v with every unreadable record served", when, f.rt4.held)
+		}
+		f.a.reloadWorkload("c1_eth0.json") // the repair's own event
+		if got := gauge(f.m.BadRecords); got != 1 {
+			t.Errorf("%s: bad records %v after the repair, want 1 (the other version's, until it can be read)", when, got)
+		}
+		served(when + ", repaired")
+	}
+
+	// A start with a record no good read came from: cali9's routes (it
+	// may be that record's veth) are kept, the named veths are served.
+	if err := os.WriteFile(filepath.Join(dir, "c9_eth0.json"), []byte("{trunc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := newFixture(t)
+	g.store, g.a.wls = f.store, f.a.wls
+	g.a.links["cali1"], g.a.links["cali2"], g.a.links["cali9"] = "veth", "veth", "veth"
+	g.a.fullSync()
+	if !maps.Equal(g.rt4.held, map[string]bool{"cali2": true, "cali9": true}) || !maps.Equal(g.rt6.held, g.rt4.held) {
+		t.Errorf("held %v and %v; want the veths no served record names (cali2: its record is of another version)", g.rt4.held, g.rt6.held)
+	}
+	if err := f.store.PutWorkload(&state.Workload{ContainerID: "c9", IfName: "eth0", HostIface: "cali9", Netns: "/x",
+		IPs: []string{"10.244.1.9/32"}, ContainerMAC: "02:00:00:00:00:09", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "c2_eth0.json")); err != nil {
+		t.Fatal(err)
+	}
+	g.a.reloadWorkload("c9_eth0.json")
+	g.a.reloadWorkload("c2_eth0.json")
+	g.a.syncDesired()
+	if len(g.rt4.held) != 0 || len(g.rt6.held) != 0 {
+		t.Errorf("held %v, %v once every record can be read", g.rt4.held, g.rt6.held)
+	}
+	if got := g.rt4.cidrs("cali9"); !slices.Equal(got, []string{"10.244.1.9/32"}) {
+		t.Errorf("cali9 routes %v once its record can be read", got)
+	}
 }

@@ -37,6 +37,10 @@ type Desired struct {
 	Owner map[netip.Addr]string
 	// Contested are the addresses several records claim → the key chosen.
 	Contested map[netip.Addr]string
+	// Superseded are the records naming a host veth another record owns
+	// (see ownsVeth) → the owner's key: they route nothing and guard
+	// nothing.
+	Superseded map[string]string
 }
 
 // DesiredRoutes derives every interface's routes from the workloads and the
@@ -44,20 +48,27 @@ type Desired struct {
 // each of its addresses, and a blackhole per local block.
 //
 // A record is refused (no route) when checkWorkload finds it names an
-// interface or an address routelet must not touch. When several records
-// claim one address, it is routed to one of them (see beats), whatever
-// order they come in.
+// interface or an address routelet must not touch. Of several records
+// naming one host veth only the one that owns it (ownsVeth) is served; the
+// others are superseded. When several records claim one address, it is
+// routed to one of them (see beats), whatever order they come in.
 func DesiredRoutes(in RouteInput) Desired {
 	n := len(in.Workloads)
-	d := Desired{
-		Routes:  [2]map[string][]routes.Target{make(map[string][]routes.Target, n+1), {}},
-		Refused: map[string]string{}, Owner: make(map[netip.Addr]string, 2*n), Contested: map[netip.Addr]string{},
-	}
+	d := newDesired(n)
 	// beats orders any two records, so map order is as good as any.
+	vethOwner := make(map[string]string, n)
+	for name, w := range in.Workloads {
+		if cur, ok := vethOwner[w.HostIface]; !ok || ownsVeth(in, w, in.Workloads[cur]) {
+			vethOwner[w.HostIface] = name
+		}
+	}
 	for name, w := range in.Workloads {
 		addrs, err := checkWorkload(in, w)
 		if err != nil {
 			d.Refused[name] = err.Error()
+		}
+		if owner := vethOwner[w.HostIface]; owner != name {
+			d.Superseded[name] = owner
 			continue
 		}
 		for _, addr := range addrs {
@@ -88,6 +99,15 @@ func DesiredRoutes(in RouteInput) Desired {
 		}
 	}
 	return d
+}
+
+// newDesired returns an empty Desired sized for n records.
+func newDesired(n int) Desired {
+	return Desired{
+		Routes:  [2]map[string][]routes.Target{make(map[string][]routes.Target, n+1), {}},
+		Refused: map[string]string{}, Owner: make(map[netip.Addr]string, 2*n), Contested: map[netip.Addr]string{},
+		Superseded: map[string]string{},
+	}
 }
 
 // workloadTarget is the route of addr on record w's host veth and its
@@ -207,6 +227,17 @@ func beats(in RouteInput, x, y *state.Workload) bool {
 		return x.ContainerID < y.ContainerID
 	}
 	return x.IfName < y.IfName
+}
+
+// ownsVeth reports whether record x, rather than y, owns the host veth both
+// name (a pod's veth name stays when its sandbox is made again, so the
+// record of an old sandbox can outlive it): the newer record (created
+// later: the plugin's ADD that made the veth now there), then the lower
+// container ID and interface name. Refused records take part: the veth of
+// a refused owner gets no route and no guard from an older record. It is
+// beats without the veth's existence, which is the same for both.
+func ownsVeth(in RouteInput, x, y *state.Workload) bool {
+	return beats(in, x, y)
 }
 
 // sortTargets orders targets by address, then prefix length.

@@ -21,7 +21,8 @@ type desiredSet struct {
 	d       Desired
 	recs    map[string]derivedRecord       // by key: each record as last derived
 	onIface map[string]map[string]struct{} // host interface → keys of the records naming it
-	claims  map[netip.Addr][]string        // address → keys of the accepted records claiming it
+	owner   map[string]string              // host interface → key of the record owning it (ownsVeth)
+	claims  map[netip.Addr][]string        // address → keys of the accepted veth owners claiming it
 }
 
 // derivedRecord is one record as update last derived it.
@@ -32,7 +33,7 @@ type derivedRecord struct {
 
 // desiredDelta says what one update decided again.
 type desiredDelta struct {
-	keys   []string     // the records derived again, sorted
+	keys   []string     // the records derived again or whose veth changed owner, sorted
 	addrs  []netip.Addr // the addresses whose owner was decided again
 	ifaces [2][]string  // per family, the interfaces whose routes changed, sorted
 }
@@ -42,13 +43,11 @@ type desiredDelta struct {
 func newDesiredSet(in RouteInput) (*desiredSet, desiredDelta) {
 	n := len(in.Workloads)
 	s := &desiredSet{
-		in: in,
-		d: Desired{
-			Routes:  [2]map[string][]routes.Target{make(map[string][]routes.Target, n+1), {}},
-			Refused: map[string]string{}, Owner: make(map[netip.Addr]string, 2*n), Contested: map[netip.Addr]string{},
-		},
+		in:      in,
+		d:       newDesired(n),
 		recs:    make(map[string]derivedRecord, n),
 		onIface: make(map[string]map[string]struct{}, n),
+		owner:   make(map[string]string, n),
 		claims:  make(map[netip.Addr][]string, 2*n),
 	}
 	keys := make(map[string]struct{}, n)
@@ -75,8 +74,9 @@ func (s *desiredSet) update(keys, links map[string]struct{}) desiredDelta {
 	var delta desiredDelta
 	ifaces := map[string]struct{}{}
 	addrs := map[netip.Addr]struct{}{}
+	touched := make(map[string]struct{}, len(redo))
 	for key := range redo {
-		delta.keys = append(delta.keys, key)
+		touched[key] = struct{}{}
 		if old, ok := s.recs[key]; ok {
 			s.forget(key, old)
 			ifaces[old.w.HostIface] = struct{}{}
@@ -101,7 +101,45 @@ func (s *desiredSet) update(keys, links map[string]struct{}) desiredDelta {
 			addrs[addr] = struct{}{}
 		}
 	}
-	slices.Sort(delta.keys)
+	// The owner of each veth named by a record derived again: only its
+	// addresses are claimed. A record derived again has no claims left
+	// (forget), so an owner among them claims again.
+	for iface := range ifaces {
+		old, had := s.owner[iface]
+		cur := s.pickOwner(iface)
+		_, oldRedone := redo[old]
+		if had && old != cur && !oldRedone {
+			if r, ok := s.recs[old]; ok {
+				s.unclaim(old, r.addrs)
+				for _, addr := range r.addrs {
+					addrs[addr] = struct{}{}
+				}
+			}
+			touched[old] = struct{}{}
+		}
+		for key := range s.onIface[iface] {
+			if key == cur {
+				delete(s.d.Superseded, key)
+			} else if s.d.Superseded[key] != cur {
+				s.d.Superseded[key] = cur
+				touched[key] = struct{}{}
+			}
+		}
+		if cur == "" {
+			delete(s.owner, iface)
+			continue
+		}
+		s.owner[iface] = cur
+		if _, redone := redo[cur]; redone || !had || old != cur {
+			r := s.recs[cur]
+			s.claim(cur, r.addrs)
+			for _, addr := range r.addrs {
+				addrs[addr] = struct{}{}
+			}
+			touched[cur] = struct{}{}
+		}
+	}
+	delta.keys = slices.Sorted(maps.Keys(touched))
 	// An address changing hands changes the routes of the interfaces of
 	// both owners (a record derived again already has its interfaces in).
 	for addr := range addrs {
@@ -130,23 +168,18 @@ func (s *desiredSet) update(keys, links map[string]struct{}) desiredDelta {
 func (s *desiredSet) forget(key string, r derivedRecord) {
 	delete(s.recs, key)
 	delete(s.d.Refused, key)
+	delete(s.d.Superseded, key)
 	if on := s.onIface[r.w.HostIface]; on != nil {
 		delete(on, key)
 		if len(on) == 0 {
 			delete(s.onIface, r.w.HostIface)
 		}
 	}
-	for _, addr := range r.addrs {
-		ks := slices.DeleteFunc(s.claims[addr], func(k string) bool { return k == key })
-		if len(ks) == 0 {
-			delete(s.claims, addr)
-		} else {
-			s.claims[addr] = ks
-		}
-	}
+	s.unclaim(key, r.addrs)
 }
 
-// remember records r as record key's derivation.
+// remember records r as record key's derivation; its addresses are
+// claimed once it owns its veth (update).
 func (s *desiredSet) remember(key string, r derivedRecord) {
 	s.recs[key] = r
 	on := s.onIface[r.w.HostIface]
@@ -155,8 +188,36 @@ func (s *desiredSet) remember(key string, r derivedRecord) {
 		s.onIface[r.w.HostIface] = on
 	}
 	on[key] = struct{}{}
-	for _, addr := range r.addrs {
+}
+
+// pickOwner returns the key of the record owning iface among those naming
+// it (ownsVeth), "" when none does.
+func (s *desiredSet) pickOwner(iface string) string {
+	best := ""
+	for key := range s.onIface[iface] {
+		if best == "" || ownsVeth(s.in, s.recs[key].w, s.recs[best].w) {
+			best = key
+		}
+	}
+	return best
+}
+
+// claim adds record key's claim to each of addrs.
+func (s *desiredSet) claim(key string, addrs []netip.Addr) {
+	for _, addr := range addrs {
 		s.claims[addr] = append(s.claims[addr], key)
+	}
+}
+
+// unclaim drops record key's claim, if any, to each of addrs.
+func (s *desiredSet) unclaim(key string, addrs []netip.Addr) {
+	for _, addr := range addrs {
+		ks := slices.DeleteFunc(s.claims[addr], func(k string) bool { return k == key })
+		if len(ks) == 0 {
+			delete(s.claims, addr)
+		} else {
+			s.claims[addr] = ks
+		}
 	}
 }
 

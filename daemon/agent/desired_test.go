@@ -20,14 +20,15 @@ func TestDesiredRoutes(t *testing.T) {
 	}
 	blocks := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1::/120")}
 	for _, tc := range []struct {
-		name      string
-		ws        map[string]*state.Workload
-		links     map[string]string
-		blocks    []netip.Prefix
-		space     netguard.Host
-		v4, v6    map[string][]string // iface → CIDRs
-		refused   map[string]string   // key → substring of why
-		contested map[string]string   // address → key
+		name       string
+		ws         map[string]*state.Workload
+		links      map[string]string
+		blocks     []netip.Prefix
+		space      netguard.Host
+		v4, v6     map[string][]string // iface → CIDRs
+		refused    map[string]string   // key → substring of why
+		contested  map[string]string   // address → key
+		superseded map[string]string   // key → the key owning its veth
 	}{
 		{name: "routes and blackholes",
 			ws:     map[string]*state.Workload{"a": wl("a", "cali1", t0, "10.244.1.3/32", "10.244.1.2/32", "fd00:1::2/128")},
@@ -73,6 +74,27 @@ func TestDesiredRoutes(t *testing.T) {
 			blocks:    blocks[:1],
 			v4:        map[string][]string{"calilive": {"10.244.1.2/32"}, "cali2": {"10.244.1.3/32"}, "cali3": {"10.244.1.4/32"}, routes.InterfaceNone: {"10.244.1.0/24"}},
 			contested: map[string]string{"10.244.1.2": "live", "10.244.1.3": "new", "10.244.1.4": "x1"}},
+		{name: "a veth's newest record owns it, whatever the keys",
+			ws: map[string]*state.Workload{
+				// A pod's sandbox made again: one veth name, the old
+				// record's key sorting after the new one's.
+				"zold": wl("zold", "cali1", t0, "10.244.1.2/32", "fd00:1::2/128"),
+				"anew": wl("anew", "cali1", t0.Add(time.Second), "10.244.1.3/32"),
+				// Created together: the lower container ID.
+				"tb": wl("b", "cali2", t0, "10.244.1.4/32"),
+				"ta": wl("a", "cali2", t0, "10.244.1.5/32"),
+				// A refused owner leaves its veth without routes.
+				"refnew": wl("rn", "cali3", t0.Add(time.Second), "10.9.0.1/32"),
+				"refold": wl("ro", "cali3", t0, "10.244.1.6/32"),
+				// Superseded on its veth, it claims no address elsewhere.
+				"other": wl("o", "cali4", t0, "10.244.1.2/32"),
+			},
+			links:      map[string]string{"cali1": "veth", "cali2": "veth", "cali3": "veth", "cali4": "veth"},
+			blocks:     blocks,
+			v4:         map[string][]string{"cali1": {"10.244.1.3/32"}, "cali2": {"10.244.1.5/32"}, "cali4": {"10.244.1.2/32"}, routes.InterfaceNone: {"10.244.1.0/24"}},
+			v6:         map[string][]string{routes.InterfaceNone: {"fd00:1::/120"}},
+			refused:    map[string]string{"refnew": "outside the node's blocks"},
+			superseded: map[string]string{"zold": "anew", "tb": "ta", "refold": "refnew"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := DesiredRoutes(RouteInput{Workloads: tc.ws, Links: tc.links, LocalBlocks: tc.blocks, NodeSpace: tc.space,
@@ -118,6 +140,12 @@ func TestDesiredRoutes(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tc.contested) {
 				t.Errorf("contested %v, want %v", got, tc.contested)
+			}
+			if tc.superseded == nil {
+				tc.superseded = map[string]string{}
+			}
+			if !reflect.DeepEqual(d.Superseded, tc.superseded) {
+				t.Errorf("superseded %v, want %v", d.Superseded, tc.superseded)
 			}
 		})
 	}

@@ -98,14 +98,14 @@ func (kv keptVeth) current(owner map[netip.Addr]string, name string) bool {
 }
 
 // keeperVeths hands the served workloads' host veths to the keeper: only
-// records syncDesired accepted, each with the addresses routed to it (its
-// pod guard's sources; the IPv6 ones its neighbours). It derives a veth
-// again only for a record in keepKeys (read again, or a claimant of an
-// address decided again) and hands over only the veths
-// those name (UpdateVeths); after a full read (keepAll) it derives every
-// record's and hands over the whole list (SetVeths). Of two records naming
-// one veth, the one with the greater key is kept (as in the whole list,
-// sorted by key, the later). Nothing is handed over when nothing changed.
+// records syncDesired accepted that own their veth (not superseded, so one
+// record per veth name, whatever the keys' order), each with the addresses
+// routed to it (its pod guard's sources; the IPv6 ones its neighbours). It
+// derives a veth again only for a record in keepKeys (read again, a
+// claimant of an address decided again, or one whose veth changed owner)
+// and hands over only the veths those name (UpdateVeths); after a full
+// read (keepAll) it derives every record's and hands over the whole list
+// (SetVeths). Nothing is handed over when nothing changed.
 func (a *Agent) keeperVeths() {
 	if a.keeper == nil || a.desired == nil || (!a.keepAll && len(a.keepKeys) == 0) {
 		return
@@ -118,7 +118,8 @@ func (a *Agent) keeperVeths() {
 	derive := func(name string) {
 		old, had := a.kept[name]
 		w := a.workloads[name]
-		if _, bad := a.refused[name]; w == nil || bad || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
+		_, superseded := a.desired.d.Superseded[name]
+		if _, bad := a.refused[name]; w == nil || bad || superseded || !strings.HasPrefix(w.HostIface, a.opts.IfacePrefix) {
 			if had {
 				a.unkeep(name, old)
 				changed[old.v.Name] = struct{}{}

@@ -277,7 +277,8 @@ func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 		var want []podnet.HostVeth
 		for _, key := range slices.Sorted(maps.Keys(f.a.workloads)) {
 			w := f.a.workloads[key]
-			if _, bad := d.Refused[key]; bad {
+			_, bad := d.Refused[key]
+			if _, superseded := d.Superseded[key]; bad || superseded {
 				continue
 			}
 			v := podnet.HostVeth{Name: w.HostIface}
@@ -302,5 +303,52 @@ func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 		if !maps.Equal(got, byName(want)) {
 			t.Fatalf("step %d: keeper has %v, want %v", step, got, byName(want))
 		}
+	}
+}
+
+// TestRecreatedSandboxOwnsVeth: when a pod's sandbox is made again (same
+// host veth name, new container ID) while the old sandbox's record stays,
+// the newer record alone decides the veth's routes and its guard's
+// sources, whichever key sorts first, after a full read and after the new
+// record arrives on its own.
+func TestRecreatedSandboxOwnsVeth(t *testing.T) {
+	for _, full := range []bool{true, false} {
+		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) {
+			f := newFixture(t)
+			k := &fakeKeeper{}
+			f.a.SetKeeper(k, 0)
+			old := &state.Workload{ContainerID: "zold", IfName: "eth0", HostIface: "cali1", Netns: "/var/run/netns/old",
+				IPs: []string{"10.244.1.2/32", "fd00:1::2/128"}, ContainerMAC: "02:00:00:00:00:01", Created: t0}
+			if err := f.store.PutWorkload(old); err != nil {
+				t.Fatal(err)
+			}
+			f.a.links["cali1"] = "veth"
+			f.a.fullSync()
+			f.a.keep(false)
+			nw := &state.Workload{ContainerID: "anew", IfName: "eth0", HostIface: "cali1", Netns: "/var/run/netns/new",
+				IPs: []string{"10.244.1.3/32"}, ContainerMAC: "02:00:00:00:00:02", Created: t0.Add(time.Minute)}
+			if err := f.store.PutWorkload(nw); err != nil {
+				t.Fatal(err)
+			}
+			if full {
+				f.a.fullSync()
+			} else {
+				f.a.reloadWorkload("anew_eth0.json")
+				f.a.syncDesired()
+			}
+			f.a.keep(false)
+			if got := f.rt4.cidrs("cali1"); !slices.Equal(got, []string{"10.244.1.3/32"}) {
+				t.Errorf("IPv4 routes on cali1 %v, want only the new sandbox's", got)
+			}
+			if got := f.rt6.cidrs("cali1"); len(got) != 0 {
+				t.Errorf("IPv6 routes on cali1 %v, want none (the old sandbox's)", got)
+			}
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			if len(k.veths) != 1 || k.veths[0].Name != "cali1" || fmt.Sprint(k.veths[0].Addrs) != "[10.244.1.3]" ||
+				k.veths[0].IPv6 || k.veths[0].MAC.String() != "02:00:00:00:00:02" {
+				t.Errorf("keeper holds %+v, want cali1 with the new sandbox's address and MAC", k.veths)
+			}
+		})
 	}
 }

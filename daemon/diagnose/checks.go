@@ -150,6 +150,12 @@ func (w *world) localPod(role string, e End) []Step {
 		rec.Fix = "the record was not written by the plugin for this node's blocks; delete the pod and create it again"
 		return []Step{rec}
 	}
+	if owner, superseded := w.desired.Superseded[e.key]; superseded {
+		rec.Status = Fail
+		rec.Problem = fmt.Sprintf("the host veth %s belongs to another record, %s (a newer sandbox of the pod): nothing is routed or allowed for this one", wl.HostIface, owner)
+		rec.Fix = "delete the old sandbox (CNI DEL) or its record"
+		return []Step{rec}
+	}
 	for _, a := range e.Addrs {
 		if owner := w.desired.Owner[a]; owner != e.key {
 			rec.Status = Fail

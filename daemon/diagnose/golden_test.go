@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -37,6 +39,15 @@ var goldenCases = []struct {
 			n.st.running, n.st.status.Ready, n.st.status.Reason = false, false, "routeletd stopped"
 			n.k.fdb[overlay.DeviceVXLAN] = slices.DeleteFunc(n.k.fdb[overlay.DeviceVXLAN], func(e FDB) bool { return e.Dst == netip.MustParseAddr("10.1.0.2") })
 			n.k.flows = []Flow{{Proto: "icmp", Src: netip.MustParseAddr("10.244.1.1"), Dst: netip.MustParseAddr("10.100.1.5"), TimeoutS: 29}}
+		}},
+	{name: "stale-sandbox-record", src: "10.244.1.9", dst: "demo/pod-1", failing: []string{"src-record"},
+		breakIt: func(n *fakeNode) {
+			// The old sandbox of pod-0, whose veth pod-0's new sandbox
+			// took over; its file name sorts after the new one's.
+			_, _, veth, _, _ := fakePod(0)
+			id := strings.Repeat("f", 64)
+			n.st.wl[id+"_eth0.json"] = &state.Workload{Version: 1, ContainerID: id, IfName: "eth0", HostIface: veth, Netns: "/var/run/netns/old",
+				IPs: []string{"10.244.1.9/32"}, ContainerMAC: "02:00:00:00:ff:ff", PodNamespace: "demo", PodName: "pod-0", Created: fakeNow.Add(-time.Hour)}
 		}},
 	{name: "peer-record-missing", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"peer-record/4"},
 		breakIt: func(n *fakeNode) {

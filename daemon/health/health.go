@@ -93,7 +93,8 @@ type Metrics struct {
 	LeakCollections  prometheus.Counter
 	Ready            prometheus.Gauge
 	// Repairs counts dataplane settings put back after something changed
-	// them; label object: "sysctl" | "link" | "neigh" | "guard" | "master".
+	// them; label object: "sysctl" | "link" | "neigh" | "guard" | "master" |
+	// "record" (a workload record file written back from its last good read).
 	Repairs *prometheus.CounterVec
 	// RouteConflicts counts desired routes found blocked by a route
 	// routelet does not own under the same kernel key; label table.
@@ -116,10 +117,10 @@ func NewMetrics() *Metrics {
 		Peers:            gauge("routelet_peers", "Node records of other nodes."),
 		LeakCollections:  counter("routelet_leak_collections_total", "Workloads released because their netns and host veth were gone past the leak grace period."),
 		Ready:            gauge("routelet_ready", "1 once the first full sync is done."),
-		Repairs:          counterVec("routelet_repairs_total", "Dataplane settings routelet put back after they were changed: per-veth and node sysctls, veth admin state, IPv6 pod neighbours, pod guards (the source check on each pod veth's ingress, rewritten or removed with their veth), the VXLAN device enslaved to a bridge.", "object"),
+		Repairs:          counterVec("routelet_repairs_total", "Dataplane settings routelet put back after they were changed: per-veth and node sysctls, veth admin state, IPv6 pod neighbours, pod guards (the source check on each pod veth's ingress, rewritten or removed with their veth), the VXLAN device enslaved to a bridge, workload record files that held no JSON written back from the last good read.", "object"),
 		RouteConflicts:   counterVec("routelet_route_conflicts_total", "Desired routes not programmed because a route routelet does not own holds their kernel key (counted once per conflict).", "table"),
 	}
-	for _, o := range []string{"sysctl", "link", "neigh", "guard", "master"} {
+	for _, o := range []string{"sysctl", "link", "neigh", "guard", "master", "record"} {
 		m.Repairs.WithLabelValues(o)
 	}
 	m.Registry.MustRegister(m.RoutesProgrammed, m.DirtyInterfaces, m.ResyncDuration, m.ApplyDuration,

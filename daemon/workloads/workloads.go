@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 
 	"github.com/routelet/routelet/daemon/internal/dirwatch"
 	"github.com/routelet/routelet/pkg/state"
@@ -67,6 +68,27 @@ func (d *Dir) Get(key string) (*state.Workload, error) {
 // Delete removes w's record (leak collection); missing is success.
 func (d *Dir) Delete(w *state.Workload) error {
 	return d.store.DeleteWorkload(w.ContainerID, w.IfName)
+}
+
+// Repair writes last, the last good read of the record under key, back
+// over that file (atomically, by rename) when the file still holds no JSON
+// at all (state.ErrCorrupt: truncated, emptied, garbage), and reports
+// whether it did. A file that is gone, readable again or unreadable for
+// another reason (another version, another attachment's record, a
+// symlink) is left as it is: a writer may have replaced it meanwhile.
+func (d *Dir) Repair(key string, last *state.Workload) (bool, error) {
+	if _, err := d.Get(key); !errors.Is(err, state.ErrCorrupt) {
+		return false, nil
+	}
+	w := *last
+	w.IPs = slices.Clone(last.IPs)
+	if got := state.AttachmentName(w.ContainerID, w.IfName) + ".json"; got != key {
+		return false, fmt.Errorf("repair %s: the last good record belongs in %s", key, got)
+	}
+	if err := d.store.PutWorkload(&w); err != nil {
+		return false, fmt.Errorf("repair %s: %w", key, err)
+	}
+	return true, nil
 }
 
 // Watch calls changed with the key of every record created, changed or

@@ -101,6 +101,10 @@ func (rt *RouteTable) Apply() error {
 
 	for _, w := range work {
 		rt.plan(w)
+		if _, held := rt.held[w.name]; held && len(w.dels) > 0 {
+			rt.log.Debug("keeping undesired routes of a held interface", "iface", w.name, "routes", len(w.dels))
+			w.dels = nil
+		}
 	}
 	rt.startMoveCleanups(work)
 	rt.replaced = compact.Clear(rt.replaced)
@@ -868,6 +872,9 @@ func (rt *RouteTable) cleanupOrphans() {
 		if _, dirty := rt.dirty[iface]; dirty {
 			continue
 		}
+		if _, held := rt.held[iface]; held {
+			continue // its route stays, and with it the flows
+		}
 		delete(rt.orphans, cidr)
 		delete(rt.hostRoutes, cidr)
 		ips = append(ips, cidr.Addr())
@@ -980,8 +987,13 @@ func (rt *RouteTable) applyNeighbours(w *ifaceWork, full bool, kernel map[neighK
 		}
 		next[ip] = mac.String()
 	}
+	_, held := rt.held[w.name]
 	for ip := range have {
 		if _, ok := want[ip]; ok {
+			continue
+		}
+		if held {
+			next[ip] = have[ip]
 			continue
 		}
 		rt.writes++

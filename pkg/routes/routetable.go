@@ -111,6 +111,8 @@ type RouteTable struct {
 	// they touched: Apply plans from memory over those alone. Any other
 	// reason to sync the interface drops its entry.
 	partial map[string]map[netip.Prefix]struct{}
+	// held interfaces lose no route and no static ARP entry (Hold).
+	held map[string]struct{}
 	// firstSeen is when each managed interface was first seen; it starts the
 	// grace period.
 	firstSeen map[string]time.Time
@@ -469,6 +471,28 @@ func (rt *RouteTable) OnIfaceStateChanged(iface string, up bool) {
 	}
 	rt.onIfaceSeen(iface)
 	rt.markDirty(iface, needRead)
+}
+
+// Hold, while hold is set, keeps every route and static ARP entry on iface
+// in the kernel, desired or not: Apply still writes the desired ones but
+// deletes nothing there (for a caller that cannot tell what the interface
+// should hold, e.g. while the record describing it cannot be read).
+// Releasing it makes the next Apply re-read iface and remove what is not
+// desired.
+func (rt *RouteTable) Hold(iface string, hold bool) {
+	_, was := rt.held[iface]
+	switch {
+	case hold && !was:
+		if rt.held == nil {
+			rt.held = map[string]struct{}{}
+		}
+		rt.held[iface] = struct{}{}
+	case !hold && was:
+		delete(rt.held, iface)
+		if rt.kindOf(iface) != kindUnmanaged {
+			rt.markDirty(iface, needRead)
+		}
+	}
 }
 
 // MarkDirty asks the next Apply to re-read and repair iface (e.g. after a

@@ -924,3 +924,36 @@ func TestFailureMatrix(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldKeepsRoutes: while an interface is held, neither a full resync
+// nor a change of its desired routes deletes a route or static ARP entry
+// there (a plugin's route the table never wanted included), nor cleans
+// the flows of its addresses; desired routes are still written. Released,
+// the next Apply removes what is not desired.
+func TestHoldKeepsRoutes(t *testing.T) {
+	f := newFixture(t, 4, nil)
+	cali := f.nl.AddLink("cali1", true)
+	mac := net.HardwareAddr{0xee, 0xee, 0, 0, 0, 1}
+	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}})
+	f.apply()
+	// The plugin's route of another pod address the table was never told of.
+	f.addForeign(netlink.Route{LinkIndex: cali.Index, Dst: ipnet("10.0.0.2/32"), Scope: netlink.SCOPE_LINK, Protocol: 80})
+	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1234, 53)
+	f.rt.Hold("cali1", true)
+	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.3/32")}})
+	if got := f.flowsAfterApply(); len(got) != 1 {
+		t.Errorf("flows of a held interface's address cleaned: %v", got)
+	}
+	f.rt.QueueResync()
+	f.apply()
+	f.wantDump("10.0.0.1/32 dev cali1 proto 80 scope link", "10.0.0.2/32 dev cali1 proto 80 scope link", "10.0.0.3/32 dev cali1 proto 80 scope link")
+	if n := f.nl.Neighbours(); len(n) != 1 || n[0].HardwareAddr.String() != mac.String() {
+		t.Errorf("neighbours of the held interface %v, want the static ARP entry kept", n)
+	}
+	f.rt.Hold("cali1", false)
+	f.apply()
+	f.wantDump("10.0.0.3/32 dev cali1 proto 80 scope link")
+	if n := f.nl.Neighbours(); len(n) != 0 {
+		t.Errorf("neighbours after release %v, want none", n)
+	}
+}

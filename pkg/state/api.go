@@ -14,6 +14,15 @@ const RecordVersion = 1
 // ErrNotFound is returned by the Get/Read functions when the record does not exist.
 var ErrNotFound = errors.New("record not found")
 
+// ErrCorrupt is wrapped by the errors of a record file that is not JSON at
+// all (empty, truncated, garbage): damage, since every writer replaces a
+// record whole by rename, never a record another release wrote.
+var ErrCorrupt = errors.New("not a JSON record")
+
+// ErrUnknownVersion is wrapped by the errors of a record whose version is
+// not RecordVersion (e.g. written by a newer release).
+var ErrUnknownVersion = errors.New("unknown record version")
+
 // Store is a handle on a state directory. It is safe for concurrent use by
 // several goroutines and several processes (each write is an atomic rename).
 type Store struct {

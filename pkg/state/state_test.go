@@ -168,6 +168,18 @@ func TestListSkipsBadRecords(t *testing.T) {
 	if _, err := s.GetWorkload("g7", "eth0"); err == nil || !strings.Contains(err.Error(), "symlink") {
 		t.Errorf("GetWorkload through a symlink: err = %v, want a symlink refusal", err)
 	}
+	// What a reader may repair (no JSON at all) and what it must leave to
+	// the release that wrote it (another version) are told apart.
+	write("h8_eth0.json", "")
+	for name, want := range map[string]error{"b2_eth0.json": ErrCorrupt, "h8_eth0.json": ErrCorrupt, "d4_eth0.json": ErrUnknownVersion,
+		"e5_eth0.json": nil, "f6_eth0.json": nil} {
+		_, err := s.WorkloadFile(name)
+		for _, sentinel := range []error{ErrCorrupt, ErrUnknownVersion} {
+			if errors.Is(err, sentinel) != (sentinel == want) {
+				t.Errorf("%s: %v; is %v: %v", name, err, sentinel, errors.Is(err, sentinel))
+			}
+		}
+	}
 }
 
 func mustRead(t *testing.T, path string) string {

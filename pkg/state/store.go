@@ -66,10 +66,13 @@ func readRecord(dir, name string, v any, version func() int) error {
 		return err
 	}
 	if err := json.Unmarshal(data, v); err != nil {
+		if !json.Valid(data) {
+			return fmt.Errorf("parse %s: %w (%d bytes): %w", filepath.Join(dir, name), ErrCorrupt, len(data), err)
+		}
 		return fmt.Errorf("parse %s: %w", filepath.Join(dir, name), err)
 	}
 	if got := version(); got != RecordVersion {
-		return fmt.Errorf("parse %s: unknown record version %d (want %d)", filepath.Join(dir, name), got, RecordVersion)
+		return fmt.Errorf("parse %s: %w %d (want %d)", filepath.Join(dir, name), ErrUnknownVersion, got, RecordVersion)
 	}
 	return nil
 }
