@@ -55,12 +55,13 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 		}
 		own := ownBlocks(claims, d.o.NodeName)
 		for _, b := range full {
-			if !slices.Contains(own, b) {
+			if !slices.Contains(own, b) && !d.inConflict(b) {
 				return netip.Prefix{}, fmt.Errorf("block %s is no longer this node's in etcd (key %s)", b, d.blockKey(b))
 			}
 		}
 		for _, b := range own {
 			if familyOf(b) == family && !slices.Contains(full, b) {
+				d.serve(b)
 				return b, nil // claimed before, not yet in use
 			}
 		}
@@ -77,6 +78,7 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 			return unreached(err)
 		}
 		if won {
+			d.serve(free)
 			d.m.claims.WithLabelValues("full").Inc()
 			d.log.Info("claimed another block from the pool: every block of its family is full",
 				"block", free, "pool", pool.CIDR, "full", full, "key", key)
