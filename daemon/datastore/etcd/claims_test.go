@@ -244,8 +244,8 @@ func TestClaimOverlappedKept(t *testing.T) {
 }
 
 // TestClaimGoneReclaimedAtStart: a node whose block claim was deleted
-// while it was down claims that block again at start when its pods use
-// it, not another; one whose pods use none claims the first free block.
+// while it was down (with the claim of a block before it) claims its
+// pods' block again at start, not the first free one.
 func TestClaimGoneReclaimedAtStart(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	cli := srv.Client(t)
@@ -258,15 +258,17 @@ func TestClaimGoneReclaimedAtStart(t *testing.T) {
 	if got := blocksOf(t, a); !slices.Equal(got, prefixes("10.244.0.64/26")) {
 		t.Fatalf("node-a blocks %v", got)
 	}
-	if _, err := cli.Delete(context.Background(), "/routelet/blocks/10.244.0.64-26"); err != nil {
-		t.Fatal(err)
+	for _, b := range []string{"10.244.0.0-26", "10.244.0.64-26"} {
+		if _, err := cli.Delete(context.Background(), "/routelet/blocks/"+b); err != nil {
+			t.Fatal(err)
+		}
 	}
 	again := open(t, srv, "node-a", podsUse("10.244.0.70"))
 	if got := blocksOf(t, again); !slices.Equal(got, prefixes("10.244.0.64/26")) {
 		t.Errorf("node-a serves %v, want its pods' block 10.244.0.64/26", got)
 	}
-	if got := claimOf(t, cli, "10.244.0.64-26"); got != "node-a" {
-		t.Errorf("claim of 10.244.0.64/26 = %q, want node-a", got)
+	if got, want := claimsIn(t, srv), map[string]string{"10.244.0.64-26": "node-a"}; !equalMaps(got, want) {
+		t.Errorf("claims %v, want %v", got, want)
 	}
 	if v := testutil.ToFloat64(again.m.claims.WithLabelValues("reclaimed")); v != 1 {
 		t.Errorf("reclaimed claims %v, want 1", v)
