@@ -24,8 +24,9 @@ import (
 // and the value, exports it in routelet_datastore_block_claim_conflicts,
 // and status and diagnose show it; peer b still routes the block to a.
 // Restarted, a serves the same block (claiming no new one), the pod keeps
-// its route and the conflict is still reported. The key deleted, a claims
-// the block again and the conflict is gone.
+// its route and the conflict is still reported; b restarted does not take
+// the block (a's record publishes it) and still routes it to a. The key
+// deleted, a claims the block again and the conflict is gone.
 func TestEtcdClaimConflict(t *testing.T) {
 	requireRoot(t)
 	etcdtest.Binary(t)
@@ -47,7 +48,7 @@ func TestEtcdClaimConflict(t *testing.T) {
 	if err := tc.c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	block := waitV4Blocks(t, a, 1)[0]
+	block, bBlock := waitV4Blocks(t, a, 1)[0], waitV4Blocks(t, b, 1)[0]
 	for _, n := range []*node{a, b} {
 		if _, err := tc.c.AddPod(ctx, n.Node, n.Spec.Name+"-pod0"); err != nil {
 			t.Fatal(err)
@@ -163,6 +164,20 @@ func TestEtcdClaimConflict(t *testing.T) {
 	if got := claim(); got != "b" {
 		t.Errorf("after a restart claim %s = %q: a overwrote another node's value", key, got)
 	}
+
+	// b, restarted, does not take the block the rewritten claim names it
+	// for: a's record publishes it and no pod of b uses it.
+	if err := tc.c.Restart(ctx, b.Node, daemonArgs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitV4Blocks(t, b, 1); !slices.Equal(got, []netip.Prefix{bBlock}) {
+		t.Errorf("after b restarted it serves %v, want only its own %s", got, bBlock)
+	}
+	if !strings.Contains(b.LogTail(100000), "not taking it") {
+		t.Errorf("b did not log that it does not take a's block")
+	}
+	bRoutesA("after b restarted")
+	talks("after b restarted")
 
 	// The key deleted: a claims the block again.
 	if _, err := cli.Delete(ctx, key); err != nil {

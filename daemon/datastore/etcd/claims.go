@@ -11,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/pkg/peers"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // A block claim in etcd is authoritative for which node takes a free
@@ -268,4 +270,70 @@ func familyKey(p netip.Prefix) string {
 		return "4"
 	}
 	return "6"
+}
+
+// publisher returns the other node whose record publishes a block
+// overlapping b, if any (records: the node records by name).
+func (d *Datastore) publisher(b netip.Prefix, records map[string]peers.Record) (string, bool) {
+	var names []string
+	for name, r := range records {
+		if name == d.o.NodeName {
+			continue
+		}
+		for _, s := range r.Blocks {
+			if p, err := netip.ParsePrefix(s); err == nil && p.Masked().Overlaps(b) {
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "", false
+	}
+	slices.Sort(names)
+	return names[0], true
+}
+
+// notTaken drops from claims this node's claims of blocks that another
+// node's record publishes, except those overlapping keep (the blocks its
+// pods use, the ones it just claimed): a claim rewritten to name this
+// node does not make it take a block another node serves. Each is logged
+// once. records are the node records by name; nil reads them from etcd
+// (only when there is such a claim to check).
+func (d *Datastore) notTaken(ctx context.Context, claims []claim, keep []netip.Prefix, records map[string]peers.Record) ([]claim, error) {
+	check := func(c claim) bool {
+		return c.node == d.o.NodeName && !slices.ContainsFunc(keep, c.block.Overlaps)
+	}
+	if !slices.ContainsFunc(claims, check) {
+		return claims, nil
+	}
+	if records == nil {
+		resp, err := d.cli.Get(ctx, d.nodesPrefix(), clientv3.WithPrefix())
+		if err != nil {
+			return nil, err
+		}
+		records = map[string]peers.Record{}
+		for _, kv := range resp.Kvs {
+			if n, err := state.DecodeNode(kv.Value); err == nil && d.nodeKey(n.Name) == string(kv.Key) {
+				records[n.Name] = peers.FromState(n)
+			}
+		}
+	}
+	out := make([]claim, 0, len(claims))
+	for _, c := range claims {
+		if check(c) {
+			if other, ok := d.publisher(c.block, records); ok {
+				d.mu.Lock()
+				if !d.notTakenLogged[c.block] {
+					d.notTakenLogged[c.block] = true
+					d.log.Warn("block claim conflict: etcd names this node as the holder of a block another node's record publishes and no pod here uses; not taking it",
+						"block", c.block, "key", d.blockKey(c.block), "publishedBy", other, "node", d.o.NodeName)
+				}
+				d.mu.Unlock()
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

@@ -299,3 +299,40 @@ func TestPodCIDRInUseKept(t *testing.T) {
 		t.Errorf("conflicts %v, want %v", got, want)
 	}
 }
+
+// TestClaimNamingUsNotTaken: a claim rewritten to name node-b for the
+// block node-a's record publishes does not make node-b take it at its
+// next start (no pod of node-b uses it): node-b serves its own block
+// only, and its first block stays first.
+func TestClaimNamingUsNotTaken(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	defer cli.Close()
+	a := open(t, srv, "node-a", podsUse("10.244.0.5"))
+	initPools(t, a, pool4)
+	blocksOf(t, a)
+	if err := a.Publish(record("node-a", "10.244.0.0/26", "192.168.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := blocksOf(t, open(t, srv, "node-b")); !slices.Equal(got, prefixes("10.244.0.64/26")) {
+		t.Fatalf("node-b blocks %v", got)
+	}
+	if _, err := cli.Put(context.Background(), "/routelet/blocks/10.244.0.0-26", "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	b := open(t, srv, "node-b", logTo(&buf))
+	if got := blocksOf(t, b); !slices.Equal(got, prefixes("10.244.0.64/26")) {
+		t.Errorf("node-b restarted serves %v, want only its own 10.244.0.64/26", got)
+	}
+	if n := buf.count("not taking it", "block=10.244.0.0/26", "publishedBy=node-a"); n != 1 {
+		t.Errorf("logged %d times that node-b does not take node-a's block, want once:\n%s", n, buf.String())
+	}
+	// Growing does not hand it out either.
+	watched(t, b)
+	waitPeers(t, b, "node-a's record", record("node-a", "10.244.0.0/26", "192.168.1.1"))
+	got, err := grow(t, b, 4, prefixes("10.244.0.64/26")...)
+	if err != nil || got == netip.MustParsePrefix("10.244.0.0/26") {
+		t.Errorf("node-b grew into %v (%v), want a free block, not node-a's", got, err)
+	}
+}

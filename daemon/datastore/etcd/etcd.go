@@ -86,10 +86,11 @@ type Datastore struct {
 	downSince time.Time
 	changed   func()
 
-	served    []netip.Prefix                           // the blocks this node serves
-	blockKVs  map[string]blockKV                       // the blocks range by key
-	conflicts map[netip.Prefix]datastore.BlockConflict // served blocks claimed by another
-	missing   []netip.Prefix                           // served blocks with no claim: claimed again
+	served         []netip.Prefix                           // the blocks this node serves
+	blockKVs       map[string]blockKV                       // the blocks range by key
+	conflicts      map[netip.Prefix]datastore.BlockConflict // served blocks claimed by another
+	missing        []netip.Prefix                           // served blocks with no claim: claimed again
+	notTakenLogged map[netip.Prefix]bool                    // claims naming this node of blocks another publishes, logged
 }
 
 var _ datastore.Datastore = (*Datastore)(nil)
@@ -132,7 +133,7 @@ func New(opts Options) (*Datastore, error) {
 	}
 	return &Datastore{cli: cli, o: opts, log: opts.Logger, m: newMetrics(), kick: make(chan struct{}, 1),
 		recs: map[string]peers.Record{}, bad: map[string]error{}, live: map[string]bool{}, up: true,
-		blockKVs: map[string]blockKV{}, conflicts: map[netip.Prefix]datastore.BlockConflict{}}, nil
+		blockKVs: map[string]blockKV{}, conflicts: map[netip.Prefix]datastore.BlockConflict{}, notTakenLogged: map[netip.Prefix]bool{}}, nil
 }
 
 // clientTLS is the client's TLS configuration: nil without TLS files and

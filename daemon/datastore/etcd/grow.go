@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -53,7 +54,14 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 		if err != nil {
 			return unreached(err)
 		}
-		own := ownBlocks(claims, d.o.NodeName)
+		d.mu.Lock()
+		records := maps.Clone(d.recs)
+		d.mu.Unlock()
+		mine, err := d.notTaken(ctx, claims, full, records)
+		if err != nil {
+			return unreached(err)
+		}
+		own := ownBlocks(mine, d.o.NodeName)
 		for _, b := range full {
 			if !slices.Contains(own, b) && !d.inConflict(b) {
 				return netip.Prefix{}, fmt.Errorf("block %s is no longer this node's in etcd (key %s)", b, d.blockKey(b))

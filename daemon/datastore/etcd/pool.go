@@ -317,6 +317,7 @@ func (d *Datastore) register(ctx context.Context, blocks []netip.Prefix, used []
 // wait (returned as reason, no error).
 func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64, used []netip.Addr) (blocks []netip.Prefix, reason string, err error) {
 	inUse := usedBlocks(pools, used)
+	var claimed []netip.Prefix // claimed by this call: taken whoever publishes them
 	for {
 		claims, _, err := d.listClaims(ctx)
 		if err != nil {
@@ -335,7 +336,11 @@ func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64, us
 			}
 			continue
 		}
-		own := ownBlocks(append(kept, claims...), d.o.NodeName)
+		mine, err := d.notTaken(ctx, claims, append(slices.Clone(inUse), claimed...), nil)
+		if err != nil {
+			return nil, "", err
+		}
+		own := ownBlocks(append(kept, mine...), d.o.NodeName)
 		var want *Pool
 		var free netip.Prefix
 		for _, p := range pools {
@@ -359,6 +364,7 @@ func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64, us
 			}
 			continue
 		}
+		claimed = append(claimed, free)
 		d.m.claims.WithLabelValues("first").Inc()
 		d.log.Info("claimed a block from the pool", "block", free, "pool", want.CIDR, "key", key)
 	}
