@@ -54,10 +54,12 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 		if err != nil {
 			return unreached(err)
 		}
+		// A claim naming this node for a block another node's record
+		// publishes is not handed out (claims.go).
 		d.mu.Lock()
-		records := maps.Clone(d.recs)
+		records, keep := maps.Clone(d.recs), append(slices.Clone(full), d.served...)
 		d.mu.Unlock()
-		mine, err := d.notTaken(ctx, claims, full, records)
+		mine, err := d.notTaken(ctx, claims, keep, records)
 		if err != nil {
 			return unreached(err)
 		}
