@@ -155,6 +155,9 @@ func datastoreLine(name string, st *debugapi.State, now time.Time) string {
 	if n := len(ds.Refused); n > 0 {
 		s += fmt.Sprintf("; %d values refused", n)
 	}
+	if n := len(ds.BlockConflicts); n > 0 {
+		s += fmt.Sprintf("; %d BLOCK CLAIM CONFLICTS", n)
+	}
 	if len(ds.RequestErrors) > 0 {
 		var parts []string
 		total := 0
@@ -289,6 +292,9 @@ func problems(st *debugapi.State) []string {
 	for _, s := range st.Datastore.Unreadable {
 		out = append(out, "unreadable node record: "+s)
 	}
+	for _, c := range st.Datastore.BlockConflicts {
+		out = append(out, blockConflictLine(c))
+	}
 	for _, d := range st.Devices {
 		if d.Problem != "" {
 			out = append(out, fmt.Sprintf("device %s: %s", d.Name, d.Problem))
@@ -345,4 +351,12 @@ func problems(st *debugapi.State) []string {
 		}
 	}
 	return out
+}
+
+// blockConflictLine says what a block claim conflict is and what the
+// daemon does about it. The key and the value are quoted: another writer
+// chose them.
+func blockConflictLine(c debugapi.BlockConflict) string {
+	return fmt.Sprintf("block %s: claim conflict: the datastore key %q holds %q, not this node; this node keeps serving the block (its pods use it) and does not overwrite the claim (since %s)",
+		c.Block, c.Key, c.Holder, c.Since.UTC().Format(time.RFC3339))
 }

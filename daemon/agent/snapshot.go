@@ -232,6 +232,11 @@ func (s *snapState) datastoreHealth(src PeerSource, h *debugapi.DatastoreHealth)
 	if l, ok := p.DS.(interface{ Live() []string }); ok {
 		h.Liveness, h.Live = true, l.Live()
 	}
+	if c, ok := p.DS.(datastore.ClaimReporter); ok {
+		for _, bc := range c.BlockConflicts() {
+			h.BlockConflicts = append(h.BlockConflicts, debugapi.BlockConflict{Block: bc.Block.String(), Key: bc.Key, Holder: bc.Holder, Since: bc.Since.UTC()})
+		}
+	}
 	if !s.dsChecked {
 		s.dsChecked = true
 		s.dsMetrics = datastoreRegistry(p.DS)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"time"
 
 	"github.com/routelet/routelet/pkg/peers"
 )
@@ -118,3 +119,25 @@ var ErrFixedBlocks = errors.New("this node's blocks are fixed by configuration")
 
 // ErrPoolFull: the pool has no free block.
 var ErrPoolFull = errors.New("the pool has no free block")
+
+// ClaimReporter is optional for a Datastore in which another writer can
+// change this node's block claims (etcd): BlockConflicts returns, sorted
+// by block, the blocks this node serves whose claim in the datastore
+// names someone else (or that another claim overlaps). The node keeps
+// serving them (their pods, routes and blackhole stay); the conflict is
+// reported until the claim is this node's again.
+type ClaimReporter interface {
+	BlockConflicts() []BlockConflict
+}
+
+// BlockConflict is one block this node serves whose claim in the
+// datastore is not this node's.
+type BlockConflict struct {
+	Block netip.Prefix
+	// Key is where the datastore holds the conflicting claim, Holder the
+	// value found there (a node name, or whatever another writer put).
+	Key    string
+	Holder string
+	// Since is when the node first saw the conflict.
+	Since time.Time
+}

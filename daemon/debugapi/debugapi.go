@@ -131,6 +131,19 @@ type DatastoreHealth struct {
 	// Liveness is true when the datastore keeps liveness (then a peer
 	// missing from Live is not live).
 	Liveness bool `json:"liveness,omitempty"`
+	// BlockConflicts are this node's blocks whose claim in the datastore
+	// names another holder (etcd); the node keeps serving them.
+	BlockConflicts []BlockConflict `json:"blockConflicts,omitempty"`
+}
+
+// BlockConflict is one block this node serves (its pods use it) whose
+// claim in the datastore is another's: the node keeps the block, its
+// pods and their routes, and does not overwrite the claim.
+type BlockConflict struct {
+	Block  string    `json:"block"`
+	Key    string    `json:"key"`    // where the datastore holds the claim
+	Holder string    `json:"holder"` // the value found there
+	Since  time.Time `json:"since"`
 }
 
 // Refusal is one refused value of one node's record.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/pkg/ipset"
@@ -37,11 +38,15 @@ const (
 	StepFamily        = "family"
 	StepConntrack     = "conntrack"
 	StepProbe         = "probe"
+	StepBlockClaims   = "block-claims" // this node's blocks claimed by another in the datastore
 )
 
 // walk lists the steps of the path from s to d through this node.
 func (w *world) walk(s, d End) []Step {
 	steps := []Step{w.nodeStep()}
+	if len(w.conflicts) > 0 {
+		steps = append(steps, w.blockClaimsStep(s, d))
+	}
 	if w.peersUnknown != "" {
 		steps = append(steps, w.unknownPeersStep())
 	}
@@ -127,6 +132,34 @@ func (w *world) nodeStep() Step {
 		st.Status = Info
 		st.Fix = "start routeletd (or see why it is not ready): while it is down nothing below is repaired"
 	}
+	return st
+}
+
+// blockClaimsStep reports the blocks of this node whose claim in the
+// datastore the running daemon found naming another holder: it keeps
+// serving them, so the path here is intact, but a peer that trusts the
+// other claim may route the block there. It fails when an end of the path
+// is in such a block, and is Info otherwise.
+func (w *world) blockClaimsStep(s, d End) Step {
+	st := Step{ID: StepBlockClaims, Status: Info}
+	var facts []string
+	for _, c := range w.conflicts {
+		facts = append(facts, fmt.Sprintf("block %s: key %q holds %q (since %s)", c.Block, c.Key, c.Holder, c.Since.UTC().Format(time.RFC3339)))
+		b, err := netip.ParsePrefix(c.Block)
+		if err != nil {
+			continue
+		}
+		for _, e := range []End{s, d} {
+			if e.local && slices.ContainsFunc(e.Addrs, b.Contains) {
+				st.Status = Fail
+			}
+		}
+	}
+	st.Fact = fmt.Sprintf("the %s datastore names another holder for this node's blocks: %s; routeletd keeps serving them (their pods are here) and does not overwrite the claims", w.datastore(), strings.Join(facts, "; "))
+	if st.Status == Fail {
+		st.Problem = "an end of the path is in a block whose claim in the datastore is another's: a node that trusts the claim may take the block and peers may route it away from here"
+	}
+	st.Fix = "find who wrote the key; once the named holder is known not to use the block, delete the key (routeletd claims the block again) or write this node's name into it"
 	return st
 }
 

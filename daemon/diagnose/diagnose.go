@@ -174,6 +174,9 @@ type world struct {
 	running bool
 	notes   []string               // reads that failed but did not stop diagnose
 	derrs   []debugapi.ObjectError // the running daemon's last errors
+	// conflicts are the running daemon's blocks whose claim in the
+	// datastore names another holder.
+	conflicts []debugapi.BlockConflict
 	// daemonPeers: the peers (and this node's record) are the running
 	// daemon's, from its state endpoint; peersUnknown says why there are
 	// none to know (no daemon, and a datastore other than file).
@@ -229,7 +232,7 @@ func load(cfg Config, st State, k Kernel, daemon *debugapi.State) (*world, error
 		w.notes = append(w.notes, err.Error())
 	}
 	if daemon != nil {
-		w.running, w.derrs = true, daemon.Errors
+		w.running, w.derrs, w.conflicts = true, daemon.Errors, daemon.Datastore.BlockConflicts
 	}
 	if err := w.loadPeers(st, daemon); err != nil {
 		return nil, err

@@ -1,9 +1,13 @@
 package ipam
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 )
 
 // BlockUsage is how one block of an Allocator is used by automatic
@@ -66,4 +70,26 @@ func (m *blockMap) reservedCount() uint64 {
 		}
 	}
 	return n
+}
+
+// ClaimedAddrs returns the addresses claimed in the IPAM directory dir
+// (whatever its blocks), sorted, read without the lock as Usage is; a
+// directory not created yet holds none. The daemon reads it at start to
+// know which blocks its pods use before the datastore names its blocks.
+func ClaimedAddrs(dir string) ([]netip.Addr, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, addrsSubdir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ipam: claimed addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, e := range entries {
+		if a, err := netip.ParseAddr(e.Name()); err == nil {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
 }

@@ -49,7 +49,12 @@ type Options struct {
 	ProbePeriod time.Duration
 	// RequestTimeout bounds each request (default 5 s).
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// InUse returns the addresses this node's pods use (the built-in
+	// IPAM's claims and the workload records in the state directory): the
+	// blocks holding them are served at start whatever etcd's claims say
+	// (see claims.go). Nil: none.
+	InUse  func() ([]netip.Addr, error)
+	Logger *slog.Logger
 }
 
 // Datastore is the etcd datastore of one node.
@@ -80,6 +85,12 @@ type Datastore struct {
 	up        bool                    // the last request reached etcd
 	downSince time.Time
 	changed   func()
+
+	served         []netip.Prefix                           // the blocks this node serves
+	blockKVs       map[string]blockKV                       // the blocks range by key
+	conflicts      map[netip.Prefix]datastore.BlockConflict // served blocks claimed by another
+	missing        []netip.Prefix                           // served blocks with no claim: claimed again
+	notTakenLogged map[netip.Prefix]bool                    // claims naming this node of blocks another publishes, logged
 }
 
 var _ datastore.Datastore = (*Datastore)(nil)
@@ -121,7 +132,8 @@ func New(opts Options) (*Datastore, error) {
 		return nil, fmt.Errorf("etcd client for %v: %w", opts.Etcd.Endpoints, err)
 	}
 	return &Datastore{cli: cli, o: opts, log: opts.Logger, m: newMetrics(), kick: make(chan struct{}, 1),
-		recs: map[string]peers.Record{}, bad: map[string]error{}, live: map[string]bool{}, up: true}, nil
+		recs: map[string]peers.Record{}, bad: map[string]error{}, live: map[string]bool{}, up: true,
+		blockKVs: map[string]blockKV{}, conflicts: map[netip.Prefix]datastore.BlockConflict{}, notTakenLogged: map[netip.Prefix]bool{}}, nil
 }
 
 // clientTLS is the client's TLS configuration: nil without TLS files and
@@ -194,6 +206,7 @@ func (d *Datastore) LocalBlocks(ctx context.Context, waiting func(string)) ([]ne
 			return nil, err
 		}
 		if err == nil && reason == "" {
+			d.serve(blocks...)
 			return blocks, nil
 		}
 		if err != nil {
@@ -211,8 +224,12 @@ func (d *Datastore) LocalBlocks(ctx context.Context, waiting func(string)) ([]ne
 func (d *Datastore) localBlocks(ctx context.Context) ([]netip.Prefix, string, error) {
 	ctx, cancel := d.req(ctx)
 	defer cancel()
+	used, err := d.inUse()
+	if err != nil {
+		return nil, fmt.Sprintf("cannot read the addresses this node's pods use: %v", err), nil
+	}
 	if len(d.o.PodCIDRs) > 0 {
-		if err := d.register(ctx, d.o.PodCIDRs); err != nil {
+		if err := d.register(ctx, d.o.PodCIDRs, used); err != nil {
 			return nil, "", err
 		}
 		d.reached()
@@ -226,7 +243,7 @@ func (d *Datastore) localBlocks(ctx context.Context) ([]netip.Prefix, string, er
 	if len(pools) == 0 {
 		return nil, fmt.Sprintf("no pool configured in etcd (key %s): run `routeletd etcd init --pool CIDR`", d.configKey()), nil
 	}
-	blocks, reason, err := d.claimBlocks(ctx, pools, rev)
+	blocks, reason, err := d.claimBlocks(ctx, pools, rev, used)
 	if errors.Is(err, errPoolsChanged) {
 		return nil, "the pool configuration changed while claiming; retrying", nil
 	}
@@ -353,8 +370,14 @@ func (d *Datastore) watchFrom(ctx context.Context, rev int64) int64 {
 			continue
 		}
 		d.mu.Lock()
+		claims := false
 		for _, ev := range resp.Events {
-			d.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete, true)
+			key := string(ev.Kv.Key)
+			claims = claims || strings.HasPrefix(key, d.blocksPrefix())
+			d.apply(key, ev.Kv.Value, ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete, true)
+		}
+		if claims {
+			d.checkClaims()
 		}
 		d.publishCounts()
 		changed := d.changed
@@ -379,14 +402,15 @@ func (d *Datastore) relist(ctx context.Context, why string) (int64, error) {
 	}
 	d.mu.Lock()
 	oldBad := d.bad
-	d.recs, d.bad, d.live = map[string]peers.Record{}, map[string]error{}, map[string]bool{}
+	d.recs, d.bad, d.live, d.blockKVs = map[string]peers.Record{}, map[string]error{}, map[string]bool{}, map[string]blockKV{}
 	d.sorted = nil
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		_, known := oldBad[key]
-		d.apply(key, kv.Value, false, !known)
+		d.apply(key, kv.Value, kv.CreateRevision, false, !known)
 	}
 	d.listed = true
+	d.checkClaims()
 	d.publishCounts()
 	changed := d.changed
 	d.mu.Unlock()
@@ -401,9 +425,9 @@ func (d *Datastore) relist(ctx context.Context, why string) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// apply records one key's value (or deletion). logBad: log a key that is
-// skipped. d.mu is held.
-func (d *Datastore) apply(key string, value []byte, deleted, logBad bool) {
+// apply records one key's value (or deletion); created is the key's
+// create revision. logBad: log a key that is skipped. d.mu is held.
+func (d *Datastore) apply(key string, value []byte, created int64, deleted, logBad bool) {
 	rest := strings.TrimPrefix(key, d.o.Etcd.Prefix+"/")
 	delete(d.bad, key)
 	skip := func(err error) {
@@ -413,8 +437,12 @@ func (d *Datastore) apply(key string, value []byte, deleted, logBad bool) {
 		}
 	}
 	switch {
-	case rest == "config", strings.HasPrefix(key, d.blocksPrefix()):
-		// Read by LocalBlocks and leave.
+	case rest == "config":
+		// Read by LocalBlocks, Grow and Init.
+	case strings.HasPrefix(key, d.blocksPrefix()):
+		// Claimed by LocalBlocks and Grow, released by Leave; the served
+		// blocks' claims are checked after each batch (checkClaims).
+		d.applyBlock(key, value, created, deleted)
 	case strings.HasPrefix(key, d.livenessPrefix()):
 		name := strings.TrimPrefix(key, d.livenessPrefix())
 		if deleted {
@@ -581,6 +609,9 @@ func (d *Datastore) keepLoop(ctx context.Context) {
 		if err == nil {
 			err = d.ensureSelf(rctx)
 		}
+		if err == nil {
+			err = d.ensureClaims(rctx)
+		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			d.failed("keepalive", err)
@@ -709,6 +740,7 @@ type metrics struct {
 	live       prometheus.Gauge
 	claimRaces prometheus.Counter
 	claims     *prometheus.CounterVec
+	conflicts  *prometheus.GaugeVec
 }
 
 // newMetrics creates the metrics (collected through the Datastore).
@@ -727,9 +759,11 @@ func newMetrics() *metrics {
 		claimRaces: prometheus.NewCounter(prometheus.CounterOpts{Name: "routelet_datastore_claim_races_total",
 			Help: "Block claims lost to another node (the next free block is tried)."}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "routelet_datastore_block_claims_total",
-			Help: "Blocks this node claimed from a pool, per reason: first (it held none of the pool), full (every block it held of the family was full)."}, []string{"reason"}),
+			Help: "Blocks this node claimed from a pool, per reason: first (it held none of the pool), full (every block it held of the family was full), reclaimed (the claim of a block it serves was gone from etcd)."}, []string{"reason"}),
+		conflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "routelet_datastore_block_claim_conflicts",
+			Help: "Per block this node serves: 1 while its claim in etcd names another holder (or another claim overlaps it); the node keeps the block and its pods' routes."}, []string{"block"}),
 	}
-	for _, r := range []string{"first", "full"} {
+	for _, r := range []string{"first", "full", "reclaimed"} {
 		m.claims.WithLabelValues(r)
 	}
 	return m
@@ -737,7 +771,7 @@ func newMetrics() *metrics {
 
 // collectors returns every metric.
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.up, m.errors, m.relists, m.skipped, m.live, m.claimRaces, m.claims}
+	return []prometheus.Collector{m.up, m.errors, m.relists, m.skipped, m.live, m.claimRaces, m.claims, m.conflicts}
 }
 
 // backoff doubles a wait from 250 ms up to 10 s.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -53,14 +54,24 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 		if err != nil {
 			return unreached(err)
 		}
-		own := ownBlocks(claims, d.o.NodeName)
+		// A claim naming this node for a block another node's record
+		// publishes is not handed out (claims.go).
+		d.mu.Lock()
+		records, keep := maps.Clone(d.recs), append(slices.Clone(full), d.served...)
+		d.mu.Unlock()
+		mine, err := d.notTaken(ctx, claims, keep, records)
+		if err != nil {
+			return unreached(err)
+		}
+		own := ownBlocks(mine, d.o.NodeName)
 		for _, b := range full {
-			if !slices.Contains(own, b) {
+			if !slices.Contains(own, b) && !d.inConflict(b) {
 				return netip.Prefix{}, fmt.Errorf("block %s is no longer this node's in etcd (key %s)", b, d.blockKey(b))
 			}
 		}
 		for _, b := range own {
 			if familyOf(b) == family && !slices.Contains(full, b) {
+				d.serve(b)
 				return b, nil // claimed before, not yet in use
 			}
 		}
@@ -77,6 +88,7 @@ func (d *Datastore) grow(ctx context.Context, family int, full []netip.Prefix) (
 			return unreached(err)
 		}
 		if won {
+			d.serve(free)
 			d.m.claims.WithLabelValues("full").Inc()
 			d.log.Info("claimed another block from the pool: every block of its family is full",
 				"block", free, "pool", pool.CIDR, "full", full, "key", key)

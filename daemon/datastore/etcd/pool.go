@@ -136,7 +136,9 @@ type claim struct {
 }
 
 // listClaims reads every block claim. Keys that do not parse are logged
-// and left out (they claim nothing).
+// and left out (they claim nothing). A value that is no node name is
+// logged and kept: the block is taken (by nobody that can serve it), not
+// free, and not this node's.
 func (d *Datastore) listClaims(ctx context.Context) ([]claim, int64, error) {
 	resp, err := d.cli.Get(ctx, d.blocksPrefix(), clientv3.WithPrefix())
 	if err != nil {
@@ -145,12 +147,12 @@ func (d *Datastore) listClaims(ctx context.Context) ([]claim, int64, error) {
 	var out []claim
 	for _, kv := range resp.Kvs {
 		b, err := d.parseBlockKey(string(kv.Key))
-		if err == nil {
-			err = state.ValidateNodeName(string(kv.Value))
-		}
 		if err != nil {
 			d.log.Warn("skipping bad block claim in etcd", "key", string(kv.Key), "err", err)
 			continue
+		}
+		if err := state.ValidateNodeName(string(kv.Value)); err != nil {
+			d.log.Warn("block claim in etcd holds no node name: the block is taken by nobody", "key", string(kv.Key), "err", err)
 		}
 		out = append(out, claim{block: b, node: string(kv.Value), created: kv.CreateRevision})
 	}
@@ -270,14 +272,19 @@ func holderOf(b netip.Prefix, node string, claims []claim) (claim, bool) {
 var ErrBlockHeld = errors.New("block is held by another node")
 
 // register claims the --pod-cidr blocks for this node, refusing any
-// another node holds (naming it).
-func (d *Datastore) register(ctx context.Context, blocks []netip.Prefix) error {
+// another node holds (naming it), unless this node's pods use it: then
+// the block is served anyway and the claim is a conflict (claims.go).
+func (d *Datastore) register(ctx context.Context, blocks []netip.Prefix, used []netip.Addr) error {
 	claims, _, err := d.listClaims(ctx)
 	if err != nil {
 		return err
 	}
 	for _, b := range blocks {
 		if c, ok := holderOf(b, d.o.NodeName, claims); ok {
+			if slices.ContainsFunc(used, b.Contains) {
+				d.keepUsed([]netip.Prefix{b}, claims)
+				continue
+			}
 			return fmt.Errorf("pod-cidr %s: %w: node %q holds %s (key %s)", b, ErrBlockHeld, c.node, c.block, d.blockKey(c.block))
 		}
 		key := d.blockKey(b)
@@ -292,6 +299,10 @@ func (d *Datastore) register(ctx context.Context, blocks []netip.Prefix) error {
 		}
 		kvs := txn.Responses[0].GetResponseRange().Kvs
 		if len(kvs) > 0 && string(kvs[0].Value) != d.o.NodeName {
+			if slices.ContainsFunc(used, b.Contains) {
+				d.keepUsed([]netip.Prefix{b}, []claim{{block: b, node: string(kvs[0].Value), created: kvs[0].CreateRevision}})
+				continue
+			}
 			return fmt.Errorf("pod-cidr %s: %w: node %q holds it (key %s)", b, ErrBlockHeld, kvs[0].Value, key)
 		}
 	}
@@ -299,15 +310,37 @@ func (d *Datastore) register(ctx context.Context, blocks []netip.Prefix) error {
 }
 
 // claimBlocks returns this node's claimed blocks, claiming one free block
-// of each pool it holds none of. A pool with no free block is a reason to
+// of each pool it holds none of. The blocks holding addresses this node's
+// pods use (used) are served whatever the claims say: one nobody claims
+// is claimed again, one another claim names someone else for is kept (a
+// conflict) and counts as held. A pool with no free block is a reason to
 // wait (returned as reason, no error).
-func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64) (blocks []netip.Prefix, reason string, err error) {
+func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64, used []netip.Addr) (blocks []netip.Prefix, reason string, err error) {
+	inUse := usedBlocks(pools, used)
+	var claimed []netip.Prefix // claimed by this call: taken whoever publishes them
 	for {
 		claims, _, err := d.listClaims(ctx)
 		if err != nil {
 			return nil, "", err
 		}
-		own := ownBlocks(claims, d.o.NodeName)
+		kept, reclaim := d.keepUsed(inUse, claims)
+		if reclaim.IsValid() {
+			key := d.blockKey(reclaim)
+			won, err := d.claimFree(ctx, key, rev)
+			if err != nil {
+				return nil, "", err
+			}
+			if won {
+				d.m.claims.WithLabelValues("reclaimed").Inc()
+				d.log.Info("claimed again a block this node's pods use: its claim was gone from etcd", "block", reclaim, "key", key)
+			}
+			continue
+		}
+		mine, err := d.notTaken(ctx, claims, append(slices.Clone(inUse), claimed...), nil)
+		if err != nil {
+			return nil, "", err
+		}
+		own := ownBlocks(append(kept, mine...), d.o.NodeName)
 		var want *Pool
 		var free netip.Prefix
 		for _, p := range pools {
@@ -331,6 +364,7 @@ func (d *Datastore) claimBlocks(ctx context.Context, pools []Pool, rev int64) (b
 			}
 			continue
 		}
+		claimed = append(claimed, free)
 		d.m.claims.WithLabelValues("first").Inc()
 		d.log.Info("claimed a block from the pool", "block", free, "pool", want.CIDR, "key", key)
 	}
