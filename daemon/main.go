@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -41,6 +40,7 @@ import (
 	"github.com/routelet/routelet/daemon/datastore/file"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/daemon/internal/netnsclaim"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
@@ -187,7 +187,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
-	release, err := claimNetns()
+	release, err := claimNetns(log)
 	if err != nil {
 		return err
 	}
@@ -569,7 +569,7 @@ func loadStopped(args []string, what string) (cfg *config.Config, log *slog.Logg
 	if cfg == nil {
 		return nil, nil, nil, code
 	}
-	release, err := daemonStopped(cfg)
+	release, err := daemonStopped(cfg, log)
 	if err != nil {
 		log.Error(what+" refused: stop routeletd first", "err", err)
 		return nil, nil, nil, exitFail
@@ -580,8 +580,8 @@ func loadStopped(args []string, what string) (cfg *config.Config, log *slog.Logg
 // daemonStopped makes sure no routeletd runs in this network namespace or
 // on cfg's state directory (if it exists), and keeps it so until the
 // returned release is called.
-func daemonStopped(cfg *config.Config) (func(), error) {
-	release, err := claimNetns()
+func daemonStopped(cfg *config.Config, log *slog.Logger) (func(), error) {
+	release, err := claimNetns(log)
 	if err != nil {
 		return nil, err
 	}
@@ -600,22 +600,21 @@ func daemonStopped(cfg *config.Config) (func(), error) {
 // locked are a killed writer's (a live writer locks its file at once).
 const staleTempAge = time.Second
 
-// netnsSocket is an abstract unix socket the running daemon binds: abstract
-// names are per network namespace and vanish with the process, so a second
-// routeletd in the same namespace fails to bind it whatever its state
-// directory (two daemons would fight over the same routes).
-const netnsSocket = "@routeletd"
-
-// claimNetns binds netnsSocket; the returned function releases it.
-func claimNetns() (func(), error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: netnsSocket, Net: "unix"})
+// claimNetns makes sure no other routeletd runs in this network namespace,
+// whatever its state directory (two daemons would fight over the same
+// routes), and keeps it so until the returned release is called. An
+// unprivileged process holding routeletd's abstract socket does not stop
+// it (see daemon/internal/netnsclaim): it is logged and passed by.
+func claimNetns(log *slog.Logger) (func(), error) {
+	c, err := netnsclaim.Take()
 	if err != nil {
-		if errors.Is(err, unix.EADDRINUSE) {
-			return nil, fmt.Errorf("another routeletd is running in this network namespace (abstract socket %s is bound)", netnsSocket)
-		}
-		return nil, fmt.Errorf("bind abstract socket %s: %w", netnsSocket, err)
+		return nil, err
 	}
-	return func() { l.Close() }, nil
+	if h := c.Squatter; h != nil {
+		log.Warn("an unprivileged process holds routeletd's abstract socket: it is not a routeletd, ignoring it",
+			"holder", h.String(), "uid", h.UID, "claimed", c.Name)
+	}
+	return c.Release, nil
 }
 
 // ownLink reports the links routelet creates: pod veths (the interface
