@@ -140,14 +140,25 @@ func runVersion([]string) int {
 // runCleanup removes what routelet created on this node (the daemon must
 // be stopped).
 func runCleanup(args []string) int {
-	cfg, log, release, code := loadStopped(args, "cleanup")
+	cfg, log, code := loadConfig(args)
 	if cfg == nil {
 		return code
+	}
+	// Before the daemon lock is taken, which would create routeletd.lock
+	// in a directory that is not routelet's (or through a symlink).
+	if err := cleanup.CheckStateDir(cfg.StateDir); err != nil {
+		log.Error("cleanup refused", "stateDir", cfg.StateDir, "err", err)
+		return exitFail
+	}
+	release, err := daemonStopped(cfg, log)
+	if err != nil {
+		log.Error("cleanup refused: stop routeletd first", "err", err)
+		return exitFail
 	}
 	defer release()
 	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
-	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
+	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths), "left", len(rep.Left))
 	if err != nil {
 		log.Error("cleanup incomplete", "err", err)
 		return exitFail
