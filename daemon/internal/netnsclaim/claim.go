@@ -131,11 +131,18 @@ func (c *Claim) Release() { c.l.Close() }
 func Take() (*Claim, error) {
 	c := &Claim{Name: "@" + Name}
 	l, err := listen(Name)
-	if errors.Is(err, unix.EADDRINUSE) {
-		h, herr := holderOf(Name, 0)
-		if herr != nil {
+	var h Holder
+	for try := 0; errors.Is(err, unix.EADDRINUSE); try++ {
+		var herr error
+		if h, herr = holderOf(Name); herr == nil {
+			break
+		}
+		if try == 2 {
 			return nil, fmt.Errorf("%w (abstract socket @%s is bound; cannot tell by whom: %v)", ErrRunning, Name, herr)
 		}
+		l, err = listen(Name) // the holder is gone: try again
+	}
+	if errors.Is(err, unix.EADDRINUSE) {
 		if h.Privileged() {
 			return nil, fmt.Errorf("%w (%s)", ErrRunning, h)
 		}
@@ -199,19 +206,16 @@ func inodeOf(l *net.UnixListener) (uint64, error) {
 	return st.Ino, nil
 }
 
-// holderOf describes who holds the abstract socket @name (other than the
-// socket with inode skip).
-func holderOf(name string, skip uint64) (Holder, error) {
+// holderOf describes who holds the abstract socket @name.
+func holderOf(name string) (Holder, error) {
 	ss, err := listSockets(func(n string) bool { return n == name })
 	if err != nil {
 		return Holder{}, err
 	}
-	for _, s := range ss {
-		if s.inode != skip {
-			return Holder{Name: "@" + name, UID: s.uid, Procs: holders(s.inode)}, nil
-		}
+	if len(ss) == 0 {
+		return Holder{}, fmt.Errorf("no socket named @%s listed", name)
 	}
-	return Holder{}, fmt.Errorf("no socket named @%s listed", name)
+	return Holder{Name: "@" + name, UID: ss[0].uid, Procs: holders(ss[0].inode)}, nil
 }
 
 // holders finds the processes with an open descriptor of socket inode ino

@@ -35,19 +35,23 @@ const (
 // listSockets returns the bound abstract sockets of the namespace whose
 // names keep matches. It asks the kernel's sock_diag for the names and
 // owner uids (every socket, whoever holds it and whatever its PID
-// namespace); where that is unavailable it reads /proc/net/unix, which
-// has no owners (uid -1).
+// namespace); where that is unavailable it reads the namespace's
+// /proc/net/unix, which has no owners (uid -1).
 func listSockets(keep func(name string) bool) ([]socket, error) {
-	s, err := diagSockets(keep)
+	s, err := diag(keep)
 	if err == nil {
 		return s, nil
 	}
-	s, perr := procNetUnix("/proc/net/unix", keep)
+	// The calling thread's namespace (/proc/net is the main thread's).
+	s, perr := procNetUnix("/proc/thread-self/net/unix", keep)
 	if perr != nil {
 		return nil, errors.Join(err, perr)
 	}
 	return s, nil
 }
+
+// diag is diagSockets; tests replace it to take the /proc path.
+var diag = diagSockets
 
 // diagSockets dumps the namespace's unix sockets through NETLINK_SOCK_DIAG.
 // A kernel that answers without owner uids (older than 5.3) is an error:
