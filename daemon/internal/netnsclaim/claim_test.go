@@ -2,6 +2,9 @@ package netnsclaim
 
 import (
 	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -89,5 +92,36 @@ func TestParseUnixDiag(t *testing.T) {
 	bad := append(append([]byte{}, msg...), 0xff, 0x00, 0x00, 0x00)
 	if s, _, ok := parseUnixDiag(bad); !ok || s.name != "" {
 		t.Errorf("bad attribute parsed as %+v", s)
+	}
+}
+
+// TestProcHolders: the processes whose descriptors name the socket's
+// inode, with their effective uid and executable.
+func TestProcHolders(t *testing.T) {
+	proc := t.TempDir()
+	mk := func(pid, status, exe string, fds map[string]string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(proc, pid, "fd"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "status"), []byte(status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(exe, filepath.Join(proc, pid, "exe")); err != nil {
+			t.Fatal(err)
+		}
+		for fd, target := range fds {
+			if err := os.Symlink(target, filepath.Join(proc, pid, "fd", fd)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk("17", "Name:\tsquat\nUid:\t1000\t65534\t65534\t65534\n", "/usr/bin/squat", map[string]string{"0": "/dev/null", "3": "socket:[777]"})
+	mk("18", "Name:\tother\nUid:\t0\t0\t0\t0\n", "/usr/bin/other", map[string]string{"3": "socket:[7770]"})
+	mk("19", "Name:\tbroken\n", "/usr/bin/broken", map[string]string{"4": "socket:[777]"})
+	got := procHolders(proc, 777)
+	want := []Proc{{PID: 17, EUID: 65534, Exe: "/usr/bin/squat"}, {PID: 19, EUID: -1, Exe: "/usr/bin/broken"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("procHolders = %+v, want %+v", got, want)
 	}
 }
