@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -125,10 +126,29 @@ type Claim struct {
 // Release gives the namespace up.
 func (c *Claim) Release() { c.l.Close() }
 
+// retryFor bounds how long Take keeps trying while another routeletd
+// seems to hold the namespace: a daemon just killed may hold its socket a
+// moment longer through a child between fork and exec (which shares its
+// descriptors until the exec closes them).
+const retryFor = time.Second
+
 // Take claims the calling process's network namespace for a routeletd (see
 // the package doc). The error wraps ErrRunning when another routeletd holds
-// it, naming that one.
+// it, naming that one; Take tries again for up to a second before it says
+// so.
 func Take() (*Claim, error) {
+	deadline := time.Now().Add(retryFor)
+	for {
+		c, err := take()
+		if !errors.Is(err, ErrRunning) || !time.Now().Before(deadline) {
+			return c, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// take is one attempt of Take.
+func take() (*Claim, error) {
 	c := &Claim{Name: "@" + Name}
 	l, err := listen(Name)
 	var h Holder

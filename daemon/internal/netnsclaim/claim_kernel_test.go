@@ -85,8 +85,8 @@ func squat(t *testing.T, n ns.NetNS, name string) (int, func()) {
 	return cmd.Process.Pid, stop
 }
 
-// take runs Take inside n.
-func take(t *testing.T, n ns.NetNS) (*Claim, error) {
+// takeIn runs Take inside n.
+func takeIn(t *testing.T, n ns.NetNS) (*Claim, error) {
 	t.Helper()
 	var c *Claim
 	var err error
@@ -111,7 +111,7 @@ func TestTakeKernel(t *testing.T) {
 				t.Cleanup(func() { diag = diagSockets })
 			}
 			pid, stop := squat(t, n, Name)
-			c, err := take(t, n)
+			c, err := takeIn(t, n)
 			if err != nil {
 				t.Fatalf("Take with a squatter: %v", err)
 			}
@@ -124,19 +124,19 @@ func TestTakeKernel(t *testing.T) {
 			}
 			self := "pid " + strconv.Itoa(os.Getpid())
 			for _, when := range []string{"while the squatter holds the name", "after the squatter is gone"} {
-				if _, err := take(t, n); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), c.Name) || !strings.Contains(err.Error(), self) {
+				if _, err := takeIn(t, n); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), c.Name) || !strings.Contains(err.Error(), self) {
 					t.Errorf("second Take %s: %v, want ErrRunning naming %s and %s", when, err, c.Name, self)
 				}
 				stop()
 			}
 			c.Release()
 
-			c, err = take(t, n)
+			c, err = takeIn(t, n)
 			if err != nil || c.Name != "@routeletd" || c.Squatter != nil {
 				t.Fatalf("Take in a free namespace: %+v, %v", c, err)
 			}
 			defer c.Release()
-			if _, err := take(t, n); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), "@routeletd") || !strings.Contains(err.Error(), self) {
+			if _, err := takeIn(t, n); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), "@routeletd") || !strings.Contains(err.Error(), self) {
 				t.Errorf("second Take in a free namespace: %v, want ErrRunning naming @routeletd and %s", err, self)
 			}
 		})
