@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -41,6 +40,7 @@ import (
 	"github.com/routelet/routelet/daemon/datastore/file"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/daemon/internal/netnsclaim"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
@@ -140,14 +140,25 @@ func runVersion([]string) int {
 // runCleanup removes what routelet created on this node (the daemon must
 // be stopped).
 func runCleanup(args []string) int {
-	cfg, log, release, code := loadStopped(args, "cleanup")
+	cfg, log, code := loadConfig(args)
 	if cfg == nil {
 		return code
+	}
+	// Before the daemon lock is taken, which would create routeletd.lock
+	// in a directory that is not routelet's (or through a symlink).
+	if err := cleanup.CheckStateDir(cfg.StateDir); err != nil {
+		log.Error("cleanup refused", "stateDir", cfg.StateDir, "err", err)
+		return exitFail
+	}
+	release, err := daemonStopped(cfg, log)
+	if err != nil {
+		log.Error("cleanup refused: stop routeletd first", "err", err)
+		return exitFail
 	}
 	defer release()
 	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
-	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths))
+	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths), "left", len(rep.Left))
 	if err != nil {
 		log.Error("cleanup incomplete", "err", err)
 		return exitFail
@@ -187,7 +198,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
-	release, err := claimNetns()
+	release, err := claimNetns(log)
 	if err != nil {
 		return err
 	}
@@ -569,7 +580,7 @@ func loadStopped(args []string, what string) (cfg *config.Config, log *slog.Logg
 	if cfg == nil {
 		return nil, nil, nil, code
 	}
-	release, err := daemonStopped(cfg)
+	release, err := daemonStopped(cfg, log)
 	if err != nil {
 		log.Error(what+" refused: stop routeletd first", "err", err)
 		return nil, nil, nil, exitFail
@@ -580,8 +591,8 @@ func loadStopped(args []string, what string) (cfg *config.Config, log *slog.Logg
 // daemonStopped makes sure no routeletd runs in this network namespace or
 // on cfg's state directory (if it exists), and keeps it so until the
 // returned release is called.
-func daemonStopped(cfg *config.Config) (func(), error) {
-	release, err := claimNetns()
+func daemonStopped(cfg *config.Config, log *slog.Logger) (func(), error) {
+	release, err := claimNetns(log)
 	if err != nil {
 		return nil, err
 	}
@@ -600,22 +611,21 @@ func daemonStopped(cfg *config.Config) (func(), error) {
 // locked are a killed writer's (a live writer locks its file at once).
 const staleTempAge = time.Second
 
-// netnsSocket is an abstract unix socket the running daemon binds: abstract
-// names are per network namespace and vanish with the process, so a second
-// routeletd in the same namespace fails to bind it whatever its state
-// directory (two daemons would fight over the same routes).
-const netnsSocket = "@routeletd"
-
-// claimNetns binds netnsSocket; the returned function releases it.
-func claimNetns() (func(), error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: netnsSocket, Net: "unix"})
+// claimNetns makes sure no other routeletd runs in this network namespace,
+// whatever its state directory (two daemons would fight over the same
+// routes), and keeps it so until the returned release is called. An
+// unprivileged process holding routeletd's abstract socket does not stop
+// it (see daemon/internal/netnsclaim): it is logged and passed by.
+func claimNetns(log *slog.Logger) (func(), error) {
+	c, err := netnsclaim.Take()
 	if err != nil {
-		if errors.Is(err, unix.EADDRINUSE) {
-			return nil, fmt.Errorf("another routeletd is running in this network namespace (abstract socket %s is bound)", netnsSocket)
-		}
-		return nil, fmt.Errorf("bind abstract socket %s: %w", netnsSocket, err)
+		return nil, err
 	}
-	return func() { l.Close() }, nil
+	if h := c.Squatter; h != nil {
+		log.Warn("an unprivileged process holds routeletd's abstract socket: it is not a routeletd, ignoring it",
+			"holder", h.String(), "uid", h.UID, "claimed", c.Name)
+	}
+	return c.Release, nil
 }
 
 // ownLink reports the links routelet creates: pod veths (the interface

@@ -3,15 +3,13 @@ package cleanup
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -29,11 +27,13 @@ type Options struct {
 	IptablesBackend string
 }
 
-// Report lists what was removed.
+// Report lists what was removed, and what was left in the state
+// directory because routelet did not write it.
 type Report struct {
 	Links  []string
 	Routes []string
 	Paths  []string
+	Left   []string
 }
 
 // Run removes routelet's links, routes and state in the calling process's
@@ -45,7 +45,14 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 	if opts.IfacePrefix == "" {
 		return rep, errors.New("cleanup: empty interface prefix would claim every interface")
 	}
-	if _, err := os.Lstat(opts.StateDir); err == nil {
+	// The state directory is checked before anything is touched: a
+	// symlink, or a directory routelet did not make, is refused whole.
+	found, err := scanStateDir(opts.StateDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return rep, err
+	}
+	if found != nil {
+		defer found.close()
 		store, err := state.Open(opts.StateDir)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cleanup: %w", err))
@@ -130,28 +137,28 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 		errs = append(errs, err)
 	}
 
-	entries, err := os.ReadDir(opts.StateDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("cleanup: read %s: %w", opts.StateDir, err))
-	}
-	for _, e := range entries {
-		n := e.Name()
-		switch {
-		case n == "workloads" || n == "nodes" || n == "ipam" || n == "daemon.json" || n == "routeletd.lock" || n == debugapi.SocketName ||
-			strings.HasPrefix(n, ".tmp-"):
-		default:
-			log.Warn("cleanup: leaving unknown entry in the state directory", "path", filepath.Join(opts.StateDir, n))
-			continue
+	if found != nil {
+		// Read again: a plugin may have written or removed records meanwhile.
+		p, err := scanAt(found.root(), opts.StateDir)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			left, err := p.removeState(&rep)
+			p.close()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			for _, l := range left {
+				log.Warn("cleanup: leaving what routelet did not write in the state directory", "path", l)
+			}
+			rep.Left = left
+			if len(left) == 0 {
+				// Not when something appeared meanwhile, or it is a mount point.
+				if err := unix.Rmdir(opts.StateDir); err == nil {
+					rep.Paths = append(rep.Paths, opts.StateDir)
+				}
+			}
 		}
-		p := filepath.Join(opts.StateDir, n)
-		if err := os.RemoveAll(p); err != nil {
-			errs = append(errs, fmt.Errorf("cleanup: remove %s: %w", p, err))
-			continue
-		}
-		rep.Paths = append(rep.Paths, p)
-	}
-	if err := os.Remove(opts.StateDir); err == nil {
-		rep.Paths = append(rep.Paths, opts.StateDir)
 	}
 	return rep, errors.Join(errs...)
 }

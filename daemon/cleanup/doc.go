@@ -12,10 +12,20 @@
 //  4. the jumps to routelet's iptables chains, the ROUTELET-* chains
 //     (IPv4 and IPv6, through the configured iptables backend) and then
 //     every ipset named routelet-*;
-//  5. the state directory's contents routelet knows: workloads/, nodes/,
-//     ipam/, daemon.json, routeletd.lock, the state socket routeletd.sock
-//     (left by a killed daemon) and leftover writer temp files, then the directory
-//     itself when it is empty.
+//  5. what routelet wrote in the state directory, recognised by its format
+//     (statedir.go): records in workloads/ and nodes/, the IPAM layout of
+//     pkg/ipam/doc.go, daemon.json, peer-claims.json, routeletd.lock, the
+//     state socket routeletd.sock (left by a killed daemon) and writers'
+//     .tmp-<digits> files; then the directories it emptied, the state
+//     directory itself last. Anything else is left and reported (Report.Left),
+//     and routeletd.lock with it, so a second run still recognises the
+//     directory; no link is followed and files go through their directory's
+//     descriptor.
+//
+// A state directory that is a symlink, or that holds no routelet marker
+// (routeletd.lock, daemon.json or peer-claims.json in routelet's format,
+// ipam/lock, a record), is refused before anything is touched
+// (CheckStateDir, ErrNotStateDir).
 //
 // tunl0 stays: it is the kernel's fallback device for the ipip module.
 package cleanup
