@@ -103,7 +103,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "routeletd diagnose: %v\n%s", err, diagnoseUsage)
 		return exitConfig
 	}
-	cfg, err := config.Load(d.config, os.LookupEnv, os.ReadFile, stderr)
+	cfg, err := config.Load(d.config, os.LookupEnv, config.ReadFile, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
 		return exitConfig

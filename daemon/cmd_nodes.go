@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
@@ -294,10 +295,12 @@ func recordFromArgs(name string, got map[string][]string) (*state.Node, error) {
 		}
 		var data []byte
 		var err error
+		// At most a record's size, so an endless file or stream
+		// (/dev/zero, a pipe) ends in an error, not in memory exhaustion.
 		if from == "-" {
-			data, err = io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
+			data, err = readlimit.All(os.Stdin, "stdin", state.MaxRecordSize)
 		} else {
-			data, err = os.ReadFile(from)
+			data, err = readlimit.File(from, state.MaxRecordSize)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read record: %w", err)

@@ -118,7 +118,7 @@ func run(args []string) int {
 // and sets up logging. A nil config means stop with the exit code given
 // (0 after --help).
 func loadConfig(args []string) (*config.Config, *slog.Logger, int) {
-	cfg, err := config.Load(args, os.LookupEnv, os.ReadFile, os.Stderr)
+	cfg, err := config.Load(args, os.LookupEnv, config.ReadFile, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil, exitOK
 	}

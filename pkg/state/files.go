@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/readlimit"
 )
 
 // tempPrefix starts the name of every temp file a writer creates. Listings
@@ -21,9 +22,10 @@ import (
 // taken for a record.
 const tempPrefix = ".tmp-"
 
-// maxFileSize bounds what ReadFileNoFollow reads: records are a few hundred
+// MaxRecordSize bounds what ReadFileNoFollow reads, and any other reader
+// of a record (routeletd nodes add --from): records are a few hundred
 // bytes, so anything larger is corrupt or hostile.
-const maxFileSize = 1 << 20
+const MaxRecordSize = 1 << 20
 
 // maxPlainName keeps a generated name, plus any suffix a caller adds, well
 // inside NAME_MAX (255 bytes).
@@ -247,10 +249,10 @@ func SyncDir(dir string) error {
 
 // ReadFileNoFollow reads dir/name refusing symlinks. It opens with O_NOFOLLOW
 // and O_NONBLOCK (a planted FIFO must not hang the reader), then insists on a
-// regular file no larger than maxFileSize. A missing file yields an error
+// regular file no larger than MaxRecordSize. A missing file yields an error
 // that matches fs.ErrNotExist.
 func ReadFileNoFollow(dir, name string) ([]byte, error) {
-	return ReadFileNoFollowMax(dir, name, maxFileSize)
+	return ReadFileNoFollowMax(dir, name, MaxRecordSize)
 }
 
 // ReadFileNoFollowMax is ReadFileNoFollow for a file that may be larger
@@ -275,14 +277,7 @@ func ReadFileNoFollowMax(dir, name string, limit int) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("read %s: not a regular file (mode %s)", path, fi.Mode())
 	}
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(f, int64(limit)+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if buf.Len() > limit {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
-	}
-	return buf.Bytes(), nil
+	return readlimit.All(f, path, int64(limit))
 }
 
 // ErrReplaced: the file AppendFile was to extend is not the one its
