@@ -104,7 +104,7 @@ func run(args []string) int {
 		var cerr *config.Error
 		if errors.As(err, &cerr) {
 			log.Error("configuration refused", "err", err)
-			fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
+			fmt.Fprintf(os.Stderr, "routeletd: %s\n", esc(err.Error()))
 			return exitConfig
 		}
 		log.Error("routeletd failed", "err", err)
@@ -123,7 +123,7 @@ func loadConfig(args []string) (*config.Config, *slog.Logger, int) {
 		return nil, nil, exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
+		fmt.Fprintf(os.Stderr, "routeletd: %s\n", esc(err.Error()))
 		return nil, nil, exitConfig
 	}
 	log := newLogger(cfg)
