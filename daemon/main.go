@@ -208,7 +208,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
-	removed, err := store.RemoveStaleTemps(staleTempAge)
+	removed, err := stateTemps{store, filepath.Join(cfg.StateDir, "ipam")}.RemoveStaleTemps()
 	for _, p := range removed {
 		log.Info("removed a temp file a killed writer left", "path", p)
 	}
@@ -402,6 +402,7 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
 	a.SetGuardPeriod(cfg.AllowlistCheckPeriod) // the pod source check was an allowlist chain: same period
 	a.SetRepairLog(ep.repairs)
+	a.SetTempCollector(stateTemps{store, filepath.Join(cfg.StateDir, "ipam")})
 	a.AddSnapshotter(refusals{pv})
 	ep.agent.Store(a)
 	defer ep.agent.CompareAndSwap(a, nil) // a stopped loop answers no snapshot
