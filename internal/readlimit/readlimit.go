@@ -41,6 +41,24 @@ func File(path string, limit int64) ([]byte, error) {
 	return All(f, path, limit)
 }
 
+// CheckFile fails unless path (symlinks followed) is a regular file of
+// at most limit bytes: for a file a library reads whole on its own (a
+// TLS certificate, a kubeconfig), so /dev/zero, a FIFO or a huge file is
+// an error naming it before the library starts reading.
+func CheckFile(path string, limit int64) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("read %s: not a regular file (mode %s)", path, fi.Mode())
+	}
+	if fi.Size() > limit {
+		return &TooLargeError{Name: path, Limit: limit}
+	}
+	return nil
+}
+
 // All reads r to its end, at most limit bytes; name names r in the
 // errors.
 func All(r io.Reader, name string, limit int64) ([]byte, error) {

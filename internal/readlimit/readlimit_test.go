@@ -55,6 +55,28 @@ func TestFile(t *testing.T) {
 	}
 }
 
+// TestCheckFile: a small regular file passes; a device, a FIFO and a
+// file over the limit are errors naming the path.
+func TestCheckFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFile(p, 6); err != nil {
+		t.Errorf("CheckFile at the limit: %v", err)
+	}
+	if err := CheckFile(p, 5); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), p) {
+		t.Errorf("CheckFile over the limit: %v, want a TooLargeError naming %s", err, p)
+	}
+	if err := CheckFile("/dev/zero", 1<<20); err == nil || !strings.Contains(err.Error(), "/dev/zero: not a regular file") {
+		t.Errorf("CheckFile(/dev/zero) = %v", err)
+	}
+	if err := CheckFile(p+"-missing", 1); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("CheckFile(missing) = %v", err)
+	}
+}
+
 func TestSize(t *testing.T) {
 	for n, want := range map[int64]string{1 << 20: "1 MiB", 64 << 10: "64 KiB", 1000: "1000 bytes", 3 << 20: "3 MiB"} {
 		if got := Size(n); got != want {
