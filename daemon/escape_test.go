@@ -108,3 +108,17 @@ func TestReadyzEscapesReason(t *testing.T) {
 	health.Handler(st, health.NewMetrics()).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	checkNoRawControls(t, "/readyz", strings.TrimSuffix(rec.Body.String(), "\n"), 1)
 }
+
+// TestEscapedJSONForTheTerminal: nodes show's record, printed as JSON in
+// the text form, has the C1 controls, DEL and bidi overrides JSON leaves
+// raw escaped too (and JSON's own escapes kept).
+func TestEscapedJSONForTheTerminal(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeEscapedJSON(&b, map[string]string{"name": evil + "\u009b2J\x7f"}); err != nil {
+		t.Fatal(err)
+	}
+	checkNoRawControls(t, "nodes show", b.String(), 0)
+	if want := `x\u001b[2J\u0007\n✓ all ok\u202e\u009b2J\x7f`; !strings.Contains(b.String(), want) {
+		t.Errorf("nodes show wrote %q, want it to hold %q", b.String(), want)
+	}
+}
