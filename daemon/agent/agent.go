@@ -435,7 +435,8 @@ func (a *Agent) flushPeers() {
 }
 
 // newSchedule returns the loop's periodic work: the full resync, the leak
-// check and the temp file collection, each Checker manager's check and the keeper's sysctl check.
+// check and the temp file collection, each Checker manager's check and
+// the keeper's sysctl check.
 func (a *Agent) newSchedule(ctx context.Context) *schedule {
 	s := &schedule{}
 	now := a.now()
