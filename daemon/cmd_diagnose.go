@@ -100,22 +100,22 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n%s", err, diagnoseUsage)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n%s", esc(err.Error()), diagnoseUsage)
 		return exitConfig
 	}
-	cfg, err := config.Load(d.config, os.LookupEnv, os.ReadFile, stderr)
+	cfg, err := config.Load(d.config, os.LookupEnv, config.ReadFile, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return exitConfig
 	}
 	mode, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet)
 	if err != nil {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return exitConfig
 	}
 	st, err := diagnose.OpenStateDir(cfg.StateDir)
 	if err != nil {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return exitFail
 	}
 	opts := diagnose.Options{Probe: d.probe, Prober: diagnose.ICMPProber{}}
@@ -124,7 +124,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 	cancel()
 	k, closeK, err := diagnose.NewKernel(diagnose.KernelOptions{RouteProtocol: cfg.RouteProtocol, Owned: peerOwned(cfg)})
 	if err != nil {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return exitFail
 	}
 	defer closeK()
@@ -135,11 +135,11 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 	}, st, k, d.src, d.dst, opts)
 	var aerr *diagnose.ArgError
 	if errors.As(err, &aerr) {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return exitConfig
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return exitFail
 	}
 	write := diagnose.WriteText
@@ -147,7 +147,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		write = diagnose.WriteJSON
 	}
 	if err := write(stdout, rep); err != nil {
-		fmt.Fprintf(stderr, "routeletd diagnose: %v\n", err)
+		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return exitFail
 	}
 	if !rep.OK {

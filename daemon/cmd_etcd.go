@@ -76,7 +76,7 @@ func runEtcd(args []string) int {
 	}
 	pools, rest, err := parsePools(args[1:])
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd etcd init: %v\n", err)
+		fmt.Fprintf(os.Stderr, "routeletd etcd init: %s\n", esc(err.Error()))
 		return exitConfig
 	}
 	cfg, log, code := loadConfig(rest)
@@ -97,7 +97,7 @@ func runEtcd(args []string) int {
 func withEtcd(cfg *config.Config, log *slog.Logger, what string, run func(context.Context, *etcd.Datastore) error) int {
 	ds, err := newEtcd(cfg, log)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd %s: %v\n", what, err)
+		fmt.Fprintf(os.Stderr, "routeletd %s: %s\n", what, esc(err.Error()))
 		return exitConfig
 	}
 	defer ds.Close()
@@ -105,7 +105,7 @@ func withEtcd(cfg *config.Config, log *slog.Logger, what string, run func(contex
 	defer cancel()
 	if err := run(ctx, ds); err != nil {
 		log.Error(what+" failed", "err", err)
-		fmt.Fprintf(os.Stderr, "routeletd %s: %v\n", what, err)
+		fmt.Fprintf(os.Stderr, "routeletd %s: %s\n", what, esc(err.Error()))
 		return exitFail
 	}
 	return exitOK

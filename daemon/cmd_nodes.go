@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
@@ -61,12 +62,12 @@ func runNodes(args []string) int {
 		return exitConfig
 	}
 	if _, err := os.Lstat(cfg.StateDir); err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd nodes: state directory %s (config key state-dir): %v\n", cfg.StateDir, err)
+		fmt.Fprintf(os.Stderr, "routeletd nodes: state directory %s (config key state-dir): %s\n", esc(cfg.StateDir), esc(err.Error()))
 		return exitFail
 	}
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd nodes: %v\n", err)
+		fmt.Fprintf(os.Stderr, "routeletd nodes: %s\n", esc(err.Error()))
 		return exitFail
 	}
 	switch verb {
@@ -85,10 +86,10 @@ func runNodes(args []string) int {
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %v\n", verb, err)
+		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %s\n", verb, esc(err.Error()))
 		return exitConfig
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %v\n", verb, err)
+		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %s\n", verb, esc(err.Error()))
 		return exitFail
 	}
 	return exitOK
@@ -182,16 +183,18 @@ func listNodes(w io.Writer, store *state.Store, cfg *config.Config, output strin
 			Unreadable []string  `json:"unreadable,omitempty"`
 		}{rows, unreadable})
 	}
+	// Every value is a record's (or a file name's): escaped, so none can
+	// put a control character on the terminal or a tab into the table.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tHOST IPv4\tHOST IPv6\tBLOCKS\tVTEP MAC\tUPDATED\tSTATE")
 	for _, r := range rows {
 		n := r.Record
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, orDash(n.HostIPv4), orDash(n.HostIPv6), orDash(strings.Join(n.Blocks, ",")),
-			orDash(n.VTEPMAC), n.Updated.UTC().Format(time.RFC3339), rowState(r))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", esc(n.Name), esc(orDash(n.HostIPv4)), esc(orDash(n.HostIPv6)), esc(orDash(strings.Join(n.Blocks, ","))),
+			esc(orDash(n.VTEPMAC)), n.Updated.UTC().Format(time.RFC3339), rowState(r))
 	}
 	tw.Flush()
 	for _, e := range bad {
-		fmt.Fprintf(w, "unreadable: %v\n", e)
+		fmt.Fprintf(w, "unreadable: %s\n", esc(e.Error()))
 	}
 	return nil
 }
@@ -226,12 +229,12 @@ func showNode(w io.Writer, store *state.Store, cfg *config.Config, name, output 
 		if output == "json" {
 			return writeJSON(w, r)
 		}
-		if err := writeJSON(w, r.Record); err != nil {
+		if err := writeEscapedJSON(w, r.Record); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "state: %s\n", rowState(r))
 		for _, why := range r.Refused {
-			fmt.Fprintf(w, "  ✗ %s\n", why)
+			fmt.Fprintf(w, "  ✗ %s\n", esc(why))
 		}
 		return nil
 	}
@@ -248,6 +251,24 @@ func writeJSON(w io.Writer, v any) error {
 		return err
 	}
 	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// writeEscapedJSON is writeJSON for a terminal: JSON escapes the C0
+// controls but leaves DEL, the C1 controls and the bidi overrides raw, so
+// each line is escaped as well. The result is for reading (a C1 control
+// or an override shows as its \u escape, DEL as \x7f); --output json is
+// the exact document.
+func writeEscapedJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		lines[i] = esc(l)
+	}
+	_, err = io.WriteString(w, strings.Join(lines, "\n")+"\n")
 	return err
 }
 
@@ -294,10 +315,12 @@ func recordFromArgs(name string, got map[string][]string) (*state.Node, error) {
 		}
 		var data []byte
 		var err error
+		// At most a record's size, so an endless file or stream
+		// (/dev/zero, a pipe) ends in an error, not in memory exhaustion.
 		if from == "-" {
-			data, err = io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
+			data, err = readlimit.All(os.Stdin, "stdin", state.MaxRecordSize)
 		} else {
-			data, err = os.ReadFile(from)
+			data, err = readlimit.File(from, state.MaxRecordSize)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read record: %w", err)

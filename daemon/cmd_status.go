@@ -44,11 +44,11 @@ func runStatus(args []string) int {
 	defer cancel()
 	st, err := collectStatus(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd status: %v\n", err)
+		fmt.Fprintf(os.Stderr, "routeletd status: %s\n", esc(err.Error()))
 		return exitFail
 	}
 	if err := writeStatus(os.Stdout, st, output, time.Now()); err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd status: %v\n", err)
+		fmt.Fprintf(os.Stderr, "routeletd status: %s\n", esc(err.Error()))
 		return exitFail
 	}
 	return exitOK

@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
 
 	"github.com/routelet/routelet/daemon/cniconf"
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/internal/readlimit"
 )
 
 // cniConf is the conflist routeletd writes once it is ready (cni-conf-*
@@ -30,7 +30,7 @@ func newCNIConf(cfg *config.Config) (*cniConf, error) {
 	}
 	c := &cniConf{cfg: cfg, dir: dir, tmpl: []byte(cniconf.DefaultTemplate)}
 	if cfg.CNIConfTemplate != "" {
-		data, err := os.ReadFile(cfg.CNIConfTemplate)
+		data, err := readlimit.File(cfg.CNIConfTemplate, config.MaxFileSize)
 		if err != nil {
 			return nil, cfg.KeyError("cni-conf-template", cfg.CNIConfTemplate, err)
 		}

@@ -104,7 +104,7 @@ func run(args []string) int {
 		var cerr *config.Error
 		if errors.As(err, &cerr) {
 			log.Error("configuration refused", "err", err)
-			fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
+			fmt.Fprintf(os.Stderr, "routeletd: %s\n", esc(err.Error()))
 			return exitConfig
 		}
 		log.Error("routeletd failed", "err", err)
@@ -118,12 +118,12 @@ func run(args []string) int {
 // and sets up logging. A nil config means stop with the exit code given
 // (0 after --help).
 func loadConfig(args []string) (*config.Config, *slog.Logger, int) {
-	cfg, err := config.Load(args, os.LookupEnv, os.ReadFile, os.Stderr)
+	cfg, err := config.Load(args, os.LookupEnv, config.ReadFile, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil, exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd: %v\n", err)
+		fmt.Fprintf(os.Stderr, "routeletd: %s\n", esc(err.Error()))
 		return nil, nil, exitConfig
 	}
 	log := newLogger(cfg)
@@ -219,7 +219,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
-	removed, err := store.RemoveStaleTemps(staleTempAge)
+	removed, err := stateTemps{store, filepath.Join(cfg.StateDir, "ipam")}.RemoveStaleTemps()
 	for _, p := range removed {
 		log.Info("removed a temp file a killed writer left", "path", p)
 	}
@@ -413,6 +413,7 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
 	a.SetGuardPeriod(cfg.AllowlistCheckPeriod) // the pod source check was an allowlist chain: same period
 	a.SetRepairLog(ep.repairs)
+	a.SetTempCollector(stateTemps{store, filepath.Join(cfg.StateDir, "ipam")})
 	a.AddSnapshotter(refusals{pv})
 	ep.agent.Store(a)
 	defer ep.agent.CompareAndSwap(a, nil) // a stopped loop answers no snapshot

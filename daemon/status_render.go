@@ -9,44 +9,47 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/internal/termsafe"
 )
 
 // renderStatus is the text form of st: a header (running or not first,
 // node, readiness, datastore, blocks, pods, route tables, devices, drift,
 // last resync), the peers' table, then every problem found, one a line.
-// Times are shown relative to now.
+// Times are shown relative to now. Every value from records or the kernel
+// (names, addresses, reasons, errors) goes through esc, so none can put a
+// control character on the terminal.
 func renderStatus(st *debugapi.State, now time.Time) string {
 	var b strings.Builder
 	n := st.Node
 	if st.Source == debugapi.SourceOffline {
 		fmt.Fprintf(&b, "routeletd is NOT RUNNING: state below is what the state directory and the kernel show\n\n")
 	} else {
-		fmt.Fprintf(&b, "routeletd is running (version %s)\n\n", orDash(n.Version))
+		fmt.Fprintf(&b, "routeletd is running (version %s)\n\n", esc(orDash(n.Version)))
 	}
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "Node:\t%s (datastore %s, mode %s, state dir %s)\n", n.Name, orDash(n.Datastore), orDash(n.Mode), n.StateDir)
-	fmt.Fprintf(w, "Host IPs:\t%s\tpod MTU %s\n", orDash(strings.Join(nonEmpty(n.HostIPv4, n.HostIPv6), ", ")), intOrDash(n.PodMTU))
+	fmt.Fprintf(w, "Node:\t%s (datastore %s, mode %s, state dir %s)\n", esc(n.Name), esc(orDash(n.Datastore)), esc(orDash(n.Mode)), esc(n.StateDir))
+	fmt.Fprintf(w, "Host IPs:\t%s\tpod MTU %s\n", esc(orDash(strings.Join(nonEmpty(n.HostIPv4, n.HostIPv6), ", "))), intOrDash(n.PodMTU))
 	ready := "yes"
 	if !st.Readiness.Ready {
 		ready = "NO: " + orDash(st.Readiness.Reason)
 	}
-	fmt.Fprintf(w, "Ready:\t%s\n", ready)
+	fmt.Fprintf(w, "Ready:\t%s\n", esc(ready))
 	if !st.Loop && st.Source == debugapi.SourceDaemon {
-		fmt.Fprintf(w, "Datastore:\t%s: not read yet (the apply loop starts once this node has its blocks)\n", orDash(n.Datastore))
+		fmt.Fprintf(w, "Datastore:\t%s: not read yet (the apply loop starts once this node has its blocks)\n", esc(orDash(n.Datastore)))
 		fmt.Fprintf(w, "\t(the apply loop is not running yet: nothing else to show)\n")
 		for _, e := range st.Errors {
-			fmt.Fprintf(w, "\t✗ %s: %s\n", e.Object, e.Error)
+			fmt.Fprintf(w, "\t✗ %s: %s\n", esc(e.Object), esc(e.Error))
 		}
 		w.Flush()
 		return b.String()
 	}
-	fmt.Fprintf(w, "Datastore:\t%s\n", datastoreLine(n.Datastore, st, now))
-	fmt.Fprintf(w, "Blocks:\t%s\n", blocksLine(st.Blocks))
+	fmt.Fprintf(w, "Datastore:\t%s\n", esc(datastoreLine(n.Datastore, st, now)))
+	fmt.Fprintf(w, "Blocks:\t%s\n", esc(blocksLine(st.Blocks)))
 	fmt.Fprintf(w, "Pods:\t%s\n", podsLine(st.Workloads))
-	fmt.Fprintf(w, "Routes:\t%s\n", tablesLine(st.Tables))
-	fmt.Fprintf(w, "Devices:\t%s\n", devicesLine(st.Devices))
+	fmt.Fprintf(w, "Routes:\t%s\n", esc(tablesLine(st.Tables)))
+	fmt.Fprintf(w, "Devices:\t%s\n", esc(devicesLine(st.Devices)))
 	if st.Source == debugapi.SourceDaemon {
-		fmt.Fprintf(w, "Drift repaired:\t%s\n", driftLine(st, now))
+		fmt.Fprintf(w, "Drift repaired:\t%s\n", esc(driftLine(st, now)))
 		fmt.Fprintf(w, "Last resync:\t%s\n", ago(st.LastResync, now))
 	} else {
 		fmt.Fprintf(w, "Drift repaired:\tunknown (only the running daemon counts repairs)\n")
@@ -56,7 +59,7 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 
 	switch {
 	case st.PeersUnknown != "":
-		fmt.Fprintf(&b, "\nPeers: %s\n", st.PeersUnknown)
+		fmt.Fprintf(&b, "\nPeers: %s\n", esc(st.PeersUnknown))
 	default:
 		fmt.Fprintf(&b, "\nPeers: %s\n", peersSummary(st.Peers))
 	}
@@ -68,8 +71,8 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 		}
 		fmt.Fprintln(w, head)
 		for _, p := range st.Peers {
-			row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", p.Name, orDash(strings.Join(nonEmpty(p.HostIPv4, p.HostIPv6), ",")),
-				p.Path, orDash(p.Device), mark(p.Routes), mark(p.ARP), mark(p.FDB), mark(p.Allowlist), ago(p.LastChange, now))
+			row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", esc(p.Name), esc(orDash(strings.Join(nonEmpty(p.HostIPv4, p.HostIPv6), ","))),
+				esc(p.Path), esc(orDash(p.Device)), mark(p.Routes), mark(p.ARP), mark(p.FDB), mark(p.Allowlist), ago(p.LastChange, now))
 			if st.Datastore.Liveness {
 				row += "\t" + map[bool]string{true: "yes", false: "NO"}[p.Live != nil && *p.Live]
 			}
@@ -80,13 +83,16 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 	if probs := problems(st); len(probs) > 0 {
 		fmt.Fprintf(&b, "\nProblems (%d):\n", len(probs))
 		for _, p := range probs {
-			fmt.Fprintf(&b, "  ✗ %s\n", p)
+			fmt.Fprintf(&b, "  ✗ %s\n", esc(p))
 		}
 	} else {
 		fmt.Fprintf(&b, "\nNo problems: every desired route, device, ARP, FDB and allowlist entry is in place.\n")
 	}
 	return b.String()
 }
+
+// esc makes a value from a record or the kernel safe for the terminal.
+var esc = termsafe.Escape
 
 // nonEmpty drops empty strings.
 func nonEmpty(ss ...string) []string {

@@ -62,7 +62,7 @@ func subcommandConfig(cmd string, args []string, own map[string]bool) (map[strin
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd %s: %v\n", cmd, err)
+		fmt.Fprintf(os.Stderr, "routeletd %s: %s\n", cmd, esc(err.Error()))
 		return nil, "", nil, exitConfig
 	}
 	cfg, _, code := loadConfig(rest)

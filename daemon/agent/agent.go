@@ -194,6 +194,8 @@ type Agent struct {
 	needResync   bool
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
+	temps        TempCollector // nil: no temp files collected (SetTempCollector)
+	tempErr      string        // the temp collector's last error, logged once
 	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
 	guardPeriod  time.Duration // pod guard check period (SetGuardPeriod); 0: none
 	keepPeriod   time.Duration
@@ -442,12 +444,16 @@ func (a *Agent) flushPeers() {
 }
 
 // newSchedule returns the loop's periodic work: the full resync, the leak
-// check, each Checker manager's check and the keeper's sysctl check.
+// check and the temp file collection, each Checker manager's check and
+// the keeper's sysctl check.
 func (a *Agent) newSchedule(ctx context.Context) *schedule {
 	s := &schedule{}
 	now := a.now()
 	s.add("resync", a.opts.ResyncPeriod, now, func() bool { a.needResync = true; return true })
 	s.add("leaks", a.opts.TickPeriod, now, func() bool { a.collectLeaks(ctx); return true })
+	if a.temps != nil {
+		s.add("temps", a.opts.TickPeriod, now, func() bool { a.collectTemps(); return false })
+	}
 	for _, m := range a.managers {
 		if c, ok := m.(Checker); ok && c.CheckPeriod() > 0 {
 			s.add(fmt.Sprintf("check %T", m), c.CheckPeriod(), now, func() bool {

@@ -8,6 +8,35 @@ import (
 	"time"
 )
 
+// TempCollector removes the temp files killed writers left in the state
+// directory (routeletd: the Store's directories and the IPAM directory's,
+// each file unlocked and old enough): the leak collection runs it every
+// tick, so a plugin killed mid-ADD leaves nothing behind for long.
+type TempCollector interface {
+	RemoveStaleTemps() (removed []string, err error)
+}
+
+// SetTempCollector makes the leak collection also run c every tick period.
+// Call before Run.
+func (a *Agent) SetTempCollector(c TempCollector) { a.temps = c }
+
+// collectTemps runs the temp collector, logging each file removed and an
+// error once until it changes.
+func (a *Agent) collectTemps() {
+	removed, err := a.temps.RemoveStaleTemps()
+	for _, p := range removed {
+		a.log.Info("leak collection: removed a temp file a killed writer left", "path", p)
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		if msg != a.tempErr {
+			a.log.Warn("leak collection: cannot remove every stale temp file, will retry", "err", err)
+		}
+	}
+	a.tempErr = msg
+}
+
 // collectLeaks releases workloads whose host veth has been missing for the
 // leak grace period and whose netns is gone. A record with a live veth or a
 // live netns is never touched.

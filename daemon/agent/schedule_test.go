@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"reflect"
 	"sync"
 	"testing"
@@ -92,4 +93,35 @@ func TestCheckTickAppliesOnlyItsManager(t *testing.T) {
 		t.Errorf("over ten check ticks: %d table and %d other-manager applies, want none",
 			f.rt4.applies-tableApplies, other.count()-otherApplies)
 	}
+}
+
+// countingTemps is a TempCollector that counts its runs and fails the
+// first ones.
+type countingTemps struct {
+	mu    sync.Mutex
+	runs  int
+	fails int
+}
+
+func (c *countingTemps) RemoveStaleTemps() ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs++
+	if c.runs <= c.fails {
+		return []string{"/state/ipam/.tmp-1"}, errors.New("injected")
+	}
+	return nil, nil
+}
+
+func (c *countingTemps) count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.runs }
+
+// TestTempCollectionTicksInTheLoop: the temp collector runs on the leak
+// collection's tick, again after an error.
+func TestTempCollectionTicksInTheLoop(t *testing.T) {
+	f := newFixture(t)
+	f.a.opts.TickPeriod = 5 * time.Millisecond
+	c := &countingTemps{fails: 2}
+	f.a.SetTempCollector(c)
+	f.run(t)
+	waitFor(t, "four temp collections", func() bool { return c.count() >= 4 })
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -44,7 +45,7 @@ func tempName(name string) string { return "." + name + ".tmp" }
 // would not be atomic when the length or content changes.
 func Write(dir, name string, data []byte) (bool, error) {
 	path := filepath.Join(dir, name)
-	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, data) {
+	if holds(path, data) {
 		return false, nil
 	}
 	tmp := filepath.Join(dir, tempName(name))
@@ -63,6 +64,23 @@ func Write(dir, name string, data []byte) (bool, error) {
 		return true, err
 	}
 	return true, rewriteInPlace(path, data)
+}
+
+// holds reports whether path is a regular file holding exactly data. It
+// reads at most len(data)+1 bytes and never blocks on a FIFO, so whatever
+// is planted under the name costs no more than the list itself.
+func holds(path string, data []byte) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(data)) {
+		return false
+	}
+	cur := make([]byte, len(data)+1)
+	n, _ := io.ReadFull(f, cur)
+	return bytes.Equal(cur[:n], data)
 }
 
 // writeNew creates path (which must not exist; a symlink is never

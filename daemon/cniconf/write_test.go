@@ -137,6 +137,43 @@ func TestWriteErrors(t *testing.T) {
 	}
 }
 
+// TestWriteOverEndlessFile: what is planted under the list's name (a
+// link to /dev/zero, a FIFO nobody writes) is replaced at once: Write
+// reads no more than the list's length of it and never blocks on it.
+func TestWriteOverEndlessFile(t *testing.T) {
+	data, _ := Render([]byte(DefaultTemplate), params)
+	for _, plant := range []string{"zero link", "fifo"} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "10-routelet.conflist")
+		var err error
+		if plant == "fifo" {
+			err = unix.Mkfifo(path, 0o600)
+		} else {
+			err = os.Symlink("/dev/zero", path)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := Write(dir, "10-routelet.conflist", data)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Write over a %s: %v", plant, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Write over a %s still running after 5 s", plant)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != string(data) {
+			t.Errorf("after Write over a %s: %q, %v; want the list", plant, got, err)
+		}
+	}
+}
+
 // TestEarlier lists the configs a runtime would pick before ours (libcni
 // loads hidden files too, by extension alone).
 func TestEarlier(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/allowmgr"
+	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -345,10 +346,18 @@ func (e *Error) Error() string {
 // Unwrap returns the parse error.
 func (e *Error) Unwrap() error { return e.Err }
 
+// MaxFileSize bounds the config file: a few dozen keys are a few KiB, so
+// anything larger (or an endless file such as /dev/zero) is refused.
+const MaxFileSize = 1 << 20
+
+// ReadFile reads a config file for Load, at most MaxFileSize bytes; a
+// larger one is an error naming the file and the limit.
+func ReadFile(path string) ([]byte, error) { return readlimit.File(path, MaxFileSize) }
+
 // Load merges defaults, the config file, the environment and args (the
 // command line without the program name) into a validated Config. getenv
 // returns a variable and whether it is set (os.LookupEnv in production).
-// readFile reads the config file (os.ReadFile in production). Output for
+// readFile reads the config file (ReadFile in production). Output for
 // -h goes to usage; flag.ErrHelp is returned when help was asked for.
 func Load(args []string, getenv func(string) (string, bool), readFile func(string) ([]byte, error), usage io.Writer) (*Config, error) {
 	ks := keys()

@@ -16,11 +16,18 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/readlimit"
+	"github.com/routelet/routelet/internal/termsafe"
 )
 
 // ErrNoDaemon means no daemon answers on the state directory's socket (none
 // there, or a stale one nobody listens on).
 var ErrNoDaemon = errors.New("no routeletd answers on its state socket")
+
+// MaxStateSize bounds the State Get reads: a node with ten thousand pods
+// and peers answers in a few MiB.
+const MaxStateSize = 64 << 20
 
 // Get asks the daemon of stateDir for its State. ErrNoDaemon (wrapped)
 // when none answers; ctx bounds the whole exchange.
@@ -47,10 +54,14 @@ func Get(ctx context.Context, stateDir string) (*State, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("state socket %s: %s: %s", path, resp.Status, b)
+		return nil, fmt.Errorf("state socket %s: %s: %s", path, termsafe.Escape(resp.Status), termsafe.Escape(string(b)))
+	}
+	body, err := readlimit.All(resp.Body, "state socket "+path, MaxStateSize)
+	if err != nil {
+		return nil, err
 	}
 	var st State
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	if err := json.Unmarshal(body, &st); err != nil {
 		return nil, fmt.Errorf("state socket %s: decode: %w", path, err)
 	}
 	return &st, nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,5 +101,49 @@ func TestListenRefusesNonSocket(t *testing.T) {
 				t.Errorf("state dir holds %d entries after a refused Listen, want only the %s", len(ents), c.name)
 			}
 		})
+	}
+}
+
+// TestGetBoundsTheAnswer: an endless answer on the state socket ends at
+// MaxStateSize with an error naming the socket and the limit (a status
+// never grows without bound), and a refusal's body reaches the message
+// with its control characters escaped.
+func TestGetBoundsTheAnswer(t *testing.T) {
+	dir := t.TempDir()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: SocketPath(dir), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	refuse := make(chan bool, 2)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if <-refuse {
+			http.Error(w, "no\x1b[2J\n✓ all ok", http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte(`{"node":"`))
+		zeros := make([]byte, 64<<10)
+		for i := range zeros {
+			zeros[i] = 'a'
+		}
+		for r.Context().Err() == nil {
+			if _, err := w.Write(zeros); err != nil {
+				return
+			}
+		}
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	refuse <- false
+	_, err = Get(ctx, dir)
+	if err == nil || !strings.Contains(err.Error(), SocketPath(dir)) || !strings.Contains(err.Error(), "more than 64 MiB") {
+		t.Errorf("Get of an endless answer = %v, want an error naming the socket and the 64 MiB limit", err)
+	}
+	refuse <- true
+	_, err = Get(ctx, dir)
+	if err == nil || strings.ContainsAny(err.Error(), "\x1b\n") || !strings.Contains(err.Error(), `no\x1b[2J\n✓ all ok`) {
+		t.Errorf("Get of a refusal = %q, want the body with its control characters escaped", err)
 	}
 }

@@ -5,32 +5,37 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/routelet/routelet/internal/termsafe"
 )
 
 // marks are the text output's verdict signs.
 var marks = map[Status]string{Pass: "✓", Fail: "✗", Info: "·"}
 
 // WriteText writes the report as one line per step, with what is wrong
-// and the fix under each failed one, and a summary line.
+// and the fix under each failed one, and a summary line. Facts, problems
+// and fixes quote pod names, addresses, devices and errors from records
+// and the kernel: each is escaped (termsafe), so no value can put a
+// control character on the terminal or a line of its own into the report.
 func WriteText(out io.Writer, r *Report) error {
 	var b strings.Builder
 	if r.DaemonDown != "" {
-		fmt.Fprintf(&b, "%s: the steps below are what the state directory and the kernel show; nothing is repaired until it runs\n", r.DaemonDown)
+		fmt.Fprintf(&b, "%s: the steps below are what the state directory and the kernel show; nothing is repaired until it runs\n", esc(r.DaemonDown))
 	}
-	fmt.Fprintf(&b, "diagnose %s → %s on node %s\n", describeEnd(r.Src), describeEnd(r.Dst), r.Node)
+	fmt.Fprintf(&b, "diagnose %s → %s on node %s\n", esc(describeEnd(r.Src)), esc(describeEnd(r.Dst)), esc(r.Node))
 	failed := 0
 	for _, s := range r.Steps {
 		id := s.ID
 		if s.Family != 0 {
 			id = fmt.Sprintf("%s IPv%d", s.ID, s.Family)
 		}
-		fmt.Fprintf(&b, "%s %-21s %s\n", marks[s.Status], id, s.Fact)
+		fmt.Fprintf(&b, "%s %-21s %s\n", marks[s.Status], esc(id), esc(s.Fact))
 		if s.Status == Fail {
 			failed++
-			fmt.Fprintf(&b, "  %-21s %s\n", "  wrong:", s.Problem)
+			fmt.Fprintf(&b, "  %-21s %s\n", "  wrong:", esc(s.Problem))
 		}
 		if s.Fix != "" {
-			fmt.Fprintf(&b, "  %-21s %s\n", "  fix:", s.Fix)
+			fmt.Fprintf(&b, "  %-21s %s\n", "  fix:", esc(s.Fix))
 		}
 	}
 	if failed == 0 {
@@ -41,6 +46,9 @@ func WriteText(out io.Writer, r *Report) error {
 	_, err := io.WriteString(out, b.String())
 	return err
 }
+
+// esc escapes a value for the terminal.
+var esc = termsafe.Escape
 
 // describeEnd names an end for the heading.
 func describeEnd(e End) string {

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/routelet/routelet/internal/termsafe"
 )
 
 // Status tracks liveness and readiness. Progress is lock-free so the loop
@@ -165,7 +167,7 @@ func Handler(st *Status, m *Metrics) http.Handler {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			if ok, why := check(); !ok {
 				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintln(w, why)
+				fmt.Fprintln(w, termsafe.Escape(why)) // names records' values; read with curl on a terminal
 				return
 			}
 			fmt.Fprintln(w, "ok")

@@ -64,11 +64,15 @@
 //     is never lost for good.
 //
 // Temp files (".tmp-*") a killed writer leaves behind are never taken for
-// state. List, the GC path, removes them and records that own no address
-// (under the lock nothing is in flight, so both can only be a dead writer's). A record that cannot be parsed makes Get and Allocate fail
-// naming the file; Release then finds that attachment's claims with the only
-// scan of addrs/ in the package, frees them and drops the record, so DEL
-// always converges.
+// state. Every writer holds an flock on its temp file from its creation
+// until its rename or unlink. List, the GC path, removes them and records
+// that own no address (under the lock nothing is in flight, so both can
+// only be a dead writer's); RemoveStaleTemps, run by routeletd at start and
+// on every leak check, removes them without the IPAM lock when they are
+// unlocked and older than StaleTempAge. A record that cannot be parsed
+// makes Get and Allocate fail naming the file; Release then finds that
+// attachment's claims with the only scan of addrs/ in the package, frees
+// them and drops the record, so DEL always converges.
 //
 // Writes are fsynced (file, then directory) like the rest of the state
 // directory, although only power loss, not a plugin crash, needs that. On the

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -177,13 +179,16 @@ func (a *Allocator) claim(addr netip.Addr, att Attachment) (created bool, owner 
 	if err != nil {
 		return false, Attachment{}, fmt.Errorf("claim %s: %w", addr, err)
 	}
-	defer os.Remove(tmp.Name())
+	// Locked until it is unlinked, as every writer's temp file, so the
+	// daemon's collection of killed writers' temp files never takes it.
+	_ = unix.Flock(int(tmp.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	defer func() {
+		_ = os.Remove(tmp.Name())
+		_ = tmp.Close()
+	}()
 	_, err = tmp.WriteString(att.ContainerID + "\n" + att.IfName + "\n")
 	if err == nil && durable {
 		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
 	}
 	if err != nil {
 		return false, Attachment{}, fmt.Errorf("claim %s: %w", addr, err)
@@ -219,12 +224,13 @@ func writeFile(dir, name string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 	}
+	_ = unix.Flock(int(tmp.Fd()), unix.LOCK_EX|unix.LOCK_NB) // as state.WriteFileAtomic: held until the rename
 	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())

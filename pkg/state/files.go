@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/readlimit"
 )
 
 // tempPrefix starts the name of every temp file a writer creates. Listings
@@ -21,9 +22,10 @@ import (
 // taken for a record.
 const tempPrefix = ".tmp-"
 
-// maxFileSize bounds what ReadFileNoFollow reads: records are a few hundred
+// MaxRecordSize bounds what ReadFileNoFollow reads, and any other reader
+// of a record (routeletd nodes add --from): records are a few hundred
 // bytes, so anything larger is corrupt or hostile.
-const maxFileSize = 1 << 20
+const MaxRecordSize = 1 << 20
 
 // maxPlainName keeps a generated name, plus any suffix a caller adds, well
 // inside NAME_MAX (255 bytes).
@@ -158,12 +160,23 @@ func isTempName(name string) bool {
 // (".tmp-" and digits), not locked by a live writer and last modified at
 // least minAge ago (a writer locks its file right after creating it; the
 // age covers that instant). Symlinks, directories and other names are left
-// alone and nothing is followed. It returns the paths removed; errors are
-// joined and do not stop the scan.
+// alone and nothing is followed: dir itself must not be a symlink, and
+// each file is opened, checked and unlinked relative to dir's descriptor.
+// It returns the paths removed; errors are joined and do not stop the
+// scan. A missing dir is an error matching fs.ErrNotExist.
 func RemoveStaleTemps(dir string, minAge time.Duration) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("remove stale temp files: %w", err)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("remove stale temp files: %s is not a directory or is a symlink, refusing to follow it", dir)
+		}
+		return nil, fmt.Errorf("remove stale temp files: open %s: %w", dir, err)
+	}
+	d := os.NewFile(uintptr(fd), dir)
+	defer d.Close()
+	entries, err := d.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("remove stale temp files: list %s: %w", dir, err)
 	}
 	var removed []string
 	var errs []error
@@ -172,47 +185,55 @@ func RemoveStaleTemps(dir string, minAge time.Duration) ([]string, error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		ok, err := staleTemp(path, minAge)
+		ok, err := removeStaleTemp(fd, e.Name(), path, minAge)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if !ok {
-			continue
+		if ok {
+			removed = append(removed, path)
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove stale temp file %s: %w", path, err))
-			continue
-		}
-		removed = append(removed, path)
 	}
 	return removed, errors.Join(errs...)
 }
 
-// staleTemp reports whether path is a regular file (opened without
-// following a symlink) that no writer holds locked and that is at least
-// minAge old.
-func staleTemp(path string, minAge time.Duration) (bool, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) {
+// removeStaleTemp unlinks name in the directory dirfd when it is a
+// regular file (opened without following a symlink) that no writer holds
+// locked and that is at least minAge old, and is still that file when it
+// is unlinked. path names it in errors.
+func removeStaleTemp(dirfd int, name, path string, minAge time.Duration) (bool, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) {
 		return false, nil // gone, or a symlink by now
 	}
 	if err != nil {
 		return false, fmt.Errorf("open temp file %s: %w", path, err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return false, fmt.Errorf("stat temp file %s: %w", path, err)
 	}
-	if !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < minAge {
+	mtime := time.Unix(st.Mtim.Unix())
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || time.Since(mtime) < minAge {
 		return false, nil
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return false, nil // a live writer's
 		}
 		return false, fmt.Errorf("lock temp file %s: %w", path, err)
+	}
+	// Unlink only the file checked: the name may have been replaced since.
+	var now unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return false, nil
+	}
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("remove stale temp file %s: %w", path, err)
 	}
 	return true, nil
 }
@@ -247,10 +268,10 @@ func SyncDir(dir string) error {
 
 // ReadFileNoFollow reads dir/name refusing symlinks. It opens with O_NOFOLLOW
 // and O_NONBLOCK (a planted FIFO must not hang the reader), then insists on a
-// regular file no larger than maxFileSize. A missing file yields an error
+// regular file no larger than MaxRecordSize. A missing file yields an error
 // that matches fs.ErrNotExist.
 func ReadFileNoFollow(dir, name string) ([]byte, error) {
-	return ReadFileNoFollowMax(dir, name, maxFileSize)
+	return ReadFileNoFollowMax(dir, name, MaxRecordSize)
 }
 
 // ReadFileNoFollowMax is ReadFileNoFollow for a file that may be larger
@@ -275,14 +296,7 @@ func ReadFileNoFollowMax(dir, name string, limit int) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("read %s: not a regular file (mode %s)", path, fi.Mode())
 	}
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(f, int64(limit)+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if buf.Len() > limit {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
-	}
-	return buf.Bytes(), nil
+	return readlimit.All(f, path, int64(limit))
 }
 
 // ErrReplaced: the file AppendFile was to extend is not the one its

@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -584,5 +585,32 @@ func TestAppendFile(t *testing.T) {
 	}
 	if err := AppendFile(dir, "link", fi, []byte("two\n")); !errors.Is(err, ErrReplaced) {
 		t.Errorf("through a symlink: AppendFile = %v, want ErrReplaced", err)
+	}
+}
+
+// TestRemoveStaleTempsRefusesSymlinkedDir: a directory that is a symlink
+// is an error naming it, and nothing in its target is touched.
+func TestRemoveStaleTempsRefusesSymlinkedDir(t *testing.T) {
+	target := t.TempDir()
+	f := filepath.Join(target, ".tmp-1")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(f, old, old); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RemoveStaleTemps(link, time.Second); err == nil || !strings.Contains(err.Error(), link) {
+		t.Errorf("RemoveStaleTemps(symlink) = %v, want an error naming it", err)
+	}
+	if _, err := os.Lstat(f); err != nil {
+		t.Errorf("the target's temp file was removed: %v", err)
+	}
+	if _, err := RemoveStaleTemps(filepath.Join(target, "missing"), time.Second); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("RemoveStaleTemps(missing) = %v, want ErrNotExist", err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -136,12 +137,25 @@ func New(opts Options) (*Datastore, error) {
 		blockKVs: map[string]blockKV{}, conflicts: map[netip.Prefix]datastore.BlockConflict{}, notTakenLogged: map[netip.Prefix]bool{}}, nil
 }
 
+// maxTLSFile bounds each TLS file: a CA bundle of a few hundred
+// certificates is well below.
+const maxTLSFile = 1 << 20
+
 // clientTLS is the client's TLS configuration: nil without TLS files and
 // https endpoints.
 func clientTLS(e config.Etcd) (*tls.Config, error) {
 	https := slices.ContainsFunc(e.Endpoints, func(u string) bool { return strings.HasPrefix(u, "https://") })
 	if !e.TLS() && !https {
 		return nil, nil
+	}
+	// The TLS package reads each file whole: bound them first.
+	for _, f := range []struct{ key, path string }{{"etcd-ca-file", e.CAFile}, {"etcd-cert-file", e.CertFile}, {"etcd-key-file", e.KeyFile}} {
+		if f.path == "" {
+			continue
+		}
+		if err := readlimit.CheckFile(f.path, maxTLSFile); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", f.key, f.path, err)
+		}
 	}
 	info := transport.TLSInfo{TrustedCAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile}
 	if e.CertFile == "" && e.CAFile == "" {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/routelet/routelet/daemon/datastore"
+	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
 )
@@ -141,6 +142,10 @@ func (d *Datastore) apiResult(ctx context.Context, call string, err error) error
 // account).
 func ClientConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
+		// client-go reads it whole: bound it first.
+		if err := readlimit.CheckFile(kubeconfig, 1<<20); err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
 		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
