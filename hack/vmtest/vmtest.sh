@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs routelet's privileged tests on Debian's stock kernel under qemu.
 #
-#   hack/vmtest/vmtest.sh          the IPIP lane (hack/vmtest/lane): fails when
-#                                  a test fails or any test of the lane skips
+#   hack/vmtest/vmtest.sh          the stock-kernel lane (hack/vmtest/lane: IPIP
+#                                  and the tests of netlink event semantics):
+#                                  fails when a test fails or any test of the
+#                                  lane skips
 #   hack/vmtest/vmtest.sh --all    every package's tests (hack/vmtest/all)
 #
 # On the host: installs qemu-system-x86, busybox-static, cpio and kmod when
@@ -38,7 +40,7 @@ if [ "$mode" = all ]; then
 	timeout_s=${VMTEST_TIMEOUT:-5400}
 	mem=${VMTEST_MEM:-3072}
 else
-	timeout_s=${VMTEST_TIMEOUT:-540}
+	timeout_s=${VMTEST_TIMEOUT:-900}
 	mem=${VMTEST_MEM:-2048}
 fi
 cpus=${VMTEST_CPUS:-$(nproc)}
