@@ -39,8 +39,11 @@ test-bins:
 image:
 	$(GO) run ./hack/image -o $(BIN)/routelet-image.tar
 
-# Debian's stock kernel (linux-image-amd64) under qemu, as root: the IPIP
-# tests, the multinode VXLAN e2e and the allowlist's overlay drop; fails
+# Debian's stock kernel (linux-image-amd64) under qemu, as root, the lane
+# in hack/vmtest/lane: the IPIP tests, the multinode VXLAN e2e, the
+# allowlist's overlay drop and the pod guards, and the kernel tests of the
+# packages that depend on netlink event semantics (netwatch, overlaymgr,
+# pkg/overlay, pkg/routes, the daemon's status and drift repairs); fails
 # when any of them skips. Installs qemu-system-x86, busybox-static, cpio
 # and kmod when missing; the kernel is cached in /var/cache/routelet-vmtest.
 # See hack/vmtest/vmtest.sh.

@@ -1,3 +1,10 @@
+//go:build !vmtest
+
+// Build inspections: these run the go tool on the source tree, so they
+// are unit tests of the host that builds routelet. The test binaries of
+// hack/vmtest are built with the vmtest tag and leave them out: the VM
+// has the binaries and the checkout, no toolchain and no module cache.
+
 package main
 
 import (

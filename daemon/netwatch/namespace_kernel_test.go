@@ -11,11 +11,15 @@ import (
 
 // startWithVeth makes a fresh namespace holding the veth pair name+"0" /
 // name+"1", starts w in it (stopped when the test ends) and returns the
-// namespace and name+"0"'s index. register, when set, registers w's owners
-// first.
-func startWithVeth(t *testing.T, w *Watcher, name string, register func(*Watcher)) (*netnstest.NS, int) {
+// namespace and name+"0"'s index. setup, when set, prepares the namespace
+// before the veth is made (its sysctl defaults); register, when set,
+// registers w's owners before it starts.
+func startWithVeth(t *testing.T, w *Watcher, name string, setup func(*netnstest.NS), register func(*Watcher)) (*netnstest.NS, int) {
 	t.Helper()
 	n := netnstest.NewT(t)
+	if setup != nil {
+		setup(n)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var index int
@@ -45,7 +49,7 @@ func startWithVeth(t *testing.T, w *Watcher, name string, register func(*Watcher
 // its pumps and handlers run on threads of the process's own namespace.
 func TestStartBindsNamespaceKernel(t *testing.T) {
 	w := New(nil)
-	_, index := startWithVeth(t, w, "nwns", nil)
+	_, index := startWithVeth(t, w, "nwns", nil, nil)
 	// Forget the name Start listed, as if the link's notification had not
 	// been handled yet, and ask from this goroutine, outside the namespace.
 	w.names.del(index)

@@ -61,6 +61,7 @@ type NeighEvent struct {
 	FDB   bool
 	MAC   net.HardwareAddr
 	State int // NUD_* of the entry
+	Type  int // ndm_type (RTN_*): RTN_UNICAST in the VXLAN driver's FDB notifications
 }
 
 // Interest says which events an owner receives. An interface matches when
@@ -348,7 +349,7 @@ func (w *Watcher) Route(u netlink.RouteUpdate) {
 // interface.
 func (w *Watcher) Neigh(u netlink.NeighUpdate) {
 	ev := NeighEvent{Iface: w.names.get(u.LinkIndex), Deleted: u.Type == unix.RTM_DELNEIGH,
-		FDB: u.Family == unix.AF_BRIDGE, MAC: u.HardwareAddr, State: u.State}
+		FDB: u.Family == unix.AF_BRIDGE, MAC: u.HardwareAddr, State: u.State, Type: u.Neigh.Type}
 	if ip, ok := netip.AddrFromSlice(u.IP); ok {
 		ev.IP = ip.Unmap()
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -74,5 +75,33 @@ func TestOwnDeleteNoReread(t *testing.T) {
 	}
 	if got := tables[4].dirty["vxlan.calico"]; got != before+1 || woken != 1 {
 		t.Errorf("a wanted route's deletion: %d re-reads, %d wakes; want 1 each", got-before, woken)
+	}
+}
+
+// TestRequestCopyNoDrift: rtnetlink's copy of an FDB request (what
+// Debian 12's 6.1 sends after the VXLAN driver's notification of each of
+// the manager's writes: ndm_type 0, the MAC alone) is no drift and wakes
+// nothing; the driver's own notification of an entry with no destination
+// (RTN_UNICAST) is judged as an entry, and b's MAC pointing nowhere is
+// drift.
+func TestRequestCopyNoDrift(t *testing.T) {
+	_, m, _ := setup(t, overlay.ModeVXLAN, "10.244.1.0/24")
+	var got []string
+	m.cfg.OnDrift = func(object, detail string) { got = append(got, object+" "+detail) }
+	m.OnNodes(testPeers())
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	woken := 0
+	h := m.Events(func() { woken++ })
+	macB := net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", FDB: true, MAC: macB, State: netlink.NUD_PERMANENT})
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", FDB: true, MAC: macB, State: netlink.NUD_PERMANENT, Deleted: true})
+	if len(got) != 0 || woken != 0 {
+		t.Errorf("request copies: drift %q, %d wakes; want none", got, woken)
+	}
+	h.OnNeigh(netwatch.NeighEvent{Iface: "vxlan.calico", FDB: true, MAC: macB, State: netlink.NUD_PERMANENT, Type: unix.RTN_UNICAST})
+	if want := []string{"fdb 02:00:00:00:00:0b dev vxlan.calico"}; !slices.Equal(got, want) || woken != 1 {
+		t.Errorf("the driver's entry for b without a destination: drift %q, %d wakes; want %q, 1", got, woken, want)
 	}
 }

@@ -544,7 +544,7 @@ func (m *Manager) onNeigh(ev netwatch.NeighEvent) bool {
 			continue
 		}
 		object := f.vxlan.OnNeighEvent(overlay.NeighEvent{FDB: ev.FDB, IP: ev.IP, MAC: ev.MAC,
-			Permanent: ev.State&netlink.NUD_PERMANENT != 0, Deleted: ev.Deleted})
+			Permanent: ev.State&netlink.NUD_PERMANENT != 0, Deleted: ev.Deleted, Type: ev.Type})
 		if object == "" {
 			return false
 		}

@@ -99,6 +99,66 @@ func TestVXLANLateEchoNoDrift(t *testing.T) {
 	}
 }
 
+// TestVXLANRequestCopiesNoDrift: the FDB notifications Debian 12's 6.1
+// sends for the manager's own writes (as logged there: after each of the
+// driver's, ndm_type RTN_UNICAST with the destination, rtnetlink's copy of
+// the request, ndm_type 0 with the MAC alone; a copy alone for a write
+// or delete that changed nothing) are no drift and queue no re-read; the
+// driver's notification of our entry now pointing at the any-address,
+// which names no usable destination either, is.
+func TestVXLANRequestCopiesNoDrift(t *testing.T) {
+	f, m := newFakeVXLAN(t)
+	const unicast = 1 // RTN_UNICAST
+	driver := func(p Peer, deleted bool) NeighEvent {
+		return NeighEvent{FDB: true, IP: p.HostIP, MAC: p.VTEPMAC, Permanent: true, Deleted: deleted, Type: unicast}
+	}
+	copyOf := func(p Peer, deleted bool) NeighEvent {
+		return NeighEvent{FDB: true, MAC: p.VTEPMAC, Permanent: true, Deleted: deleted}
+	}
+	arp := func(p Peer) NeighEvent {
+		return NeighEvent{IP: p.TunnelIP, MAC: p.VTEPMAC, Permanent: true, Type: unicast}
+	}
+	c2 := peerC
+	c2.HostIP = netip.MustParseAddr("10.1.0.99")
+	for _, step := range []struct {
+		peers  []Peer
+		events []NeighEvent
+	}{
+		{[]Peer{peerB}, []NeighEvent{arp(peerB), driver(peerB, false), copyOf(peerB, false)}},
+		{[]Peer{peerB, peerC}, []NeighEvent{arp(peerC), driver(peerC, false), copyOf(peerC, false)}},
+		// c's host moved: the replace's notification and copy, and a copy
+		// alone for the delete of a remote that was already replaced.
+		{[]Peer{peerB, c2}, []NeighEvent{driver(c2, false), copyOf(c2, false), copyOf(peerC, true)}},
+		{[]Peer{peerB}, []NeighEvent{driver(c2, true), copyOf(c2, true)}},
+	} {
+		m.SetPeers(step.peers)
+		mustApply(t, m)
+		for _, ev := range step.events {
+			if got := m.OnNeighEvent(ev); got != "" {
+				t.Errorf("after SetPeers(%v): %+v is drift %q", step.peers, ev, got)
+			}
+		}
+		reads := f.Calls("NeighList")
+		mustApply(t, m)
+		if f.Calls("NeighList") != reads {
+			t.Errorf("after SetPeers(%v): the notifications queued a re-read of the tables", step.peers)
+		}
+	}
+	// A write that changed nothing: the copy alone.
+	if got := m.OnNeighEvent(copyOf(peerB, false)); got != "" {
+		t.Errorf("a lone copy: drift %q", got)
+	}
+	tampered := driver(peerB, false)
+	tampered.IP = netip.IPv4Unspecified()
+	if got := m.OnNeighEvent(tampered); got != "fdb" {
+		t.Errorf("b's entry replaced to 0.0.0.0: drift %q, want fdb", got)
+	}
+	tampered.IP = netip.Addr{}
+	if got := m.OnNeighEvent(tampered); got != "fdb" {
+		t.Errorf("b's entry without a destination, from the driver: drift %q, want fdb", got)
+	}
+}
+
 // TestL2BurstMemoryReleased: the maps that held a burst of entries (the
 // start-up's ARP/FDB writes of every peer, and their pending echoes) give
 // their memory back once the burst is done, instead of keeping every

@@ -72,6 +72,17 @@ func attach(t *testing.T, node, pod ns.NetNS, host string, addrs ...string) *Att
 func TestSetupConfiguresBothSides(t *testing.T) {
 	needRoot(t)
 	node, pod := newNS(t), newNS(t)
+	// Everything checked below starts off: a new namespace takes its IPv4
+	// all/default settings from the host's, which a container host has on
+	// (ip_forward), and a setting already on proves nothing about Setup.
+	for _, key := range []string{
+		"net/ipv4/ip_forward", "net/ipv4/conf/default/forwarding", "net/ipv4/conf/default/proxy_arp",
+		"net/ipv6/conf/all/forwarding", "net/ipv6/conf/default/forwarding", "net/ipv6/conf/default/proxy_ndp",
+	} {
+		if _, err := netnstest.Sysctl(node, key, "0"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	att := attach(t, node, pod, "calitest00001", "10.77.0.5", "fd77::5")
 
 	if att.HostMAC.String() != "ee:ee:ee:ee:ee:ee" {
