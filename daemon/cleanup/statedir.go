@@ -295,33 +295,12 @@ func (p *plan) scanRoot(fd int, dir string) error {
 }
 
 // scanRecords sorts a record directory (workloads/, nodes/): records in
-// routelet's format (JSON with "version" and keys) and temp files go.
+// routelet's format (JSON with "version" and keys) and temp files go; a
+// record is a marker.
 func (p *plan) scanRecords(parent int, dir, name string, keys ...string) {
-	fd, ok := p.openSub(parent, dir, name)
-	if !ok {
-		return
-	}
-	sub := filepath.Join(dir, name)
-	ns, err := names(fd, sub)
-	if err != nil {
-		p.leave = append(p.leave, fmt.Sprintf("%s (%v)", sub, err))
-		return
-	}
-	for _, n := range ns {
-		switch {
-		case isTemp(fd, n):
-			p.add(fd, sub, n, false)
-		case strings.HasSuffix(n, ".json"):
-			if data, ok := readRegular(fd, n); ok && hasFields(data, keys...) {
-				p.add(fd, sub, n, true)
-				continue
-			}
-			p.unknown(sub, n)
-		default:
-			p.unknown(sub, n)
-		}
-	}
-	p.remove = append(p.remove, entry{path: sub, dir: parent, name: name, sub: true})
+	p.scanFiles(parent, dir, name, true, func(n string, data []byte) bool {
+		return strings.HasSuffix(n, ".json") && hasFields(data, keys...)
+	})
 }
 
 // scanIPAM sorts ipam/ by its layout (pkg/ipam/doc.go): lock, addrs/
@@ -348,15 +327,15 @@ func (p *plan) scanIPAM(parent int, dir string) {
 				p.unknown(ipamDir, n)
 			}
 		case "addrs":
-			p.scanFiles(fd, ipamDir, n, isClaim)
+			p.scanFiles(fd, ipamDir, n, false, isClaim)
 		case "attachments":
-			p.scanFiles(fd, ipamDir, n, func(name string, data []byte) bool {
+			p.scanFiles(fd, ipamDir, n, false, func(name string, data []byte) bool {
 				return strings.HasSuffix(name, ".json") && hasFields(data, "containerID", "ifName")
 			})
 		case "blocks":
-			p.scanFiles(fd, ipamDir, n, isBlockHint)
+			p.scanFiles(fd, ipamDir, n, false, isBlockHint)
 		case "veth-locks":
-			p.scanFiles(fd, ipamDir, n, func(name string, _ []byte) bool { return state.ValidateIfName(name) == nil })
+			p.scanFiles(fd, ipamDir, n, false, func(name string, _ []byte) bool { return state.ValidateIfName(name) == nil })
 		default:
 			if isTemp(fd, n) {
 				p.add(fd, ipamDir, n, false)
@@ -368,9 +347,10 @@ func (p *plan) scanIPAM(parent int, dir string) {
 	p.remove = append(p.remove, entry{path: ipamDir, dir: parent, name: "ipam", sub: true})
 }
 
-// scanFiles sorts a directory of ipam/: regular files that ours accepts
-// (given their name and content) and temp files go.
-func (p *plan) scanFiles(parent int, dir, name string, ours func(name string, data []byte) bool) {
+// scanFiles sorts one directory: regular files that ours accepts (given
+// their name and content) and temp files go; marker says whether one of
+// ours marks the directory as routelet's.
+func (p *plan) scanFiles(parent int, dir, name string, marker bool, ours func(name string, data []byte) bool) {
 	fd, ok := p.openSub(parent, dir, name)
 	if !ok {
 		return
@@ -387,7 +367,7 @@ func (p *plan) scanFiles(parent int, dir, name string, ours func(name string, da
 			continue
 		}
 		if data, ok := readRegular(fd, n); ok && ours(n, data) {
-			p.add(fd, sub, n, false)
+			p.add(fd, sub, n, marker)
 			continue
 		}
 		p.unknown(sub, n)
