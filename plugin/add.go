@@ -74,7 +74,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	defer lk.release()
 	// Only an existing veth of that name can belong to another pod; the
 	// record scan that finds its owner is kept off the common path.
-	if hv, err := dp.InspectHost(hostIf); err != nil {
+	if hv, err := dp.HostLink(hostIf); err != nil {
 		return cniErr(types.ErrInternal, "look up host veth %s: %v", hostIf, err)
 	} else if hv.Exists {
 		if other := vethOwner(store, hostIf, args.ContainerID, args.IfName, ka); other != nil {

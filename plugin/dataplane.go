@@ -18,6 +18,8 @@ import (
 type dataplane interface {
 	InspectPod(netnsPath, ifName string) (*podnet.PodView, error)
 	InspectHost(hostIface string) (*podnet.HostView, error)
+	// HostLink is InspectHost without the routes.
+	HostLink(hostIface string) (*podnet.HostView, error)
 	EnableForwarding(ipv6 bool) error
 	Setup(spec podnet.Spec) (*podnet.Attached, error)
 	AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error
@@ -43,6 +45,9 @@ func (kernel) InspectPod(netnsPath, ifName string) (*podnet.PodView, error) {
 }
 func (kernel) InspectHost(hostIface string) (*podnet.HostView, error) {
 	return podnet.InspectHost(hostIface)
+}
+func (kernel) HostLink(hostIface string) (*podnet.HostView, error) {
+	return podnet.LookupHost(hostIface)
 }
 func (kernel) EnableForwarding(ipv6 bool) error                 { return podnet.EnableForwarding(ipv6) }
 func (kernel) Setup(spec podnet.Spec) (*podnet.Attached, error) { return podnet.Setup(spec) }

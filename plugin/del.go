@@ -106,7 +106,7 @@ func deleteHostVeth(store *state.Store, host netguard.Host, prefix, hostIf, cont
 // left alone with a warning, and so is its guard: the address and the
 // record are still released, so DEL and GC converge.
 func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) error {
-	hv, err := dp.InspectHost(hostIf)
+	hv, err := dp.HostLink(hostIf)
 	if err != nil {
 		return fmt.Errorf("look up host veth %s: %w", hostIf, err)
 	}

@@ -87,6 +87,14 @@ func (f *fakeDataplane) InspectHost(hostIface string) (*podnet.HostView, error) 
 	return v, nil
 }
 
+func (f *fakeDataplane) HostLink(hostIface string) (*podnet.HostView, error) {
+	v, err := f.InspectHost(hostIface)
+	if v != nil {
+		v.Routes = nil
+	}
+	return v, err
+}
+
 func (f *fakeDataplane) EnableForwarding(bool) error { return f.step("forwarding") }
 
 func (f *fakeDataplane) Setup(spec podnet.Spec) (*podnet.Attached, error) {
