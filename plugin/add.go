@@ -204,9 +204,8 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 // attachments' names hash alike (likely only with a long interfacePrefix):
 // Setup would replace that pod's veth and cut it off.
 func vethOwner(store *state.Store, hostIf, containerID, ifName string, ka *cniArgs) *state.Workload {
-	recs, _ := store.ListWorkloads()
-	for _, r := range recs {
-		if r.HostIface != hostIf || (r.ContainerID == containerID && r.IfName == ifName) {
+	for _, r := range store.WorkloadsWithHostIface(hostIf) {
+		if r.ContainerID == containerID && r.IfName == ifName {
 			continue
 		}
 		if ka.PodNamespace != "" && ka.PodName != "" && r.PodNamespace == ka.PodNamespace && r.PodName == ka.PodName {

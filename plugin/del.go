@@ -134,9 +134,8 @@ func removeGuard(hostIf string) error {
 
 // claimedBy returns the record of another attachment using hostIf, or nil.
 func claimedBy(store *state.Store, hostIf, containerID, ifName string) *state.Workload {
-	recs, _ := store.ListWorkloads()
-	for _, r := range recs {
-		if r.HostIface == hostIf && (r.ContainerID != containerID || r.IfName != ifName) {
+	for _, r := range store.WorkloadsWithHostIface(hostIf) {
+		if r.ContainerID != containerID || r.IfName != ifName {
 			return r
 		}
 	}
