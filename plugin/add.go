@@ -28,6 +28,7 @@ import (
 // routes. Every step registers its undo; when a later step fails the undos
 // run in reverse, so a failed ADD leaves no address, veth, record or route.
 func cmdAdd(args *skel.CmdArgs) (err error) {
+	defer waitGuardCloses()
 	c, ka, e := loadCall(args)
 	if e != nil {
 		return e

@@ -2,9 +2,12 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
+	"sync"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/netguard"
@@ -66,15 +69,35 @@ func (kernel) RemoveGuard(hostIface string) error {
 	return withGuards(func(g *podguard.Guards) error { return g.Remove(hostIface) })
 }
 
-// withGuards runs f with the pod guards of the plugin's namespace.
+// withGuards runs f with the pod guards of the plugin's namespace, over one
+// nf_tables socket for all of f's requests. The socket is closed in the
+// background (see guardCloses): after a commit, the kernel's release of an
+// nf_tables socket waits, under the namespace's nf_tables mutex, for the
+// committed transaction's cleanup (an RCU grace period), and the command
+// need not wait for that before its next steps.
 func withGuards(f func(*podguard.Guards) error) error {
-	g, err := podguard.New()
+	g, err := podguard.New(nftables.AsLasting())
 	if err != nil {
 		return err
 	}
-	defer g.Close()
-	return f(g)
+	err = f(g)
+	guardCloses.Add(1)
+	go func() {
+		defer guardCloses.Done()
+		if cerr := g.Close(); cerr != nil {
+			slog.Debug("close nf_tables socket", "err", cerr)
+		}
+	}()
+	return err
 }
+
+// guardCloses tracks the background closes of withGuards; a command waits
+// for them before it returns (waitGuardCloses).
+var guardCloses sync.WaitGroup
+
+// waitGuardCloses waits until every nf_tables socket withGuards opened is
+// closed.
+func waitGuardCloses() { guardCloses.Wait() }
 func (kernel) Host(ownProto int, prefix string) (netguard.Host, error) {
 	return netguard.ReadHost(nil, ownProto, ownedByRoutelet(prefix))
 }

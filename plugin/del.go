@@ -26,6 +26,7 @@ import (
 // touched, and DEL holds the host veth name's lock, waiting for an ADD of
 // the same name to finish.
 func cmdDel(args *skel.CmdArgs) error {
+	defer waitGuardCloses()
 	c, ka, e := loadCall(args)
 	if e != nil {
 		return e
