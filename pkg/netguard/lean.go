@@ -27,6 +27,10 @@ func ReadHostAt(ns netns.NsHandle, ownProto int, owned func(Link) bool) (Host, e
 		return Host{}, fmt.Errorf("netguard: %w", err)
 	}
 	defer c.Close()
+	// The kernel then dumps only the main table's routes (not the local
+	// table's address and multicast routes of every link); before 4.20 the
+	// option is unknown and the table is filtered here as it is anyway.
+	_ = c.SetStrictCheck()
 	return nlutil.Retry(func() (Host, error) { return readHostLean(c, ownProto, owned) })
 }
 
@@ -103,7 +107,7 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 	}
 
 	req = nl.NewNetlinkRequest(unix.RTM_GETROUTE, unix.NLM_F_DUMP)
-	req.AddData(&nl.RtMsg{RtMsg: unix.RtMsg{Family: unix.AF_UNSPEC}})
+	req.AddData(&nl.RtMsg{RtMsg: unix.RtMsg{Family: unix.AF_UNSPEC, Table: unix.RT_TABLE_MAIN}})
 	seen := map[string]bool{}
 	err = c.Execute(req, func(m []byte) error {
 		if len(m) < unix.SizeofRtMsg {
