@@ -27,8 +27,6 @@ type dataplane interface {
 	Setup(spec podnet.Spec) (*podnet.Attached, error)
 	AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error
 	Teardown(hostIface string) error
-	// SetHostDown sets the host veth down, cutting the pod off.
-	SetHostDown(hostIface string) error
 	// EnsureGuard, ReadGuard and RemoveGuard keep the pod source check on
 	// the host veth's ingress hook (pkg/podguard).
 	EnsureGuard(spec podguard.Spec) error
@@ -59,8 +57,7 @@ func (kernel) Setup(spec podnet.Spec) (*podnet.Attached, error) { return podnet.
 func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error {
 	return podnet.AddHostRoutes(hostIface, addrs, proto)
 }
-func (kernel) Teardown(hostIface string) error    { return podnet.Teardown(hostIface) }
-func (kernel) SetHostDown(hostIface string) error { return podnet.SetHostDown(hostIface) }
+func (kernel) Teardown(hostIface string) error { return podnet.Teardown(hostIface) }
 func (kernel) EnsureGuard(spec podguard.Spec) error {
 	return withGuards(func(g *podguard.Guards) error { _, err := g.Ensure(spec); return err })
 }

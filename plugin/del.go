@@ -100,10 +100,9 @@ func deleteHostVeth(store *state.Store, host netguard.Host, prefix, hostIf, cont
 }
 
 // removeLink deletes the link a workload record names only when it is a
-// veth with the configured prefix and not the uplink, with its pod guard:
-// the veth set down, the guard removed, the veth deleted. When there is no
-// such link the guard is removed all the same (on kernels that keep a
-// netdev chain without its device). Anything else (a tampered record naming a
+// veth with the configured prefix and not the uplink, and then, as when
+// there is no such link, its pod guard (on kernels that keep a netdev
+// chain without its device). Anything else (a tampered record naming a
 // bridge, the uplink, an overlay device, a veth under another prefix) is
 // left alone with a warning, and so is its guard: the address and the
 // record are still released, so DEL and GC converge.
@@ -120,18 +119,10 @@ func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) 
 			"iface", hostIf, "reason", why, "container", containerID, "ifname", ifName)
 		return nil
 	}
-	// The guard goes before the veth, with the veth set down first so the
-	// pod can send nothing unchecked meanwhile: the kernel's cleanup after
-	// the guard's removal (see withGuards) then runs while the veth is
-	// being deleted instead of after it.
-	if err := dp.SetHostDown(hostIf); err != nil {
-		return fmt.Errorf("cut off host veth: %w", err)
-	}
-	gerr := removeGuard(hostIf)
 	if err := dp.Teardown(hostIf); err != nil {
-		return errors.Join(gerr, fmt.Errorf("delete host veth: %w", err))
+		return fmt.Errorf("delete host veth: %w", err)
 	}
-	return gerr
+	return removeGuard(hostIf)
 }
 
 // removeGuard deletes the pod guard of hostIf, whose veth is gone.

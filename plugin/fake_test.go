@@ -130,8 +130,6 @@ func (f *fakeDataplane) Teardown(hostIface string) error {
 	return nil
 }
 
-func (f *fakeDataplane) SetHostDown(string) error { return f.step("host-down") }
-
 func (f *fakeDataplane) EnsureGuard(spec podguard.Spec) error {
 	if err := f.step("guard"); err != nil {
 		return err

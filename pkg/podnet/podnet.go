@@ -308,32 +308,6 @@ func Teardown(hostIface string) error {
 	return deleteLink(h, hostIface)
 }
 
-// SetHostDown sets the host veth hostIface down, which cuts the pod off:
-// the kernel drops what the pod sends to a peer that is down. A missing
-// link is success; a link of that name that is not a veth is left alone and
-// reported.
-func SetHostDown(hostIface string) error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink handle in node netns: %w", err)
-	}
-	defer h.Close()
-	l, err := h.LinkByName(hostIface)
-	if err != nil {
-		if nlutil.NotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("look up host veth %s: %w", hostIface, err)
-	}
-	if t := l.Type(); t != "veth" {
-		return fmt.Errorf("host interface %s is a %s, not a veth: not touching it", hostIface, t)
-	}
-	if err := h.LinkSetDown(l); err != nil && !nlutil.NotFound(err) {
-		return fmt.Errorf("set host veth %s down: %w", hostIface, err)
-	}
-	return nil
-}
-
 // deleteLink removes a veth by name; gone is success, not-a-veth is an error.
 func deleteLink(h *netlink.Handle, name string) error {
 	l, err := h.LinkByName(name)
