@@ -149,24 +149,34 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err = dp.EnableForwarding(has6); err != nil {
 		return cniErr(types.ErrInternal, "enable forwarding: %v", err)
 	}
+	// The pod's source check goes on as soon as the veth pair exists,
+	// before either end is up or the pod has an address: an ADD that
+	// cannot install it fails. Early, so that the kernel's cleanup after
+	// the guard's commit (see withGuards) runs while the pod side is
+	// configured.
+	guard := podguard.Spec{Device: hostIf, Addrs: addrs, VXLANPort: node.vxlanPort}
+	var guardErr error
 	att, err := dp.Setup(podnet.Spec{
 		HostIface: hostIf,
 		ContIface: args.IfName,
 		Netns:     args.Netns,
 		MTU:       node.mtu,
 		Addrs:     addrs,
+		Created: func() error {
+			if guardErr = dp.EnsureGuard(guard); guardErr != nil {
+				return guardErr
+			}
+			undo = append(undo, func() error { return dp.RemoveGuard(hostIf) })
+			return nil
+		},
 	})
 	if err != nil {
+		if guardErr != nil {
+			return cniErr(types.ErrInternal, "pod source check on %s: %v", hostIf, guardErr)
+		}
 		return cniErr(types.ErrInternal, "set up pod network: %v", err)
 	}
 	undo = append(undo, func() error { return dp.Teardown(hostIf) })
-	// The pod's source check, before the pod can be told its addresses: an
-	// ADD that cannot install it fails.
-	guard := podguard.Spec{Device: hostIf, Addrs: addrs, VXLANPort: node.vxlanPort}
-	if err = dp.EnsureGuard(guard); err != nil {
-		return cniErr(types.ErrInternal, "pod source check on %s: %v", hostIf, err)
-	}
-	undo = append(undo, func() error { return dp.RemoveGuard(hostIf) })
 
 	rec := &state.Workload{
 		ContainerID:  args.ContainerID,
