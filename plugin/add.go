@@ -28,6 +28,7 @@ import (
 // routes. Every step registers its undo; when a later step fails the undos
 // run in reverse, so a failed ADD leaves no address, veth, record or route.
 func cmdAdd(args *skel.CmdArgs) (err error) {
+	defer waitGuardCloses()
 	c, ka, e := loadCall(args)
 	if e != nil {
 		return e
@@ -74,7 +75,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	defer lk.release()
 	// Only an existing veth of that name can belong to another pod; the
 	// record scan that finds its owner is kept off the common path.
-	if hv, err := dp.InspectHost(hostIf); err != nil {
+	if hv, err := dp.HostLink(hostIf); err != nil {
 		return cniErr(types.ErrInternal, "look up host veth %s: %v", hostIf, err)
 	} else if hv.Exists {
 		if other := vethOwner(store, hostIf, args.ContainerID, args.IfName, ka); other != nil {
@@ -148,24 +149,34 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err = dp.EnableForwarding(has6); err != nil {
 		return cniErr(types.ErrInternal, "enable forwarding: %v", err)
 	}
+	// The pod's source check goes on as soon as the veth pair exists,
+	// before either end is up or the pod has an address: an ADD that
+	// cannot install it fails. Early, so that the kernel's cleanup after
+	// the guard's commit (see withGuards) runs while the pod side is
+	// configured.
+	guard := podguard.Spec{Device: hostIf, Addrs: addrs, VXLANPort: node.vxlanPort}
+	var guardErr error
 	att, err := dp.Setup(podnet.Spec{
 		HostIface: hostIf,
 		ContIface: args.IfName,
 		Netns:     args.Netns,
 		MTU:       node.mtu,
 		Addrs:     addrs,
+		Created: func() error {
+			if guardErr = dp.EnsureGuard(guard); guardErr != nil {
+				return guardErr
+			}
+			undo = append(undo, func() error { return dp.RemoveGuard(hostIf) })
+			return nil
+		},
 	})
 	if err != nil {
+		if guardErr != nil {
+			return cniErr(types.ErrInternal, "pod source check on %s: %v", hostIf, guardErr)
+		}
 		return cniErr(types.ErrInternal, "set up pod network: %v", err)
 	}
 	undo = append(undo, func() error { return dp.Teardown(hostIf) })
-	// The pod's source check, before the pod can be told its addresses: an
-	// ADD that cannot install it fails.
-	guard := podguard.Spec{Device: hostIf, Addrs: addrs, VXLANPort: node.vxlanPort}
-	if err = dp.EnsureGuard(guard); err != nil {
-		return cniErr(types.ErrInternal, "pod source check on %s: %v", hostIf, err)
-	}
-	undo = append(undo, func() error { return dp.RemoveGuard(hostIf) })
 
 	rec := &state.Workload{
 		ContainerID:  args.ContainerID,
@@ -204,9 +215,8 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 // attachments' names hash alike (likely only with a long interfacePrefix):
 // Setup would replace that pod's veth and cut it off.
 func vethOwner(store *state.Store, hostIf, containerID, ifName string, ka *cniArgs) *state.Workload {
-	recs, _ := store.ListWorkloads()
-	for _, r := range recs {
-		if r.HostIface != hostIf || (r.ContainerID == containerID && r.IfName == ifName) {
+	for _, r := range store.WorkloadsWithHostIface(hostIf) {
+		if r.ContainerID == containerID && r.IfName == ifName {
 			continue
 		}
 		if ka.PodNamespace != "" && ka.PodName != "" && r.PodNamespace == ka.PodNamespace && r.PodName == ka.PodName {

@@ -28,6 +28,7 @@ import (
 // prevResult. It reports every difference it finds, each naming the object
 // and what differs, in one error.
 func cmdCheck(args *skel.CmdArgs) error {
+	defer waitGuardCloses()
 	c, e := loadConfig(args.StdinData)
 	if e != nil {
 		return e

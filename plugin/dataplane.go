@@ -2,9 +2,12 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
+	"sync"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/netguard"
@@ -18,6 +21,8 @@ import (
 type dataplane interface {
 	InspectPod(netnsPath, ifName string) (*podnet.PodView, error)
 	InspectHost(hostIface string) (*podnet.HostView, error)
+	// HostLink is InspectHost without the routes.
+	HostLink(hostIface string) (*podnet.HostView, error)
 	EnableForwarding(ipv6 bool) error
 	Setup(spec podnet.Spec) (*podnet.Attached, error)
 	AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error
@@ -44,6 +49,9 @@ func (kernel) InspectPod(netnsPath, ifName string) (*podnet.PodView, error) {
 func (kernel) InspectHost(hostIface string) (*podnet.HostView, error) {
 	return podnet.InspectHost(hostIface)
 }
+func (kernel) HostLink(hostIface string) (*podnet.HostView, error) {
+	return podnet.LookupHost(hostIface)
+}
 func (kernel) EnableForwarding(ipv6 bool) error                 { return podnet.EnableForwarding(ipv6) }
 func (kernel) Setup(spec podnet.Spec) (*podnet.Attached, error) { return podnet.Setup(spec) }
 func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error {
@@ -61,15 +69,35 @@ func (kernel) RemoveGuard(hostIface string) error {
 	return withGuards(func(g *podguard.Guards) error { return g.Remove(hostIface) })
 }
 
-// withGuards runs f with the pod guards of the plugin's namespace.
+// withGuards runs f with the pod guards of the plugin's namespace, over one
+// nf_tables socket for all of f's requests. The socket is closed in the
+// background (see guardCloses): after a commit, the kernel's release of an
+// nf_tables socket waits, under the namespace's nf_tables mutex, for the
+// committed transaction's cleanup (an RCU grace period), and the command
+// need not wait for that before its next steps.
 func withGuards(f func(*podguard.Guards) error) error {
-	g, err := podguard.New()
+	g, err := podguard.New(nftables.AsLasting())
 	if err != nil {
 		return err
 	}
-	defer g.Close()
-	return f(g)
+	err = f(g)
+	guardCloses.Add(1)
+	go func() {
+		defer guardCloses.Done()
+		if cerr := g.Close(); cerr != nil {
+			slog.Debug("close nf_tables socket", "err", cerr)
+		}
+	}()
+	return err
 }
+
+// guardCloses tracks the background closes of withGuards; a command waits
+// for them before it returns (waitGuardCloses).
+var guardCloses sync.WaitGroup
+
+// waitGuardCloses waits until every nf_tables socket withGuards opened is
+// closed.
+func waitGuardCloses() { guardCloses.Wait() }
 func (kernel) Host(ownProto int, prefix string) (netguard.Host, error) {
 	return netguard.ReadHost(nil, ownProto, ownedByRoutelet(prefix))
 }

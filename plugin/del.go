@@ -26,6 +26,7 @@ import (
 // touched, and DEL holds the host veth name's lock, waiting for an ADD of
 // the same name to finish.
 func cmdDel(args *skel.CmdArgs) error {
+	defer waitGuardCloses()
 	c, ka, e := loadCall(args)
 	if e != nil {
 		return e
@@ -106,7 +107,7 @@ func deleteHostVeth(store *state.Store, host netguard.Host, prefix, hostIf, cont
 // left alone with a warning, and so is its guard: the address and the
 // record are still released, so DEL and GC converge.
 func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) error {
-	hv, err := dp.InspectHost(hostIf)
+	hv, err := dp.HostLink(hostIf)
 	if err != nil {
 		return fmt.Errorf("look up host veth %s: %w", hostIf, err)
 	}
@@ -134,9 +135,8 @@ func removeGuard(hostIf string) error {
 
 // claimedBy returns the record of another attachment using hostIf, or nil.
 func claimedBy(store *state.Store, hostIf, containerID, ifName string) *state.Workload {
-	recs, _ := store.ListWorkloads()
-	for _, r := range recs {
-		if r.HostIface == hostIf && (r.ContainerID != containerID || r.IfName != ifName) {
+	for _, r := range store.WorkloadsWithHostIface(hostIf) {
+		if r.ContainerID != containerID || r.IfName != ifName {
 			return r
 		}
 	}

@@ -87,6 +87,14 @@ func (f *fakeDataplane) InspectHost(hostIface string) (*podnet.HostView, error) 
 	return v, nil
 }
 
+func (f *fakeDataplane) HostLink(hostIface string) (*podnet.HostView, error) {
+	v, err := f.InspectHost(hostIface)
+	if v != nil {
+		v.Routes = nil
+	}
+	return v, err
+}
+
 func (f *fakeDataplane) EnableForwarding(bool) error { return f.step("forwarding") }
 
 func (f *fakeDataplane) Setup(spec podnet.Spec) (*podnet.Attached, error) {
@@ -94,6 +102,12 @@ func (f *fakeDataplane) Setup(spec podnet.Spec) (*podnet.Attached, error) {
 		return nil, err
 	}
 	f.veths[spec.HostIface] = spec
+	if spec.Created != nil {
+		if err := spec.Created(); err != nil {
+			delete(f.veths, spec.HostIface)
+			return nil, err
+		}
+	}
 	f.podIfs[spec.Netns+"/"+spec.ContIface] = true
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
 	return &podnet.Attached{HostIface: spec.HostIface, HostMAC: podnet.HostMAC, ContIface: spec.ContIface,

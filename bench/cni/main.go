@@ -9,9 +9,11 @@
 // -pods pods, then their sequential DEL, interleaved pod by pod across the
 // plugins so background load hits each alike; then -rounds rounds of
 // -parallel concurrent ADDs followed by their concurrent DELs, one plugin at a
-// time with the order rotating. It prints p50/p99 latency per phase, the
-// routelet/ptp ratio of the p50s, and failures; it exits 1 when any operation
-// failed. Run as root: go run ./bench/cni (or make bench).
+// time with the order rotating; then the scale phase: -scale-samples ADDs of
+// one pod on an empty node, and as many with -full pods on it. It prints
+// p50/p99 latency per phase, the routelet/ptp ratio of the p50s, each
+// plugin's ADD at -full pods over its ADD at 1, and failures; it exits 1 when
+// any operation failed. Run as root: go run ./bench/cni (or make bench).
 package main
 
 import (
@@ -49,13 +51,15 @@ func main() {
 	parallel := flag.Int("parallel", 32, "concurrent ADDs in the parallel phase")
 	mtu := flag.Int("mtu", 1450, "pod MTU given to both plugins")
 	rounds := flag.Int("rounds", 3, "rounds of the parallel phase (plugin order rotates each round)")
+	full := flag.Int("full", 250, "pods on the node in the scale phase (ADD at 1 pod vs ADD at this many)")
+	scaleN := flag.Int("scale-samples", 20, "ADD+DEL samples at each end of the scale phase (0: skip the phase)")
 	only := flag.String("plugins", "ptp,routelet", "comma-separated plugins to run: ptp, routelet")
 	work := flag.String("workdir", defaultWorkDir(), "parent of the temp dir holding routelet's stateDir and host-local's dataDir")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *work, *pods, *parallel, *rounds, *mtu, strings.Split(*only, ",")); err != nil {
+	if err := run(ctx, *work, *pods, *parallel, *rounds, *mtu, *full, *scaleN, strings.Split(*only, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -73,13 +77,20 @@ type phase struct {
 	samples      []sample
 }
 
-func run(ctx context.Context, workDir string, pods, parallel, rounds, mtu int, plugins []string) (err error) {
+func run(ctx context.Context, workDir string, pods, parallel, rounds, mtu, full, scaleN int, plugins []string) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (creates network namespaces)")
 	}
 	if pods < 1 || parallel < 1 || rounds < 1 || pods+parallel > 250 {
 		return fmt.Errorf("pods %d, parallel %d, rounds %d: each must be ≥ 1, pods+parallel ≤ 250 (one /24)",
 			pods, parallel, rounds)
+	}
+	if scaleN < 0 || scaleN > 0 && (full < 2 || full > 250) {
+		return fmt.Errorf("full %d, scale-samples %d: full must be 2 to 250 (one /24), scale-samples ≥ 0", full, scaleN)
+	}
+	nPods := pods + parallel
+	if scaleN > 0 {
+		nPods = max(nPods, full)
 	}
 	if _, err := netnstest.RemoveStale(benchPrefix); err != nil {
 		return err
@@ -119,7 +130,7 @@ func run(ctx context.Context, workDir string, pods, parallel, rounds, mtu int, p
 		if err != nil {
 			return err
 		}
-		t, err := newTarget(p, binDir, work, list, pods+parallel)
+		t, err := newTarget(p, binDir, work, list, nPods)
 		if t != nil {
 			targets = append(targets, t)
 		}
@@ -176,12 +187,74 @@ func run(ctx context.Context, workDir string, pods, parallel, rounds, mtu int, p
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if scaleN > 0 {
+		if err := scale(ctx, targets, full, scaleN); err != nil {
+			return err
+		}
+	}
 
 	var results []phase
 	for _, t := range targets {
 		results = append(results, t.seqAdd, t.seqDel, t.parAdd, t.parDel)
+		if scaleN > 0 {
+			results = append(results, t.addAt1, t.addAtFull)
+		}
 	}
 	return report(os.Stdout, results, mtu, rounds, tmp)
+}
+
+// scale measures how ADD grows with the pods on the node: n ADDs (each
+// followed by its DEL, unmeasured) of one pod on an empty node, then, with
+// full-1 other pods attached (unmeasured), n ADDs (each with its DEL) of the
+// last one. Plugins are interleaved sample by sample; every pod is deleted at
+// the end.
+func scale(ctx context.Context, targets []*target, full, n int) error {
+	for _, t := range targets {
+		t.addAt1 = phase{plugin: t.name, name: "ADD at 1"}
+		t.addAtFull = phase{plugin: t.name, name: fmt.Sprintf("ADD at %d", full)}
+	}
+	last := full - 1
+	sampleAdd := func(ph *phase, t *target) error {
+		s := timed(func() error { _, err := t.node.Add(ctx, t.list, t.rt(last)); return err })
+		ph.samples = append(ph.samples, s)
+		if err := t.node.Del(ctx, t.list, t.rt(last)); err != nil {
+			return fmt.Errorf("%s: scale phase DEL: %w", t.name, err)
+		}
+		return ctx.Err()
+	}
+	for range n {
+		for _, t := range targets {
+			if err := sampleAdd(&t.addAt1, t); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range last {
+		for _, t := range targets {
+			if _, err := t.node.Add(ctx, t.list, t.rt(i)); err != nil {
+				return fmt.Errorf("%s: scale phase fill ADD %d: %w", t.name, i, err)
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	for range n {
+		for _, t := range targets {
+			if err := sampleAdd(&t.addAtFull, t); err != nil {
+				return err
+			}
+		}
+	}
+	var errs []error
+	for _, t := range targets {
+		for i := range last {
+			if err := t.node.Del(ctx, t.list, t.rt(i)); err != nil {
+				errs = append(errs, fmt.Errorf("%s: scale phase DEL %d: %w", t.name, i, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // defaultWorkDir is /dev/shm when it is a tmpfs: routelet's state dir
@@ -211,6 +284,7 @@ type target struct {
 	list                           *libcni.NetworkConfigList
 	pods                           []ns.NetNS
 	seqAdd, seqDel, parAdd, parDel phase
+	addAt1, addAtFull              phase
 }
 
 // newTarget creates the node and n pod namespaces for one plugin. On error it
@@ -329,6 +403,19 @@ func report(w *os.File, phases []phase, mtu, rounds int, dir string) error {
 		r, p := p50["routelet "+ph.name], p50["ptp "+ph.name]
 		if p > 0 && r > 0 {
 			fmt.Fprintf(w, "ratio routelet/ptp+host-local %-12s p50 %.2f\n", ph.name, float64(r)/float64(p))
+		}
+	}
+	for _, ph := range phases {
+		if ph.name == "ADD at 1" || !strings.HasPrefix(ph.name, "ADD at ") {
+			continue
+		}
+		a, b := p50[ph.plugin+" ADD at 1"], p50[ph.plugin+" "+ph.name]
+		if a > 0 && b > 0 {
+			label := ph.plugin
+			if label == "ptp" {
+				label = "ptp+host-local"
+			}
+			fmt.Fprintf(w, "growth %-14s %s / ADD at 1 p50 %.2f\n", label, ph.name, float64(b)/float64(a))
 		}
 	}
 	fmt.Fprintf(w, "failures: %d\n", total)

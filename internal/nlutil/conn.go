@@ -211,3 +211,10 @@ func done(cbErr error, intr bool) error {
 
 // nlmAlign rounds a message length up to netlink's 4-byte alignment.
 func nlmAlign(l int) int { return (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
+
+// SetStrictCheck turns on NETLINK_GET_STRICT_CHK (kernel 4.20 and later):
+// the kernel then checks dump requests strictly and applies the filters
+// they carry, such as a route dump's table, instead of ignoring them.
+func (c *Conn) SetStrictCheck() error {
+	return unix.SetsockoptInt(c.fd, unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1)
+}

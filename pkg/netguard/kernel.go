@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/nlutil"
@@ -14,14 +15,11 @@ import (
 // true (routelet's pod veths and overlay devices; nil: none) contribute no
 // addresses and no connected routes, and neither do routes of protocol
 // ownProto: what routelet itself put there is not the node's own space.
-// A snapshot interrupted by concurrent changes is taken again.
+// A snapshot interrupted by concurrent changes is taken again. With a nil h
+// it is ReadHostAt of the calling thread's namespace.
 func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, error) {
 	if h == nil {
-		var err error
-		if h, err = netlink.NewHandle(); err != nil {
-			return Host{}, fmt.Errorf("netguard: netlink handle: %w", err)
-		}
-		defer h.Close()
+		return ReadHostAt(netns.None(), ownProto, owned)
 	}
 	return nlutil.Retry(func() (Host, error) { return readHost(h, ownProto, owned) })
 }

@@ -3,10 +3,13 @@ package netguard
 import (
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/netnstest"
 )
@@ -136,5 +139,82 @@ func TestReadHostOwnedLinks(t *testing.T) {
 	}
 	if err := host.CheckInterfacePrefix("cali"); err != nil {
 		t.Errorf("prefix cali: %v", err)
+	}
+}
+
+// TestReadHostAtKernel reads one namespace both ways, the library's full
+// decoding (ReadHost with a handle) and the raw reader (ReadHostAt), and
+// wants the same Host: links of several kinds (veth, bridge, dummy, tun),
+// IPv4 and IPv6 addresses, a multipath default route whose second hop is
+// an uplink too, an IPv6 default, a blackhole default, static on-link
+// routes of both families and routes of the own protocol.
+func TestReadHostAtKernel(t *testing.T) {
+	n := netnstest.NewT(t)
+	h := n.Handle
+	add := func(l netlink.Link) netlink.Link {
+		t.Helper()
+		if err := h.LinkAdd(l); err != nil {
+			t.Fatalf("add link %s: %v", l.Attrs().Name, err)
+		}
+		got, err := h.LinkByName(l.Attrs().Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	up := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up0p"})
+	up2 := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up1"}, PeerName: "up1p"})
+	add(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-x"}})
+	own := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cali0a"}, PeerName: "cali0ap"})
+	for l, cidrs := range map[netlink.Link][]string{
+		up:  {"192.168.77.2/24", "2001:db8:77::2/64"},
+		up2: {"198.51.100.7/28"},
+		own: {"10.55.0.1/24", "2001:db8:55::1/128"},
+	} {
+		for _, c := range cidrs {
+			a, err := netlink.ParseAddr(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Flags = unix.IFA_F_NODAD
+			if err := h.AddrAdd(l, a); err != nil {
+				t.Fatalf("add %s: %v", c, err)
+			}
+		}
+	}
+	cidr := func(s string) *net.IPNet { _, p, _ := net.ParseCIDR(s); return p }
+	for _, r := range []*netlink.Route{
+		{Dst: cidr("0.0.0.0/0"), MultiPath: []*netlink.NexthopInfo{
+			{LinkIndex: up.Attrs().Index, Gw: net.ParseIP("192.168.77.1")},
+			{LinkIndex: up2.Attrs().Index, Gw: net.ParseIP("198.51.100.1")},
+		}},
+		{Gw: net.ParseIP("2001:db8:77::1"), LinkIndex: up.Attrs().Index},
+		{Dst: cidr("0.0.0.0/0"), Type: unix.RTN_BLACKHOLE, Priority: 500},
+		{Dst: cidr("172.31.0.0/16"), LinkIndex: up.Attrs().Index, Scope: netlink.SCOPE_LINK, Protocol: 4},
+		{Dst: cidr("2001:db8:99::/64"), LinkIndex: up.Attrs().Index, Protocol: 4},
+		{Dst: cidr("10.66.0.0/24"), LinkIndex: up.Attrs().Index, Scope: netlink.SCOPE_LINK, Protocol: 80},
+		{Dst: cidr("10.55.0.9/32"), LinkIndex: own.Attrs().Index, Scope: netlink.SCOPE_LINK, Protocol: 4},
+	} {
+		if err := h.RouteAdd(r); err != nil {
+			t.Fatalf("add %v: %v", r, err)
+		}
+	}
+	owned := func(l Link) bool { return Owned(l, "cali") }
+	want, err := ReadHost(h, 80, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadHostAt(netns.NsHandle(n.NetNS.Fd()), 80, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadHostAt:\n%+v\nReadHost with the library:\n%+v", got, want)
+	}
+	if !slices.Equal(got.Uplinks, []string{"up0", "up1"}) {
+		t.Errorf("uplinks %v, want [up0 up1]", got.Uplinks)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -68,19 +69,43 @@ func (g *Guards) Chains() (map[string]*nftables.Chain, error) {
 	return out, nil
 }
 
+// Chain reads the chain of device's guard by name (one GETCHAIN request,
+// whatever the number of guards); ok is false when it or routelet's table
+// does not exist.
+func (g *Guards) Chain(device string) (ch *nftables.Chain, ok bool, err error) {
+	ch, err = g.c.ListChain(table(), device)
+	switch {
+	case err == nil:
+		return ch, true, nil
+	case notFound(err):
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("pod guard %s: read chain: %w", device, err)
+}
+
+// notFound reports whether err is the kernel's ENOENT. The nftables
+// library formats the errno into its error text rather than wrapping it.
+func notFound(err error) bool {
+	return errors.Is(err, unix.ENOENT) || strings.HasSuffix(err.Error(), unix.ENOENT.Error())
+}
+
 // Read compares the guard of s.Device in the kernel with s: its chain is
-// looked up in have (from Chains; nil: read now) and its rules are read.
+// looked up in have (from Chains; nil: read by name) and its rules are
+// read.
 func (g *Guards) Read(s Spec, have map[string]*nftables.Chain) (State, error) {
 	if err := s.Validate(); err != nil {
 		return Missing, err
 	}
+	var ch *nftables.Chain
+	var ok bool
 	if have == nil {
 		var err error
-		if have, err = g.Chains(); err != nil {
+		if ch, ok, err = g.Chain(s.Device); err != nil {
 			return Missing, err
 		}
+	} else {
+		ch, ok = have[s.Device]
 	}
-	ch, ok := have[s.Device]
 	if !ok {
 		return Missing, nil
 	}

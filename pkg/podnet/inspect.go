@@ -87,23 +87,45 @@ func InspectHost(hostIface string) (*HostView, error) {
 		return nil, fmt.Errorf("netlink handle in node netns: %w", err)
 	}
 	defer h.Close()
-	v := &HostView{}
-	l, err := h.LinkByName(hostIface)
-	if err != nil {
-		if nlutil.NotFound(err) {
-			return v, nil
-		}
-		return nil, fmt.Errorf("look up host veth %s: %w", hostIface, err)
+	v, l, err := lookupHost(h, hostIface)
+	if err != nil || !v.Exists {
+		return v, err
 	}
-	v.Exists = true
-	v.Type = l.Type()
-	v.Up = l.Attrs().Flags&net.FlagUp != 0
-	v.MAC = l.Attrs().HardwareAddr.String()
 	v.Routes, err = linkRoutes(h, l)
 	if err != nil {
 		return nil, fmt.Errorf("list routes of host veth %s: %w", hostIface, err)
 	}
 	return v, nil
+}
+
+// LookupHost is InspectHost without the routes: one link request, where
+// the routes (a dump of the main table filtered here) would cost more with
+// every pod on the node.
+func LookupHost(hostIface string) (*HostView, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in node netns: %w", err)
+	}
+	defer h.Close()
+	v, _, err := lookupHost(h, hostIface)
+	return v, err
+}
+
+// lookupHost reads the link hostIface through h.
+func lookupHost(h *netlink.Handle, hostIface string) (*HostView, netlink.Link, error) {
+	v := &HostView{}
+	l, err := h.LinkByName(hostIface)
+	if err != nil {
+		if nlutil.NotFound(err) {
+			return v, nil, nil
+		}
+		return nil, nil, fmt.Errorf("look up host veth %s: %w", hostIface, err)
+	}
+	v.Exists = true
+	v.Type = l.Type()
+	v.Up = l.Attrs().Flags&net.FlagUp != 0
+	v.MAC = l.Attrs().HardwareAddr.String()
+	return v, l, nil
 }
 
 // linkRoutes lists the main-table routes of both families through l.

@@ -34,6 +34,10 @@ type Spec struct {
 	Netns     string       // path of the pod's network namespace
 	MTU       int          // MTU of both veth ends
 	Addrs     []netip.Addr // pod addresses, configured as /32 and /128
+	// Created, when set, is called once the veth pair exists, before
+	// either end is configured or up; when it fails, Setup deletes the
+	// pair and returns its error.
+	Created func() error
 }
 
 // Attached reports what Setup made.
@@ -110,6 +114,14 @@ func Setup(spec Spec) (*Attached, error) {
 		return nil, fmt.Errorf("create veth %s (peer %s in %s): %w", spec.HostIface, spec.ContIface, spec.Netns, err)
 	}
 	slog.Debug("created veth", "iface", spec.HostIface, "peer", spec.ContIface, "netns", spec.Netns)
+	if spec.Created != nil {
+		if err := spec.Created(); err != nil {
+			if delErr := deleteLink(host, spec.HostIface); delErr != nil {
+				slog.Warn("rollback: delete veth failed", "iface", spec.HostIface, "err", delErr)
+			}
+			return nil, err
+		}
+	}
 
 	if err := configure(host, cont, spec, out); err != nil {
 		if delErr := deleteLink(host, spec.HostIface); delErr != nil {

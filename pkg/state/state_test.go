@@ -614,3 +614,46 @@ func TestRemoveStaleTempsRefusesSymlinkedDir(t *testing.T) {
 		t.Errorf("RemoveStaleTemps(missing) = %v, want ErrNotExist", err)
 	}
 }
+
+// TestWorkloadsWithHostIface lists the records naming one host veth: the
+// ones ListWorkloads has with that HostIface, in the same order, and not a
+// record that holds the name in another field, a corrupt file holding the
+// name, or a record of another veth.
+func TestWorkloadsWithHostIface(t *testing.T) {
+	s := openTemp(t)
+	const veth = "cali0123456789a"
+	for i, host := range []string{veth, "calibbbbbbbbbbb", veth, "calicccccccccc"} {
+		w := workload(fmt.Sprintf("c%d", i), "eth0")
+		w.HostIface = host
+		if i == 3 {
+			w.PodName = veth // the name, but not as HostIface
+		}
+		if err := s.PutWorkload(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(s.WorkloadsDir(), "c9_eth0.json"), []byte(`{"hostIface": "`+veth+`", `), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := s.WorkloadsWithHostIface(veth)
+	var ids []string
+	for _, w := range got {
+		ids = append(ids, w.ContainerID)
+	}
+	if strings.Join(ids, ",") != "c0,c2" {
+		t.Errorf("WorkloadsWithHostIface(%s) = %v, want [c0 c2]", veth, ids)
+	}
+	all, _ := s.ListWorkloads()
+	var want []string
+	for _, w := range all {
+		if w.HostIface == veth {
+			want = append(want, w.ContainerID)
+		}
+	}
+	if strings.Join(ids, ",") != strings.Join(want, ",") {
+		t.Errorf("WorkloadsWithHostIface %v, ListWorkloads filtered %v", ids, want)
+	}
+	if got := s.WorkloadsWithHostIface("calinone"); len(got) != 0 {
+		t.Errorf("records for a veth nobody names: %v", got)
+	}
+}

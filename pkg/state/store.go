@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,6 +154,24 @@ func (s *Store) loadWorkload(name string) (*Workload, error) {
 	if err := readRecord(dir, name, w, func() int { return w.Version }); err != nil {
 		return nil, err
 	}
+	return checkWorkload(dir, name, w)
+}
+
+// decodeWorkload is loadWorkload for a file already read into data.
+func (s *Store) decodeWorkload(dir, name string, data []byte) (*Workload, error) {
+	w := &Workload{}
+	if err := json.Unmarshal(data, w); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, name), err)
+	}
+	if w.Version != RecordVersion {
+		return nil, fmt.Errorf("parse %s: %w %d (want %d)", filepath.Join(dir, name), ErrUnknownVersion, w.Version, RecordVersion)
+	}
+	return checkWorkload(dir, name, w)
+}
+
+// checkWorkload validates w, read from file name of dir, and checks that it
+// belongs under that name.
+func checkWorkload(dir, name string, w *Workload) (*Workload, error) {
 	if err := w.validate(); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, name), err)
 	}
@@ -211,6 +230,40 @@ func (s *Store) DeleteWorkload(containerID, ifName string) error {
 // never stops the listing.
 func (s *Store) ListWorkloads() (good []*Workload, bad []error) {
 	return listRecords(s.dir(workloadsSubdir), s.loadWorkload)
+}
+
+// WorkloadsWithHostIface returns the valid records whose HostIface is name,
+// in file name order: what ListWorkloads would give, filtered, but only the
+// files whose bytes hold name as a JSON string are decoded. Records are
+// written with encoding/json, which writes the characters of a valid
+// interface name as they are, so a record naming it always holds that
+// string. Files that cannot be read or decoded are skipped.
+func (s *Store) WorkloadsWithHostIface(name string) []*Workload {
+	if name == "" {
+		return nil
+	}
+	dir := s.dir(workloadsSubdir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	needle := []byte(`"` + name + `"`)
+	var out []*Workload
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, recordExt) {
+			continue
+		}
+		data, err := ReadFileNoFollow(dir, n)
+		if err != nil || !bytes.Contains(data, needle) {
+			continue
+		}
+		w, err := s.decodeWorkload(dir, n, data)
+		if err == nil && w.HostIface == name {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // PutNode validates and atomically writes a node record.
