@@ -98,6 +98,7 @@ var guardCloses sync.WaitGroup
 // waitGuardCloses waits until every nf_tables socket withGuards opened is
 // closed.
 func waitGuardCloses() { guardCloses.Wait() }
+
 func (kernel) Host(ownProto int, prefix string) (netguard.Host, error) {
 	return netguard.ReadHost(nil, ownProto, ownedByRoutelet(prefix))
 }
