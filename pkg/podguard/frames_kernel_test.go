@@ -251,7 +251,16 @@ func loadTagProgram(tags []uint16) (int, error) {
 		logLevel: 1, logSize: uint32(len(logBuf)), logBuf: uint64(uintptr(unsafe.Pointer(&logBuf[0]))),
 	}
 	copy(attr.progName[:], "vlan_push")
-	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	// The verifier gives up with EAGAIN when a signal is pending, and the
+	// Go runtime signals its threads (preemption): load again, a few times.
+	var fd uintptr
+	var errno unix.Errno
+	for range 20 {
+		fd, _, errno = unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+		if errno != unix.EAGAIN {
+			break
+		}
+	}
 	runtime.KeepAlive(prog)
 	runtime.KeepAlive(license)
 	if errno != 0 {
