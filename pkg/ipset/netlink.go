@@ -1,7 +1,6 @@
 package ipset
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -228,7 +227,7 @@ func (n *Netlink) ListNames() ([]string, error) {
 		}
 		for _, a := range parseAttrs(m[4:]) {
 			if a.typ == nl.IPSET_ATTR_SETNAME {
-				if name := cString(a.val); !seen[name] {
+				if name := nlutil.CString(a.val); !seen[name] {
 					seen[name] = true
 					names = append(names, name)
 				}
@@ -252,29 +251,8 @@ type attr struct {
 // parseAttrs splits b into attributes; a truncated tail is ignored.
 func parseAttrs(b []byte) []attr {
 	var out []attr
-	for len(b) >= 4 {
-		l := int(binary.NativeEndian.Uint16(b[0:2]))
-		t := int(binary.NativeEndian.Uint16(b[2:4])) &^ (int(nl.NLA_F_NESTED) | int(nl.NLA_F_NET_BYTEORDER))
-		if l < 4 || l > len(b) {
-			break
-		}
-		out = append(out, attr{typ: t, val: b[4:l]})
-		adv := (l + 3) &^ 3
-		if adv > len(b) {
-			break
-		}
-		b = b[adv:]
-	}
+	nlutil.EachAttr(b, func(typ uint16, v []byte) { out = append(out, attr{typ: int(typ), val: v}) })
 	return out
-}
-
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }
 
 // parseListMsg merges one LIST answer into info. Large sets come in several
@@ -286,14 +264,14 @@ func parseListMsg(m []byte, info *Info) error {
 	}
 	attrs := parseAttrs(m[4:])
 	for _, a := range attrs {
-		if a.typ == nl.IPSET_ATTR_SETNAME && cString(a.val) != info.Name {
+		if a.typ == nl.IPSET_ATTR_SETNAME && nlutil.CString(a.val) != info.Name {
 			return nil
 		}
 	}
 	for _, a := range attrs {
 		switch a.typ {
 		case nl.IPSET_ATTR_TYPENAME:
-			info.Type = cString(a.val)
+			info.Type = nlutil.CString(a.val)
 		case nl.IPSET_ATTR_FAMILY:
 			if len(a.val) > 0 {
 				info.Family = Family(a.val[0])

@@ -52,14 +52,14 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 			return nil
 		}
 		l := Link{Index: int(int32(binary.NativeEndian.Uint32(m[4:8]))), Type: "device"}
-		eachAttr(m[unix.SizeofIfInfomsg:], func(typ uint16, v []byte) {
+		nlutil.EachAttr(m[unix.SizeofIfInfomsg:], func(typ uint16, v []byte) {
 			switch typ {
 			case unix.IFLA_IFNAME:
-				l.Name = cString(v)
+				l.Name = nlutil.CString(v)
 			case unix.IFLA_LINKINFO:
-				eachAttr(v, func(t uint16, iv []byte) {
+				nlutil.EachAttr(v, func(t uint16, iv []byte) {
 					if t == unix.IFLA_INFO_KIND {
-						l.Type = linkType(cString(iv))
+						l.Type = linkType(nlutil.CString(iv))
 					}
 				})
 			}
@@ -86,7 +86,7 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 		}
 		bits := int(m[1])
 		var local, address []byte
-		eachAttr(m[unix.SizeofIfAddrmsg:], func(typ uint16, v []byte) {
+		nlutil.EachAttr(m[unix.SizeofIfAddrmsg:], func(typ uint16, v []byte) {
 			switch typ {
 			case unix.IFA_LOCAL:
 				local = v
@@ -121,7 +121,7 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 		var dst []byte
 		oif := 0
 		var hops []int
-		eachAttr(m[unix.SizeofRtMsg:], func(t uint16, v []byte) {
+		nlutil.EachAttr(m[unix.SizeofRtMsg:], func(t uint16, v []byte) {
 			switch t {
 			case unix.RTA_TABLE:
 				if len(v) >= 4 {
@@ -172,26 +172,6 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 	return out, nil
 }
 
-// eachAttr calls f with the type (flags masked off) and value of each
-// route attribute in b, stopping at the first malformed one.
-func eachAttr(b []byte, f func(typ uint16, v []byte)) {
-	for len(b) >= unix.SizeofRtAttr {
-		l := int(binary.NativeEndian.Uint16(b[0:2]))
-		if l < unix.SizeofRtAttr || l > len(b) {
-			return
-		}
-		f(binary.NativeEndian.Uint16(b[2:4])&nlaTypeMask, b[unix.SizeofRtAttr:l])
-		al := (l + unix.RTA_ALIGNTO - 1) &^ (unix.RTA_ALIGNTO - 1)
-		if al > len(b) {
-			return
-		}
-		b = b[al:]
-	}
-}
-
-// nlaTypeMask strips NLA_F_NESTED and NLA_F_NET_BYTEORDER from a type.
-const nlaTypeMask = ^uint16(unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
-
 // nexthopLinks returns the output links of an RTA_MULTIPATH value.
 func nexthopLinks(b []byte) []int {
 	var out []int
@@ -208,16 +188,6 @@ func nexthopLinks(b []byte) []int {
 		b = b[al:]
 	}
 	return out
-}
-
-// cString is a NUL-terminated attribute value as a string.
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }
 
 // linkType is the name the netlink library gives a link of kind: the kind
