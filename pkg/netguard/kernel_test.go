@@ -75,20 +75,7 @@ func TestReadHostKernel(t *testing.T) {
 func TestReadHostOwnedLinks(t *testing.T) {
 	n := netnstest.NewT(t)
 	h := n.Handle
-	add := func(l netlink.Link) netlink.Link {
-		t.Helper()
-		if err := h.LinkAdd(l); err != nil {
-			t.Fatalf("add link %s: %v", l.Attrs().Name, err)
-		}
-		got, err := h.LinkByName(l.Attrs().Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.LinkSetUp(got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	add := func(l netlink.Link) netlink.Link { return addUp(t, h, l) }
 	up := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up0p"})
 	add(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-x"}})
 	own := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cali0a"}, PeerName: "cali0ap"})
@@ -151,20 +138,7 @@ func TestReadHostOwnedLinks(t *testing.T) {
 func TestReadHostAtKernel(t *testing.T) {
 	n := netnstest.NewT(t)
 	h := n.Handle
-	add := func(l netlink.Link) netlink.Link {
-		t.Helper()
-		if err := h.LinkAdd(l); err != nil {
-			t.Fatalf("add link %s: %v", l.Attrs().Name, err)
-		}
-		got, err := h.LinkByName(l.Attrs().Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.LinkSetUp(got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	add := func(l netlink.Link) netlink.Link { return addUp(t, h, l) }
 	up := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up0p"})
 	up2 := add(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up1"}, PeerName: "up1p"})
 	add(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-x"}})
@@ -217,4 +191,20 @@ func TestReadHostAtKernel(t *testing.T) {
 	if !slices.Equal(got.Uplinks, []string{"up0", "up1"}) {
 		t.Errorf("uplinks %v, want [up0 up1]", got.Uplinks)
 	}
+}
+
+// addUp adds l through h, sets it up and returns it as the kernel has it.
+func addUp(t *testing.T, h *netlink.Handle, l netlink.Link) netlink.Link {
+	t.Helper()
+	if err := h.LinkAdd(l); err != nil {
+		t.Fatalf("add link %s: %v", l.Attrs().Name, err)
+	}
+	got, err := h.LinkByName(l.Attrs().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetUp(got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
