@@ -24,6 +24,25 @@ var etcdHost = cluster.NodeSpec{Name: "etcd", Host4: "10.0.1.2/24", Host6: "fd00
 // blocks, like the file datastore tests' --pod-cidr values.
 var etcdPools = []string{"--pool", "10.244.0.0/16", "--block-size", "24", "--pool", "fd00:244::/48", "--block-size-v6", "120"}
 
+// etcdCluster builds a cluster of nodes (without blocks of their own,
+// sharing their records directory) and a host running etcd (with TLS and
+// client certificates when tls), and returns the server and the daemon
+// flags that use it.
+func etcdCluster(t *testing.T, nodes []cluster.NodeSpec, tls bool) (*testCluster, *etcdtest.Server, []string) {
+	t.Helper()
+	tc := buildCluster(t, cluster.Options{Nodes: withoutBlocks(nodes...), SharedRecords: true})
+	host, err := tc.c.AddHost(etcdHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := etcdtest.Start(t, etcdtest.Options{NetNS: host.CNI.NS, Addr: netip.MustParseAddr(hostAddr(etcdHost.Host4)), TLS: tls})
+	args := []string{"--datastore=etcd", "--etcd-endpoints=" + srv.Endpoints[0]}
+	if tls {
+		args = append(args, "--etcd-ca-file="+srv.CAFile, "--etcd-cert-file="+srv.CertFile, "--etcd-key-file="+srv.KeyFile)
+	}
+	return tc, srv, args
+}
+
 // withoutBlocks is specs with no --pod-cidr: the blocks come from etcd.
 func withoutBlocks(ss ...cluster.NodeSpec) []cluster.NodeSpec {
 	out := slices.Clone(ss)
@@ -74,14 +93,7 @@ func pingFor(p *cluster.Pod, dst netip.Addr, count int) error {
 func TestEtcdDatastore(t *testing.T) {
 	requireRoot(t)
 	etcdtest.Binary(t)
-	tc := buildCluster(t, cluster.Options{Nodes: withoutBlocks(specs...), SharedRecords: true})
-	host, err := tc.c.AddHost(etcdHost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := etcdtest.Start(t, etcdtest.Options{NetNS: host.CNI.NS, Addr: netip.MustParseAddr(hostAddr(etcdHost.Host4)), TLS: true})
-	etcdArgs := []string{"--datastore=etcd", "--etcd-endpoints=" + srv.Endpoints[0],
-		"--etcd-ca-file=" + srv.CAFile, "--etcd-cert-file=" + srv.CertFile, "--etcd-key-file=" + srv.KeyFile}
+	tc, srv, etcdArgs := etcdCluster(t, specs, true)
 	a := tc.node("a")
 	if out, err := routeletd(a, append(append([]string{"etcd", "init"}, etcdPools...), etcdArgs...)...); err != nil {
 		t.Fatalf("etcd init: %v\n%s", err, out)
@@ -301,13 +313,7 @@ func vxlanRoute(block, first netip.Prefix) string {
 func TestEtcdBlockGrowth(t *testing.T) {
 	requireRoot(t)
 	etcdtest.Binary(t)
-	tc := buildCluster(t, cluster.Options{Nodes: withoutBlocks(specs[:2]...), SharedRecords: true})
-	host, err := tc.c.AddHost(etcdHost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := etcdtest.Start(t, etcdtest.Options{NetNS: host.CNI.NS, Addr: netip.MustParseAddr(hostAddr(etcdHost.Host4))})
-	etcdArgs := []string{"--datastore=etcd", "--etcd-endpoints=" + srv.Endpoints[0]}
+	tc, srv, etcdArgs := etcdCluster(t, specs[:2], false)
 	a, b := tc.node("a"), tc.node("b")
 	pools := []string{"--pool", "10.244.0.0/28", "--block-size", "30", "--pool", "fd00:244::/120", "--block-size-v6", "122"}
 	if out, err := routeletd(a, append(append([]string{"etcd", "init"}, pools...), etcdArgs...)...); err != nil {
@@ -445,7 +451,7 @@ func TestEtcdBlockGrowth(t *testing.T) {
 	if _, err := tc.c.AddPod(ctx, a.Node, "a-pod3"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tc.c.AddPod(ctx, a.Node, "a-pod4")
+	_, err := tc.c.AddPod(ctx, a.Node, "a-pod4")
 	wantErr := fmt.Sprintf("no addresses left in IPv4 blocks %s, %s", blocks[a][0], blocks[a][1])
 	if err == nil || !strings.Contains(err.Error(), wantErr) {
 		t.Fatalf("ADD with every block full and the pool empty: %v, want %q", err, wantErr)

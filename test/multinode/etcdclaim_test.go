@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/diagnose"
-	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netnstest"
 )
@@ -30,13 +29,7 @@ import (
 func TestEtcdClaimConflict(t *testing.T) {
 	requireRoot(t)
 	etcdtest.Binary(t)
-	tc := buildCluster(t, cluster.Options{Nodes: withoutBlocks(specs[:2]...), SharedRecords: true})
-	host, err := tc.c.AddHost(etcdHost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := etcdtest.Start(t, etcdtest.Options{NetNS: host.CNI.NS, Addr: netip.MustParseAddr(hostAddr(etcdHost.Host4))})
-	etcdArgs := []string{"--datastore=etcd", "--etcd-endpoints=" + srv.Endpoints[0]}
+	tc, srv, etcdArgs := etcdCluster(t, specs[:2], false)
 	a, b := tc.node("a"), tc.node("b")
 	if out, err := routeletd(a, append(append([]string{"etcd", "init"}, etcdPools...), etcdArgs...)...); err != nil {
 		t.Fatalf("etcd init: %v\n%s", err, out)
