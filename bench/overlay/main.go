@@ -18,9 +18,8 @@
 // packet work shows up there. Beside it goes the CPU time attributable to
 // the transfer per GB (both iperf3 processes and the softirq work, see
 // attribution), which the machine's other load inflates less. The summary
-// gives the medians and routelet's ratios to the reference in the same run
-// (CPU per GB: target ≤ 1.05 with NAT off), and the pod/underlay
-// throughput ratio. With -perf each transfer is profiled and its
+// gives the medians, routelet's ratios to the reference in the same run
+// and the pod/underlay throughput ratio. With -perf each transfer is profiled and its
 // netfilter share printed per hook; -dump writes both datapaths'
 // configuration for a diff instead of measuring. Everything runs in
 // network namespaces and is removed at the end, also on Ctrl-C.
