@@ -12,7 +12,8 @@
 //  4. the jumps to routelet's iptables chains, the ROUTELET-* chains
 //     (IPv4 and IPv6, through the configured iptables backend) and then
 //     every ipset named routelet-*;
-//  5. what routelet wrote in the state directory, recognised by its format
+//  5. the nftables table netdev routelet: the pod guards (pkg/podguard);
+//  6. what routelet wrote in the state directory, recognised by its format
 //     (statedir.go): records in workloads/ and nodes/, the IPAM layout of
 //     pkg/ipam/doc.go, daemon.json, peer-claims.json, routeletd.lock, the
 //     state socket routeletd.sock (left by a killed daemon) and writers'

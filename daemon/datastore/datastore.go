@@ -1,10 +1,10 @@
 // Package datastore is routeletd's seam to the cluster's datastore: the
 // one interface through which the daemon learns its own pod blocks,
-// publishes its own node information and hears of its peers. The file
-// datastore (daemon/datastore/file: the state directory's nodes/ plus
-// --pod-cidr) is the first implementation; another datastore (Kubernetes
-// Nodes, etcd) is one more package implementing Datastore, with no change
-// to the agent or the managers. See docs/daemon.md.
+// publishes its own node information and hears of its peers. Each
+// datastore is a package implementing Datastore: file (the state
+// directory's nodes/ plus --pod-cidr), etcd (keys under one prefix of an
+// etcd cluster) and kubernetes (the cluster's Node objects); the daemon's
+// loop and managers see only this interface. See docs/daemon.md.
 package datastore
 
 import (

@@ -1,6 +1,12 @@
 // Package nlutil holds the netlink handling every routelet package shares:
-// taking again a dump the kernel interrupted, telling "that object is not
-// there" from a real failure, and reading netlink's addresses as prefixes.
+// taking again a dump the kernel interrupted (Retry), telling "that object
+// is not there" from a real failure (NotFound, LinkNotFound), reading
+// netlink's addresses as prefixes (Prefix), a raw netlink socket bound to
+// a network namespace that reuses its receive buffer (Conn, Dial; Once for
+// a single exchange, InNetNS for work on a thread moved into a namespace),
+// walking a message's attributes (EachAttr, CString), the main table's
+// routes (MainRoutes) and the nf_tables ruleset generation
+// (NFTGeneration).
 package nlutil
 
 import (

@@ -12,7 +12,7 @@
 // themselves.
 //
 // Routes are computed, not programmed: Routes turns the peers, the mode and
-// our underlay into routes.Target values grouped by interface, for the
+// this node's underlay into routes.Target values grouped by interface, for the
 // daemon's RouteTable. OwnedInterfaces lists the interfaces whose
 // routelet-protocol routes the RouteTable must own so that a mode switch
 // removes the previous mode's routes.

@@ -1,6 +1,7 @@
 // Package peers is the trust boundary for node records: every datastore
-// (the file datastore's nodes/ directory today; Kubernetes Nodes or etcd
-// keys later) hands its records to one Validator as Record values, and
+// (the file datastore's nodes/ directory, the etcd datastore's keys, the
+// Kubernetes datastore's Nodes) hands its records to one Validator as
+// Record values, and
 // only the NodeInfo values that come out reach the overlay and allowlist
 // managers. Nothing downstream parses a peer's strings again.
 //
