@@ -6,10 +6,11 @@
 // (LinkEvent, RouteEvent, NeighEvent, NetconfEvent) and hands it only to the
 // owners whose Interest covers it.
 //
-// Owners (the agent's workload tables, the overlay manager) say what they
-// own — interface name prefixes and names, routes without a device, route
-// protocols, tables — and get a Rescan call whenever events may have been
-// lost. Handlers run on the watcher's goroutines: they must only record a
+// Owners (the agent's workload tables, the overlay manager, the peer
+// check's host reader) say what they own — interface name prefixes and
+// names, routes without a device, route protocols, tables, or the node's
+// own address space (Interest.Host, see HostHandler) — and get a Rescan
+// call whenever events may have been lost. Handlers run on the watcher's goroutines: they must only record a
 // hint and wake the loop, never touch the kernel.
 package netwatch
 

@@ -1,5 +1,5 @@
 // Package netnstest builds throwaway network namespaces and simulated nodes
-// for routelet's privileged tests, the demo and the plugin benchmark.
+// for routelet's privileged tests, the demo and the benchmarks.
 //
 // A Node is a fresh network namespace standing in for a host: CNI plugins are
 // executed through libcni from a goroutine locked to an OS thread that has

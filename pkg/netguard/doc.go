@@ -14,6 +14,9 @@
 //     space"; Host.CheckInterfacePrefix refuses an interface prefix that
 //     names an existing link routelet did not create or the uplink.
 //
-// ReadHost builds a Host from the kernel by netlink. Every check returns an
-// error that names the offending value and what it collides with.
+// ReadHost builds a Host from the kernel by netlink: with a nil handle (as
+// the plugin and the daemon call it) through ReadHostAt, one raw socket
+// that decodes only the fields the checks use. Every check
+// returns an error that names the offending value and what it collides
+// with.
 package netguard

@@ -52,7 +52,7 @@
 //
 // Kernels differ in what a device's deletion does to a single-device
 // netdev base chain: 6.1 releases the chain with the device; newer ones
-// (6.18 here) keep it, detached, and attach it again to the next device of
+// (6.18, for one) keep it, detached, and attach it again to the next device of
 // that name. Ensure therefore compares an existing chain's rules with the
 // new pod's and rewrites them when they differ, Remove treats a missing
 // chain as done, and the daemon deletes chains whose device is gone.
