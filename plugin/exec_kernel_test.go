@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
@@ -23,7 +24,7 @@ import (
 // TestLifecycle runs ADD, ping pod to pod (v4 and v6), CHECK, DEL, DEL again
 // and ADD after DEL for every supported spec version.
 func TestLifecycle(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			n := newNode(t)
@@ -80,7 +81,7 @@ func TestLifecycle(t *testing.T) {
 // TestBadInput feeds the binary bad environments and configs: each gives the
 // spec's error code, a message naming the bad value, and leaves nothing behind.
 func TestBadInput(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 	regular := filepath.Join(t.TempDir(), "regular-file")
 	if err := os.WriteFile(regular, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)

@@ -35,12 +35,6 @@ func pluginDir(t testing.TB) string {
 	return netnstest.Bins(t, netnstest.Routelet, netnstest.HostLocalPackage)
 }
 
-// needRoot skips privileged tests for ordinary users.
-func needRoot(t testing.TB) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
-}
-
 // newNetNS creates a network namespace removed when the test ends.
 func newNetNS(t testing.TB) ns.NetNS {
 	t.Helper()
@@ -58,7 +52,7 @@ type node struct {
 
 func newNode(t testing.TB) *node {
 	t.Helper()
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 	return &node{t: t, ns: newNetNS(t), stateDir: filepath.Join(t.TempDir(), "state"), bin: pluginDir(t)}
 }
 

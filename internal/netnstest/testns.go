@@ -24,11 +24,16 @@ type NS struct {
 }
 
 // SkipUnlessRoot skips t unless the process runs as root; why says what the
-// test needs the privilege for, e.g. "creates network namespaces".
+// test needs the privilege for, e.g. "creates network namespaces". In a
+// package whose TestMain is Privileged.Main it then fails t when the
+// binaries Main built before the tests did not build.
 func SkipUnlessRoot(t testing.TB, why string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: " + why)
+	}
+	if privilegedBuild.err != nil {
+		t.Fatalf("build %v: %v", privilegedBuild.names, privilegedBuild.err)
 	}
 }
 

@@ -14,11 +14,8 @@ import (
 	"github.com/routelet/routelet/pkg/routes"
 )
 
-// needRoot skips privileged tests for ordinary users.
-func needRoot(t *testing.T) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths and routes")
-}
+// whyRoot is what these tests need root for.
+const whyRoot = "creates network namespaces, veths and routes"
 
 // newNS creates a fresh network namespace removed when the test ends.
 func newNS(t *testing.T) ns.NetNS {
@@ -70,7 +67,7 @@ func attach(t *testing.T, node, pod ns.NetNS, host string, addrs ...string) *Att
 }
 
 func TestSetupConfiguresBothSides(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	// Everything checked below starts off: a new namespace takes its IPv4
 	// all/default settings from the host's, which a container host has on
@@ -207,7 +204,7 @@ func TestSetupConfiguresBothSides(t *testing.T) {
 // passes, and adding them again with another protocol replaces them (the
 // protocol is no part of a route's key) rather than leaving both.
 func TestAddHostRoutesProtocol(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	attach(t, node, pod, "calitest00081", "10.77.0.81", "fd77::81")
 	addrs := []netip.Addr{netip.MustParseAddr("10.77.0.81"), netip.MustParseAddr("fd77::81")}
@@ -235,7 +232,7 @@ func TestAddHostRoutesProtocol(t *testing.T) {
 }
 
 func TestTwoPodsPingV4AndV6(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, podA, podB := newNS(t), newNS(t), newNS(t)
 	attach(t, node, podA, "calitestpinga", "10.78.0.2", "fd78::2")
 	attach(t, node, podB, "calitestpingb", "10.78.0.3", "fd78::3")
@@ -246,7 +243,7 @@ func TestTwoPodsPingV4AndV6(t *testing.T) {
 }
 
 func TestSetupRollsBackWhenPodIfaceTaken(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	inNS(t, pod, func() error {
 		return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}})
@@ -276,7 +273,7 @@ func wantHostVethGone(t *testing.T, name, after string) error {
 }
 
 func TestSetupReplacesStaleVethButNotForeignLink(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod1, pod2 := newNS(t), newNS(t), newNS(t)
 	attach(t, node, pod1, "calitestst0001", "10.80.0.2")
 	// Same host name again (a new sandbox of the same pod): the old pair goes.
@@ -308,7 +305,7 @@ func TestSetupReplacesStaleVethButNotForeignLink(t *testing.T) {
 }
 
 func TestSetupRefusesOwnNamespace(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	inNS(t, node, func() error {
 		if same, err := IsCurrentNetns(node.Path()); err != nil || !same {

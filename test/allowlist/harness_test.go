@@ -31,15 +31,12 @@ const nsBase = "rl-allow-"
 var nsPrefix = netnstest.OwnedPrefix(nsBase)
 
 // binDir holds routeletd and the routelet plugin, built by TestMain.
-var (
-	binDir   string
-	buildErr error
-)
+var binDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(netnstest.Privileged{
 		Stale: nsBase, Bins: []string{netnstest.Routelet, netnstest.Routeletd},
-		Built: func(dir string, err error) { binDir, buildErr = dir, err },
+		Built: func(dir string) { binDir = dir },
 	}.Main(m))
 }
 
@@ -61,17 +58,6 @@ func eachBackendAndEncap(t *testing.T, test func(t *testing.T, backend, encap st
 		for _, encap := range []string{"vxlan", "ipip"} {
 			t.Run(backend+"/"+encap, func(t *testing.T) { test(t, backend, encap) })
 		}
-	}
-}
-
-// requireRoot skips t without root or without the tools it inspects the
-// kernel with, and fails it when the binaries did not build.
-func requireRoot(t *testing.T, backend string) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces, iptables rules and ipsets, and runs routeletd")
-	netnstest.SkipUnlessInstalled(t, "ipset, iptables", "ipset", "iptables-"+backend, "ip6tables-"+backend)
-	if buildErr != nil {
-		t.Fatalf("building routeletd and the plugin: %v", buildErr)
 	}
 }
 
@@ -113,7 +99,8 @@ type cluster struct {
 // the node, peer, attacker and outside hosts each with eth0 on it.
 func newCluster(t *testing.T, backend string) *cluster {
 	t.Helper()
-	requireRoot(t, backend)
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, iptables rules and ipsets, and runs routeletd")
+	netnstest.SkipUnlessInstalled(t, "ipset, iptables", "ipset", "iptables-"+backend, "ip6tables-"+backend)
 	c := &cluster{t: t, backend: backend, stateDir: filepath.Join(t.TempDir(), "state")}
 	id := randHex()
 	var err error

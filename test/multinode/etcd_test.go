@@ -91,7 +91,7 @@ func pingFor(p *cluster.Pod, dst netip.Addr, count int) error {
 // its peers drop its routes, ARP/NDP and FDB entries and allowlist
 // entries.
 func TestEtcdDatastore(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	etcdtest.Binary(t)
 	tc, srv, etcdArgs := etcdCluster(t, specs, true)
 	a := tc.node("a")
@@ -311,7 +311,7 @@ func vxlanRoute(block, first netip.Prefix) string {
 // the full blocks; once the peer leaves (releasing both its blocks) the
 // node claims one of them and the ADD succeeds.
 func TestEtcdBlockGrowth(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	etcdtest.Binary(t)
 	tc, srv, etcdArgs := etcdCluster(t, specs[:2], false)
 	a, b := tc.node("a"), tc.node("b")

@@ -27,7 +27,7 @@ import (
 // the block (a's record publishes it) and still routes it to a. The key
 // deleted, a claims the block again and the conflict is gone.
 func TestEtcdClaimConflict(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	etcdtest.Binary(t)
 	tc, srv, etcdArgs := etcdCluster(t, specs[:2], false)
 	a, b := tc.node("a"), tc.node("b")

@@ -344,7 +344,7 @@ func TestNoEncapsulation(t *testing.T) {
 // routeletd asking for tunl0 is what loads it; once loaded, every node
 // namespace has the kernel's fallback tunl0, which routeletd adopts.
 func TestIPIP(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	netnstest.SkipUnlessIPIP(t)
 	loaded, err := netnstest.IPIPLoaded()
 	if err != nil {

@@ -288,7 +288,7 @@ func TestEstablishedPeerClaim(t *testing.T) {
 // daemon is not started, and returns it with a handle inside the node.
 func startLone(t testing.TB) (*cluster.Cluster, *node) {
 	t.Helper()
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	clusterSeq++
 	spec := specs[0]
 	spec.Host6, spec.Gw6, spec.Block6 = "", "", ""
