@@ -49,8 +49,8 @@ func TestLifecycle(t *testing.T) {
 				t.Fatalf("addresses A=%v B=%v, want one v4 and one v6 each, distinct", a, b)
 			}
 			for i := range a {
-				ping(t, podA, b[i].String())
-				ping(t, podB, a[i].String())
+				netnstest.CheckPing(t, podA, b[i].String())
+				netnstest.CheckPing(t, podB, a[i].String())
 			}
 			recs := n.records()
 			if len(recs) != 2 || recs[0].Network != "routelet-test" || recs[0].HostIface != hostIfOf(t, resA.stdout) {

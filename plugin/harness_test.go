@@ -276,20 +276,6 @@ func (n *node) assertEmpty(what string) {
 	}
 }
 
-// ping sends one echo request from inside n to dst.
-func ping(t testing.TB, n ns.NetNS, dst string) {
-	t.Helper()
-	var out []byte
-	err := n.Do(func(ns.NetNS) error {
-		var err error
-		out, err = exec.Command("ping", "-c", "1", "-W", "3", dst).CombinedOutput()
-		return err
-	})
-	if err != nil {
-		t.Fatalf("ping %s from %s: %v\n%s", dst, n.Path(), err, out)
-	}
-}
-
 // addrsOf pulls the addresses out of an ADD result (any version).
 func addrsOf(t testing.TB, out []byte) []netip.Addr {
 	t.Helper()

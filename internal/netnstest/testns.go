@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -34,6 +35,16 @@ func SkipUnlessRoot(t testing.TB, why string) {
 	}
 	if privilegedBuild.err != nil {
 		t.Fatalf("build %v: %v", privilegedBuild.names, privilegedBuild.err)
+	}
+}
+
+// CheckPing fails t (t.Errorf: the test goes on) unless one echo request
+// from inside n to dst is answered within 3 s, naming n, dst and ping's
+// output.
+func CheckPing(t testing.TB, n ns.NetNS, dst string) {
+	t.Helper()
+	if _, err := ping(t.Context(), n, dst, 1, 3*time.Second, nil); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -2,7 +2,6 @@ package podnet
 
 import (
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -28,21 +27,6 @@ func inNS(t *testing.T, n ns.NetNS, f func() error) {
 	t.Helper()
 	if err := n.Do(func(ns.NetNS) error { return f() }); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// ping sends one echo request from inside n to dst and reports the output on
-// failure.
-func ping(t *testing.T, n ns.NetNS, dst netip.Addr) {
-	t.Helper()
-	var out []byte
-	err := n.Do(func(ns.NetNS) error {
-		var err error
-		out, err = exec.Command("ping", "-c", "1", "-W", "3", dst.String()).CombinedOutput()
-		return err
-	})
-	if err != nil {
-		t.Fatalf("ping %s from %s: %v\n%s", dst, n.Path(), err, out)
 	}
 }
 
@@ -236,10 +220,10 @@ func TestTwoPodsPingV4AndV6(t *testing.T) {
 	node, podA, podB := newNS(t), newNS(t), newNS(t)
 	attach(t, node, podA, "calitestpinga", "10.78.0.2", "fd78::2")
 	attach(t, node, podB, "calitestpingb", "10.78.0.3", "fd78::3")
-	ping(t, podA, netip.MustParseAddr("10.78.0.3"))
-	ping(t, podB, netip.MustParseAddr("10.78.0.2"))
-	ping(t, podA, netip.MustParseAddr("fd78::3"))
-	ping(t, podB, netip.MustParseAddr("fd78::2"))
+	netnstest.CheckPing(t, podA, "10.78.0.3")
+	netnstest.CheckPing(t, podB, "10.78.0.2")
+	netnstest.CheckPing(t, podA, "fd78::3")
+	netnstest.CheckPing(t, podB, "fd78::2")
 }
 
 func TestSetupRollsBackWhenPodIfaceTaken(t *testing.T) {

@@ -510,11 +510,3 @@ func (e *env) checkDetached(t *testing.T, p *pod, a attachment) {
 		t.Errorf("IPAM still holds %v for %s", got, p.rt.ContainerID)
 	}
 }
-
-// ping fails t unless from reaches dst.
-func ping(t *testing.T, from *pod, dst netip.Addr) {
-	t.Helper()
-	if _, err := netnstest.Ping(context.Background(), from.ns, dst.String(), 1); err != nil {
-		t.Errorf("ping %s → %s: %v", from.name, dst, err)
-	}
-}

@@ -168,15 +168,6 @@ func (c *testCluster) allPods() []placedPod {
 	return out
 }
 
-// ping sends one echo request from p to dst (extra ping flags first) and
-// reports whether a reply came back within a second.
-func ping(p *cluster.Pod, dst netip.Addr, extra ...string) (string, bool) {
-	args := append([]string{"-n", "-c", "1", "-W", "1"}, extra...)
-	args = append(args, dst.String())
-	out, err := netnstest.Exec(context.Background(), p.NS, "ping", args...)
-	return out, err == nil
-}
-
 // reachable lists "from → to" for every ordered pod pair and family whose
 // ping result differs from want(from node, to node).
 func (c *testCluster) reachability(want func(from, to *node) bool) []string {
@@ -196,7 +187,8 @@ func (c *testCluster) reachability(want func(from, to *node) bool) []string {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, ok := ping(from.p, dst)
+					_, err := from.p.Ping(context.Background(), dst)
+					ok := err == nil
 					if exp := want(from.n, to.n); ok != exp {
 						mu.Lock()
 						bad = append(bad, fmt.Sprintf("%s → %s (%s): reached %v, want %v", from.p.Name, to.p.Name, dst, ok, exp))
