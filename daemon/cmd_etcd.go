@@ -33,7 +33,7 @@ func newEtcd(cfg *config.Config, log *slog.Logger, mod ...func(*etcd.Options)) (
 	if err := cfg.CheckEtcd(); err != nil {
 		return nil, err
 	}
-	o := etcd.Options{Etcd: cfg.Etcd, NodeName: cfg.NodeName, PodCIDRs: cfg.PodCIDRs, Logger: log}
+	o := etcd.Options{Etcd: etcd.Conn(cfg.Etcd), NodeName: cfg.NodeName, PodCIDRs: cfg.PodCIDRs, Logger: log}
 	for _, m := range mod {
 		m(&o)
 	}

@@ -17,11 +17,6 @@ import (
 	"github.com/routelet/routelet/internal/netnstest"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "the demo creates network namespaces")
-}
-
 // requireClean fails t if anything the demo makes is still there.
 func requireClean(t *testing.T) {
 	t.Helper()
@@ -69,7 +64,7 @@ func fakePlugin(t *testing.T, script string) string {
 // reaches every pod on the other nodes over v4 and v6, the TCP transfer
 // completes, and nothing is left afterwards.
 func TestDemo(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, "the demo creates network namespaces")
 	var out bytes.Buffer
 	// An empty plugin dir makes the demo build the plugin itself.
 	err := run(context.Background(), &out, t.TempDir())
@@ -88,7 +83,7 @@ func TestDemo(t *testing.T) {
 // TestDemoPluginFailure: a plugin that fails ADD makes the demo fail with
 // the plugin's message, and it still removes everything it made.
 func TestDemoPluginFailure(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, "the demo creates network namespaces")
 	dir := fakePlugin(t, `cat >/dev/null; echo '{"cniVersion":"1.1.0","code":7,"msg":"demo test: bad config"}'; exit 1`)
 	err := run(context.Background(), &bytes.Buffer{}, dir)
 	if err == nil || !strings.Contains(err.Error(), "demo test: bad config") {
@@ -100,7 +95,7 @@ func TestDemoPluginFailure(t *testing.T) {
 // TestDemoInterrupted: SIGINT while a plugin runs (the plugin sends it to
 // the demo process) stops the demo, and it still removes everything it made.
 func TestDemoInterrupted(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, "the demo creates network namespaces")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	dir := fakePlugin(t, `kill -INT $PPID; exec sleep 30`)
@@ -114,7 +109,7 @@ func TestDemoInterrupted(t *testing.T) {
 // TestDemoRemovesLeftovers: namespaces, state and still running processes
 // (daemons) of a crashed run are removed at start.
 func TestDemoRemovesLeftovers(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, "the demo creates network namespaces")
 	// A crashed run: a PID that is certainly gone (a reaped child) owns a
 	// node namespace and a work dir.
 	cmd := exec.Command("true")

@@ -2,6 +2,8 @@ package main
 
 import (
 	"testing"
+
+	"github.com/routelet/routelet/internal/netnstest"
 )
 
 // TestCheckRealKernelPerFamily: CHECK right after ADD passes against the
@@ -9,7 +11,7 @@ import (
 // Kubernetes pod arguments and on an interface other than eth0 (no false
 // positives from how the kernel reports routes and addresses).
 func TestCheckRealKernelPerFamily(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 	for name, blocks := range map[string][]string{
 		"v4":   {"10.91.0.0/30"},
 		"v6":   {"fd91::/127"},

@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
@@ -23,7 +24,7 @@ import (
 // TestLifecycle runs ADD, ping pod to pod (v4 and v6), CHECK, DEL, DEL again
 // and ADD after DEL for every supported spec version.
 func TestLifecycle(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			n := newNode(t)
@@ -48,8 +49,8 @@ func TestLifecycle(t *testing.T) {
 				t.Fatalf("addresses A=%v B=%v, want one v4 and one v6 each, distinct", a, b)
 			}
 			for i := range a {
-				ping(t, podA, b[i].String())
-				ping(t, podB, a[i].String())
+				netnstest.CheckPing(t, podA, b[i].String())
+				netnstest.CheckPing(t, podB, a[i].String())
 			}
 			recs := n.records()
 			if len(recs) != 2 || recs[0].Network != "routelet-test" || recs[0].HostIface != hostIfOf(t, resA.stdout) {
@@ -80,7 +81,7 @@ func TestLifecycle(t *testing.T) {
 // TestBadInput feeds the binary bad environments and configs: each gives the
 // spec's error code, a message naming the bad value, and leaves nothing behind.
 func TestBadInput(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 	regular := filepath.Join(t.TempDir(), "regular-file")
 	if err := os.WriteFile(regular, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)

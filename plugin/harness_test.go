@@ -35,12 +35,6 @@ func pluginDir(t testing.TB) string {
 	return netnstest.Bins(t, netnstest.Routelet, netnstest.HostLocalPackage)
 }
 
-// needRoot skips privileged tests for ordinary users.
-func needRoot(t testing.TB) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
-}
-
 // newNetNS creates a network namespace removed when the test ends.
 func newNetNS(t testing.TB) ns.NetNS {
 	t.Helper()
@@ -58,7 +52,7 @@ type node struct {
 
 func newNode(t testing.TB) *node {
 	t.Helper()
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "runs the plugin in fresh network namespaces")
 	return &node{t: t, ns: newNetNS(t), stateDir: filepath.Join(t.TempDir(), "state"), bin: pluginDir(t)}
 }
 
@@ -279,20 +273,6 @@ func (n *node) assertEmpty(what string) {
 	}
 	if c := n.guardChains(); len(c) > 0 {
 		n.t.Errorf("%s: pod guard chains left: %v", what, c)
-	}
-}
-
-// ping sends one echo request from inside n to dst.
-func ping(t testing.TB, n ns.NetNS, dst string) {
-	t.Helper()
-	var out []byte
-	err := n.Do(func(ns.NetNS) error {
-		var err error
-		out, err = exec.Command("ping", "-c", "1", "-W", "3", dst).CombinedOutput()
-		return err
-	})
-	if err != nil {
-		t.Fatalf("ping %s from %s: %v\n%s", dst, n.Path(), err, out)
 	}
 }
 

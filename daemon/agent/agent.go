@@ -17,6 +17,7 @@ import (
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/netwatch"
+	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -113,12 +114,12 @@ type Manager interface {
 const (
 	// DefaultResyncPeriod is how often every record and the whole routing
 	// table are re-read: the most a lost event can cost.
-	DefaultResyncPeriod = 90 * time.Second
+	DefaultResyncPeriod = periods.Resync
 	// DefaultTickPeriod is the liveness and leak-check tick.
-	DefaultTickPeriod = 10 * time.Second
+	DefaultTickPeriod = periods.Tick
 	// DefaultLeakGracePeriod is how long a record's netns and host veth
 	// must be gone before the record is released.
-	DefaultLeakGracePeriod = 15 * time.Minute
+	DefaultLeakGracePeriod = periods.LeakGrace
 )
 
 // Options configure an Agent. Zero durations take the defaults noted.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
 	"github.com/routelet/routelet/pkg/ipset/rules"
 	"github.com/routelet/routelet/pkg/peers"
@@ -53,7 +54,7 @@ type Options struct {
 // DefaultCheckPeriod is how often routelet's sets and chains are re-read
 // and repaired unless Options say otherwise (routeletd's
 // allowlist-check-period).
-const DefaultCheckPeriod = time.Second
+const DefaultCheckPeriod = periods.AllowlistCheck
 
 // Manager feeds an Allowlist from node records. Every method belongs to
 // the loop goroutine (agent.Manager and agent.Checker).

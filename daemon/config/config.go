@@ -17,8 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/routelet/routelet/daemon/agent"
-	"github.com/routelet/routelet/daemon/allowmgr"
+	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -259,7 +258,7 @@ func keys() []key {
 		{name: "iptables-backend", help: "iptables binaries: auto (whatever iptables is) | nft | legacy", def: []string{IptablesAuto}, set: func(c *Config, v []string) error {
 			return oneOf(&c.IptablesBackend, strings.ToLower(v[0]), IptablesAuto, IptablesNFT, IptablesLegacy)
 		}},
-		{name: "allowlist-check-period", help: "how often routelet's ipsets, iptables chains and pod guards are checked and repaired", def: []string{durationDefault(allowmgr.DefaultCheckPeriod)}, set: func(c *Config, v []string) error {
+		{name: "allowlist-check-period", help: "how often routelet's ipsets, iptables chains and pod guards are checked and repaired", def: []string{durationDefault(periods.AllowlistCheck)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.AllowlistCheckPeriod, v[0], 100*time.Millisecond)
 		}},
 		{name: "route-protocol", help: "route protocol number stamped on every route routelet programs (5-255)", def: []string{strconv.Itoa(routes.DefaultProtocol)}, set: func(c *Config, v []string) error {
@@ -275,16 +274,16 @@ func keys() []key {
 			c.IfacePrefix = p
 			return nil
 		}},
-		{name: "resync-period", help: "full re-read of records and routes", def: []string{durationDefault(agent.DefaultResyncPeriod)}, set: func(c *Config, v []string) error {
+		{name: "resync-period", help: "full re-read of records and routes", def: []string{durationDefault(periods.Resync)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.ResyncPeriod, v[0], time.Millisecond)
 		}},
-		{name: "device-check-period", help: "leak checks, liveness tick, overlay device check and the poll of pod-veth sysctls that send no netconf event", def: []string{durationDefault(agent.DefaultTickPeriod)}, set: func(c *Config, v []string) error {
+		{name: "device-check-period", help: "leak checks, liveness tick, overlay device check and the poll of pod-veth sysctls that send no netconf event", def: []string{durationDefault(periods.Tick)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.DeviceCheckPeriod, v[0], time.Millisecond)
 		}},
 		{name: "grace-period", help: "leave unexpected routes on a newly seen interface alone this long (0 = remove at once)", def: []string{durationDefault(routes.DefaultGracePeriod)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.GracePeriod, v[0], 0)
 		}},
-		{name: "leak-grace-period", help: "release a record whose netns and host veth have been gone this long", def: []string{durationDefault(agent.DefaultLeakGracePeriod)}, set: func(c *Config, v []string) error {
+		{name: "leak-grace-period", help: "release a record whose netns and host veth have been gone this long", def: []string{durationDefault(periods.LeakGrace)}, set: func(c *Config, v []string) error {
 			return parseDuration(&c.LeakGracePeriod, v[0], time.Millisecond)
 		}},
 		{name: "health-addr", help: "HOST:PORT serving /healthz, /readyz and /metrics; empty disables", def: []string{"127.0.0.1:9099"}, set: func(c *Config, v []string) error {

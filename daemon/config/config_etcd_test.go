@@ -5,7 +5,20 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/routelet/routelet/daemon/datastore/etcd"
 )
+
+// Etcd converts to the etcd datastore's Conn: routeletd hands it over
+// that way, so the two keep the same fields.
+var _ = etcd.Conn(Etcd{})
+
+// TestEtcdPrefixDefault: the etcd-prefix default is the etcd datastore's.
+func TestEtcdPrefixDefault(t *testing.T) {
+	if DefaultEtcdPrefix != etcd.DefaultPrefix {
+		t.Errorf("etcd-prefix default %q, the etcd datastore's %q", DefaultEtcdPrefix, etcd.DefaultPrefix)
+	}
+}
 
 // check is one of TestEveryKey's checks: was the good value applied.
 type check func(c *Config) bool

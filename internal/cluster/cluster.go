@@ -472,6 +472,13 @@ func (c *Cluster) AddPod(ctx context.Context, n *Node, name string) (*Pod, error
 	return p, nil
 }
 
+// Ping sends one echo request from p to dst, with ping's flags before dst
+// (e.g. "-M", "do", "-s", "1372"), and fails unless the reply arrives
+// within a second (netnstest.Ping). It returns ping's output.
+func (p *Pod) Ping(ctx context.Context, dst netip.Addr, flags ...string) (string, error) {
+	return netnstest.Ping(ctx, p.NS, dst.String(), 1, flags...)
+}
+
 // DelPod runs CNI DEL for p on n, removes p's namespace and drops it from
 // n.Pods.
 func (c *Cluster) DelPod(ctx context.Context, n *Node, p *Pod) error {

@@ -91,11 +91,18 @@ type Privileged struct {
 	Stale string
 	// RemoveStale removes them; nil means this package's RemoveStale.
 	RemoveStale func(prefix string) ([]string, error)
-	// Bins are built once before the tests (BuildBins).
+	// Bins are built once before the tests (BuildBins). When that fails,
+	// every test fails in SkipUnlessRoot with the build's error.
 	Bins []string
-	// Built receives the binaries' directory and why their build failed
-	// (nil when it did not), before any test runs.
-	Built func(dir string, err error)
+	// Built receives the binaries' directory before any test runs.
+	Built func(dir string)
+}
+
+// privilegedBuild is the outcome of Privileged.Main's build, set before
+// m.Run and only read by the tests (SkipUnlessRoot).
+var privilegedBuild struct {
+	names []string
+	err   error
 }
 
 // Main runs m and returns its exit code. As an ordinary user it only runs
@@ -115,8 +122,9 @@ func (p Privileged) Main(m *testing.M) int {
 	}
 	defer RemoveBins()
 	dir, err := BuildBins(p.Bins...)
+	privilegedBuild.names, privilegedBuild.err = p.Bins, err
 	if p.Built != nil {
-		p.Built(dir, err)
+		p.Built(dir)
 	}
 	return m.Run()
 }

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -222,10 +223,18 @@ func Exec(ctx context.Context, n ns.NetNS, name string, args ...string) (string,
 	return string(out), nil
 }
 
-// Ping sends count echo requests from inside n to dst and fails unless at
-// least one reply arrives within a second each. It returns ping's output.
-func Ping(ctx context.Context, n ns.NetNS, dst string, count int) (string, error) {
-	return Exec(ctx, n, "ping", "-n", "-c", fmt.Sprint(count), "-W", "1", dst)
+// Ping sends count echo requests from inside n to dst, with ping's flags
+// before dst (e.g. "-I", src or "-M", "do", "-s", "1372"), and fails unless
+// at least one reply arrives within a second each. It returns ping's
+// output; the error holds it too.
+func Ping(ctx context.Context, n ns.NetNS, dst string, count int, flags ...string) (string, error) {
+	return ping(ctx, n, dst, count, time.Second, flags)
+}
+
+// ping runs ping in n: count requests, each reply waited for up to wait.
+func ping(ctx context.Context, n ns.NetNS, dst string, count int, wait time.Duration, flags []string) (string, error) {
+	args := append([]string{"-n", "-c", fmt.Sprint(count), "-W", fmt.Sprint(int(wait / time.Second))}, flags...)
+	return Exec(ctx, n, "ping", append(args, dst)...)
 }
 
 // Sysctl reads (value == "") or writes a sysctl such as

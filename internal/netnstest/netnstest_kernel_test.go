@@ -20,11 +20,6 @@ import (
 
 const testPrefix = "routelet-nstest-"
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	SkipUnlessRoot(t, "creates network namespaces")
-}
-
 func inode(t *testing.T, path string) uint64 {
 	t.Helper()
 	var st unix.Stat_t
@@ -37,7 +32,7 @@ func inode(t *testing.T, path string) uint64 {
 // TestNewRemove: a namespace is new (not the caller's), named, has lo up,
 // and is gone after Remove; a second Remove is success.
 func TestNewRemove(t *testing.T) {
-	requireRoot(t)
+	SkipUnlessRoot(t, "creates network namespaces")
 	n, err := New(OwnedPrefix(testPrefix))
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +71,7 @@ func TestNewRemove(t *testing.T) {
 
 // TestRemoveStale removes namespaces of dead processes and nothing else.
 func TestRemoveStale(t *testing.T) {
-	requireRoot(t)
+	SkipUnlessRoot(t, "creates network namespaces")
 	// A PID that is certainly gone: a child that has exited and been reaped.
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
@@ -117,7 +112,7 @@ func TestRemoveStale(t *testing.T) {
 // namespace (its host veths are there, not in the caller's) and Exec/Ping run
 // inside a pod namespace.
 func TestNodeRunsPluginInNodeNamespace(t *testing.T) {
-	requireRoot(t)
+	SkipUnlessRoot(t, "creates network namespaces")
 	ctx := context.Background()
 	bin := t.TempDir()
 	if err := BuildReference(ctx, bin, PTPPackage, HostLocalPackage); err != nil {
@@ -175,7 +170,7 @@ func TestNodeRunsPluginInNodeNamespace(t *testing.T) {
 // and Do work inside it and not in the caller's namespace, and it is gone
 // once the (sub)test that made it has ended.
 func TestNewT(t *testing.T) {
-	requireRoot(t)
+	SkipUnlessRoot(t, "creates network namespaces")
 	var path string
 	t.Run("use", func(t *testing.T) {
 		n := NewT(t)

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -24,11 +25,26 @@ type NS struct {
 }
 
 // SkipUnlessRoot skips t unless the process runs as root; why says what the
-// test needs the privilege for, e.g. "creates network namespaces".
+// test needs the privilege for, e.g. "creates network namespaces". In a
+// package whose TestMain is Privileged.Main it then fails t when the
+// binaries Main built before the tests did not build.
 func SkipUnlessRoot(t testing.TB, why string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: " + why)
+	}
+	if privilegedBuild.err != nil {
+		t.Fatalf("build %v: %v", privilegedBuild.names, privilegedBuild.err)
+	}
+}
+
+// CheckPing fails t (t.Errorf: the test goes on) unless one echo request
+// from inside n to dst is answered within 3 s, naming n, dst and ping's
+// output.
+func CheckPing(t testing.TB, n ns.NetNS, dst string) {
+	t.Helper()
+	if _, err := ping(t.Context(), n, dst, 1, 3*time.Second, nil); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -130,14 +130,16 @@ type testNode struct {
 	vx, vx6         *VXLAN
 }
 
-// cluster is three nodes: a and b on 10.0.0.0/24, c on 10.1.0.0/24 behind
-// the router r (which also bridges a and b).
-type cluster struct {
+// underlay is three bare node namespaces: a and b on 10.0.0.0/24, c on
+// 10.1.0.0/24 behind the router r (which also bridges a and b). No
+// routeletd and no plugin run (unlike internal/cluster's): each node holds
+// a Kernel seam, and the tests drive the overlay managers themselves.
+type underlay struct {
 	r     *netnsT
 	nodes []*testNode
 }
 
-func newCluster(t testing.TB) *cluster {
+func newUnderlay(t testing.TB) *underlay {
 	t.Helper()
 	r := newNetns(t)
 	noSnooping := false // flood neighbour solicitations instead of waiting for MLD reports
@@ -150,7 +152,7 @@ func newCluster(t testing.TB) *cluster {
 	r.sysctl("net/ipv4/conf/all/forwarding", "1")
 	r.sysctl("net/ipv6/conf/all/forwarding", "1")
 
-	c := &cluster{r: r}
+	c := &underlay{r: r}
 	specs := []struct {
 		name, host, host6, block, block6, rif string
 	}{
@@ -239,7 +241,7 @@ func (n *testNode) peer(ipVersion int) Peer {
 }
 
 // peersOf returns every other node as a peer.
-func (c *cluster) peersOf(self *testNode, ipVersion int) []Peer {
+func (c *underlay) peersOf(self *testNode, ipVersion int) []Peer {
 	var ps []Peer
 	for _, o := range c.nodes {
 		if o != self {
@@ -252,7 +254,7 @@ func (c *cluster) peersOf(self *testNode, ipVersion int) []Peer {
 // program computes n's overlay routes for mode and installs them directly
 // with netlink (standing in for the RouteTable), replacing what it
 // installed before. It returns the computed routes.
-func (c *cluster) program(t testing.TB, n *testNode, mode Mode, ipVersion int) map[string][]routes.Target {
+func (c *underlay) program(t testing.TB, n *testNode, mode Mode, ipVersion int) map[string][]routes.Target {
 	t.Helper()
 	in := RouteInput{Mode: mode, IPVersion: ipVersion, Parent: "eth0", Peers: c.peersOf(n, ipVersion)}
 	if ipVersion == 4 {
@@ -346,7 +348,7 @@ func wantL2(peers []Peer) string {
 func TestKernelOverlayModes(t *testing.T) {
 	for _, mode := range []Mode{ModeVXLAN, ModeVXLANCrossSubnet, ModeNone} {
 		t.Run(string(mode), func(t *testing.T) {
-			c := newCluster(t)
+			c := newUnderlay(t)
 			for _, n := range c.nodes {
 				if mode.VXLAN() {
 					n.startVXLAN(t)
@@ -428,7 +430,7 @@ func TestKernelOverlayModes(t *testing.T) {
 // hand-made MTU and attribute changes, a peer's MAC change and removal, and
 // that a 1,400-byte DF ping crosses while a too-large one does not.
 func TestKernelVXLANRepairAndPeers(t *testing.T) {
-	c := newCluster(t)
+	c := newUnderlay(t)
 	a, b := c.nodes[0], c.nodes[2] // across the router
 	for _, n := range []*testNode{a, b} {
 		n.startVXLAN(t)
@@ -607,7 +609,7 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 func TestKernelIPIP(t *testing.T) {
 	netnstest.SkipUnlessRoot(t, "creates network namespaces and ipip devices")
 	netnstest.SkipUnlessIPIP(t)
-	c := newCluster(t)
+	c := newUnderlay(t)
 	a, b := c.nodes[0], c.nodes[2]
 	for _, n := range []*testNode{a, b} {
 		m, err := NewIPIP(n.k, IPIPConfig{HostIP: n.host, TunnelAddr: n.block.Addr(), Logger: quiet})

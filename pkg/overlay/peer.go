@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+
+	"github.com/routelet/routelet/pkg/defaults"
 )
 
 // Default device names and VXLAN parameters (docs/design.md).
 const (
-	DeviceVXLAN   = "vxlan.calico"
-	DeviceVXLANv6 = "vxlan-v6.calico"
-	DeviceIPIP    = "tunl0"
+	DeviceVXLAN   = defaults.DeviceVXLAN
+	DeviceVXLANv6 = defaults.DeviceVXLANv6
+	DeviceIPIP    = defaults.DeviceIPIP
 	DefaultVNI    = 4096
-	DefaultPort   = 4789
+	DefaultPort   = defaults.VXLANPort
 )
 
 // Peer is another node as one IP family's overlay sees it. A dual-stack

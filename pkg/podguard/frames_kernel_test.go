@@ -568,9 +568,15 @@ func TestGuardARPSenders(t *testing.T) {
 		return nil
 	})
 	flush()
-	netnstest.Eventually(t, 10*time.Second, "pod pings the node from 10.66.0.2", func() bool { return ping(pod, "10.66.0.2", "10.66.0.1") })
-	netnstest.Eventually(t, 10*time.Second, "node pings the pod at 10.66.0.2", func() bool { return ping(node, "10.66.0.1", "10.66.0.2") })
-	if ping(pod, "10.66.0.3", "10.66.0.1") {
+	netnstest.WaitFor(t, 10*time.Second, "pod pings the node from 10.66.0.2", func() error {
+		_, err := netnstest.Ping(t.Context(), pod.NetNS, "10.66.0.1", 1, "-I", "10.66.0.2")
+		return err
+	})
+	netnstest.WaitFor(t, 10*time.Second, "node pings the pod at 10.66.0.2", func() error {
+		_, err := netnstest.Ping(t.Context(), node.NetNS, "10.66.0.2", 1, "-I", "10.66.0.1")
+		return err
+	})
+	if _, err := netnstest.Ping(t.Context(), pod.NetNS, "10.66.0.1", 1, "-I", "10.66.0.3"); err == nil {
 		t.Errorf("ping from the foreign source 10.66.0.3 answered")
 	}
 	if f := foreign(); len(f) != 0 {

@@ -56,11 +56,6 @@ func guards(t *testing.T, n *netnstest.NS) *Guards {
 	return g
 }
 
-// ping reports whether one ping from src to dst inside n got an answer.
-func ping(n *netnstest.NS, src, dst string) bool {
-	return exec.Command("ip", "netns", "exec", n.Name, "ping", "-c", "1", "-W", "1", "-I", src, dst).Run() == nil
-}
-
 // send sends one datagram (network "udp" to port, or "ip4:4" raw) from
 // src to dst inside n.
 func send(n *netnstest.NS, network, src, dst string) error {
@@ -101,12 +96,18 @@ func TestGuardTraffic(t *testing.T) {
 	if st, err := g.Ensure(spec); err != nil || st != OK {
 		t.Fatalf("second Ensure: %v, %v; want ok (nothing written)", st, err)
 	}
-	netnstest.Eventually(t, 10*time.Second, "pod pings the node from 10.66.0.2", func() bool { return ping(pod, "10.66.0.2", "10.66.0.1") })
-	netnstest.Eventually(t, 10*time.Second, "pod pings the node from fd66::2", func() bool { return ping(pod, "fd66::2", "fd66::1") })
-	if ping(pod, "10.66.0.3", "10.66.0.1") {
+	netnstest.WaitFor(t, 10*time.Second, "pod pings the node from 10.66.0.2", func() error {
+		_, err := netnstest.Ping(t.Context(), pod.NetNS, "10.66.0.1", 1, "-I", "10.66.0.2")
+		return err
+	})
+	netnstest.WaitFor(t, 10*time.Second, "pod pings the node from fd66::2", func() error {
+		_, err := netnstest.Ping(t.Context(), pod.NetNS, "fd66::1", 1, "-I", "fd66::2")
+		return err
+	})
+	if _, err := netnstest.Ping(t.Context(), pod.NetNS, "10.66.0.1", 1, "-I", "10.66.0.3"); err == nil {
 		t.Errorf("ping from the foreign source 10.66.0.3 answered")
 	}
-	if ping(pod, "fd66::3", "fd66::1") {
+	if _, err := netnstest.Ping(t.Context(), pod.NetNS, "fd66::1", 1, "-I", "fd66::3"); err == nil {
 		t.Errorf("ping from the foreign source fd66::3 answered")
 	}
 	if err := send(pod, "udp", "10.66.0.2", "10.66.0.1"); err != nil {

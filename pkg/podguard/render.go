@@ -11,13 +11,15 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/defaults"
 )
 
 // TableName is routelet's netdev table; nothing outside it is touched.
 const TableName = "routelet"
 
 // DefaultVXLANPort is the VXLAN port dropped when a Spec names none.
-const DefaultVXLANPort = 4789
+const DefaultVXLANPort = defaults.VXLANPort
 
 // maxDevice is the longest interface name the kernel takes (IFNAMSIZ-1).
 const maxDevice = 15

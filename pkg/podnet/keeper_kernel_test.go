@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/netnstest"
 )
 
 // TestKeeperRepairs: on a pod attached by Setup, every setting of
@@ -239,7 +241,7 @@ func TestKeeperPollReadsAVethMadeAgain(t *testing.T) {
 // the "cali" prefix.
 func withKeeper(t *testing.T, host string, addrs []string, f func(k *Keeper, att *Attached) error) {
 	t.Helper()
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	att := attach(t, node, pod, host, addrs...)
 	inNS(t, node, func() error {

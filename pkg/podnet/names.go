@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+
+	"github.com/routelet/routelet/pkg/defaults"
 )
 
 // DefaultPrefix is the host veth name prefix used when none is configured.
-const DefaultPrefix = "cali"
+const DefaultPrefix = defaults.VethPrefix
 
 // maxIfNameLen is the longest Linux interface name (IFNAMSIZ - 1).
 const maxIfNameLen = 15

@@ -2,7 +2,6 @@ package podnet
 
 import (
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -14,11 +13,8 @@ import (
 	"github.com/routelet/routelet/pkg/routes"
 )
 
-// needRoot skips privileged tests for ordinary users.
-func needRoot(t *testing.T) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths and routes")
-}
+// whyRoot is what these tests need root for.
+const whyRoot = "creates network namespaces, veths and routes"
 
 // newNS creates a fresh network namespace removed when the test ends.
 func newNS(t *testing.T) ns.NetNS {
@@ -31,21 +27,6 @@ func inNS(t *testing.T, n ns.NetNS, f func() error) {
 	t.Helper()
 	if err := n.Do(func(ns.NetNS) error { return f() }); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// ping sends one echo request from inside n to dst and reports the output on
-// failure.
-func ping(t *testing.T, n ns.NetNS, dst netip.Addr) {
-	t.Helper()
-	var out []byte
-	err := n.Do(func(ns.NetNS) error {
-		var err error
-		out, err = exec.Command("ping", "-c", "1", "-W", "3", dst.String()).CombinedOutput()
-		return err
-	})
-	if err != nil {
-		t.Fatalf("ping %s from %s: %v\n%s", dst, n.Path(), err, out)
 	}
 }
 
@@ -70,7 +51,7 @@ func attach(t *testing.T, node, pod ns.NetNS, host string, addrs ...string) *Att
 }
 
 func TestSetupConfiguresBothSides(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	// Everything checked below starts off: a new namespace takes its IPv4
 	// all/default settings from the host's, which a container host has on
@@ -207,7 +188,7 @@ func TestSetupConfiguresBothSides(t *testing.T) {
 // passes, and adding them again with another protocol replaces them (the
 // protocol is no part of a route's key) rather than leaving both.
 func TestAddHostRoutesProtocol(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	attach(t, node, pod, "calitest00081", "10.77.0.81", "fd77::81")
 	addrs := []netip.Addr{netip.MustParseAddr("10.77.0.81"), netip.MustParseAddr("fd77::81")}
@@ -235,18 +216,18 @@ func TestAddHostRoutesProtocol(t *testing.T) {
 }
 
 func TestTwoPodsPingV4AndV6(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, podA, podB := newNS(t), newNS(t), newNS(t)
 	attach(t, node, podA, "calitestpinga", "10.78.0.2", "fd78::2")
 	attach(t, node, podB, "calitestpingb", "10.78.0.3", "fd78::3")
-	ping(t, podA, netip.MustParseAddr("10.78.0.3"))
-	ping(t, podB, netip.MustParseAddr("10.78.0.2"))
-	ping(t, podA, netip.MustParseAddr("fd78::3"))
-	ping(t, podB, netip.MustParseAddr("fd78::2"))
+	netnstest.CheckPing(t, podA, "10.78.0.3")
+	netnstest.CheckPing(t, podB, "10.78.0.2")
+	netnstest.CheckPing(t, podA, "fd78::3")
+	netnstest.CheckPing(t, podB, "fd78::2")
 }
 
 func TestSetupRollsBackWhenPodIfaceTaken(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	inNS(t, pod, func() error {
 		return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}})
@@ -276,7 +257,7 @@ func wantHostVethGone(t *testing.T, name, after string) error {
 }
 
 func TestSetupReplacesStaleVethButNotForeignLink(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod1, pod2 := newNS(t), newNS(t), newNS(t)
 	attach(t, node, pod1, "calitestst0001", "10.80.0.2")
 	// Same host name again (a new sandbox of the same pod): the old pair goes.
@@ -308,7 +289,7 @@ func TestSetupReplacesStaleVethButNotForeignLink(t *testing.T) {
 }
 
 func TestSetupRefusesOwnNamespace(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	node, pod := newNS(t), newNS(t)
 	inNS(t, node, func() error {
 		if same, err := IsCurrentNetns(node.Path()); err != nil || !same {

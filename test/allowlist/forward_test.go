@@ -20,7 +20,7 @@ import (
 // addPod attaches a fresh pod namespace to the node with the real plugin
 // through libcni and returns it with its IPv4 address. It is detached and
 // removed when the test ends.
-func (c *cluster) addPod(t *testing.T, name string) (ns.NetNS, string) {
+func (c *lan) addPod(t *testing.T, name string) (ns.NetNS, string) {
 	t.Helper()
 	p, ips := c.addPodIn(t, name, nodeBlock)
 	for _, ip := range ips {
@@ -34,7 +34,7 @@ func (c *cluster) addPod(t *testing.T, name string) (ns.NetNS, string) {
 
 // addPodIn attaches a pod with addresses from blocks (the conflist's
 // ipam.blocks) and returns it with its addresses, IPv4 first.
-func (c *cluster) addPodIn(t *testing.T, name string, blocks ...string) (ns.NetNS, []string) {
+func (c *lan) addPodIn(t *testing.T, name string, blocks ...string) (ns.NetNS, []string) {
 	t.Helper()
 	list, err := netnstest.RouteletConf{Name: "allow", CNIVersion: "1.1.0", StateDir: c.stateDir, Blocks: blocks}.ConfList()
 	if err != nil {
@@ -104,7 +104,7 @@ func sourceOf(t *testing.T, l net.PacketConn, payload string) string {
 func TestForwardAndNATOutgoing(t *testing.T) { eachBackend(t, testForwardAndNAT) }
 
 func testForwardAndNAT(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	ctx := context.Background()
 	c.mustIptables("-P", "FORWARD", "DROP")
 	pod1, ip1 := c.addPod(t, "pod1")
@@ -154,7 +154,7 @@ func testForwardAndNAT(t *testing.T, backend string) {
 // keeps its FORWARD accepts, per family: `iptables -S FORWARD` and
 // `iptables -S ROUTELET-FORWARD`, and with iptables-nft whether nf_tables
 // holds a FORWARD base chain (its hook costs every forwarded packet).
-func (c *cluster) forwardState(v6 bool) (jump, chain, baseChain bool) {
+func (c *lan) forwardState(v6 bool) (jump, chain, baseChain bool) {
 	c.t.Helper()
 	hook, err := c.iptables(v6, "-S", "FORWARD")
 	if err != nil {
@@ -196,7 +196,7 @@ func TestForwardChainOnlyWhereItCanDrop(t *testing.T) {
 }
 
 func testForwardChainOnlyWhereItCanDrop(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	ctx := context.Background()
 	pod1, _ := c.addPodIn(t, "pod1", nodeBlock, nodeBlock6)
 	_, ips2 := c.addPodIn(t, "pod2", nodeBlock, nodeBlock6)

@@ -31,15 +31,12 @@ const nsBase = "rl-allow-"
 var nsPrefix = netnstest.OwnedPrefix(nsBase)
 
 // binDir holds routeletd and the routelet plugin, built by TestMain.
-var (
-	binDir   string
-	buildErr error
-)
+var binDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(netnstest.Privileged{
 		Stale: nsBase, Bins: []string{netnstest.Routelet, netnstest.Routeletd},
-		Built: func(dir string, err error) { binDir, buildErr = dir, err },
+		Built: func(dir string) { binDir = dir },
 	}.Main(m))
 }
 
@@ -64,17 +61,6 @@ func eachBackendAndEncap(t *testing.T, test func(t *testing.T, backend, encap st
 	}
 }
 
-// requireRoot skips t without root or without the tools it inspects the
-// kernel with, and fails it when the binaries did not build.
-func requireRoot(t *testing.T, backend string) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces, iptables rules and ipsets, and runs routeletd")
-	netnstest.SkipUnlessInstalled(t, "ipset, iptables", "ipset", "iptables-"+backend, "ip6tables-"+backend)
-	if buildErr != nil {
-		t.Fatalf("building routeletd and the plugin: %v", buildErr)
-	}
-}
-
 func randHex() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
@@ -94,9 +80,11 @@ const (
 	peerBlock   = "10.244.2.0/24"
 )
 
-// cluster is one node under test on an underlay bridge, with the other
-// hosts that talk to it.
-type cluster struct {
+// lan is the node under test and the hosts that talk to it (a peer, an
+// attacker, a host outside the cluster), each with eth0 on one underlay
+// bridge. Only the node runs routeletd (startDaemon); the others are bare
+// namespaces.
+type lan struct {
 	t        *testing.T
 	backend  string
 	node     *netnstest.Node
@@ -109,12 +97,13 @@ type cluster struct {
 	ipt6     *rules.IPTables // and its ip6tables
 }
 
-// newCluster builds the namespaces: a "lan" namespace with bridge br0, and
+// newLAN builds the namespaces: a "lan" namespace with bridge br0, and
 // the node, peer, attacker and outside hosts each with eth0 on it.
-func newCluster(t *testing.T, backend string) *cluster {
+func newLAN(t *testing.T, backend string) *lan {
 	t.Helper()
-	requireRoot(t, backend)
-	c := &cluster{t: t, backend: backend, stateDir: filepath.Join(t.TempDir(), "state")}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, iptables rules and ipsets, and runs routeletd")
+	netnstest.SkipUnlessInstalled(t, "ipset, iptables", "ipset", "iptables-"+backend, "ip6tables-"+backend)
+	c := &lan{t: t, backend: backend, stateDir: filepath.Join(t.TempDir(), "state")}
 	id := randHex()
 	var err error
 	c.node, err = netnstest.NewNode(nsPrefix+"node-"+id, []string{binDir}, t.TempDir())
@@ -126,20 +115,20 @@ func newCluster(t *testing.T, backend string) *cluster {
 			t.Errorf("remove node netns: %v", err)
 		}
 	})
-	lan := newNS(t, "lan-"+id)
+	bridge := newNS(t, "lan-"+id)
 	c.peer, c.attacker, c.outside = newNS(t, "peer-"+id), newNS(t, "atk-"+id), newNS(t, "out-"+id)
-	sh(t, lan, "ip link add br0 type bridge")
-	sh(t, lan, "ip link set br0 up")
+	sh(t, bridge, "ip link add br0 type bridge")
+	sh(t, bridge, "ip link set br0 up")
 	for i, h := range []struct {
 		n       ns.NetNS
 		ip, ip6 string
 	}{{c.node.NS, nodeIP, nodeIP6}, {c.peer, peerIP, peerIP6}, {c.attacker, attackerIP, attackerIP6}, {c.outside, outsideIP, "2001:db8::99"}} {
 		port := fmt.Sprintf("p%d", i)
-		sh(t, h.n, "ip link add eth0 type veth peer name "+port+" netns "+netnstest.Name(lan))
+		sh(t, h.n, "ip link add eth0 type veth peer name "+port+" netns "+netnstest.Name(bridge))
 		sh(t, h.n, "ip addr add "+h.ip+"/24 dev eth0")
 		sh(t, h.n, "ip addr add "+h.ip6+"/64 dev eth0 nodad")
 		sh(t, h.n, "ip link set eth0 up")
-		sh(t, lan, "ip link set "+port+" master br0 up")
+		sh(t, bridge, "ip link set "+port+" master br0 up")
 	}
 	// The node's default route leads outside, as on a real host.
 	sh(t, c.node.NS, "ip route add default via "+outsideIP)
@@ -176,7 +165,7 @@ func sh(t *testing.T, n ns.NetNS, cmd string) string {
 }
 
 // iptables runs the backend's iptables (or ip6tables with v6) in the node.
-func (c *cluster) iptables(v6 bool, args ...string) (string, error) {
+func (c *lan) iptables(v6 bool, args ...string) (string, error) {
 	bin := "iptables-" + c.backend
 	if v6 {
 		bin = "ip6tables-" + c.backend
@@ -185,7 +174,7 @@ func (c *cluster) iptables(v6 bool, args ...string) (string, error) {
 }
 
 // mustIptables is iptables failing the test on error.
-func (c *cluster) mustIptables(args ...string) string {
+func (c *lan) mustIptables(args ...string) string {
 	c.t.Helper()
 	out, err := c.iptables(false, args...)
 	if err != nil {
@@ -196,7 +185,7 @@ func (c *cluster) mustIptables(args ...string) string {
 
 // chain returns `iptables -S chain` in table of the node, "" when the chain
 // does not exist.
-func (c *cluster) chain(table, chain string) string {
+func (c *lan) chain(table, chain string) string {
 	out, err := c.iptables(false, "-t", table, "-S", chain)
 	if err != nil {
 		return ""
@@ -206,7 +195,7 @@ func (c *cluster) chain(table, chain string) string {
 
 // setMembers returns the members of an ipset in the node, as `ipset list`
 // prints them; ok is false when the set does not exist.
-func (c *cluster) setMembers(name string) (members []string, ok bool) {
+func (c *lan) setMembers(name string) (members []string, ok bool) {
 	listed, err := netnstest.IPSetMembers(c.node.NS, name)
 	if err != nil {
 		return nil, false
@@ -225,7 +214,7 @@ func (c *cluster) setMembers(name string) (members []string, ok bool) {
 }
 
 // setNames returns `ipset list -n` of the node, sorted.
-func (c *cluster) setNames() []string {
+func (c *lan) setNames() []string {
 	c.t.Helper()
 	out := sh(c.t, c.node.NS, "ipset list -n")
 	names := strings.Fields(out)
@@ -235,12 +224,12 @@ func (c *cluster) setNames() []string {
 
 // dropAcceptCounts returns the packet counters of the first ACCEPT and
 // the first DROP rule of ROUTELET-INPUT (IPv4).
-func (c *cluster) dropAcceptCounts() (accept, drop uint64, err error) {
+func (c *lan) dropAcceptCounts() (accept, drop uint64, err error) {
 	return c.dropAcceptCountsOf(c.ipt)
 }
 
 // dropAcceptCountsOf is dropAcceptCounts through ipt (iptables or ip6tables).
-func (c *cluster) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, err error) {
+func (c *lan) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, err error) {
 	err = c.node.NS.Do(func(ns.NetNS) error {
 		stats, err := ipt.StructuredStats("filter", rules.InputChain)
 		if err != nil {
@@ -265,7 +254,7 @@ func (c *cluster) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, 
 
 // writeNode writes a node record into the node's nodes/ directory, as
 // copying another node's record there would.
-func (c *cluster) writeNode(name, hostIP, block string) {
+func (c *lan) writeNode(name, hostIP, block string) {
 	c.t.Helper()
 	if err := c.store.PutNode(&state.Node{Version: 1, Name: name, HostIPv4: hostIP, Blocks: []string{block}, Updated: time.Now().UTC()}); err != nil {
 		c.t.Fatal(err)
@@ -280,7 +269,7 @@ type daemon struct {
 
 // routeletdArgs are the flags every test daemon gets; extra ones follow
 // and win.
-func (c *cluster) routeletdArgs(extra ...string) []string {
+func (c *lan) routeletdArgs(extra ...string) []string {
 	return append([]string{"--node-name=node-a", "--state-dir=" + c.stateDir, "--pod-cidr=" + nodeBlock,
 		"--node-ip=" + nodeIP, "--iptables-backend=" + c.backend, "--log-level=debug"}, extra...)
 }
@@ -288,7 +277,7 @@ func (c *cluster) routeletdArgs(extra ...string) []string {
 // startDaemon runs routeletd in the node and waits until daemon.json says
 // it is ready. It is killed when the test ends; its log is printed if the
 // test failed.
-func (c *cluster) startDaemon(extra ...string) *daemon {
+func (c *lan) startDaemon(extra ...string) *daemon {
 	c.t.Helper()
 	return c.startDaemonUntil("routeletd ready (daemon.json)", func(st *state.DaemonStatus) bool { return st.Ready }, extra...)
 }
@@ -298,7 +287,7 @@ func (c *cluster) startDaemon(extra ...string) *daemon {
 // for ipip (it cannot make tunl0) while its allowlist and firewall rules
 // work all the same (the IPIP drop rule guards the node whatever the
 // device), so for ipip that reason counts as started.
-func (c *cluster) startDaemonEncap(encap string, extra ...string) *daemon {
+func (c *lan) startDaemonEncap(encap string, extra ...string) *daemon {
 	args := append([]string{"--encapsulation=" + encap}, extra...)
 	if encap != "ipip" {
 		return c.startDaemon(args...)
@@ -310,7 +299,7 @@ func (c *cluster) startDaemonEncap(encap string, extra ...string) *daemon {
 
 // startDaemonUntil is startDaemon waiting for settled(daemon.json) instead
 // of readiness.
-func (c *cluster) startDaemonUntil(what string, settled func(*state.DaemonStatus) bool, extra ...string) *daemon {
+func (c *lan) startDaemonUntil(what string, settled func(*state.DaemonStatus) bool, extra ...string) *daemon {
 	c.t.Helper()
 	d := &daemon{log: &netnstest.Buffer{}}
 	var err error
@@ -441,7 +430,7 @@ func sendIPIP(t *testing.T, n ns.NetNS, marker string) {
 // metric returns the value of an unlabelled metric from the daemon's
 // /metrics (health-addr default 127.0.0.1:9099 inside the node), dialled
 // from a thread in the node namespace.
-func (c *cluster) metric(name string) float64 {
+func (c *lan) metric(name string) float64 {
 	c.t.Helper()
 	v, ok := c.metricValue(name)
 	if !ok {
@@ -452,7 +441,7 @@ func (c *cluster) metric(name string) float64 {
 
 // metricValue is metric without failing: ok is false when the daemon does
 // not serve name (yet).
-func (c *cluster) metricValue(name string) (float64, bool) {
+func (c *lan) metricValue(name string) (float64, bool) {
 	c.t.Helper()
 	_, body, err := netnstest.HTTPGet(c.node.NS, "http://127.0.0.1:9099/metrics")
 	if err != nil {

@@ -37,7 +37,7 @@ func fakeVTEP(t *testing.T, host ns.NetNS, hostIP, mac, src string, nodeRec *sta
 func TestVXLANPodInjection(t *testing.T) { eachBackend(t, testVXLANPodInjection) }
 
 func testVXLANPodInjection(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	const peerMAC, peerTunnel, spoofed = "66:00:00:00:00:0b", "10.244.2.0", "10.244.2.9"
 	if err := c.store.PutNode(&state.Node{Version: 1, Name: "node-b", HostIPv4: peerIP, Blocks: []string{peerBlock},
 		VTEPMAC: peerMAC, TunnelIPv4: peerTunnel, Updated: time.Now().UTC()}); err != nil {

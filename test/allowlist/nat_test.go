@@ -19,7 +19,7 @@ import (
 // tables (`nft list tables`: "ip nat", "ip6 nat"), for legacy the x_tables
 // the kernel instantiated in the namespace (/proc/net/ip_tables_names and
 // ip6_tables_names: "ip nat", "ip6 nat").
-func (c *cluster) natTables(t *testing.T) []string {
+func (c *lan) natTables(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
 	var out []string
@@ -48,7 +48,7 @@ func (c *cluster) natTables(t *testing.T) []string {
 
 // conntrackCount returns how many connections the node's conntrack table
 // holds ("" when the kernel has no conntrack).
-func (c *cluster) conntrackCount(t *testing.T) string {
+func (c *lan) conntrackCount(t *testing.T) string {
 	t.Helper()
 	out, err := netnstest.Exec(context.Background(), c.node.NS, "cat", "/proc/sys/net/netfilter/nf_conntrack_count")
 	if err != nil {
@@ -68,7 +68,7 @@ func (c *cluster) conntrackCount(t *testing.T) string {
 func TestNATOutgoingOff(t *testing.T) { eachBackend(t, testNATOutgoingOff) }
 
 func testNATOutgoingOff(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	if backend == rules.BackendNFT {
 		if _, err := exec.LookPath("nft"); err != nil {
 			t.Skipf("nft not installed (Debian package nftables): %v", err)
@@ -136,7 +136,7 @@ func TestNATOutgoingPerPool(t *testing.T) { eachBackend(t, testNATOutgoingPerPoo
 
 func testNATOutgoingPerPool(t *testing.T, backend string) {
 	const otherBlock = "10.244.3.0/24"
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	d := c.startDaemon("--encapsulation=vxlan", "--pod-cidr="+otherBlock, "--nat-outgoing-pool="+nodeBlock)
 	pod1, ips1 := c.addPodIn(t, "pool1", nodeBlock)
 	pod2, ips2 := c.addPodIn(t, "pool2", otherBlock)

@@ -20,7 +20,7 @@ import (
 func TestOverlayAllowlist(t *testing.T) { eachBackendAndEncap(t, testOverlayAllowlist) }
 
 func testOverlayAllowlist(t *testing.T, backend, encap string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	set, proto, send := "routelet-vxlan-peers", "17", sendVXLAN
 	if encap == "ipip" {
 		set, proto, send = "routelet-ipip-peers", "4", sendIPIP
@@ -124,7 +124,7 @@ func testOverlayAllowlist(t *testing.T, backend, encap string) {
 func TestOverlayAllowlistIPv6(t *testing.T) { eachBackend(t, testOverlayAllowlistIPv6) }
 
 func testOverlayAllowlistIPv6(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	put := func(name, v4, v6, block string) {
 		t.Helper()
 		if err := c.store.PutNode(&state.Node{Version: 1, Name: name, HostIPv4: v4, HostIPv6: v6, Blocks: []string{block}, Updated: time.Now().UTC()}); err != nil {

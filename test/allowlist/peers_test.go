@@ -18,7 +18,7 @@ import (
 func TestHostilePeerRecordFirewall(t *testing.T) { eachBackend(t, testHostilePeerRecordFirewall) }
 
 func testHostilePeerRecordFirewall(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	c.writeNode("node-b", peerIP, peerBlock)
 	c.startDaemon("--encapsulation=vxlan")
 	pod, _ := c.addPod(t, "pod1")

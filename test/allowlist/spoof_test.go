@@ -35,7 +35,7 @@ const (
 
 // rpfOff models Debian's default: no reverse-path filtering anywhere on the
 // node, for existing interfaces and for the ones created later.
-func (c *cluster) rpfOff(t *testing.T) {
+func (c *lan) rpfOff(t *testing.T) {
 	t.Helper()
 	for _, k := range []string{"net/ipv4/conf/all/rp_filter", "net/ipv4/conf/default/rp_filter"} {
 		if _, err := netnstest.Sysctl(c.node.NS, k, "0"); err != nil {
@@ -45,14 +45,14 @@ func (c *cluster) rpfOff(t *testing.T) {
 }
 
 // guards opens the pod guards of the node's namespace.
-func (c *cluster) guards() (*podguard.Guards, error) {
+func (c *lan) guards() (*podguard.Guards, error) {
 	return podguard.New(nftables.WithNetNSFd(int(c.node.NS.Fd())))
 }
 
 // guardDrops returns what the drop rules of kind counted, summed over
 // every pod guard of the node (`nft list table netdev routelet` shows the
 // same counters).
-func (c *cluster) guardDrops(kind dropKind) (uint64, error) {
+func (c *lan) guardDrops(kind dropKind) (uint64, error) {
 	g, err := c.guards()
 	if err != nil {
 		return 0, err
@@ -74,7 +74,7 @@ func (c *cluster) guardDrops(kind dropKind) (uint64, error) {
 
 // waitDropped waits until the pod guards' drops of kind counted more than
 // before.
-func (c *cluster) waitDropped(t *testing.T, kind dropKind, before uint64, what string) {
+func (c *lan) waitDropped(t *testing.T, kind dropKind, before uint64, what string) {
 	t.Helper()
 	netnstest.Eventually(t, 5*time.Second, what+": counted by a pod guard", func() bool {
 		n, err := c.guardDrops(kind)
@@ -84,7 +84,7 @@ func (c *cluster) waitDropped(t *testing.T, kind dropKind, before uint64, what s
 
 // countBefore is guardDrops, with 0 while there is no guard yet (the code
 // before the guards has none).
-func (c *cluster) countBefore(kind dropKind) uint64 {
+func (c *lan) countBefore(kind dropKind) uint64 {
 	n, _ := c.guardDrops(kind)
 	return n
 }
@@ -183,7 +183,7 @@ func addAddr(t *testing.T, pod ns.NetNS, ip string) (remove func()) {
 func TestPodAntiSpoofing(t *testing.T) { eachBackend(t, testPodAntiSpoofing) }
 
 func testPodAntiSpoofing(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	c.rpfOff(t)
 	c.writeNode("node-b", peerIP, peerBlock)
 	c.startDaemon("--encapsulation=vxlan", "--pod-cidr="+nodeBlock6)
@@ -304,7 +304,7 @@ func vxlanFrame(t *testing.T, dstMAC, srcMAC string, inner []byte) []byte {
 func TestPodForgedEncapsulation(t *testing.T) { eachBackendAndEncap(t, testPodForgedEncapsulation) }
 
 func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	c.rpfOff(t)
 	const peerMAC, peerTunnel, peerPod = "66:00:00:00:00:0b", "10.244.2.0", "10.244.2.9"
 	if err := c.store.PutNode(&state.Node{Version: 1, Name: "node-b", HostIPv4: peerIP, Blocks: []string{peerBlock},

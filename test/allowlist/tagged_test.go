@@ -84,7 +84,7 @@ func gatewayMAC(t *testing.T, pod ns.NetNS) net.HardwareAddr {
 // neighbour entry for the foreign senders, and the pod's guard counts
 // each; the pod's own traffic still works.
 func TestPodTaggedFrames(t *testing.T) {
-	c := newCluster(t, rules.BackendNFT)
+	c := newLAN(t, rules.BackendNFT)
 	c.rpfOff(t)
 	const peerMAC = "66:00:00:00:00:0b"
 	if err := c.store.PutNode(&state.Node{Version: 1, Name: "node-b", HostIPv4: peerIP, Blocks: []string{peerBlock},

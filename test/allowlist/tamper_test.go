@@ -23,7 +23,7 @@ import (
 // snapshot is what a user would look at to see routelet's firewall state in
 // the node: the chains and jumps (IPv4 and IPv6), the members of every
 // ipset and the pod guards (chains of `table netdev routelet`).
-func (c *cluster) snapshot() string {
+func (c *lan) snapshot() string {
 	c.t.Helper()
 	var b strings.Builder
 	for _, v6 := range []bool{false, true} {
@@ -44,7 +44,7 @@ func (c *cluster) snapshot() string {
 }
 
 // guardNames lists the pod guards' chains, sorted.
-func (c *cluster) guardNames() []string {
+func (c *lan) guardNames() []string {
 	c.t.Helper()
 	g, err := c.guards()
 	if err != nil {
@@ -64,7 +64,7 @@ func (c *cluster) guardNames() []string {
 func TestTamperRepair(t *testing.T) { eachBackend(t, testTamperRepair) }
 
 func testTamperRepair(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	// IPv4 FORWARD policy DROP, as Docker sets it: routeletd keeps
 	// ROUTELET-FORWARD (and its jump, tampered with below) only where
 	// FORWARD can drop.
@@ -159,7 +159,7 @@ func testTamperRepair(t *testing.T, backend string) {
 func TestCleanup(t *testing.T) { eachBackend(t, testCleanup) }
 
 func testCleanup(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	ctx := context.Background()
 	// Someone else's state: rules in the built-in chains (one jumping to
 	// their own chain; the FORWARD one makes routeletd keep
@@ -220,7 +220,7 @@ func testCleanup(t *testing.T, backend string) {
 func TestPodGuardRepair(t *testing.T) { eachBackend(t, testPodGuardRepair) }
 
 func testPodGuardRepair(t *testing.T, backend string) {
-	c := newCluster(t, backend)
+	c := newLAN(t, backend)
 	c.rpfOff(t)
 	for _, v6 := range []bool{false, true} {
 		for _, args := range [][]string{

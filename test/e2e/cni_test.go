@@ -42,8 +42,8 @@ func TestLifecycle(t *testing.T) {
 			if attA.ips[0] == attB.ips[0] {
 				t.Fatalf("both pods got %s", attA.ips[0])
 			}
-			ping(t, a, attB.ips[0])
-			ping(t, b, attA.ips[0])
+			netnstest.CheckPing(t, a.ns, attB.ips[0].String())
+			netnstest.CheckPing(t, b.ns, attA.ips[0].String())
 
 			if v != "0.3.1" { // CHECK exists from 0.4.0 on
 				for _, p := range []*pod{a, b} {
@@ -88,8 +88,8 @@ func TestLifecycle(t *testing.T) {
 			again := e.add(t, a)
 			c := newPod(t, "pod-c")
 			attC := e.add(t, c)
-			ping(t, a, attC.ips[0])
-			ping(t, c, again.ips[0])
+			netnstest.CheckPing(t, a.ns, attC.ips[0].String())
+			netnstest.CheckPing(t, c.ns, again.ips[0].String())
 			for _, p := range []*pod{a, c} {
 				if err := e.node.Del(ctx, e.list, p.rt); err != nil {
 					t.Errorf("final DEL %s: %v", p.name, err)
@@ -163,7 +163,7 @@ func TestParallelAddDel(t *testing.T) {
 	if got := len(e.allocations(t)); got != n {
 		t.Errorf("IPAM holds %d attachments, want %d", got, n)
 	}
-	ping(t, pods[0], atts[n-1].ips[0])
+	netnstest.CheckPing(t, pods[0].ns, atts[n-1].ips[0].String())
 
 	for i, p := range pods {
 		wg.Add(1)
@@ -209,8 +209,8 @@ func TestDualStack(t *testing.T) {
 		t.Fatalf("ADD results give %v and %v, want an IPv4 and an IPv6 address each", ipA, ipB)
 	}
 	for i := range ipA {
-		ping(t, a, ipB[len(ipB)-1-i]) // v6 first
-		ping(t, b, ipA[len(ipA)-1-i])
+		netnstest.CheckPing(t, a.ns, ipB[len(ipB)-1-i].String()) // v6 first
+		netnstest.CheckPing(t, b.ns, ipA[len(ipA)-1-i].String())
 	}
 	attA, attB := e.checkAttached(t, a, resA), e.checkAttached(t, b, resB)
 	if !attA.ip(true).IsValid() || !attB.ip(true).IsValid() {

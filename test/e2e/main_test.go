@@ -39,16 +39,13 @@ const routeProto = 80
 // podGatewayV4 is the link-local next hop every pod's default route uses.
 const podGatewayV4 = "169.254.1.1"
 
-// pluginDir holds the binaries built by TestMain; buildErr is why it failed.
-var (
-	pluginDir string
-	buildErr  error
-)
+// pluginDir holds the binaries built by TestMain.
+var pluginDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(netnstest.Privileged{
 		Stale: e2ePrefix, Bins: []string{netnstest.Routelet, netnstest.PortmapPackage},
-		Built: func(dir string, err error) { pluginDir, buildErr = dir, err },
+		Built: func(dir string) { pluginDir = dir },
 	}.Main(m))
 }
 
@@ -57,15 +54,6 @@ func TestMain(m *testing.M) {
 func routeletdBin(t *testing.T) string {
 	t.Helper()
 	return filepath.Join(netnstest.Bins(t, netnstest.Routeletd), "routeletd")
-}
-
-// requireRoot skips t without root and fails it when the plugins did not build.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces and veths")
-	if buildErr != nil {
-		t.Fatalf("building plugins: %v", buildErr)
-	}
 }
 
 // env is one simulated node running routelet with one conflist.
@@ -81,7 +69,7 @@ type env struct {
 // removed when t ends, even on failure.
 func newEnv(t *testing.T, version string, blocks ...string) *env {
 	t.Helper()
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, "creates network namespaces and veths")
 	if len(blocks) == 0 {
 		blocks = []string{"10.244.0.0/24"}
 	}
@@ -520,13 +508,5 @@ func (e *env) checkDetached(t *testing.T, p *pod, a attachment) {
 	att := ipam.Attachment{ContainerID: p.rt.ContainerID, IfName: p.rt.IfName}
 	if got := e.allocations(t)[att]; len(got) > 0 {
 		t.Errorf("IPAM still holds %v for %s", got, p.rt.ContainerID)
-	}
-}
-
-// ping fails t unless from reaches dst.
-func ping(t *testing.T, from *pod, dst netip.Addr) {
-	t.Helper()
-	if _, err := netnstest.Ping(context.Background(), from.ns, dst.String(), 1); err != nil {
-		t.Errorf("ping %s → %s: %v", from.name, dst, err)
 	}
 }

@@ -30,28 +30,18 @@ var nsPrefix = netnstest.OwnedPrefix(mnPrefix)
 // routeProto is the protocol routelet stamps on its routes (docs/design.md).
 const routeProto = 80
 
-// binDir holds routeletd and the plugin, built by TestMain; buildErr says
-// why that failed.
-var (
-	binDir   string
-	buildErr error
-)
+// binDir holds routeletd and the plugin, built by TestMain.
+var binDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(netnstest.Privileged{
 		Stale: mnPrefix, RemoveStale: cluster.RemoveStale, Bins: []string{netnstest.Routelet, netnstest.Routeletd},
-		Built: func(dir string, err error) { binDir, buildErr = dir, err },
+		Built: func(dir string) { binDir = dir },
 	}.Main(m))
 }
 
-// requireRoot skips t without root and fails it when the binaries did not build.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces, veths and runs routeletd in them")
-	if buildErr != nil {
-		t.Fatalf("building routeletd and the plugin: %v", buildErr)
-	}
-}
+// whyRoot is what these tests need root for.
+const whyRoot = "creates network namespaces, veths and runs routeletd in them"
 
 // specs: a and b share 10.0.1.0/24 (the router's bridge); c is on
 // 10.0.2.0/24 behind the router. The router forwards the underlay only: it
@@ -91,7 +81,7 @@ var clusterSeq int
 // cleanup; the daemons' logs are shown if the test failed.
 func newCluster(t *testing.T, flags ...string) *testCluster {
 	t.Helper()
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	args := append(slices.Clone(baseArgs), flags...)
 	tc := buildCluster(t, cluster.Options{Nodes: specs, DaemonArgs: args})
 	c := tc.c
@@ -178,15 +168,6 @@ func (c *testCluster) allPods() []placedPod {
 	return out
 }
 
-// ping sends one echo request from p to dst (extra ping flags first) and
-// reports whether a reply came back within a second.
-func ping(p *cluster.Pod, dst netip.Addr, extra ...string) (string, bool) {
-	args := append([]string{"-n", "-c", "1", "-W", "1"}, extra...)
-	args = append(args, dst.String())
-	out, err := netnstest.Exec(context.Background(), p.NS, "ping", args...)
-	return out, err == nil
-}
-
 // reachable lists "from → to" for every ordered pod pair and family whose
 // ping result differs from want(from node, to node).
 func (c *testCluster) reachability(want func(from, to *node) bool) []string {
@@ -206,7 +187,8 @@ func (c *testCluster) reachability(want func(from, to *node) bool) []string {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, ok := ping(from.p, dst)
+					_, err := from.p.Ping(context.Background(), dst)
+					ok := err == nil
 					if exp := want(from.n, to.n); ok != exp {
 						mu.Lock()
 						bad = append(bad, fmt.Sprintf("%s → %s (%s): reached %v, want %v", from.p.Name, to.p.Name, dst, ok, exp))

@@ -91,7 +91,7 @@ func pingFor(p *cluster.Pod, dst netip.Addr, count int) error {
 // its peers drop its routes, ARP/NDP and FDB entries and allowlist
 // entries.
 func TestEtcdDatastore(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	etcdtest.Binary(t)
 	tc, srv, etcdArgs := etcdCluster(t, specs, true)
 	a := tc.node("a")
@@ -311,7 +311,7 @@ func vxlanRoute(block, first netip.Prefix) string {
 // the full blocks; once the peer leaves (releasing both its blocks) the
 // node claims one of them and the ADD succeeds.
 func TestEtcdBlockGrowth(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	etcdtest.Binary(t)
 	tc, srv, etcdArgs := etcdCluster(t, specs[:2], false)
 	a, b := tc.node("a"), tc.node("b")
@@ -335,7 +335,7 @@ func TestEtcdBlockGrowth(t *testing.T) {
 		}
 	}
 	netnstest.WaitFor(t, 30*time.Second, "a-pod0 reaches b-pod0", func() error {
-		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+		if out, err := a.Pods[0].Ping(t.Context(), b.Pods[0].IPv4); err != nil {
 			return fmt.Errorf("no reply:\n%s", out)
 		}
 		return nil
@@ -431,7 +431,7 @@ func TestEtcdBlockGrowth(t *testing.T) {
 	}
 	for _, pair := range [][2]*node{{a, b}, {b, a}} {
 		from, to := pair[0].Pods[0], pair[1].Pods[2]
-		if out, ok := ping(from, to.IPv4); !ok {
+		if out, err := from.Ping(t.Context(), to.IPv4); err != nil {
 			t.Errorf("%s → %s (%s, the new block): no reply\n%s", from.Name, to.Name, to.IPv4, out)
 		}
 	}

@@ -27,7 +27,7 @@ import (
 // the block (a's record publishes it) and still routes it to a. The key
 // deleted, a claims the block again and the conflict is gone.
 func TestEtcdClaimConflict(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	etcdtest.Binary(t)
 	tc, srv, etcdArgs := etcdCluster(t, specs[:2], false)
 	a, b := tc.node("a"), tc.node("b")
@@ -54,10 +54,10 @@ func TestEtcdClaimConflict(t *testing.T) {
 	talks := func(what string) {
 		t.Helper()
 		netnstest.WaitFor(t, 30*time.Second, what+": a-pod0 and b-pod0 reach each other", func() error {
-			if out, ok := ping(pod, b.Pods[0].IPv4); !ok {
+			if out, err := pod.Ping(t.Context(), b.Pods[0].IPv4); err != nil {
 				return fmt.Errorf("a-pod0 → b-pod0: no reply\n%s", out)
 			}
-			if out, ok := ping(b.Pods[0], pod.IPv4); !ok {
+			if out, err := b.Pods[0].Ping(t.Context(), pod.IPv4); err != nil {
 				return fmt.Errorf("b-pod0 → a-pod0: no reply\n%s", out)
 			}
 			return nil

@@ -186,7 +186,7 @@ func published(admin *kubernetes.Clientset, spec cluster.NodeSpec) error {
 // and allowlist entries go; an API server stopped for 30 s removes no
 // route, and a Node created after it returns is programmed.
 func TestKubernetesDatastore(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	work := t.TempDir()
 	tc := buildCluster(t, cluster.Options{Nodes: specs})
 	c := tc.c

@@ -130,15 +130,15 @@ func TestVXLAN(t *testing.T) {
 		}
 		// 1372 bytes of ICMP payload + 8 (ICMP) + 20 (IPv4) = a 1400-byte
 		// packet, with DF set (-M do): it must cross a→router→c whole.
-		if out, ok := ping(from, to.IPv4, "-M", "do", "-s", "1372"); !ok {
+		if out, err := from.Ping(t.Context(), to.IPv4, "-M", "do", "-s", "1372"); err != nil {
 			t.Errorf("1400-byte DF packet %s → %s lost:\n%s", from.Name, to.IPv4, out)
 		}
 		// The largest packet the pod may send (its MTU) fits the tunnel: the
 		// outer packet is then exactly 1500 bytes on the underlay.
-		if out, ok := ping(from, to.IPv4, "-M", "do", "-s", fmt.Sprint(podMTU-28)); !ok {
+		if out, err := from.Ping(t.Context(), to.IPv4, "-M", "do", "-s", fmt.Sprint(podMTU-28)); err != nil {
 			t.Errorf("%d-byte DF packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.Name, to.IPv4, out)
 		}
-		if out, ok := ping(from, to.IPv6, "-M", "do", "-s", fmt.Sprint(podMTU-48)); !ok {
+		if out, err := from.Ping(t.Context(), to.IPv6, "-M", "do", "-s", fmt.Sprint(podMTU-48)); err != nil {
 			t.Errorf("%d-byte IPv6 packet (the pod MTU) %s → %s lost:\n%s", podMTU, from.Name, to.IPv6, out)
 		}
 	})
@@ -152,7 +152,7 @@ func TestVXLAN(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.waitDataplane(a, time.Second, "after ip link del vxlan.calico", expected(a, "vxlan", c.peersOf(a)))
-		if out, ok := ping(a.Pods[0], cn.Pods[1].IPv4); !ok {
+		if out, err := a.Pods[0].Ping(t.Context(), cn.Pods[1].IPv4); err != nil {
 			t.Errorf("pod a → pod c after the device came back:\n%s", out)
 		}
 	})
@@ -222,14 +222,14 @@ func TestVXLAN(t *testing.T) {
 		c.waitDataplane(a, 5*time.Second, "after b's VTEP MAC changed", want)
 		// b's device still has its real MAC, so a's pods cannot reach b's
 		// over IPv4 now; restoring the record restores them.
-		if _, ok := ping(a.Pods[0], b.Pods[0].IPv4); ok {
+		if _, err := a.Pods[0].Ping(t.Context(), b.Pods[0].IPv4); err == nil {
 			t.Errorf("pod a → pod b reachable through a wrong VTEP MAC")
 		}
 		if err := os.WriteFile(path, orig, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		c.waitDataplane(a, 5*time.Second, "after b's record was restored", expected(a, "vxlan", c.peersOf(a)))
-		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+		if out, err := a.Pods[0].Ping(t.Context(), b.Pods[0].IPv4); err != nil {
 			t.Errorf("pod a → pod b after the record was restored:\n%s", out)
 		}
 	})
@@ -239,11 +239,11 @@ func TestVXLAN(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.waitDataplane(a, 5*time.Second, "after c's record was removed", expected(a, "vxlan", []*node{b}))
-		if _, ok := ping(a.Pods[0], cn.Pods[0].IPv4); ok {
+		if _, err := a.Pods[0].Ping(t.Context(), cn.Pods[0].IPv4); err == nil {
 			t.Errorf("pod a → pod c still reachable after c's record was removed from a")
 		}
 		// The remaining peer is untouched.
-		if out, ok := ping(a.Pods[0], b.Pods[1].IPv4); !ok {
+		if out, err := a.Pods[0].Ping(t.Context(), b.Pods[1].IPv4); err != nil {
 			t.Errorf("pod a → pod b after c's record was removed:\n%s", out)
 		}
 	})
@@ -294,7 +294,7 @@ func TestVXLANCrossSubnet(t *testing.T) {
 		// by one through vxlan.calico.
 		restart("--encapsulation=vxlan")
 		c.waitDataplane(a, 5*time.Second, "after a restart in vxlan mode", expected(a, "vxlan", c.peersOf(a)))
-		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+		if out, err := a.Pods[0].Ping(t.Context(), b.Pods[0].IPv4); err != nil {
 			t.Errorf("pod a → pod b after the switch to vxlan:\n%s", out)
 		}
 		// vxlan → none: both VXLAN devices and every encapsulated route go;
@@ -306,7 +306,7 @@ func TestVXLANCrossSubnet(t *testing.T) {
 				t.Errorf("%s still present after the switch to none", dev)
 			}
 		}
-		if out, ok := ping(a.Pods[0], b.Pods[0].IPv6); !ok {
+		if out, err := a.Pods[0].Ping(t.Context(), b.Pods[0].IPv6); err != nil {
 			t.Errorf("pod a → pod b after the switch to none:\n%s", out)
 		}
 	})
@@ -344,7 +344,7 @@ func TestNoEncapsulation(t *testing.T) {
 // routeletd asking for tunl0 is what loads it; once loaded, every node
 // namespace has the kernel's fallback tunl0, which routeletd adopts.
 func TestIPIP(t *testing.T) {
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	netnstest.SkipUnlessIPIP(t)
 	loaded, err := netnstest.IPIPLoaded()
 	if err != nil {
@@ -378,7 +378,7 @@ func TestIPIP(t *testing.T) {
 			if from.p == to.p {
 				continue
 			}
-			if out, ok := ping(from.p, to.p.IPv4); !ok {
+			if out, err := from.p.Ping(t.Context(), to.p.IPv4); err != nil {
 				t.Errorf("%s → %s over IPIP:\n%s", from.p.Name, to.p.IPv4, out)
 			}
 			if from.n != to.n {

@@ -192,7 +192,7 @@ func TestHostilePeerBlocks(t *testing.T) {
 	if got := a.setMembers("routelet-vxlan-peers"); !slices.Equal(got, peerSet) {
 		t.Errorf("routelet-vxlan-peers at the end = %v, want %v", got, peerSet)
 	}
-	if out, ok := ping(a.Pods[0], cn.Pods[0].IPv4); !ok {
+	if out, err := a.Pods[0].Ping(t.Context(), cn.Pods[0].IPv4); err != nil {
 		t.Errorf("pod a → pod c after the hostile records:\n%s", out)
 	}
 }
@@ -238,7 +238,7 @@ func TestPeerRecordWithOurIdentity(t *testing.T) {
 			netnstest.Eventually(t, 10*time.Second, "refusal gone after the record was removed", func() bool { return !a.metricLine(line) })
 		})
 	}
-	if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+	if out, err := a.Pods[0].Ping(t.Context(), b.Pods[0].IPv4); err != nil {
 		t.Errorf("pod a → pod b after the impostor records:\n%s", out)
 	}
 }
@@ -270,7 +270,7 @@ func TestEstablishedPeerClaim(t *testing.T) {
 			line := refusedMetric("a0-newcomer", "block", v)
 			netnstest.Eventually(t, 5*time.Second, when+": "+line, func() bool { return a.metricLine(line) })
 		}
-		if out, ok := ping(a.Pods[0], b.Pods[0].IPv4); !ok {
+		if out, err := a.Pods[0].Ping(t.Context(), b.Pods[0].IPv4); err != nil {
 			t.Errorf("%s: pod a → pod b:\n%s", when, out)
 		}
 	}
@@ -288,7 +288,7 @@ func TestEstablishedPeerClaim(t *testing.T) {
 // daemon is not started, and returns it with a handle inside the node.
 func startLone(t testing.TB) (*cluster.Cluster, *node) {
 	t.Helper()
-	requireRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	clusterSeq++
 	spec := specs[0]
 	spec.Host6, spec.Gw6, spec.Block6 = "", "", ""

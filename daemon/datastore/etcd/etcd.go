@@ -27,17 +27,35 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
 
+// DefaultPrefix is the key prefix when a Conn names none (routeletd's
+// etcd-prefix default).
+const DefaultPrefix = "/routelet"
+
+// Conn is the etcd cluster's connection: where etcd is, how to
+// authenticate and the key prefix everything is under. It has the fields
+// of routeletd's etcd-* keys (daemon/config.Etcd), which convert to it.
+type Conn struct {
+	Endpoints []string // client URLs (http:// or https://)
+	CAFile    string   // CA verifying etcd's serving certificate
+	CertFile  string   // client certificate
+	KeyFile   string   // client certificate's key
+	Prefix    string   // every key routelet reads and writes is under it; "": DefaultPrefix
+}
+
+// tls reports whether any TLS file is set.
+func (c Conn) tls() bool { return c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" }
+
 // Options configure a Datastore.
 type Options struct {
-	// Etcd is where etcd is and how to authenticate (config key etcd-*).
-	Etcd config.Etcd
+	// Etcd is where etcd is and how to authenticate (routeletd's etcd-*
+	// keys).
+	Etcd Conn
 	// NodeName is this node's name: its claims, record and liveness key.
 	NodeName string
 	// PodCIDRs are --pod-cidr: registered as this node's claims. None:
@@ -112,7 +130,7 @@ func New(opts Options) (*Datastore, error) {
 		opts.RequestTimeout = 5 * time.Second
 	}
 	if opts.Etcd.Prefix == "" {
-		opts.Etcd.Prefix = config.DefaultEtcdPrefix
+		opts.Etcd.Prefix = DefaultPrefix
 	}
 	if err := state.ValidateNodeName(opts.NodeName); err != nil {
 		return nil, fmt.Errorf("etcd datastore: %w", err)
@@ -143,9 +161,9 @@ const maxTLSFile = 1 << 20
 
 // clientTLS is the client's TLS configuration: nil without TLS files and
 // https endpoints.
-func clientTLS(e config.Etcd) (*tls.Config, error) {
+func clientTLS(e Conn) (*tls.Config, error) {
 	https := slices.ContainsFunc(e.Endpoints, func(u string) bool { return strings.HasPrefix(u, "https://") })
-	if !e.TLS() && !https {
+	if !e.tls() && !https {
 		return nil, nil
 	}
 	// The TLS package reads each file whole: bound them first.

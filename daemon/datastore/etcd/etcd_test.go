@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore/datastoretest"
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netiptest"
@@ -36,7 +35,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // closed at the end of the test.
 func open(t *testing.T, srv *etcdtest.Server, node string, mod ...func(*Options)) *Datastore {
 	t.Helper()
-	o := Options{Etcd: config.Etcd{Endpoints: srv.Endpoints, CAFile: srv.CAFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile, Prefix: "/routelet"},
+	o := Options{Etcd: Conn{Endpoints: srv.Endpoints, CAFile: srv.CAFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile, Prefix: "/routelet"},
 		NodeName: node, Logger: quiet, ProbePeriod: 100 * time.Millisecond, RequestTimeout: 3 * time.Second}
 	for _, m := range mod {
 		m(&o)

@@ -3,14 +3,12 @@ package etcd
 import (
 	"strings"
 	"testing"
-
-	"github.com/routelet/routelet/daemon/config"
 )
 
 // TestTLSFilesBounded: a TLS file that is /dev/zero is refused naming
 // the key and the path before the TLS package reads it (whole).
 func TestTLSFilesBounded(t *testing.T) {
-	for _, e := range []config.Etcd{
+	for _, e := range []Conn{
 		{Endpoints: []string{"https://127.0.0.1:1"}, CAFile: "/dev/zero"},
 		{Endpoints: []string{"https://127.0.0.1:1"}, CertFile: "/dev/zero", KeyFile: "/dev/zero"},
 	} {

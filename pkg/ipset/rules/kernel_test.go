@@ -47,16 +47,11 @@ type fixture struct {
 	sets *ipset.Sets
 }
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces, ipsets and iptables rules")
-}
-
 // newFixture creates the namespace (removed at cleanup) and the sets cfg's
 // rules use, with members.
 func newFixture(t *testing.T, backend string, family ipset.Family, cfg Config, members map[string][]string) *fixture {
 	t.Helper()
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, ipsets and iptables rules")
 	bin, err := Binary(family, backend)
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +329,7 @@ func mustPrefix(t *testing.T, s string) netip.Prefix {
 // kept socket, from any thread: it is the value a fresh read there finds,
 // and it changes when a rule is added there, of either family.
 func TestPairReadsItsNamespacesGeneration(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, ipsets and iptables rules")
 	bin, err := Binary(ipset.IPv4, BackendNFT)
 	if err != nil {
 		t.Fatal(err)

@@ -5,9 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/overlay"
-	"github.com/routelet/routelet/pkg/podnet"
 )
 
 // Chain and table names (docs/design.md).
@@ -25,9 +24,9 @@ const (
 	TableNAT    = "nat"
 )
 
-// Config is the desired rule set. Zero values of ports, device names and the
-// prefix mean the defaults of their owners: overlay.DefaultPort,
-// overlay.DeviceVXLAN, overlay.DeviceIPIP and podnet.DefaultPrefix.
+// Config is the desired rule set. Zero values of the port, device names and
+// the prefix mean routelet's defaults (pkg/defaults), the ones pkg/overlay
+// and pkg/podnet use.
 type Config struct {
 	// VXLAN enables the VXLAN allow/drop rules and forwarding for
 	// VXLANDevice (IPv4 rules) and VXLANDeviceV6 (IPv6 rules).
@@ -51,19 +50,19 @@ type Config struct {
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.VXLANPort == 0 {
-		c.VXLANPort = overlay.DefaultPort
+		c.VXLANPort = defaults.VXLANPort
 	}
 	if c.VXLANDevice == "" {
-		c.VXLANDevice = overlay.DeviceVXLAN
+		c.VXLANDevice = defaults.DeviceVXLAN
 	}
 	if c.VXLANDeviceV6 == "" {
-		c.VXLANDeviceV6 = overlay.DeviceVXLANv6
+		c.VXLANDeviceV6 = defaults.DeviceVXLANv6
 	}
 	if c.IPIPDevice == "" {
-		c.IPIPDevice = overlay.DeviceIPIP
+		c.IPIPDevice = defaults.DeviceIPIP
 	}
 	if c.InterfacePrefix == "" {
-		c.InterfacePrefix = podnet.DefaultPrefix
+		c.InterfacePrefix = defaults.VethPrefix
 	}
 	return c
 }
