@@ -25,6 +25,7 @@ func (healthDS) Publish(peers.Record) error                                     
 func (healthDS) Watch(context.Context, func()) error                               { return nil }
 func (healthDS) Peers() ([]peers.Record, []error, error)                           { return nil, nil, nil }
 func (healthDS) Live() []string                                                    { return []string{"b"} }
+func (healthDS) Health() datastore.Health                                          { return datastore.Health{} }
 func (d healthDS) Describe(ch chan<- *prometheus.Desc)                             { d.up.Describe(ch); d.errors.Describe(ch) }
 func (d healthDS) Collect(ch chan<- prometheus.Metric)                             { d.up.Collect(ch); d.errors.Collect(ch) }
 
