@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
@@ -312,6 +313,10 @@ func (m *Manager) PodMTU() int {
 	}
 	return mtu
 }
+
+// OnWorkloads implements agent.Manager: the overlay does not depend on
+// the workloads.
+func (m *Manager) OnWorkloads(agent.Served) {}
 
 // OnNodes implements agent.Manager: every validated peer becomes a peer of
 // each family; the VXLAN managers get the peers, the route tables every
