@@ -133,6 +133,12 @@ func (m *Manager) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
+// The loop's capabilities this manager has.
+var (
+	_ agent.Manager = (*Manager)(nil)
+	_ agent.Checker = (*Manager)(nil)
+)
+
 // OnWorkloads implements agent.Manager: the allowlists do not depend on
 // the workloads.
 func (m *Manager) OnWorkloads(agent.Served) {}

@@ -314,6 +314,13 @@ func (m *Manager) PodMTU() int {
 	return mtu
 }
 
+// The loop's capabilities this manager has.
+var (
+	_ agent.Manager = (*Manager)(nil)
+	_ agent.Checker = (*Manager)(nil)
+	_ agent.Blocker = (*Manager)(nil)
+)
+
 // OnWorkloads implements agent.Manager: the overlay does not depend on
 // the workloads.
 func (m *Manager) OnWorkloads(agent.Served) {}
