@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
@@ -350,5 +352,34 @@ func TestRecreatedSandboxOwnsVeth(t *testing.T) {
 				t.Errorf("keeper holds %+v, want cali1 with the new sandbox's address and MAC", k.veths)
 			}
 		})
+	}
+}
+
+// TestKeeperCheckTicks: the keeper's check runs at the shorter of its two
+// periods and queues the sysctl poll and the guard check each when due.
+func TestKeeperCheckTicks(t *testing.T) {
+	k := &fakeKeeper{}
+	clock := t0
+	m := newKeeperMgr(k, 4*time.Second, 2*time.Second, "cali", noRepairs{}, health.NewMetrics(), slog.New(slog.DiscardHandler))
+	m.now = func() time.Time { return clock }
+	if m.CheckPeriod() != 2*time.Second {
+		t.Fatalf("check period %s, want the guard period", m.CheckPeriod())
+	}
+	var got []string
+	for range 4 {
+		clock = clock.Add(2 * time.Second)
+		m.QueueCheck()
+		got = append(got, fmt.Sprintf("poll=%v guards=%v", m.poll, m.guards))
+		_ = m.Apply()
+	}
+	want := []string{"poll=false guards=true", "poll=true guards=true", "poll=false guards=true", "poll=true guards=true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ticks %q, want %q", got, want)
+	}
+	if k.sysctls != 2 || k.guardChecks != 4 {
+		t.Errorf("%d sysctl polls and %d guard checks, want 2 and 4", k.sysctls, k.guardChecks)
+	}
+	if n := newKeeperMgr(k, 0, 0, "cali", noRepairs{}, health.NewMetrics(), slog.New(slog.DiscardHandler)); n.CheckPeriod() != DefaultKeepPeriod {
+		t.Errorf("check period without a guard period %s, want %s", n.CheckPeriod(), DefaultKeepPeriod)
 	}
 }

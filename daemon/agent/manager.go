@@ -81,8 +81,8 @@ type Served struct {
 	// empty.
 	All bool
 	// Changed are the keys of the records read again or whose routed
-	// addresses were decided again, both families (the manager's own
-	// from here on).
+	// addresses were decided again, both families. Every manager is
+	// handed the same map: it is read only.
 	Changed map[string]struct{}
 	src     *workloadRoutes
 }
