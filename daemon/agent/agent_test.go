@@ -901,3 +901,47 @@ func TestUnreadableRecordKeepsServing(t *testing.T) {
 		t.Errorf("cali9 routes %v once its record can be read", got)
 	}
 }
+
+// servedManager records what OnWorkloads handed it, as the served
+// records' keys with their routed addresses.
+type servedManager struct {
+	countingManager
+	calls []string
+}
+
+func (m *servedManager) OnWorkloads(s Served) {
+	keys := slices.Sorted(maps.Keys(s.Changed))
+	if s.All {
+		keys = slices.Sorted(s.Keys())
+	}
+	var parts []string
+	for _, key := range keys {
+		_, _, routed, ok := s.Record(key)
+		parts = append(parts, fmt.Sprintf("%s:%v:%v", key, ok, routed))
+	}
+	m.calls = append(m.calls, fmt.Sprintf("all=%v %s", s.All, strings.Join(parts, " ")))
+}
+
+// TestManagersHearOfWorkloads: every manager is told of the served
+// workloads: all of them after a full read, then only the records that
+// changed (a refused record is not served), and nothing on a pass that
+// changed none.
+func TestManagersHearOfWorkloads(t *testing.T) {
+	f := newFixture(t)
+	m := &servedManager{}
+	f.a.managers = managerList(f.a.wl, []Manager{m}, nil)
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.fullSync()
+	f.put(t, "c2", "eth9", "10.244.1.3/32") // refused: not a routelet interface
+	f.a.NotifyWorkload("c2_eth0.json")
+	f.a.processPending()
+	f.a.processPending()
+	want := []string{
+		"all=true c1_eth0.json:true:[10.244.1.2] c2_eth0.json:true:[10.244.1.3]",
+		"all=false c2_eth0.json:false:[]",
+	}
+	if !slices.Equal(m.calls, want) {
+		t.Fatalf("OnWorkloads calls\n%q\nwant\n%q", m.calls, want)
+	}
+}
