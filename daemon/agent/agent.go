@@ -220,7 +220,7 @@ type hints struct {
 type passState struct {
 	needApply    bool
 	needResync   bool
-	checks       []Manager // managers whose check is queued: a pass applies them even without needApply
+	checks       []Manager // managers whose check or hint is queued: a pass applies them even without needApply
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
 }
@@ -274,7 +274,7 @@ func New(opts Options, d Deps) *Agent {
 	a.wl.badNodes = func() int { return a.peers.badNodes }
 	var k *keeperMgr
 	if d.Keeper != nil {
-		k = newKeeperMgr(d.Keeper, d.KeepPeriod, d.GuardPeriod, opts.IfacePrefix, repairs, d.Metrics, d.Log)
+		k = newKeeperMgr(d.Keeper, d.KeepPeriod, d.GuardPeriod, repairs, d.Metrics, d.Log)
 		k.now = now
 	}
 	a.managers = managerList(a.wl, d.Managers, k)
@@ -503,9 +503,7 @@ func (a *Agent) newSchedule(ctx context.Context) *schedule {
 		if c, ok := m.(Checker); ok && c.CheckPeriod() > 0 {
 			s.add(fmt.Sprintf("check %T", m), c.CheckPeriod(), now, func() bool {
 				c.QueueCheck()
-				if !slices.Contains(a.pass.checks, m) {
-					a.pass.checks = append(a.pass.checks, m)
-				}
+				a.queue(m)
 				return true
 			})
 		}
@@ -592,14 +590,23 @@ func (a *Agent) applyLinks(links map[string]linkState) {
 	}
 }
 
-// toWatchers hands a hint to every HostWatcher manager; a hint handed
-// over makes the pass apply.
+// toWatchers hands a hint to every HostWatcher manager and queues its
+// Apply, as a check is queued: the pass applies it even when nothing else
+// needs an Apply.
 func (a *Agent) toWatchers(hint func(HostWatcher)) {
 	for _, m := range a.managers {
 		if w, ok := m.(HostWatcher); ok {
 			hint(w)
-			a.pass.needApply = true
+			a.queue(m)
 		}
+	}
+}
+
+// queue makes the next pass apply m, even one that applies only the
+// queued managers (applyChecks).
+func (a *Agent) queue(m Manager) {
+	if !slices.Contains(a.pass.checks, m) {
+		a.pass.checks = append(a.pass.checks, m)
 	}
 }
 
@@ -638,9 +645,9 @@ func (a *Agent) apply() {
 	a.applyPass(a.managers)
 }
 
-// applyChecks is the pass of a check tick when nothing else needs an
-// Apply: only the managers whose check is queued apply (and so check);
-// the others have nothing to do. A failure makes the retry a full pass,
+// applyChecks is the pass of a check tick or a HostWatcher's hint when
+// nothing else needs an Apply: only the managers queued apply (and so
+// check); the others have nothing to do. A failure makes the retry a full pass,
 // as any failed pass does.
 func (a *Agent) applyChecks() {
 	a.applyPass(a.pass.checks)

@@ -202,7 +202,7 @@ func newFixture(t testing.TB) *fixture {
 // setKeeper makes the loop keep the veths with k (Deps.Keeper), the
 // silent sysctls every period.
 func (f *fixture) setKeeper(k Keeper, period time.Duration) {
-	f.keeper = newKeeperMgr(k, period, 0, f.a.opts.IfacePrefix, noRepairs{}, f.m, f.a.log)
+	f.keeper = newKeeperMgr(k, period, 0, noRepairs{}, f.m, f.a.log)
 	f.keeper.now = f.a.now
 	f.a.managers = managerList(f.a.wl, nil, f.keeper)
 }

@@ -48,7 +48,6 @@ const DefaultKeepPeriod = DefaultTickPeriod
 // them on its next run (a hint, a full read, its tick).
 type keeperMgr struct {
 	k           Keeper
-	prefix      string
 	keepPeriod  time.Duration
 	guardPeriod time.Duration
 	repairs     RepairRecorder
@@ -70,11 +69,11 @@ type keeperMgr struct {
 // newKeeperMgr returns the manager of k: the silent sysctls every
 // keepPeriod (at most DefaultKeepPeriod; 0 means that), the guards every
 // guardPeriod (0: none).
-func newKeeperMgr(k Keeper, keepPeriod, guardPeriod time.Duration, prefix string, repairs RepairRecorder, metrics *health.Metrics, log *slog.Logger) *keeperMgr {
+func newKeeperMgr(k Keeper, keepPeriod, guardPeriod time.Duration, repairs RepairRecorder, metrics *health.Metrics, log *slog.Logger) *keeperMgr {
 	if keepPeriod <= 0 || keepPeriod > DefaultKeepPeriod {
 		keepPeriod = DefaultKeepPeriod
 	}
-	return &keeperMgr{k: k, prefix: prefix, keepPeriod: keepPeriod, guardPeriod: max(guardPeriod, 0),
+	return &keeperMgr{k: k, keepPeriod: keepPeriod, guardPeriod: max(guardPeriod, 0),
 		repairs: repairs, metrics: metrics, log: log, now: time.Now, keepKeys: map[string]struct{}{}}
 }
 

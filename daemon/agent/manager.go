@@ -64,7 +64,7 @@ type Blocker interface {
 // HostWatcher is a Manager that hears the loop's kernel hints about the
 // workload interfaces: a link changed, a neighbour entry was deleted, a
 // device configuration (sysctl) event arrived (name "" is the node's).
-// Each hint makes the loop run an Apply pass.
+// Each hint queues the manager's Apply for the pass, as a check does.
 type HostWatcher interface {
 	LinkChanged(name string)
 	NeighChanged(name string)
