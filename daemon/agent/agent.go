@@ -119,6 +119,7 @@ type RepairRecorder interface {
 // noRepairs is the RepairRecorder when none is given.
 type noRepairs struct{}
 
+// Add notes nothing.
 func (noRepairs) Add(string, string, int) {}
 
 // The loop's default periods (routeletd's resync-period, device-check-period
