@@ -410,12 +410,14 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	}, agent.Deps{
 		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: store,
 		RT4: rt4, RT6: rt6, Releaser: ipamReleaser{alloc}, Host: agent.KernelHost{},
-		Managers: []agent.Manager{allow, om},
-		Keeper:   keeper, KeepPeriod: cfg.DeviceCheckPeriod,
-		GuardPeriod: cfg.AllowlistCheckPeriod, // the pod source check was an allowlist chain: same period
-		Temps:       stateTemps{store, filepath.Join(cfg.StateDir, "ipam")},
-		Repairs:     ep.repairs,
-		Health:      status, Metrics: metrics, Log: log,
+		Managers: []agent.Manager{allow, om, agent.NewKeeperManager(keeper, agent.KeeperOptions{
+			KeepPeriod:  cfg.DeviceCheckPeriod,
+			GuardPeriod: cfg.AllowlistCheckPeriod, // the pod source check was an allowlist chain: same period
+			Repairs:     ep.repairs, Metrics: metrics, Log: log,
+		})}, // the keeper last: every route goes first
+		Temps:   stateTemps{store, filepath.Join(cfg.StateDir, "ipam")},
+		Repairs: ep.repairs,
+		Health:  status, Metrics: metrics, Log: log,
 	})
 	l := &loop{agent: a, parts: []inspect.Snapshotter{allow, om, refusals{pv}}}
 	ep.loop.Store(l)

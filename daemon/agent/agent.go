@@ -173,15 +173,9 @@ type Deps struct {
 	Releaser  Releaser   // nil: leaked records are deleted without IPAM release (no local blocks)
 	Host      Host
 	// Managers are the further dataplane components (overlay,
-	// allowlists), applied after the workload routes, in this order.
+	// allowlists, the veth keeper: KeeperManager), applied after the
+	// workload routes, in this order.
 	Managers []Manager
-	// Keeper, when set, keeps the workloads' veths (a manager applied
-	// last): the silent sysctls every KeepPeriod (at most
-	// DefaultKeepPeriod; 0 means that), the pod guards every GuardPeriod
-	// (0: left to link events).
-	Keeper      Keeper
-	KeepPeriod  time.Duration
-	GuardPeriod time.Duration
 	// Temps, when set, is run by the leak collection every tick.
 	Temps TempCollector
 	// Repairs notes the drift repairs (nil: none noted).
@@ -201,7 +195,7 @@ type Agent struct {
 	log      *slog.Logger
 	now      func() time.Time
 	wl       *workloadRoutes // the workload routes manager: the records' source for the others (Served)
-	managers []Manager       // in pass order: wl, Deps.Managers, the keeper's
+	managers []Manager       // in pass order: wl, then Deps.Managers
 	peers    *peerFeed       // this node's record out, the validated peers in
 	hints    hints
 	pass     passState
@@ -273,25 +267,14 @@ func New(opts Options, d Deps) *Agent {
 	a.peers = newPeerFeed(d.Peers, opts.Self, d.Metrics, d.Log)
 	a.wl.now, a.peers.now = now, now
 	a.wl.badNodes = func() int { return a.peers.badNodes }
-	var k *keeperMgr
-	if d.Keeper != nil {
-		k = newKeeperMgr(d.Keeper, d.KeepPeriod, d.GuardPeriod, repairs, d.Metrics, d.Log)
-		k.now = now
-	}
-	a.managers = managerList(a.wl, d.Managers, k)
+	a.managers = managerList(a.wl, d.Managers)
 	return a
 }
 
 // managerList returns the managers in pass order: the workload routes
-// first (a pod's route goes before everything else), then extra, then the
-// keeper's (k may be nil), which is off the way from a record to its
-// route.
-func managerList(wl *workloadRoutes, extra []Manager, k *keeperMgr) []Manager {
-	ms := append([]Manager{wl}, extra...)
-	if k != nil {
-		ms = append(ms, k)
-	}
-	return ms
+// first (a pod's route goes before everything else), then extra.
+func managerList(wl *workloadRoutes, extra []Manager) []Manager {
+	return append([]Manager{wl}, extra...)
 }
 
 // wake signals the loop without blocking.

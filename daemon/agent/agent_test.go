@@ -176,7 +176,7 @@ type fixture struct {
 	st    *health.Status
 	m     *health.Metrics
 	// keeper is the keeper's manager (setKeeper), nil without one.
-	keeper *keeperMgr
+	keeper *KeeperManager
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -202,9 +202,9 @@ func newFixture(t testing.TB) *fixture {
 // setKeeper makes the loop keep the veths with k (Deps.Keeper), the
 // silent sysctls every period.
 func (f *fixture) setKeeper(k Keeper, period time.Duration) {
-	f.keeper = newKeeperMgr(k, period, 0, noRepairs{}, f.m, f.a.log)
+	f.keeper = NewKeeperManager(k, KeeperOptions{KeepPeriod: period, Metrics: f.m, Log: f.a.log})
 	f.keeper.now = f.a.now
-	f.a.managers = managerList(f.a.wl, nil, f.keeper)
+	f.a.managers = managerList(f.a.wl, []Manager{f.keeper})
 }
 
 // syncDesired brings the desired routes up to date and hands what
@@ -227,7 +227,10 @@ func (f *fixture) keep(poll bool) {
 // ends; stop returns Run's error, and the loop has returned before t's
 // other cleanups run.
 func (f *fixture) run(t *testing.T, managers ...Manager) (stop func() error) {
-	f.a.managers = managerList(f.a.wl, managers, f.keeper)
+	if f.keeper != nil {
+		managers = append(managers, f.keeper)
+	}
+	f.a.managers = managerList(f.a.wl, managers)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.a.Run(ctx) }()
@@ -929,7 +932,7 @@ func (m *servedManager) OnWorkloads(s Served) {
 func TestManagersHearOfWorkloads(t *testing.T) {
 	f := newFixture(t)
 	m := &servedManager{}
-	f.a.managers = managerList(f.a.wl, []Manager{m}, nil)
+	f.a.managers = managerList(f.a.wl, []Manager{m})
 	f.put(t, "c1", "cali1", "10.244.1.2/32")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
 	f.a.fullSync()

@@ -26,18 +26,18 @@
 //     (RouteTable.Wants); the leak collection of records whose veth and
 //     netns are gone (and of stale temp files). It serves the workloads to
 //     the other managers (Served, through OnWorkloads).
-//   - Deps.Managers: the overlay (daemon/overlaymgr) and the ipset
-//     allowlists (daemon/allowmgr), which take the validated peers
-//     (OnNodes).
-//   - the keeper (keeper.go, when Deps.Keeper is set): it keeps what the
-//     plugin's ADD set up on the node side of each served pod (veth
-//     sysctls, node forwarding, veth up, IPv6 neighbours) and the pod
-//     guards, last in the pass, off the way from a record to its route.
-//     Links, neighbours and announced sysctls are checked on their hints
-//     (HostWatcher); the silent sysctls and the guards on its check
-//     (Checker), whose period is the shorter of the sysctl poll
-//     (Deps.KeepPeriod, at most DefaultKeepPeriod; routeletd: the device
-//     check period) and the guard tick (Deps.GuardPeriod; routeletd: the
+//   - Deps.Managers, in their order: routeletd lists the overlay
+//     (daemon/overlaymgr) and the ipset allowlists (daemon/allowmgr),
+//     which take the validated peers (OnNodes), then the veth keeper.
+//   - the keeper (KeeperManager, keeper.go), last, off the way from a
+//     record to its route: it keeps what the plugin's ADD set up on the
+//     node side of each served pod (veth sysctls, node forwarding, veth
+//     up, IPv6 neighbours) and the pod guards. Links, neighbours and
+//     announced sysctls are checked on their hints (HostWatcher); the
+//     silent sysctls and the guards on its check (Checker), whose period
+//     is the shorter of the sysctl poll (KeeperOptions.KeepPeriod, at
+//     most DefaultKeepPeriod; routeletd: the device check period) and
+//     the guard tick (KeeperOptions.GuardPeriod; routeletd: the
 //     allowlist check period), each queued when due.
 //
 // Periodic work is ticks of one schedule in the loop: the full re-read of
@@ -58,6 +58,9 @@
 // and the datastore's typed Health); this node's record (Options.Self,
 // built once) goes out through PeerSource.Publish and is never read back.
 // The agent holds no path. New takes its collaborators in one Deps.
+// A coming manager (a WireGuard device fed the validated peers, a BGP
+// speaker announcing the local blocks to them) is one more Manager in
+// Deps.Managers.
 //
 // Snapshots: the state endpoint asks the loop with Query, whose build
 // function runs on the loop goroutine with a plain Snapshot (the records,

@@ -36,17 +36,17 @@ type Keeper interface {
 // ones are read on their netconf events.
 const DefaultKeepPeriod = DefaultTickPeriod
 
-// keeperMgr is the Manager of the pod veths' settings and guards: it
+// KeeperManager is the Manager of the pod veths' settings and guards: it
 // hands the served workloads' host veths to a Keeper (keeperVeths) and
-// runs it in Apply, after the routes and the other managers, so a pod's
-// route never waits for it. Its check (Checker) has two ticks: the
+// runs it in Apply; listed last among the managers, it runs after the
+// routes and the other managers, so a pod's route never waits for it. Its check (Checker) has two ticks: the
 // silent sysctls every keepPeriod, the pod guards every guardPeriod (0:
 // left to link events); the check period is the shorter, and QueueCheck
 // queues those due. The announced sysctls, links and neighbours are
 // checked on their hints (HostWatcher); everything on each full read.
 // The keeper's errors are logged, not the pass's: the keeper retries
 // them on its next run (a hint, a full read, its tick).
-type keeperMgr struct {
+type KeeperManager struct {
 	k           Keeper
 	keepPeriod  time.Duration
 	guardPeriod time.Duration
@@ -66,32 +66,49 @@ type keeperMgr struct {
 	nextGuard time.Time
 }
 
-// newKeeperMgr returns the manager of k: the silent sysctls every
-// keepPeriod (at most DefaultKeepPeriod; 0 means that), the guards every
-// guardPeriod (0: none).
-func newKeeperMgr(k Keeper, keepPeriod, guardPeriod time.Duration, repairs RepairRecorder, metrics *health.Metrics, log *slog.Logger) *keeperMgr {
-	if keepPeriod <= 0 || keepPeriod > DefaultKeepPeriod {
-		keepPeriod = DefaultKeepPeriod
+// KeeperOptions configure a KeeperManager.
+type KeeperOptions struct {
+	// KeepPeriod is how often the silent sysctls are read (at most
+	// DefaultKeepPeriod; 0 means that).
+	KeepPeriod time.Duration
+	// GuardPeriod is how often the pod guards are checked (0: left to
+	// link events).
+	GuardPeriod time.Duration
+	Repairs     RepairRecorder // nil: repairs only counted in the metric
+	Metrics     *health.Metrics
+	Log         *slog.Logger
+}
+
+// NewKeeperManager returns the manager of k. routeletd lists it last in
+// Deps.Managers, so a pass programs every route first.
+func NewKeeperManager(k Keeper, o KeeperOptions) *KeeperManager {
+	keep := o.KeepPeriod
+	if keep <= 0 || keep > DefaultKeepPeriod {
+		keep = DefaultKeepPeriod
 	}
-	return &keeperMgr{k: k, keepPeriod: keepPeriod, guardPeriod: max(guardPeriod, 0),
-		repairs: repairs, metrics: metrics, log: log, now: time.Now, keepKeys: map[string]struct{}{}}
+	repairs := o.Repairs
+	if repairs == nil {
+		repairs = noRepairs{}
+	}
+	return &KeeperManager{k: k, keepPeriod: keep, guardPeriod: max(o.GuardPeriod, 0),
+		repairs: repairs, metrics: o.Metrics, log: o.Log, now: time.Now, keepKeys: map[string]struct{}{}}
 }
 
 var (
-	_ Manager     = (*keeperMgr)(nil)
-	_ Checker     = (*keeperMgr)(nil)
-	_ HostWatcher = (*keeperMgr)(nil)
+	_ Manager     = (*KeeperManager)(nil)
+	_ Checker     = (*KeeperManager)(nil)
+	_ HostWatcher = (*KeeperManager)(nil)
 )
 
 // OnNodes implements Manager: the veths' settings do not depend on peers.
-func (m *keeperMgr) OnNodes([]peers.NodeInfo) {}
+func (m *KeeperManager) OnNodes([]peers.NodeInfo) {}
 
 // OnWorkloads implements Manager: it notes which records' veths to derive
 // again; after a full read it hands over every veth at once and has the
 // keeper check them all (CheckAll), so the start-up sync (every veth new)
 // re-asserts every veth's settings at the pass's Apply, not at the next
 // poll.
-func (m *keeperMgr) OnWorkloads(s Served) {
+func (m *KeeperManager) OnWorkloads(s Served) {
 	m.src = s
 	if s.All {
 		m.keepAll = true
@@ -105,16 +122,16 @@ func (m *keeperMgr) OnWorkloads(s Served) {
 }
 
 // LinkChanged implements HostWatcher.
-func (m *keeperMgr) LinkChanged(name string) { m.k.LinkChanged(name) }
+func (m *KeeperManager) LinkChanged(name string) { m.k.LinkChanged(name) }
 
 // NeighChanged implements HostWatcher.
-func (m *keeperMgr) NeighChanged(name string) { m.k.NeighChanged(name) }
+func (m *KeeperManager) NeighChanged(name string) { m.k.NeighChanged(name) }
 
 // SysctlsChanged implements HostWatcher.
-func (m *keeperMgr) SysctlsChanged(name string) { m.k.SysctlsChanged(name) }
+func (m *KeeperManager) SysctlsChanged(name string) { m.k.SysctlsChanged(name) }
 
 // CheckPeriod implements Checker: the shorter of the two ticks.
-func (m *keeperMgr) CheckPeriod() time.Duration {
+func (m *KeeperManager) CheckPeriod() time.Duration {
 	if m.guardPeriod > 0 {
 		return min(m.keepPeriod, m.guardPeriod)
 	}
@@ -123,7 +140,7 @@ func (m *keeperMgr) CheckPeriod() time.Duration {
 
 // QueueCheck implements Checker: it queues the sysctl poll and the guard
 // check when each is due.
-func (m *keeperMgr) QueueCheck() {
+func (m *KeeperManager) QueueCheck() {
 	now := m.now()
 	due := func(next *time.Time, period time.Duration) bool {
 		if next.IsZero() {
@@ -151,7 +168,7 @@ func (m *keeperMgr) QueueCheck() {
 // keeper's check: the silent sysctls when queued, the hinted sysctls,
 // links and neighbours always. Repairs are counted in
 // routelet_repairs_total; errors are logged and Apply returns nil.
-func (m *keeperMgr) Apply() error {
+func (m *KeeperManager) Apply() error {
 	m.keeperVeths()
 	if m.guards {
 		m.guards = false
@@ -188,7 +205,7 @@ type keptVeth struct {
 // (UpdateVeths); after a full read (keepAll) it derives every record's
 // and hands over the whole list (SetVeths). Nothing is handed over when
 // nothing changed.
-func (m *keeperMgr) keeperVeths() {
+func (m *KeeperManager) keeperVeths() {
 	if m.src.src == nil || (!m.keepAll && len(m.keepKeys) == 0) {
 		return
 	}
@@ -272,7 +289,7 @@ func (m *keeperMgr) keeperVeths() {
 }
 
 // unkeep forgets what keeperVeths derived from record name (kv).
-func (m *keeperMgr) unkeep(name string, kv keptVeth) {
+func (m *KeeperManager) unkeep(name string, kv keptVeth) {
 	delete(m.kept, name)
 	if keys := m.keptBy[kv.v.Name]; keys != nil {
 		delete(keys, name)
@@ -283,7 +300,7 @@ func (m *keeperMgr) unkeep(name string, kv keptVeth) {
 }
 
 // countRepairs counts what the keeper put back.
-func (m *keeperMgr) countRepairs(rep podnet.Repairs) {
+func (m *KeeperManager) countRepairs(rep podnet.Repairs) {
 	for _, r := range []struct {
 		object string
 		n      int

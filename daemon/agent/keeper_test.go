@@ -360,7 +360,7 @@ func TestRecreatedSandboxOwnsVeth(t *testing.T) {
 func TestKeeperCheckTicks(t *testing.T) {
 	k := &fakeKeeper{}
 	clock := t0
-	m := newKeeperMgr(k, 4*time.Second, 2*time.Second, noRepairs{}, health.NewMetrics(), slog.New(slog.DiscardHandler))
+	m := NewKeeperManager(k, KeeperOptions{KeepPeriod: 4 * time.Second, GuardPeriod: 2 * time.Second, Metrics: health.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
 	m.now = func() time.Time { return clock }
 	if m.CheckPeriod() != 2*time.Second {
 		t.Fatalf("check period %s, want the guard period", m.CheckPeriod())
@@ -379,7 +379,7 @@ func TestKeeperCheckTicks(t *testing.T) {
 	if k.sysctls != 2 || k.guardChecks != 4 {
 		t.Errorf("%d sysctl polls and %d guard checks, want 2 and 4", k.sysctls, k.guardChecks)
 	}
-	if n := newKeeperMgr(k, 0, 0, noRepairs{}, health.NewMetrics(), slog.New(slog.DiscardHandler)); n.CheckPeriod() != DefaultKeepPeriod {
+	if n := NewKeeperManager(k, KeeperOptions{Metrics: health.NewMetrics(), Log: slog.New(slog.DiscardHandler)}); n.CheckPeriod() != DefaultKeepPeriod {
 		t.Errorf("check period without a guard period %s, want %s", n.CheckPeriod(), DefaultKeepPeriod)
 	}
 }

@@ -12,9 +12,9 @@ import (
 
 // Manager is one dataplane component the loop drives: the workload routes
 // (built in), the overlay (daemon/overlaymgr), the ipset allowlists
-// (daemon/allowmgr), the pod veths' keeper and guards (built in when
-// Deps.Keeper is set). Every method runs on the loop goroutine; On*
-// touch memory only, Apply is the only path to the kernel.
+// (daemon/allowmgr), the pod veths' keeper and guards (KeeperManager).
+// Every method runs on the loop goroutine; On* touch memory only, Apply
+// is the only path to the kernel.
 //
 // A manager that needs only the peers (a WireGuard device, a BGP
 // speaker's sessions; the local blocks come with its configuration)
