@@ -379,7 +379,7 @@ func (a *Agent) NotifySysctls(iface string) {
 // left in place and daemon.json says the daemon stopped.
 func (a *Agent) Run(ctx context.Context) error {
 	// Watchers first, so nothing that happens during the first sync is lost.
-	if err := a.wl.wls.Watch(ctx, a.NotifyWorkload, a.NotifyRescan); err != nil {
+	if err := a.wl.watch(ctx, a.NotifyWorkload, a.NotifyRescan); err != nil {
 		return err
 	}
 	if err := a.peers.src.Watch(ctx, a.NotifyPeers); err != nil {

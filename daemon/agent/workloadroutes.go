@@ -79,6 +79,12 @@ func newWorkloadRoutes(opts *Options, d Deps, metrics *health.Metrics, log *slog
 
 var _ Manager = (*workloadRoutes)(nil)
 
+// watch starts watching the workload records: changed gets a record's
+// key, rescan asks for a full re-read (events were lost).
+func (r *workloadRoutes) watch(ctx context.Context, changed func(key string), rescan func()) error {
+	return r.wls.Watch(ctx, changed, rescan)
+}
+
 // tables returns the route tables (rt6 may be nil).
 func (r *workloadRoutes) tables() [2]RouteTable { return [2]RouteTable{r.rt4, r.rt6} }
 
