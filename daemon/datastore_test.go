@@ -36,6 +36,7 @@ func (l *lateBlocks) LocalBlocks(ctx context.Context, waiting func(string)) ([]n
 	}
 }
 func (l *lateBlocks) Publish(peers.Record) error              { return nil }
+func (l *lateBlocks) Health() datastore.Health                { return datastore.Health{} }
 func (l *lateBlocks) Watch(context.Context, func()) error     { return nil }
 func (l *lateBlocks) Peers() ([]peers.Record, []error, error) { return nil, nil, nil }
 

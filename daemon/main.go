@@ -17,7 +17,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -29,7 +28,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -269,7 +267,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if c, ok := ds.(io.Closer); ok {
+	if c, ok := ds.(datastore.Closer); ok {
 		defer c.Close()
 	}
 	if err := wireDatastore(ds, status, metrics); err != nil {
@@ -393,12 +391,6 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	if err != nil {
 		return err
 	}
-	a := agent.New(agent.Options{
-		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
-		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol, VXLANPort: cfg.VXLANPort,
-		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
-		StaticARP: true, NodeSpace: host, OnReady: onReady,
-	}, workloads.New(store, log), datastore.Peers{DS: ds, V: pv}, store, rt4, rt6, ipamReleaser{alloc}, agent.KernelHost{}, []agent.Manager{allow, om}, status, metrics, log)
 	keeper, err := podnet.NewKeeper(cfg.IfacePrefix, log.With("component", "keeper"))
 	if err != nil {
 		return err
@@ -410,13 +402,26 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	}
 	defer guards.Close()
 	keeper.SetGuards(guards, uint16(cfg.VXLANPort))
-	a.SetKeeper(keeper, cfg.DeviceCheckPeriod)
-	a.SetGuardPeriod(cfg.AllowlistCheckPeriod) // the pod source check was an allowlist chain: same period
-	a.SetRepairLog(ep.repairs)
-	a.SetTempCollector(stateTemps{store, filepath.Join(cfg.StateDir, "ipam")})
-	a.AddSnapshotter(refusals{pv})
-	ep.agent.Store(a)
-	defer ep.agent.CompareAndSwap(a, nil) // a stopped loop answers no snapshot
+	a := agent.New(agent.Options{
+		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
+		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol, VXLANPort: cfg.VXLANPort,
+		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
+		StaticARP: true, NodeSpace: host, OnReady: onReady,
+	}, agent.Deps{
+		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: store,
+		RT4: rt4, RT6: rt6, Releaser: ipamReleaser{alloc}, Host: agent.KernelHost{},
+		Managers: []agent.Manager{allow, om, agent.NewKeeperManager(keeper, agent.KeeperOptions{
+			KeepPeriod:  cfg.DeviceCheckPeriod,
+			GuardPeriod: cfg.AllowlistCheckPeriod, // the pod source check was an allowlist chain: same period
+			Repairs:     ep.repairs, Metrics: metrics, Log: log,
+		})}, // the keeper last: every route goes first
+		Temps:   stateTemps{store, filepath.Join(cfg.StateDir, "ipam")},
+		Repairs: ep.repairs,
+		Health:  status, Metrics: metrics, Log: log,
+	})
+	l := &loop{agent: a, parts: []inspect.Snapshotter{allow, om, refusals{pv}}}
+	ep.loop.Store(l)
+	defer ep.loop.CompareAndSwap(l, nil) // a stopped loop answers no snapshot
 
 	// Watchers first, so nothing that happens during the first sync is
 	// lost (Run starts the record and datastore watches before it reads).
@@ -449,10 +454,10 @@ var datastores = map[string]func(ctx context.Context, cfg *config.Config, store 
 }
 
 // wireDatastore connects a datastore's optional parts to the daemon: its
-// metrics (a prometheus.Collector) and its readiness reporting
+// metrics (datastore.Collector) and its readiness reporting
 // (datastore.ReadyReporter).
 func wireDatastore(ds datastore.Datastore, status *health.Status, metrics *health.Metrics) error {
-	if c, ok := ds.(prometheus.Collector); ok {
+	if c, ok := ds.(datastore.Collector); ok {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("datastore metrics: %w", err)
 		}

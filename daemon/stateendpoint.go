@@ -11,6 +11,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/inspect"
@@ -28,8 +29,16 @@ type stateEndpoint struct {
 	cfg     *config.Config
 	status  *health.Status
 	repairs *inspect.RepairLog
-	agent   atomic.Pointer[agent.Agent]
+	loop    atomic.Pointer[loop]
 	log     *slog.Logger
+}
+
+// loop is a running apply loop and the parts of its snapshots that are
+// not the loop's own (the managers', the peer validator's refusals),
+// asked on the loop goroutine in this order.
+type loop struct {
+	agent *agent.Agent
+	parts []inspect.Snapshotter
 }
 
 // startStateEndpoint binds <stateDir>/routeletd.sock and serves it until
@@ -55,9 +64,15 @@ func startStateEndpoint(ctx context.Context, ep *stateEndpoint) func() {
 func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
 	var d *inspect.Desired
 	var snapErr error
-	if a := ep.agent.Load(); a != nil {
+	if l := ep.loop.Load(); l != nil {
 		sctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
-		d, snapErr = a.Snapshot(sctx)
+		d, snapErr = agent.Query(sctx, l.agent, func(s *agent.Snapshot) *inspect.Desired {
+			d := desiredOf(s, ep.repairs)
+			for _, p := range l.parts {
+				p.Snapshot(d)
+			}
+			return d
+		})
 		cancel()
 	}
 	if d == nil {
@@ -80,6 +95,46 @@ func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
 		d.Blocks, _ = inspect.BlockUse(filepath.Join(ep.cfg.StateDir, "ipam"), blocks)
 	}
 	return compareKernel(d, debugapi.SourceDaemon)
+}
+
+// desiredOf turns the loop's snapshot into the desired state the
+// inspection compares with the kernel; repairs are the drift repairs
+// noted so far.
+func desiredOf(s *agent.Snapshot, repairs *inspect.RepairLog) *inspect.Desired {
+	blocks := []string(nil)
+	for _, b := range s.LocalBlocks {
+		blocks = append(blocks, b.String())
+	}
+	d := &inspect.Desired{
+		Loop: true, IfacePrefix: s.IfacePrefix, LastResync: s.LastResync, Repairs: repairs.List(),
+		Node: debugapi.Node{
+			Name: s.NodeName, Version: s.Version, HostIPv4: s.Self.HostIPv4, HostIPv6: s.Self.HostIPv6,
+			VTEPMAC: s.Self.VTEPMAC, VTEPMACv6: s.Self.VTEPMACv6, TunnelIPv4: s.Self.TunnelIPv4, TunnelIPv6: s.Self.TunnelIPv6,
+			PodMTU: s.PodMTU, RouteProtocol: s.RouteProtocol, LocalBlocks: blocks,
+		},
+		Datastore: datastoreHealth(s.Datastore, s.DatastoreHealth),
+		Workloads: s.Workloads, WorkloadRoutes: s.WorkloadRoutes, Refused: s.Refused,
+	}
+	for _, p := range s.Peers {
+		d.Peers = append(d.Peers, inspect.Peer{NodeInfo: p.NodeInfo, LastChange: p.LastChange})
+	}
+	for _, e := range s.Errors {
+		d.Errors = append(d.Errors, debugapi.ObjectError{Object: e.Object, Error: e.Error, Since: e.Since})
+	}
+	return d
+}
+
+// datastoreHealth is the state document's datastore health: the loop's
+// last read of the peers and what the datastore tells of itself.
+func datastoreHealth(r agent.DatastoreRead, h datastore.Health) debugapi.DatastoreHealth {
+	out := debugapi.DatastoreHealth{
+		OK: r.OK, Error: r.Error, LastRead: r.LastRead, Records: r.Records, Valid: r.Valid, Unreadable: r.Unreadable,
+		Reachable: h.Reachable, RequestErrors: h.RequestErrors, Liveness: h.Liveness, Live: h.Live,
+	}
+	for _, bc := range h.BlockConflicts {
+		out.BlockConflicts = append(out.BlockConflicts, debugapi.BlockConflict{Block: bc.Block.String(), Key: bc.Key, Holder: bc.Holder, Since: bc.Since.UTC()})
+	}
+	return out
 }
 
 // compareKernel reads the kernel (when d comes from a running loop or
@@ -122,10 +177,10 @@ func fillNode(n *debugapi.Node, cfg *config.Config) {
 }
 
 // refusals adds the peer validator's refusals to snapshots: each one in
-// the datastore's health and on its peer (agent.Snapshotter).
+// the datastore's health and on its peer (inspect.Snapshotter).
 type refusals struct{ v *peers.Validator }
 
-// Snapshot implements agent.Snapshotter.
+// Snapshot implements inspect.Snapshotter.
 func (r refusals) Snapshot(d *inspect.Desired) {
 	byNode := map[string][]string{}
 	for _, rf := range r.v.Refused() {

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -73,6 +71,11 @@ type PeerSource interface {
 	Peers() ([]peers.NodeInfo, int, []error, error)
 	// Rescan makes the next Peers re-read everything.
 	Rescan()
+	// Flush writes what the peer source keeps across restarts (the claim
+	// ledger); the loop calls it after each pass.
+	Flush()
+	// Health tells what the datastore knows of its own health.
+	Health() datastore.Health
 }
 
 var _ PeerSource = datastore.Peers{}
@@ -98,16 +101,27 @@ type Host interface {
 	NetnsGone(path string) bool
 }
 
-// Manager is a further dataplane component driven by the loop, such as the
-// overlay or the ipset allowlists. Both methods run on the loop goroutine.
-type Manager interface {
-	// OnNodes hands over every peer, validated (memory only). The slice
-	// is the validator's and is reused by the next pass: a manager that
-	// keeps peers keeps a copy.
-	OnNodes(peers []peers.NodeInfo)
-	// Apply programs the kernel; failures are retried on the next pass.
-	Apply() error
+// TempCollector removes the temp files killed writers left in the state
+// directory (routeletd: the Store's directories and the IPAM directory's,
+// each file unlocked and old enough): the leak collection runs it every
+// tick, so a plugin killed mid-ADD leaves nothing behind for long.
+type TempCollector interface {
+	RemoveStaleTemps() (removed []string, err error)
 }
+
+// RepairRecorder notes drift repairs for the state endpoint
+// (*inspect.RepairLog, which the overlay's and the allowlist's OnRepair
+// share): detail names the object ("" when only counted). It must be
+// safe for concurrent use.
+type RepairRecorder interface {
+	Add(object, detail string, n int)
+}
+
+// noRepairs is the RepairRecorder when none is given.
+type noRepairs struct{}
+
+// Add notes nothing.
+func (noRepairs) Add(string, string, int) {}
 
 // The loop's default periods (routeletd's resync-period, device-check-period
 // and leak-grace-period).
@@ -150,61 +164,68 @@ type Options struct {
 	OnReady func()
 }
 
+// Deps are the Agent's collaborators. Workloads, Peers, Status, RT4,
+// Host, Health, Metrics and Log are required; the others may be nil.
+type Deps struct {
+	Workloads Workloads
+	Peers     PeerSource
+	Status    StatusWriter
+	RT4, RT6  RouteTable // RT6 nil on IPv4-only nodes
+	Releaser  Releaser   // nil: leaked records are deleted without IPAM release (no local blocks)
+	Host      Host
+	// Managers are the further dataplane components (overlay,
+	// allowlists, the veth keeper: KeeperManager), applied after the
+	// workload routes, in this order.
+	Managers []Manager
+	// Temps, when set, is run by the leak collection every tick.
+	Temps TempCollector
+	// Repairs notes the drift repairs (nil: none noted).
+	Repairs RepairRecorder
+	Health  *health.Status
+	Metrics *health.Metrics
+	Log     *slog.Logger
+}
+
 // Agent is the apply loop. Notify* methods may be called from any
 // goroutine; everything else belongs to the goroutine running Run.
 type Agent struct {
 	opts     Options
-	wls      Workloads
-	ds       PeerSource
 	statusW  StatusWriter
-	rt4, rt6 RouteTable
-	releaser Releaser // nil: leaked records are deleted without IPAM release
-	host     Host
-	managers []Manager
 	status   *health.Status
 	metrics  *health.Metrics
 	log      *slog.Logger
 	now      func() time.Time
+	wl       *workloadRoutes // the workload routes manager: the records' source for the others (Served)
+	managers []Manager       // in pass order: wl, then Deps.Managers
+	peers    *peerFeed       // this node's record out, the validated peers in
+	hints    hints
+	pass     passState
+	ready    readiness
+	snap     *snapState // snapshots for the state endpoint (snapshot.go)
+}
 
-	// Hints from watchers, guarded by mu; kick (capacity 1) wakes the loop.
+// hints collect watcher hints between two passes: pending is guarded by
+// mu; kick (capacity 1) wakes the loop.
+type hints struct {
 	mu      sync.Mutex
 	pending pending
 	kick    chan struct{}
+}
 
-	// Loop-owned state.
-	workloads    map[string]*state.Workload // by source key
-	peerRecords  int                        // peer records at the last read
-	published    bool                       // Self went through Publish
-	absentSince  map[string]time.Time       // host iface → first seen missing (leak collection)
-	links        map[string]string          // prefix links that exist → kind, from link events and dumps
-	badSeen      map[string]bool            // bad-record messages already logged
-	badFiles     map[string]string          // workload keys that cannot be read → why (served from their last good read when there is one)
-	held         map[string]struct{}        // veths whose routes the tables keep while a record no good read ever came from is unreadable
-	badNodes     int                        // unreadable peer records at the last full read
-	desired      *desiredSet                // the desired routes of workloads and links (syncDesired)
-	changedKeys  map[string]struct{}        // workload keys changed since the last syncDesired
-	changedLinks map[string]struct{}        // prefix links that appeared, vanished or changed kind since then
-	refused      map[string]string          // workload keys refused by checkWorkload → why (logged)
-	winners      map[netip.Addr]string      // addresses several records claim → the key served (logged)
-	superseded   map[string]string          // workload keys whose veth another record owns → its key (logged)
-	ready        bool
-	lastErr      string
-	blocked      string // a manager's not-ready reason, "" when none
+// passState is what the loop keeps between passes.
+type passState struct {
 	needApply    bool
-	checks       []Manager // managers whose check is queued: a pass applies them even without needApply
 	needResync   bool
+	checks       []Manager // managers whose check or hint is queued: a pass applies them even without needApply
 	retryBackoff time.Duration
 	graceWait    time.Duration // > 0: apply again after this (grace period ends)
-	temps        TempCollector // nil: no temp files collected (SetTempCollector)
-	tempErr      string        // the temp collector's last error, logged once
-	keeper       Keeper        // nil: veth settings are not kept (SetKeeper)
-	guardPeriod  time.Duration // pod guard check period (SetGuardPeriod); 0: none
-	keepPeriod   time.Duration
-	kept         map[string]keptVeth            // by record key: what the keeper was last handed (keeperVeths)
-	keptBy       map[string]map[string]struct{} // host veth → keys of the records in kept naming it
-	keepKeys     map[string]struct{}            // records whose veth the keeper may need anew (keeperVeths)
-	keepAll      bool                           // every record's (after a full read)
-	snap         *snapState                     // snapshots for the state endpoint (snapshot.go)
+}
+
+// readiness is what the loop last published of its readiness.
+type readiness struct {
+	ready   bool   // the first full sync is done
+	lastErr string // the last pass's error
+	blocked string // a manager's not-ready reason, "" when none
 }
 
 // pending collects watcher hints between two loop passes.
@@ -224,10 +245,8 @@ type linkState struct {
 	kind       string // netlink kind, e.g. "veth"
 }
 
-// New returns an Agent. rt6 may be nil on IPv4-only nodes; releaser may be
-// nil when there are no local blocks.
-func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, rt6 RouteTable, releaser Releaser, host Host, managers []Manager,
-	status *health.Status, metrics *health.Metrics, log *slog.Logger) *Agent {
+// New returns an Agent on d with opts, defaults applied.
+func New(opts Options, d Deps) *Agent {
 	opts.IfacePrefix = cmp.Or(opts.IfacePrefix, podnet.DefaultPrefix)
 	opts.RouteProtocol = cmp.Or(opts.RouteProtocol, routes.DefaultProtocol)
 	// A period not above zero takes the default.
@@ -235,48 +254,52 @@ func New(opts Options, wls Workloads, ds PeerSource, statusW StatusWriter, rt4, 
 	opts.TickPeriod = cmp.Or(max(opts.TickPeriod, 0), DefaultTickPeriod)
 	opts.LeakGracePeriod = cmp.Or(max(opts.LeakGracePeriod, 0), DefaultLeakGracePeriod)
 	opts.Debounce = cmp.Or(opts.Debounce, time.Millisecond) // negative: none
-	return &Agent{
-		opts: opts, wls: wls, ds: ds, statusW: statusW, rt4: rt4, rt6: rt6, releaser: releaser, host: host, managers: managers,
-		status: status, metrics: metrics, log: log, now: time.Now,
-		kick:         make(chan struct{}, 1),
-		workloads:    map[string]*state.Workload{},
-		absentSince:  map[string]time.Time{},
-		links:        map[string]string{},
-		badSeen:      map[string]bool{},
-		badFiles:     map[string]string{},
-		held:         map[string]struct{}{},
-		changedKeys:  map[string]struct{}{},
-		keepKeys:     map[string]struct{}{},
-		changedLinks: map[string]struct{}{},
-		refused:      map[string]string{},
-		winners:      map[netip.Addr]string{},
-		superseded:   map[string]string{},
-		snap:         newSnapState(),
+	repairs := d.Repairs
+	if repairs == nil {
+		repairs = noRepairs{}
 	}
+	a := &Agent{
+		opts: opts, statusW: d.Status, status: d.Health, metrics: d.Metrics, log: d.Log, now: time.Now,
+		hints: hints{kick: make(chan struct{}, 1)},
+		snap:  newSnapState(),
+	}
+	now := func() time.Time { return a.now() } // one clock for the loop and its parts
+	a.wl = newWorkloadRoutes(&a.opts, d, d.Metrics, d.Log, repairs)
+	a.peers = newPeerFeed(d.Peers, opts.Self, d.Metrics, d.Log)
+	a.wl.now, a.peers.now = now, now
+	a.wl.badNodes = func() int { return a.peers.badNodes }
+	a.managers = managerList(a.wl, d.Managers)
+	return a
+}
+
+// managerList returns the managers in pass order: the workload routes
+// first (a pod's route goes before everything else), then extra.
+func managerList(wl *workloadRoutes, extra []Manager) []Manager {
+	return append([]Manager{wl}, extra...)
 }
 
 // wake signals the loop without blocking.
 func (a *Agent) wake() {
 	select {
-	case a.kick <- struct{}{}:
+	case a.hints.kick <- struct{}{}:
 	default:
 	}
 }
 
 // NotifyWorkload records that the workload record under key was created,
 // changed or removed.
-func (a *Agent) NotifyWorkload(key string) { a.notifyKey(&a.pending.workloads, key) }
+func (a *Agent) NotifyWorkload(key string) { a.notifyKey(&a.hints.pending.workloads, key) }
 
-// hint records a watcher's hint (note changes a.pending under the lock)
+// hint records a watcher's hint (note changes the pending hints under the lock)
 // and wakes the loop.
 func (a *Agent) hint(note func(p *pending)) {
-	a.mu.Lock()
-	note(&a.pending)
-	a.mu.Unlock()
+	a.hints.mu.Lock()
+	note(&a.hints.pending)
+	a.hints.mu.Unlock()
 	a.wake()
 }
 
-// notifyKey adds key to the pending set *set (a field of a.pending) and
+// notifyKey adds key to the pending set *set (a field of the pending hints) and
 // wakes the loop.
 func (a *Agent) notifyKey(set *map[string]struct{}, key string) {
 	a.hint(func(*pending) {
@@ -342,25 +365,34 @@ func (a *Agent) NotifyNeigh(ev NeighEvent) {
 	a.hint(func(p *pending) { p.neighEvs = append(p.neighEvs, ev) })
 }
 
+// NotifySysctls records that a device configuration event named the
+// workload interface iface, or with iface "" the node.
+func (a *Agent) NotifySysctls(iface string) {
+	if iface != "" && !strings.HasPrefix(iface, a.opts.IfacePrefix) {
+		return
+	}
+	a.notifyKey(&a.hints.pending.sysctls, iface)
+}
+
 // Run is the loop. It starts watching the workload records and the
 // datastore, reads every record, programs the kernel, reports ready, then
 // reacts to hints and timers until ctx is done. On return the dataplane is
 // left in place and daemon.json says the daemon stopped.
 func (a *Agent) Run(ctx context.Context) error {
 	// Watchers first, so nothing that happens during the first sync is lost.
-	if err := a.wls.Watch(ctx, a.NotifyWorkload, a.NotifyRescan); err != nil {
+	if err := a.wl.watch(ctx, a.NotifyWorkload, a.NotifyRescan); err != nil {
 		return err
 	}
-	if err := a.ds.Watch(ctx, a.NotifyPeers); err != nil {
+	if err := a.peers.src.Watch(ctx, a.NotifyPeers); err != nil {
 		return err
 	}
 	a.status.SetReady(false, "initial sync in progress")
 	a.writeStatus("initial sync in progress")
 	a.fullSync()
-	a.flushPeers()
-	a.ready = true
+	a.peers.src.Flush()
+	a.ready.ready = true
 	a.publishReadiness(a.managersBlocked())
-	a.log.Info("first full sync done", "workloads", len(a.workloads), "peers", a.peerRecords, "error", a.lastErr)
+	a.log.Info("first full sync done", "workloads", len(a.wl.workloads), "peers", a.peers.records, "error", a.ready.lastErr)
 	a.noteErrors()
 
 	sched := a.newSchedule(ctx)
@@ -369,31 +401,31 @@ func (a *Agent) Run(ctx context.Context) error {
 	var retry, grace *time.Timer
 	var retryC, graceC <-chan time.Time
 	for {
-		if a.graceWait > 0 {
+		if a.pass.graceWait > 0 {
 			if grace != nil {
 				grace.Stop()
 			}
-			grace = time.NewTimer(a.graceWait)
+			grace = time.NewTimer(a.pass.graceWait)
 			graceC = grace.C
-			a.graceWait = 0
+			a.pass.graceWait = 0
 		}
-		if a.needApply && retryC == nil {
+		if a.pass.needApply && retryC == nil {
 			// The last apply failed: retry with backoff rather than wait
 			// for the next resync.
 			if retry != nil {
 				retry.Stop()
 			}
-			retry = time.NewTimer(a.retryBackoff)
+			retry = time.NewTimer(a.pass.retryBackoff)
 			retryC = retry.C
 		}
 		a.status.Progress()
 		select {
 		case <-ctx.Done():
-			a.ready = false
+			a.ready.ready = false
 			a.status.SetReady(false, "stopping")
 			a.writeStatus("routeletd stopped")
 			return nil
-		case <-a.kick:
+		case <-a.hints.kick:
 			if a.opts.Debounce > 0 {
 				t := time.NewTimer(a.opts.Debounce)
 				select {
@@ -411,122 +443,85 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		case <-retryC:
 			retryC = nil
-			a.needApply = true
+			a.pass.needApply = true
 		case <-graceC:
 			graceC = nil
-			a.needApply = true // the tables kept the held interfaces dirty
-		case reply := <-a.snap.req:
-			a.serveSnapshot(reply)
+			a.pass.needApply = true // the tables kept the held interfaces dirty
+		case req := <-a.snap.req:
+			req(a.snapshot())
 			continue
 		}
-		if a.needResync {
+		if a.pass.needResync {
 			a.fullSync()
 		} else {
 			a.processPending()
-			if a.needApply {
+			if a.pass.needApply {
 				a.apply()
-			} else if len(a.checks) > 0 {
+			} else if len(a.pass.checks) > 0 {
 				a.applyChecks()
 			}
 		}
-		a.keep(false)
-		a.flushPeers()
+		// What the peer source keeps across restarts (the claim ledger)
+		// is written after the pass's Apply, off the path from a record
+		// to the kernel.
+		a.peers.src.Flush()
 		a.noteErrors()
 	}
 }
 
-// flushPeers lets the peer source write what it keeps across restarts
-// (datastore.Peers.Flush: the claim ledger), after the pass's Apply so
-// the write is off the path from a record to the kernel.
-func (a *Agent) flushPeers() {
-	if f, ok := a.ds.(interface{ Flush() }); ok {
-		f.Flush()
-	}
-}
-
 // newSchedule returns the loop's periodic work: the full resync, the leak
-// check and the temp file collection, each Checker manager's check and
-// the keeper's sysctl check.
+// check and the temp file collection, and each Checker manager's check
+// (the keeper's sysctl poll and guard check among them).
 func (a *Agent) newSchedule(ctx context.Context) *schedule {
 	s := &schedule{}
 	now := a.now()
-	s.add("resync", a.opts.ResyncPeriod, now, func() bool { a.needResync = true; return true })
-	s.add("leaks", a.opts.TickPeriod, now, func() bool { a.collectLeaks(ctx); return true })
-	if a.temps != nil {
-		s.add("temps", a.opts.TickPeriod, now, func() bool { a.collectTemps(); return false })
+	s.add("resync", a.opts.ResyncPeriod, now, func() bool { a.pass.needResync = true; return true })
+	s.add("leaks", a.opts.TickPeriod, now, func() bool {
+		a.wl.collectLeaks(ctx)
+		a.workloadsChanged()
+		return true
+	})
+	if a.wl.temps != nil {
+		s.add("temps", a.opts.TickPeriod, now, func() bool { a.wl.collectTemps(); return false })
 	}
 	for _, m := range a.managers {
 		if c, ok := m.(Checker); ok && c.CheckPeriod() > 0 {
 			s.add(fmt.Sprintf("check %T", m), c.CheckPeriod(), now, func() bool {
 				c.QueueCheck()
-				if !slices.Contains(a.checks, m) {
-					a.checks = append(a.checks, m)
-				}
+				a.queue(m)
 				return true
 			})
-		}
-	}
-	if a.keeper != nil {
-		// The sysctls without change events are polled on their own
-		// tick, without a pass of their own.
-		s.add("keeper", a.keepPeriod, now, func() bool { a.keep(true); return false })
-		if a.guardPeriod > 0 {
-			s.add("guards", a.guardPeriod, now, func() bool { a.keepGuards(); return false })
 		}
 	}
 	return s
 }
 
-// fullSync re-reads every record, re-derives all desired routes, queues a
-// full RouteTable resync and applies. It also drains pending hints, which the
-// re-read supersedes except for link states.
+// fullSync re-reads every record and peer, re-derives all desired
+// routes, queues a full RouteTable resync and applies. It also drains
+// pending hints, which the re-read supersedes except for link states.
 func (a *Agent) fullSync() {
 	start := a.now()
-	a.needResync = false
+	a.pass.needResync = false
 	p := a.takePending()
 	a.applyLinks(p.links)
 
-	ws, bad, wdirErr := a.wls.All()
-	var errs []error
-	for key, msg := range bad {
-		if last := a.workloads[key]; last != nil && wdirErr == nil {
-			ws[key] = last
-			a.unreadable(key, msg, last)
-			continue
-		}
-		errs = append(errs, errors.New(msg))
-	}
-	// A source that cannot be listed says nothing about the records in
-	// it: keep serving what we had rather than withdraw every pod's route.
-	a.publishSelf()
-	a.ds.Rescan()
-	a.reportBad(append(errs, a.nodesChanged(true)...))
-	if wdirErr == nil {
-		a.workloads = ws
-		a.badFiles = bad
-	} else {
-		a.log.Error("cannot list workload records, keeping the last known set", "err", wdirErr)
-	}
-	a.desired = nil // derived again from every record
-	a.syncDesired()
-	if a.keeper != nil {
-		a.keeperVeths() // so that CheckAll covers the veths of this read
-		a.keeper.CheckAll()
-	}
-	a.rt4.QueueResync()
-	if a.rt6 != nil {
-		a.rt6.QueueResync()
-	}
+	bad := a.wl.readAll()
+	a.peers.publish()
+	a.peers.src.Rescan()
+	a.peers.reportBad(a.nodesChanged(true))
+	a.wl.reportBad(bad)
+	a.wl.resync()
+	a.workloadsChanged()
 	a.apply()
 	a.metrics.ResyncDuration.Observe(a.now().Sub(start).Seconds())
 	a.snap.lastResync = a.now()
 }
 
 func (a *Agent) takePending() pending {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := a.pending
-	a.pending = pending{}
+	a.hints.mu.Lock()
+	defer a.hints.mu.Unlock()
+	p := a.hints.pending
+	a.hints.pending = pending{}
 	return p
 }
 
@@ -536,467 +531,159 @@ func (a *Agent) processPending() {
 	if p.rescan {
 		// Events may have been lost: re-learn the links from one dump,
 		// then apply what arrived since.
-		a.refreshLinks()
+		a.wl.refreshLinks()
 		a.applyLinks(p.links)
 		a.fullSync()
 		return
 	}
 	a.applyLinks(p.links)
 	if p.apply {
-		a.needApply = true
+		a.pass.needApply = true
 	}
 	for key := range p.workloads {
-		a.reloadWorkload(key)
+		a.wl.reloadWorkload(key)
 	}
-	routed := a.syncDesired()
+	routed := a.wl.syncDesired()
 	if p.peers {
 		if routed {
 			// The records' routes go first: validating the peers may
 			// read the node's every link, address and route again (a
 			// host change), which a pod's route need not wait for.
-			a.applyTables()
+			a.wl.applyTables()
 		}
 		_ = a.nodesChanged(false)
 	}
 	for _, ev := range p.routeEvs {
-		a.checkRouteEvent(ev)
+		a.wl.checkRouteEvent(ev)
 	}
 	for _, ev := range p.neighEvs {
-		a.checkNeighEvent(ev)
-		if a.keeper != nil {
-			a.keeper.NeighChanged(ev.Iface)
-		}
+		a.wl.checkNeighEvent(ev)
+		a.toWatchers(func(w HostWatcher) { w.NeighChanged(ev.Iface) })
 	}
-	if a.keeper != nil {
-		for name := range p.sysctls {
-			a.keeper.SysctlsChanged(name)
-		}
+	for name := range p.sysctls {
+		a.toWatchers(func(w HostWatcher) { w.SysctlsChanged(name) })
 	}
+	a.workloadsChanged()
 }
 
-// applyLinks hands link states to the tables and records which workload
-// links exist and of what kind; a link that appeared, vanished or changed
-// kind (which can change which record an address is routed to) goes into
-// changedLinks.
+// applyLinks hands link states to the workload routes and the
+// HostWatchers.
 func (a *Agent) applyLinks(links map[string]linkState) {
-	for name, ls := range links {
-		a.rt4.OnIfaceStateChanged(name, ls.up)
-		if a.rt6 != nil {
-			a.rt6.OnIfaceStateChanged(name, ls.up)
-		}
-		if a.keeper != nil {
-			a.keeper.LinkChanged(name)
-		}
-		if _, had := a.links[name]; ls.exists {
-			a.setLink(name, ls.kind)
-			if ls.kind == "veth" {
-				delete(a.absentSince, name)
-			}
-		} else if had {
-			delete(a.links, name)
-			a.changedLinks[name] = struct{}{}
-		}
-		a.needApply = true
+	a.wl.applyLinks(links)
+	for name := range links {
+		a.toWatchers(func(w HostWatcher) { w.LinkChanged(name) })
 	}
 }
 
-// setLink records that the prefix link name exists with kind, noting it in
-// changedLinks when that is news.
-func (a *Agent) setLink(name, kind string) {
-	if old, had := a.links[name]; !had || old != kind {
-		a.links[name] = kind
-		a.changedLinks[name] = struct{}{}
-	}
-}
-
-// refreshLinks replaces what link events said with one dump; on failure the
-// event-derived knowledge stays.
-func (a *Agent) refreshLinks() {
-	all, err := a.host.Links()
-	if err != nil {
-		a.log.Warn("cannot list links, keeping what link events said", "err", err)
-		return
-	}
-	clear(a.links)
-	for name, kind := range all {
-		if strings.HasPrefix(name, a.opts.IfacePrefix) {
-			a.links[name] = kind
+// toWatchers hands a hint to every HostWatcher manager and queues its
+// Apply, as a check is queued: the pass applies it even when nothing else
+// needs an Apply.
+func (a *Agent) toWatchers(hint func(HostWatcher)) {
+	for _, m := range a.managers {
+		if w, ok := m.(HostWatcher); ok {
+			hint(w)
+			a.queue(m)
 		}
 	}
 }
 
-// ownVeth reports whether name is one of routelet's veths that exists: it
-// has the interface prefix and is a veth.
-func (a *Agent) ownVeth(name string) bool {
-	return ownVeth(a.opts.IfacePrefix, a.links, name)
-}
-
-// reloadWorkload re-reads one workload record and notes it in changedKeys
-// when it was or is served. A record that is gone is no longer served; one
-// that cannot be read is served as its last good read said (unreadable),
-// and, without one, is logged and not served.
-func (a *Agent) reloadWorkload(name string) {
-	old := a.workloads[name]
-	w, err := a.wls.Get(name)
-	switch {
-	case errors.Is(err, state.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
-		delete(a.workloads, name)
-		delete(a.badFiles, name)
-	case err != nil && old != nil:
-		a.unreadable(name, err.Error(), old)
-		a.badFiles[name] = err.Error()
-	case err != nil:
-		if a.badFiles[name] != err.Error() {
-			a.log.Warn("skipping bad workload record", "file", name, "err", err)
-		}
-		a.badFiles[name] = err.Error()
-	default:
-		a.workloads[name] = w
-		delete(a.badFiles, name)
-	}
-	a.metrics.Workloads.Set(float64(len(a.workloads)))
-	a.setBadRecords()
-	if (old != nil || a.workloads[name] != nil) && old != a.workloads[name] {
-		a.changedKeys[name] = struct{}{}
+// queue makes the next pass apply m, even one that applies only the
+// queued managers (applyChecks).
+func (a *Agent) queue(m Manager) {
+	if !slices.Contains(a.pass.checks, m) {
+		a.pass.checks = append(a.pass.checks, m)
 	}
 }
 
-// unreadable handles a record that cannot be read (why) while its last
-// good read (last) is served: a record that cannot be read is not one that
-// is gone, so the pod keeps its routes, guard and leak-collection rules as
-// last read. It is logged when why is news, and a file holding no JSON at
-// all is written back from last (Workloads.Repair; counted as a "record"
-// repair). A file of another version or otherwise unreadable is left to
-// whoever wrote it.
-func (a *Agent) unreadable(key, why string, last *state.Workload) {
-	if a.badFiles[key] != why {
-		a.log.Warn("workload record unreadable: serving its last good read", "file", key, "err", why,
-			"container", last.ContainerID, "iface", last.HostIface, "ips", last.IPs)
+// workloadsChanged takes what the workload routes changed: their tables
+// need an Apply, the other managers hear of the served workloads
+// (OnWorkloads).
+func (a *Agent) workloadsChanged() {
+	if a.wl.takeApply() {
+		a.pass.needApply = true
 	}
-	fixed, err := a.wls.Repair(key, last)
-	switch {
-	case err != nil:
-		a.log.Warn("cannot repair workload record, serving its last good read", "file", key, "err", err)
-	case fixed:
-		a.log.Info("workload record repaired from its last good read", "file", key, "container", last.ContainerID, "iface", last.HostIface)
-		a.metrics.Repairs.WithLabelValues("record").Inc()
-		a.snap.repairs.Add("record", key, 1)
+	if s, ok := a.wl.takeServed(); ok {
+		for _, m := range a.managers {
+			m.OnWorkloads(s)
+		}
+		a.pass.needApply = true
 	}
 }
 
-// reportBad logs each bad record once (until it is fixed or changes).
-func (a *Agent) reportBad(bad []error) {
-	seen := map[string]bool{}
-	for _, err := range bad {
-		msg := err.Error()
-		seen[msg] = true
-		if !a.badSeen[msg] {
-			a.log.Warn("skipping bad record", "err", err)
+// nodesChanged reads the validated peers (peerFeed.read) and hands them
+// to the managers when they may have changed; it returns the unreadable
+// peer records.
+func (a *Agent) nodesChanged(full bool) []error {
+	valid, hand, bad := a.peers.read(full)
+	if hand {
+		for _, m := range a.managers {
+			m.OnNodes(valid)
 		}
+		a.pass.needApply = true
 	}
-	a.badSeen = seen
-	a.setBadRecords()
+	return bad
 }
 
-// setBadRecords publishes routelet_bad_records: workload files that cannot
-// be read or were refused, and bad node records of the last full read.
-func (a *Agent) setBadRecords() {
-	a.metrics.BadRecords.Set(float64(len(a.badFiles) + len(a.refused) + a.badNodes))
-}
-
-// holdUnnamed makes the route tables keep the routes of every routelet veth
-// that no served record names while some record that cannot be read has
-// no good read to serve (the daemon started with it, or never read it
-// whole): that record may be the veth's, so what the kernel holds there
-// stays, as the plugin left it, until the record can be read. The leak
-// collector never sees such a record, so it is not collected either. Held
-// veths are released once no such record is left (or a record names them).
-func (a *Agent) holdUnnamed() {
-	blind := false
-	for key := range a.badFiles {
-		if a.workloads[key] == nil {
-			blind = true
-			break
-		}
-	}
-	if !blind && len(a.held) == 0 {
-		return
-	}
-	want := map[string]struct{}{}
-	if blind {
-		named := make(map[string]struct{}, len(a.workloads))
-		for _, w := range a.workloads {
-			named[w.HostIface] = struct{}{}
-		}
-		for name := range a.links {
-			if _, ok := named[name]; !ok && a.ownVeth(name) {
-				want[name] = struct{}{}
-			}
-		}
-	}
-	hold := func(name string, on bool) {
-		for _, rt := range []RouteTable{a.rt4, a.rt6} {
-			if rt != nil {
-				rt.Hold(name, on)
-			}
-		}
-		a.needApply = true
-	}
-	for name := range a.held {
-		if _, ok := want[name]; !ok {
-			delete(a.held, name)
-			hold(name, false)
-		}
-	}
-	for name := range want {
-		if _, ok := a.held[name]; !ok {
-			a.held[name] = struct{}{}
-			hold(name, true)
-			a.log.Warn("keeping the routes of a veth no record names: an unreadable workload record may be its", "iface", name)
-		}
-	}
-}
-
-// syncDesired brings the desired routes up to date with the records in
-// changedKeys and the links in changedLinks (desiredSet.update: only what
-// they can affect is derived again), or, after a full read (desired nil),
-// with every record, and hands the interfaces whose routes changed to the
-// tables; it reports whether it handed them any. Refused records and
-// addresses several records claim are logged when that changes. First it
-// brings the tables' held veths up to date (holdUnnamed).
-func (a *Agent) syncDesired() bool {
-	a.holdUnnamed()
-	if a.desired != nil && len(a.changedKeys) == 0 && len(a.changedLinks) == 0 {
-		return false
-	}
-	routed := false
-	var delta desiredDelta
-	if a.desired == nil {
-		a.desired, delta = newDesiredSet(RouteInput{
-			Workloads: a.workloads, Links: a.links, LocalBlocks: a.opts.LocalBlocks, NodeSpace: a.opts.NodeSpace,
-			IfacePrefix: a.opts.IfacePrefix, StaticARP: a.opts.StaticARP,
-		})
-		d := a.desired.d
-		// What was noted of records and addresses no longer there goes.
-		maps.DeleteFunc(a.refused, func(key, _ string) bool { _, ok := d.Refused[key]; return !ok })
-		maps.DeleteFunc(a.winners, func(addr netip.Addr, _ string) bool { _, ok := d.Contested[addr]; return !ok })
-		maps.DeleteFunc(a.superseded, func(key, _ string) bool { _, ok := d.Superseded[key]; return !ok })
-		for fam, rt := range []RouteTable{a.rt4, a.rt6} {
-			if rt != nil && rt.SetAllRoutes(d.Routes[fam]) {
-				routed = true
-			}
-		}
-		a.keepAll = true
-	} else {
-		delta = a.desired.update(a.changedKeys, a.changedLinks)
-		for fam, rt := range []RouteTable{a.rt4, a.rt6} {
-			if rt == nil {
-				continue
-			}
-			for _, iface := range delta.ifaces[fam] {
-				rt.SetRoutes(iface, a.desired.d.Routes[fam][iface])
-				routed = true
-			}
-		}
-	}
-	clear(a.changedKeys)
-	clear(a.changedLinks)
-	a.noteDesired(delta)
-	a.metrics.Workloads.Set(float64(len(a.workloads)))
-	a.needApply = a.needApply || routed
-	return routed
-}
-
-// noteDesired logs what delta decided anew: records refused (or refused
-// for another reason), records whose veth another record owns (or a new
-// one) and addresses several records claim that went to another record. It also tells the keeper which records' veths to derive
-// again: those derived again and those claiming an address decided again,
-// IPv4 as IPv6, since a pod guard lets through the addresses routed to its
-// record (the keeper runs after the pass's Apply, off the way from a
-// record to its route).
-func (a *Agent) noteDesired(delta desiredDelta) {
-	d := a.desired.d
-	for _, name := range delta.keys {
-		if why, news := noteChange(a.refused, d.Refused, name); news {
-			w := a.workloads[name]
-			a.log.Warn("refusing workload record: no route is programmed for it", "file", name,
-				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "err", why)
-		}
-	}
-	a.setBadRecords()
-	for _, name := range delta.keys {
-		if owner, news := noteChange(a.superseded, d.Superseded, name); news {
-			w, o := a.workloads[name], a.workloads[owner]
-			a.log.Warn("workload record superseded: another record owns its veth; nothing is routed or allowed for it", "file", name,
-				"container", w.ContainerID, "iface", w.HostIface, "ips", w.IPs, "created", w.Created,
-				"owner", owner, "ownerContainer", o.ContainerID, "ownerCreated", o.Created)
-		}
-	}
-	for _, addr := range delta.addrs {
-		if name, news := noteChange(a.winners, d.Contested, addr); news {
-			w := a.workloads[name]
-			a.log.Warn("several workload records claim one address; routing it to one", "ip", addr,
-				"file", name, "container", w.ContainerID, "iface", w.HostIface, "ifaceExists", a.ownVeth(w.HostIface))
-		}
-	}
-	if a.keeper == nil || a.keepAll {
-		return
-	}
-	for _, key := range delta.keys {
-		a.keepKeys[key] = struct{}{}
-	}
-	for _, addr := range delta.addrs {
-		for _, key := range a.desired.claims[addr] {
-			a.keepKeys[key] = struct{}{}
-		}
-	}
-}
-
-// noteChange brings noted[k] in line with now[k] (deleted when now has
-// none) and returns now's value and whether it is one noted did not hold.
-func noteChange[K comparable](noted, now map[K]string, k K) (string, bool) {
-	v, ok := now[k]
-	if !ok {
-		delete(noted, k)
-		return "", false
-	}
-	news := noted[k] != v
-	noted[k] = v
-	return v, news
-}
-
-// checkRouteEvent marks an owned interface dirty when a route event shows its
-// routes differ from what is desired: a desired route deleted, or an
-// unexpected or foreign-protocol route added. Events that match the desired
-// state (the echo of routelet's own writes) are ignored.
-func (a *Agent) checkRouteEvent(ev RouteEvent) {
-	if ev.Table != 0 && ev.Table != 254 {
-		return
-	}
-	rt := a.rt4
-	if ev.IPv6 {
-		rt = a.rt6
-	}
-	if rt == nil {
-		return
-	}
-	if ev.Dst.Addr().Is6() && ev.Dst.Addr().IsLinkLocalUnicast() {
-		return // the kernel's fe80::/64 on every interface; the tables leave it alone
-	}
-	if ev.Deleted == rt.Wants(ev.Iface, ev.Dst) || (!ev.Deleted && ev.Protocol != a.opts.RouteProtocol) {
-		a.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
-		rt.MarkDirty(ev.Iface)
-		a.needApply = true
-		a.snap.repairs.Add("route", ev.Dst.String()+" dev "+ev.Iface, 1)
-	}
-}
-
-// checkNeighEvent marks a workload interface dirty when a neighbour entry for
-// one of its desired IPv4 routes was deleted (the static ARP entry).
-func (a *Agent) checkNeighEvent(ev NeighEvent) {
-	if !a.opts.StaticARP || !ev.IP.Is4() {
-		return
-	}
-	if a.rt4 != nil && a.rt4.Wants(ev.Iface, netip.PrefixFrom(ev.IP, 32)) {
-		a.rt4.MarkDirty(ev.Iface)
-		a.needApply = true
-		a.snap.repairs.Add("neigh", ev.IP.String()+" dev "+ev.Iface, 1)
-	}
-}
-
-// applyTables runs the route tables' Apply ahead of the rest of a pass,
-// whose own Apply still follows (it reports errors and retries what failed
-// here).
-func (a *Agent) applyTables() {
-	for _, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt != nil {
-			_ = rt.Apply()
-		}
-	}
-}
-
-// apply runs every table's and manager's Apply, updates metrics and status,
-// and leaves needApply set when something failed (the caller retries).
+// apply runs every manager's Apply, updates metrics and status, and
+// leaves needApply set when something failed (the caller retries).
 func (a *Agent) apply() {
-	a.applyPass(true, a.managers)
+	a.applyPass(a.managers)
 }
 
-// applyChecks is the pass of a check tick when nothing else needs an
-// Apply: only the managers whose check is queued apply (and so check);
-// the tables and the other managers have nothing to do. A failure makes
-// the retry a full pass, as any failed pass does.
+// applyChecks is the pass of a check tick or a HostWatcher's hint when
+// nothing else needs an Apply: only the managers queued apply (and so
+// check); the others have nothing to do. A failure makes the retry a full pass,
+// as any failed pass does.
 func (a *Agent) applyChecks() {
-	a.applyPass(false, a.checks)
+	a.applyPass(a.pass.checks)
 }
 
-// applyPass runs the Apply of managers and, with tables, of the route
-// tables first; it updates metrics and status and leaves needApply set when
-// something failed. It clears the queued checks: every manager with one
-// was among those applied (a full pass applies them all).
-func (a *Agent) applyPass(tables bool, managers []Manager) {
+// applyPass runs the Apply of managers, in order; it updates metrics and
+// status and leaves needApply set when something failed. It clears the
+// queued checks: every manager with one was among those applied (a full
+// pass applies them all).
+func (a *Agent) applyPass(managers []Manager) {
 	start := a.now()
 	var errs []error
-	for _, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt == nil || !tables {
-			continue
-		}
-		if err := rt.Apply(); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	for _, m := range managers {
 		if err := m.Apply(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	a.checks = a.checks[:0]
+	a.pass.checks = a.pass.checks[:0]
 	a.metrics.ApplyDuration.Observe(a.now().Sub(start).Seconds())
-	for i, rt := range []RouteTable{a.rt4, a.rt6} {
-		if rt == nil {
-			continue
-		}
-		if d, ok := rt.RetryAfter(); ok && (a.graceWait == 0 || d < a.graceWait) {
-			a.graceWait = max(d, time.Millisecond)
-		}
-		st := rt.Stats()
-		table := [2]string{"ipv4", "ipv6"}[i]
-		a.metrics.RoutesProgrammed.WithLabelValues(table).Set(float64(st.Routes))
-		a.metrics.DirtyInterfaces.WithLabelValues(table).Set(float64(st.DirtyIfaces))
+	if d := a.wl.retryAfter(); d > 0 && (a.pass.graceWait == 0 || d < a.pass.graceWait) {
+		a.pass.graceWait = d
 	}
 	err := errors.Join(errs...)
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 		a.metrics.ApplyErrors.Inc()
-		a.needApply = true
-		a.retryBackoff = min(max(2*a.retryBackoff, 50*time.Millisecond), 10*time.Second)
-		if msg != a.lastErr {
-			a.log.Warn("apply failed, will retry", "err", err, "retry_in", a.retryBackoff)
+		a.pass.needApply = true
+		a.pass.retryBackoff = min(max(2*a.pass.retryBackoff, 50*time.Millisecond), 10*time.Second)
+		if msg != a.ready.lastErr {
+			a.log.Warn("apply failed, will retry", "err", err, "retry_in", a.pass.retryBackoff)
 		}
 	} else {
-		a.needApply = false
-		a.retryBackoff = 0
+		a.pass.needApply = false
+		a.pass.retryBackoff = 0
 	}
 	blocked := a.managersBlocked()
-	if msg != a.lastErr || blocked != a.blocked {
-		a.lastErr = msg
-		if a.ready {
+	if msg != a.ready.lastErr || blocked != a.ready.blocked {
+		a.ready.lastErr = msg
+		if a.ready.ready {
 			a.publishReadiness(blocked)
 		}
 	}
 }
 
-// blocker is a Manager that can tell that its dataplane cannot work as
-// configured (e.g. the kernel lacks the overlay's link kind).
-type blocker interface {
-	NotReady() string
-}
-
-// managersBlocked joins the managers' not-ready reasons ("" for none).
+// managersBlocked joins the Blocker managers' not-ready reasons ("" for
+// none).
 func (a *Agent) managersBlocked() string {
 	var why []string
 	for _, m := range a.managers {
-		if b, ok := m.(blocker); ok {
+		if b, ok := m.(Blocker); ok {
 			if r := b.NotReady(); r != "" {
 				why = append(why, r)
 			}
@@ -1009,12 +696,12 @@ func (a *Agent) managersBlocked() string {
 // ready unless blocked names a reason. daemon.json goes first, so whoever
 // sees /readyz ok also finds it ready.
 func (a *Agent) publishReadiness(blocked string) {
-	if blocked != a.blocked && blocked != "" {
+	if blocked != a.ready.blocked && blocked != "" {
 		a.log.Warn("not ready", "reason", blocked)
-	} else if blocked != a.blocked {
+	} else if blocked != a.ready.blocked {
 		a.log.Info("ready again")
 	}
-	a.blocked = blocked
+	a.ready.blocked = blocked
 	a.writeStatus(blocked)
 	a.status.SetReady(blocked == "", blocked)
 	ready := 0.0
@@ -1034,58 +721,17 @@ func (a *Agent) writeStatus(reason string) {
 		blocks = append(blocks, b.String())
 	}
 	st := &state.DaemonStatus{
-		Ready:         a.ready && reason == "",
+		Ready:         a.ready.ready && reason == "",
 		Reason:        reason,
 		PodMTU:        a.opts.PodMTU,
 		Blocks:        blocks,
 		RouteProtocol: a.opts.RouteProtocol,
 		VXLANPort:     a.opts.VXLANPort,
 		DaemonVersion: a.opts.Version,
-		LastSyncError: a.lastErr,
+		LastSyncError: a.ready.lastErr,
 		Updated:       a.now().UTC(),
 	}
 	if err := a.statusW.WriteDaemonStatus(st); err != nil {
 		a.log.Error("cannot write daemon status", "err", err)
 	}
-}
-
-// publishSelf hands this node's record to the datastore once (retried at
-// every full sync until it succeeds); the datastore keeps it published.
-func (a *Agent) publishSelf() {
-	if a.published {
-		return
-	}
-	if err := a.ds.Publish(a.opts.Self); err != nil {
-		a.log.Error("cannot publish own node record, will retry", "node", a.opts.Self.Name, "err", err)
-		return
-	}
-	a.published = true
-}
-
-// nodesChanged reads the validated peers from the datastore, updates the
-// peer metric and hands the peers to the managers. A datastore that cannot
-// list its peers says nothing about them: the managers keep the last ones.
-// full: a full read, whose unreadable records are counted and returned.
-// A read that is not full and validates to the peers the managers have
-// (a hint that changed nothing, e.g. a host event) leaves them alone.
-func (a *Agent) nodesChanged(full bool) []error {
-	valid, n, bad, err := a.ds.Peers()
-	same := !a.notePeers(valid, n, bad, err, full) && !full
-	if err != nil {
-		a.log.Error("cannot list node records, keeping the last known set", "err", err)
-		return nil
-	}
-	if full {
-		a.badNodes = len(bad)
-	}
-	a.peerRecords = n
-	a.metrics.Peers.Set(float64(len(valid)))
-	if same {
-		return bad
-	}
-	for _, m := range a.managers {
-		m.OnNodes(valid)
-		a.needApply = true
-	}
-	return bad
 }

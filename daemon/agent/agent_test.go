@@ -175,6 +175,8 @@ type fixture struct {
 	a     *Agent
 	st    *health.Status
 	m     *health.Metrics
+	// keeper is the keeper's manager (setKeeper), nil without one.
+	keeper *KeeperManager
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -192,15 +194,43 @@ func newFixture(t testing.TB) *fixture {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ds := datastore.Peers{DS: file.New(s, opts.LocalBlocks, log), V: peers.New(peers.Options{Self: peers.Self{Name: "node-a"}, Logger: log})}
-	f.a = New(opts, workloads.New(s, log), ds, s, f.rt4, f.rt6, f.rel, f.host, nil, f.st, f.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.a = New(opts, Deps{Workloads: workloads.New(s, log), Peers: ds, Status: s, RT4: f.rt4, RT6: f.rt6, Releaser: f.rel, Host: f.host,
+		Health: f.st, Metrics: f.m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return f
+}
+
+// setKeeper makes the loop keep the veths with k (Deps.Keeper), the
+// silent sysctls every period.
+func (f *fixture) setKeeper(k Keeper, period time.Duration) {
+	f.keeper = NewKeeperManager(k, KeeperOptions{KeepPeriod: period, Metrics: f.m, Log: f.a.log})
+	f.keeper.now = f.a.now
+	f.a.managers = managerList(f.a.wl, []Manager{f.keeper})
+}
+
+// syncDesired brings the desired routes up to date and hands what
+// changed to the managers, as a pass does.
+func (f *fixture) syncDesired() bool {
+	routed := f.a.wl.syncDesired()
+	f.a.workloadsChanged()
+	return routed
+}
+
+// keep runs the keeper's manager as a pass does (its Apply), its sysctl
+// poll queued when poll is set.
+func (f *fixture) keep(poll bool) {
+	f.a.workloadsChanged()
+	f.keeper.poll = f.keeper.poll || poll
+	_ = f.keeper.Apply()
 }
 
 // run runs the loop, driving managers too, until stop is called or t
 // ends; stop returns Run's error, and the loop has returned before t's
 // other cleanups run.
 func (f *fixture) run(t *testing.T, managers ...Manager) (stop func() error) {
-	f.a.managers = managers
+	if f.keeper != nil {
+		managers = append(managers, f.keeper)
+	}
+	f.a.managers = managerList(f.a.wl, managers)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.a.Run(ctx) }()
@@ -359,8 +389,8 @@ func TestRouteEventsMarkOnlyTampering(t *testing.T) {
 	// manager's own table watches those).
 	f.a.NotifyRoute(RouteEvent{Iface: "eth0", Dst: p("0.0.0.0/0"), Protocol: 4, Deleted: true})
 	f.a.NotifyRoute(RouteEvent{Iface: "vxlan.calico", Dst: p("10.244.2.0/24"), Protocol: 80})
-	if len(f.a.pending.routeEvs) != 0 {
-		t.Errorf("route events on interfaces the agent does not own were queued: %+v", f.a.pending.routeEvs)
+	if len(f.a.hints.pending.routeEvs) != 0 {
+		t.Errorf("route events on interfaces the agent does not own were queued: %+v", f.a.hints.pending.routeEvs)
 	}
 	// A deleted static ARP entry marks the workload interface dirty.
 	f.a.NotifyNeigh(NeighEvent{Iface: "cali1", IP: netip.MustParseAddr("10.244.1.2"), Deleted: true})
@@ -387,19 +417,19 @@ func TestLeakCollection(t *testing.T) {
 	ctx := context.Background()
 	// A failing link listing releases nothing and starts no clock.
 	f.host.fail = true
-	f.a.collectLeaks(ctx)
-	if len(f.a.absentSince) != 0 {
-		t.Fatalf("absence recorded without a link listing: %v", f.a.absentSince)
+	f.a.wl.collectLeaks(ctx)
+	if len(f.a.wl.absentSince) != 0 {
+		t.Fatalf("absence recorded without a link listing: %v", f.a.wl.absentSince)
 	}
 	f.host.fail = false
-	f.a.collectLeaks(ctx) // first sighting of the absence
+	f.a.wl.collectLeaks(ctx) // first sighting of the absence
 	clock = clock.Add(59 * time.Second)
-	f.a.collectLeaks(ctx)
+	f.a.wl.collectLeaks(ctx)
 	if len(f.rel.released) != 0 {
 		t.Fatalf("released before the grace period: %v", f.rel.released)
 	}
 	clock = clock.Add(2 * time.Second)
-	f.a.collectLeaks(ctx)
+	f.a.wl.collectLeaks(ctx)
 	if len(f.rel.released) != 1 || f.rel.released[0] != "gone/eth0" {
 		t.Fatalf("released = %v, want [gone/eth0]", f.rel.released)
 	}
@@ -426,14 +456,14 @@ func TestLeakCollection(t *testing.T) {
 	f.host.netns["/var/run/netns/retry"] = false
 	f.host.mu.Unlock()
 	f.rel.err = errors.New("injected: ipam lock busy")
-	f.a.collectLeaks(ctx)
+	f.a.wl.collectLeaks(ctx)
 	clock = clock.Add(2 * time.Minute)
-	f.a.collectLeaks(ctx)
+	f.a.wl.collectLeaks(ctx)
 	if _, err := f.store.GetWorkload("retry", "eth0"); err != nil {
 		t.Errorf("record deleted although release failed: %v", err)
 	}
 	f.rel.err = nil
-	f.a.collectLeaks(ctx)
+	f.a.wl.collectLeaks(ctx)
 	if _, err := f.store.GetWorkload("retry", "eth0"); !errors.Is(err, state.ErrNotFound) {
 		t.Errorf("record not collected after release succeeded: %v", err)
 	}
@@ -497,19 +527,19 @@ func TestLeakCheckIdleCostsNothing(t *testing.T) {
 	f.a.NotifyLink("cali1", "veth", true, true)
 	f.a.NotifyLink("cali2", "veth", true, true)
 	f.a.fullSync()
-	f.a.collectLeaks(context.Background())
+	f.a.wl.collectLeaks(context.Background())
 	if f.host.dumps != 0 {
 		t.Errorf("idle leak check dumped links %d times", f.host.dumps)
 	}
 	f.a.NotifyLink("cali2", "veth", false, false)
 	f.a.processPending()
-	f.a.collectLeaks(context.Background())
+	f.a.wl.collectLeaks(context.Background())
 	if f.host.dumps != 1 {
 		t.Errorf("absent link not confirmed with one dump: %d dumps", f.host.dumps)
 	}
 	f.a.NotifyRescan()
 	f.a.processPending()
-	f.a.collectLeaks(context.Background())
+	f.a.wl.collectLeaks(context.Background())
 	if f.host.dumps != 2 {
 		t.Errorf("after a rescan: %d dumps, want 2", f.host.dumps)
 	}
@@ -536,6 +566,7 @@ type countingManager struct {
 }
 
 func (m *countingManager) OnNodes([]peers.NodeInfo) {}
+func (m *countingManager) OnWorkloads(Served)       {}
 func (m *countingManager) Apply() error             { m.mu.Lock(); m.applies++; m.mu.Unlock(); return nil }
 func (m *countingManager) count() int               { m.mu.Lock(); defer m.mu.Unlock(); return m.applies }
 
@@ -671,8 +702,8 @@ func (o *orderedPeers) Peers() ([]peers.NodeInfo, int, []error, error) {
 // a peer hint alone reads them first, as before.
 func TestRecordRouteBeforePeers(t *testing.T) {
 	f := newFixture(t)
-	op := &orderedPeers{PeerSource: f.a.ds, rt: f.rt4}
-	f.a.ds = op
+	op := &orderedPeers{PeerSource: f.a.peers.src, rt: f.rt4}
+	f.a.peers.src = op
 	f.a.fullSync()
 	f.put(t, "c1", "cali1", "10.244.1.2/32")
 	f.a.NotifyWorkload("c1_eth0.json")
@@ -722,10 +753,10 @@ func TestAddressClaimedTwice(t *testing.T) {
 			r := *recs[j]
 			r.IfName = "eth0"
 			key := fmt.Sprintf("%d.json", i)
-			f.a.workloads[key] = &r
-			f.a.changedKeys[key] = struct{}{}
+			f.a.wl.workloads[key] = &r
+			f.a.wl.changedKeys[key] = struct{}{}
 		}
-		f.a.syncDesired()
+		f.syncDesired()
 		for _, r := range recs {
 			got := strings.Join(f.rt4.cidrs(r.HostIface), ",")
 			if got != want[r.HostIface] {
@@ -760,8 +791,8 @@ func FuzzWorkloadRoutes(f *testing.F) {
 		}
 		fx.a.NotifyLink(iface, kind, true, true)
 		fx.a.processPending()
-		fx.a.workloads["w.json"] = &state.Workload{ContainerID: "w", IfName: "eth0", HostIface: iface, IPs: []string{ip1, ip2}}
-		fx.a.syncDesired()
+		fx.a.wl.workloads["w.json"] = &state.Workload{ContainerID: "w", IfName: "eth0", HostIface: iface, IPs: []string{ip1, ip2}}
+		fx.syncDesired()
 		block := fx.a.opts.LocalBlocks[0]
 		for fam, rt := range []*fakeRT{fx.rt4, fx.rt6} {
 			for dev, ts := range rt.routes {
@@ -796,7 +827,7 @@ func TestUnreadableRecordKeepsServing(t *testing.T) {
 	f := newFixture(t)
 	f.put(t, "c1", "cali1", "10.244.1.2/32")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
-	f.a.links["cali1"], f.a.links["cali2"], f.a.links["cali9"] = "veth", "veth", "veth"
+	f.a.wl.links["cali1"], f.a.wl.links["cali2"], f.a.wl.links["cali9"] = "veth", "veth", "veth"
 	f.a.fullSync()
 	dir := f.store.WorkloadsDir()
 	future := `{"version":9,"containerID":"c2","ifName":"eth0","hostIface":"cali2","ips":["10.244.1.3/32"]}`
@@ -820,9 +851,9 @@ func TestUnreadableRecordKeepsServing(t *testing.T) {
 		if full {
 			f.a.fullSync()
 		} else {
-			f.a.reloadWorkload("c1_eth0.json")
-			f.a.reloadWorkload("c2_eth0.json")
-			f.a.syncDesired()
+			f.a.wl.reloadWorkload("c1_eth0.json")
+			f.a.wl.reloadWorkload("c2_eth0.json")
+			f.syncDesired()
 		}
 		served(when)
 		if w, err := f.store.GetWorkload("c1", "eth0"); err != nil || w.HostIface != "cali1" {
@@ -837,7 +868,7 @@ func TestUnreadableRecordKeepsServing(t *testing.T) {
 		if len(f.rt4.held) != 0 {
 			t.Errorf("%s: held %v with every unreadable record served", when, f.rt4.held)
 		}
-		f.a.reloadWorkload("c1_eth0.json") // the repair's own event
+		f.a.wl.reloadWorkload("c1_eth0.json") // the repair's own event
 		if got := gauge(f.m.BadRecords); got != 1 {
 			t.Errorf("%s: bad records %v after the repair, want 1 (the other version's, until it can be read)", when, got)
 		}
@@ -850,8 +881,8 @@ func TestUnreadableRecordKeepsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newFixture(t)
-	g.store, g.a.wls = f.store, f.a.wls
-	g.a.links["cali1"], g.a.links["cali2"], g.a.links["cali9"] = "veth", "veth", "veth"
+	g.store, g.a.wl.wls = f.store, f.a.wl.wls
+	g.a.wl.links["cali1"], g.a.wl.links["cali2"], g.a.wl.links["cali9"] = "veth", "veth", "veth"
 	g.a.fullSync()
 	if !maps.Equal(g.rt4.held, map[string]bool{"cali2": true, "cali9": true}) || !maps.Equal(g.rt6.held, g.rt4.held) {
 		t.Errorf("held %v and %v; want the veths no served record names (cali2: its record is of another version)", g.rt4.held, g.rt6.held)
@@ -863,13 +894,57 @@ func TestUnreadableRecordKeepsServing(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "c2_eth0.json")); err != nil {
 		t.Fatal(err)
 	}
-	g.a.reloadWorkload("c9_eth0.json")
-	g.a.reloadWorkload("c2_eth0.json")
-	g.a.syncDesired()
+	g.a.wl.reloadWorkload("c9_eth0.json")
+	g.a.wl.reloadWorkload("c2_eth0.json")
+	g.syncDesired()
 	if len(g.rt4.held) != 0 || len(g.rt6.held) != 0 {
 		t.Errorf("held %v, %v once every record can be read", g.rt4.held, g.rt6.held)
 	}
 	if got := g.rt4.cidrs("cali9"); !slices.Equal(got, []string{"10.244.1.9/32"}) {
 		t.Errorf("cali9 routes %v once its record can be read", got)
+	}
+}
+
+// servedManager records what OnWorkloads handed it, as the served
+// records' keys with their routed addresses.
+type servedManager struct {
+	countingManager
+	calls []string
+}
+
+func (m *servedManager) OnWorkloads(s Served) {
+	keys := slices.Sorted(maps.Keys(s.Changed))
+	if s.All {
+		keys = slices.Sorted(s.Keys())
+	}
+	var parts []string
+	for _, key := range keys {
+		_, _, routed, ok := s.Record(key)
+		parts = append(parts, fmt.Sprintf("%s:%v:%v", key, ok, routed))
+	}
+	m.calls = append(m.calls, fmt.Sprintf("all=%v %s", s.All, strings.Join(parts, " ")))
+}
+
+// TestManagersHearOfWorkloads: every manager is told of the served
+// workloads: all of them after a full read, then only the records that
+// changed (a refused record is not served), and nothing on a pass that
+// changed none.
+func TestManagersHearOfWorkloads(t *testing.T) {
+	f := newFixture(t)
+	m := &servedManager{}
+	f.a.managers = managerList(f.a.wl, []Manager{m})
+	f.put(t, "c1", "cali1", "10.244.1.2/32")
+	f.put(t, "c2", "cali2", "10.244.1.3/32")
+	f.a.fullSync()
+	f.put(t, "c2", "eth9", "10.244.1.3/32") // refused: not a routelet interface
+	f.a.NotifyWorkload("c2_eth0.json")
+	f.a.processPending()
+	f.a.processPending()
+	want := []string{
+		"all=true c1_eth0.json:true:[10.244.1.2] c2_eth0.json:true:[10.244.1.3]",
+		"all=false c2_eth0.json:false:[]",
+	}
+	if !slices.Equal(m.calls, want) {
+		t.Fatalf("OnWorkloads calls\n%q\nwant\n%q", m.calls, want)
 	}
 }

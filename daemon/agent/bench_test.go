@@ -17,7 +17,7 @@ import (
 // BenchmarkRecordToRoute (daemon/bench_test.go) before the kernel write.
 func BenchmarkPassOneRecord(b *testing.B) {
 	f := newFixture(b)
-	for v, rt := range map[int]*RouteTable{4: &f.a.rt4, 6: &f.a.rt6} {
+	for v, rt := range map[int]*RouteTable{4: &f.a.wl.rt4, 6: &f.a.wl.rt6} {
 		t, err := routes.NewWithDeps(routes.Config{IPVersion: v, InterfacePrefixes: []string{"cali"}, IncludeNoInterface: true,
 			Logger: slog.New(slog.DiscardHandler)}, routes.NewFakeNetlink(), routes.NewFakeConntrack(), nil)
 		if err != nil {
@@ -68,16 +68,16 @@ func BenchmarkDesiredRoutes200(b *testing.B) {
 // deriving its veth and handing the keeper that one (a fake keeper).
 func BenchmarkKeeperVeths200(b *testing.B) {
 	f := newFixture(b)
-	f.a.SetKeeper(&fakeKeeper{}, 0)
+	f.setKeeper(&fakeKeeper{}, 0)
 	ws, links := bench200()
-	f.a.workloads, f.a.links = ws, links
-	f.a.syncDesired()
-	f.a.keeperVeths()
+	f.a.wl.workloads, f.a.wl.links = ws, links
+	f.syncDesired()
+	f.keeper.keeperVeths()
 	b.ReportAllocs()
 	for b.Loop() {
 		w := *ws["c5_eth0.json"]
 		ws["c5_eth0.json"] = &w
-		f.a.keepKeys["c5_eth0.json"] = struct{}{}
-		f.a.keeperVeths()
+		f.keeper.keepKeys["c5_eth0.json"] = struct{}{}
+		f.keeper.keeperVeths()
 	}
 }

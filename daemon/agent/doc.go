@@ -1,39 +1,72 @@
 // Package agent is routeletd's apply loop: it turns the state directory's
 // records into desired routes, hands them to the RouteTables and keeps the
-// kernel in line.
+// kernel in line, with the other dataplane managers beside it.
 //
-// One goroutine (Run) owns every RouteTable and all desired state. The
-// workloads' desired routes are kept current one record at a time
-// (desiredSet: a changed record derives only its own routes and decides
-// again only the addresses it claims or claimed, with the result of
-// DesiredRoutes over all records), and the RouteTables are handed only the
-// interfaces whose routes changed (SetRoutes; SetAllRoutes after a full
-// read); the tamper checks ask the tables (Wants). Watchers
-// (fsnotify on workloads/ and nodes/; the one netlink event source,
-// daemon/netwatch, to which the agent is a Handler for the interfaces it
-// owns) run in their own goroutines and only queue hints through the
-// Notify* methods; the loop wakes, waits a short debounce so a burst becomes
-// one pass, re-reads what the hints name, and calls Apply, the only path to
-// the kernel. Periodic work is ticks of one schedule in the loop: the full
-// re-read of every record plus a full RouteTable resync every resync period
-// (so a lost event costs at most one period), the leak check, each Checker
-// manager's check and the keeper's sysctl check.
+// One goroutine (Run) owns the loop and every manager. The Agent itself
+// keeps only the loop: the watchers' hints (Notify*, from any goroutine,
+// under a lock), the debounce, the schedule of periodic work, the apply
+// pass and readiness. Watchers (fsnotify on workloads/ and nodes/; the
+// one netlink event source, daemon/netwatch, to which the agent is a
+// Handler for the interfaces it owns) run in their own goroutines and
+// only queue hints; the loop wakes, waits a short debounce so a burst
+// becomes one pass, re-reads what the hints name, and runs every
+// manager's Apply, the only path to the kernel.
+//
+// Managers (manager.go: the Manager interface and every optional
+// capability the loop asks for, Checker, Blocker and HostWatcher, in one
+// place) are applied in this order on each pass:
+//
+//   - the workload routes (workloadroutes.go): the records read from a
+//     Workloads source, their desired routes kept current one record at
+//     a time (desiredSet: a changed record derives only its own routes
+//     and decides again only the addresses it claims or claimed, with the
+//     result of DesiredRoutes over all records), handed to the tables
+//     only for the interfaces whose routes changed (SetRoutes; SetAllRoutes
+//     after a full read); the tamper checks on route and neighbour events
+//     (RouteTable.Wants); the leak collection of records whose veth and
+//     netns are gone (and of stale temp files). It serves the workloads to
+//     the other managers (Served, through OnWorkloads).
+//   - Deps.Managers, in their order: routeletd lists the overlay
+//     (daemon/overlaymgr) and the ipset allowlists (daemon/allowmgr),
+//     which take the validated peers (OnNodes), then the veth keeper.
+//   - the keeper (KeeperManager, keeper.go), last, off the way from a
+//     record to its route: it keeps what the plugin's ADD set up on the
+//     node side of each served pod (veth sysctls, node forwarding, veth
+//     up, IPv6 neighbours) and the pod guards. Links, neighbours and
+//     announced sysctls are checked on their hints (HostWatcher); the
+//     silent sysctls and the guards on its check (Checker), whose period
+//     is the shorter of the sysctl poll (KeeperOptions.KeepPeriod, at
+//     most DefaultKeepPeriod; routeletd: the device check period) and
+//     the guard tick (KeeperOptions.GuardPeriod; routeletd: the
+//     allowlist check period), each queued when due.
+//
+// Periodic work is ticks of one schedule in the loop: the full re-read of
+// every record and peer plus a full RouteTable resync every resync period
+// (so a lost event costs at most one period), the leak check and temp
+// collection every tick period, and each Checker manager's check (the
+// overlay's device check, the allowlist's re-read, the keeper's sysctl
+// poll and guard check), which queues the check and runs a pass of only
+// the managers checked when nothing else needs one.
 //
 // Ownership: routes on interfaces named with the interface prefix belong to
 // routelet; elsewhere only routes carrying routelet's route protocol do (the
 // local blocks' blackholes live under routes.InterfaceNone).
 //
-// The loop also keeps what the plugin's ADD set up on the node side of each
-// pod (Keeper: veth sysctls, node forwarding, veth up, IPv6 neighbours):
-// links and neighbours on their events, sysctls on a tick of at most 1s.
-//
 // Seams: workload records come from a Workloads source (daemon/workloads),
-// peers from a PeerSource (daemon/datastore: a Datastore with the peer
-// validator in front, so managers only see validated peers.NodeInfo);
-// this node's record (Options.Self, built once) goes out through
-// PeerSource.Publish and is never read back. The agent holds no path.
-// A Manager takes validated peers and applies its own dataplane (overlay
-// devices, ipsets) in the same loop; a Manager with a NotReady method can
-// hold the daemon not ready, one with CheckPeriod/QueueCheck (Checker)
-// gets a periodic check on the loop's schedule.
+// peers from a PeerSource (daemon/datastore.Peers: a Datastore with the
+// peer validator in front, so managers only see validated peers.NodeInfo,
+// and the datastore's typed Health); this node's record (Options.Self,
+// built once) goes out through PeerSource.Publish and is never read back.
+// The agent holds no path. New takes its collaborators in one Deps.
+// A coming manager (a WireGuard device fed the validated peers, a BGP
+// speaker announcing the local blocks to them) is one more Manager in
+// Deps.Managers.
+//
+// Snapshots: the state endpoint asks the loop with Query, whose build
+// function runs on the loop goroutine with a plain Snapshot (the records,
+// their routes and refusals, the peers with their last change, the
+// datastore's last read and Health, the objects' errors); turning it into
+// the inspect and debugapi documents, and asking the managers for their
+// parts (inspect.Snapshotter), happens there, so this package imports
+// neither.
 package agent

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
@@ -91,11 +93,11 @@ func (k *fakeKeeper) Check(poll bool) (podnet.Repairs, error) {
 func TestKeeperHook(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{repairs: podnet.Repairs{Sysctls: 2, Links: 1, Neighbours: 3}}
-	f.a.SetKeeper(k, 0)
-	if f.a.keepPeriod != DefaultKeepPeriod {
-		t.Fatalf("keep period %s, want %s", f.a.keepPeriod, DefaultKeepPeriod)
+	f.setKeeper(k, 0)
+	if f.keeper.keepPeriod != DefaultKeepPeriod {
+		t.Fatalf("keep period %s, want %s", f.keeper.keepPeriod, DefaultKeepPeriod)
 	}
-	f.a.SetKeeper(k, 10*time.Millisecond)
+	f.setKeeper(k, 10*time.Millisecond)
 	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
 	f.put(t, "c3", "eth9", "10.244.1.4/32")
@@ -136,8 +138,8 @@ func TestKeeperHook(t *testing.T) {
 func TestGuardTick(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{guards: podnet.Repairs{Guards: 2}}
-	f.a.SetKeeper(k, time.Hour)
-	f.a.SetGuardPeriod(10 * time.Millisecond)
+	f.setKeeper(k, time.Hour)
+	f.keeper.guardPeriod = 10 * time.Millisecond
 	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
 	f.run(t)
 	waitFor(t, "guard checks", func() bool { k.mu.Lock(); defer k.mu.Unlock(); return k.guardChecks >= 3 })
@@ -151,7 +153,7 @@ func TestGuardTick(t *testing.T) {
 
 	g := newFixture(t)
 	k2 := &fakeKeeper{}
-	g.a.SetKeeper(k2, 10*time.Millisecond)
+	g.setKeeper(k2, 10*time.Millisecond)
 	g.run(t)
 	waitFor(t, "sysctl polls", func() bool { k2.mu.Lock(); defer k2.mu.Unlock(); return k2.sysctls >= 3 })
 	k2.mu.Lock()
@@ -168,11 +170,11 @@ func TestGuardTick(t *testing.T) {
 func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{}
-	f.a.SetKeeper(k, 0)
+	f.setKeeper(k, 0)
 	f.put(t, "c1", "cali1", "10.244.1.2/32", "fd00:1::2/128")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
 	f.a.fullSync()
-	f.a.keep(false) // the end of the loop's pass, where the veths are handed over
+	f.keep(false) // the end of the loop's pass, where the veths are handed over
 	names := func() []string {
 		var out []string
 		for _, v := range k.veths {
@@ -187,24 +189,24 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 		}
 	}
 	step("first sync", 1, "cali1[fd00:1::2]", "cali2[]")
-	f.a.syncDesired()
-	f.a.keep(false)
+	f.syncDesired()
+	f.keep(false)
 	step("a pass with nothing changed", 1, "cali1[fd00:1::2]", "cali2[]")
 	f.put(t, "c3", "cali3", "10.244.1.4/32", "fd00:1::2/128") // claims c1's IPv6 address, created later: wins it
 	f.a.NotifyWorkload("c3_eth0.json")
 	f.a.processPending()
-	f.a.keep(false)
+	f.keep(false)
 	step("a record claiming an address", 2, "cali1[]", "cali2[]", "cali3[fd00:1::2]")
-	f.a.setLink("cali2", "bridge") // refused: not a veth
-	f.a.syncDesired()
-	f.a.keep(false)
+	f.a.wl.setLink("cali2", "bridge") // refused: not a veth
+	f.syncDesired()
+	f.keep(false)
 	step("a record refused", 3, "cali1[]", "cali3[fd00:1::2]")
 	if err := f.store.DeleteWorkload("c3", "eth0"); err != nil {
 		t.Fatal(err)
 	}
 	f.a.NotifyWorkload("c3_eth0.json")
 	f.a.processPending()
-	f.a.keep(false)
+	f.keep(false)
 	step("a record removed", 4, "cali1[fd00:1::2]")
 }
 
@@ -214,7 +216,7 @@ func TestKeeperVethsOnlyWhenRecordsChange(t *testing.T) {
 func TestFullSyncChecksTheVethsItRead(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{}
-	f.a.SetKeeper(k, 0)
+	f.setKeeper(k, 0)
 	f.put(t, "c1", "cali1", "10.244.1.2/32")
 	f.put(t, "c2", "cali2", "10.244.1.3/32")
 	f.a.fullSync()
@@ -239,7 +241,7 @@ func repairs(f *fixture, object string) float64 {
 func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 	f := newFixture(t)
 	k := &fakeKeeper{}
-	f.a.SetKeeper(k, 0)
+	f.setKeeper(k, 0)
 	f.a.fullSync()
 	rng := rand.New(rand.NewPCG(7, 8))
 	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
@@ -253,14 +255,14 @@ func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 	for step := range 2000 {
 		for range 1 + rng.IntN(3) {
 			if rng.IntN(4) == 0 {
-				f.a.setLink(pick("cali1", "cali2", "cali3"), pick("veth", "veth", "bridge"))
+				f.a.wl.setLink(pick("cali1", "cali2", "cali3"), pick("veth", "veth", "bridge"))
 				continue
 			}
 			cid, ifName := pick("a", "b", "c", "d"), pick("eth0", "net1")
 			key := cid + "_" + ifName
-			f.a.changedKeys[key] = struct{}{}
+			f.a.wl.changedKeys[key] = struct{}{}
 			if rng.IntN(3) == 0 {
-				delete(f.a.workloads, key)
+				delete(f.a.wl.workloads, key)
 				continue
 			}
 			w := &state.Workload{ContainerID: cid, IfName: ifName, HostIface: pick("cali1", "cali2", "cali3", "eth0"),
@@ -268,15 +270,15 @@ func TestKeeperVethsIncrementalMatchesFull(t *testing.T) {
 			for range rng.IntN(3) {
 				w.IPs = append(w.IPs, pick("10.244.1.2/32", "10.244.1.3/32", "fd00:1::2/128", "fd00:1::3/128", "10.9.0.1/32"))
 			}
-			f.a.workloads[key] = w
+			f.a.wl.workloads[key] = w
 		}
-		f.a.syncDesired()
-		f.a.keep(false)
-		d := DesiredRoutes(RouteInput{Workloads: f.a.workloads, Links: f.a.links, LocalBlocks: f.a.opts.LocalBlocks,
+		f.syncDesired()
+		f.keep(false)
+		d := DesiredRoutes(RouteInput{Workloads: f.a.wl.workloads, Links: f.a.wl.links, LocalBlocks: f.a.opts.LocalBlocks,
 			IfacePrefix: "cali", StaticARP: true})
 		var want []podnet.HostVeth
-		for _, key := range slices.Sorted(maps.Keys(f.a.workloads)) {
-			w := f.a.workloads[key]
+		for _, key := range slices.Sorted(maps.Keys(f.a.wl.workloads)) {
+			w := f.a.wl.workloads[key]
 			_, bad := d.Refused[key]
 			if _, superseded := d.Superseded[key]; bad || superseded {
 				continue
@@ -316,15 +318,15 @@ func TestRecreatedSandboxOwnsVeth(t *testing.T) {
 		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) {
 			f := newFixture(t)
 			k := &fakeKeeper{}
-			f.a.SetKeeper(k, 0)
+			f.setKeeper(k, 0)
 			old := &state.Workload{ContainerID: "zold", IfName: "eth0", HostIface: "cali1", Netns: "/var/run/netns/old",
 				IPs: []string{"10.244.1.2/32", "fd00:1::2/128"}, ContainerMAC: "02:00:00:00:00:01", Created: t0}
 			if err := f.store.PutWorkload(old); err != nil {
 				t.Fatal(err)
 			}
-			f.a.links["cali1"] = "veth"
+			f.a.wl.links["cali1"] = "veth"
 			f.a.fullSync()
-			f.a.keep(false)
+			f.keep(false)
 			nw := &state.Workload{ContainerID: "anew", IfName: "eth0", HostIface: "cali1", Netns: "/var/run/netns/new",
 				IPs: []string{"10.244.1.3/32"}, ContainerMAC: "02:00:00:00:00:02", Created: t0.Add(time.Minute)}
 			if err := f.store.PutWorkload(nw); err != nil {
@@ -333,10 +335,10 @@ func TestRecreatedSandboxOwnsVeth(t *testing.T) {
 			if full {
 				f.a.fullSync()
 			} else {
-				f.a.reloadWorkload("anew_eth0.json")
-				f.a.syncDesired()
+				f.a.wl.reloadWorkload("anew_eth0.json")
+				f.syncDesired()
 			}
-			f.a.keep(false)
+			f.keep(false)
 			if got := f.rt4.cidrs("cali1"); !slices.Equal(got, []string{"10.244.1.3/32"}) {
 				t.Errorf("IPv4 routes on cali1 %v, want only the new sandbox's", got)
 			}
@@ -350,5 +352,34 @@ func TestRecreatedSandboxOwnsVeth(t *testing.T) {
 				t.Errorf("keeper holds %+v, want cali1 with the new sandbox's address and MAC", k.veths)
 			}
 		})
+	}
+}
+
+// TestKeeperCheckTicks: the keeper's check runs at the shorter of its two
+// periods and queues the sysctl poll and the guard check each when due.
+func TestKeeperCheckTicks(t *testing.T) {
+	k := &fakeKeeper{}
+	clock := t0
+	m := NewKeeperManager(k, KeeperOptions{KeepPeriod: 4 * time.Second, GuardPeriod: 2 * time.Second, Metrics: health.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+	m.now = func() time.Time { return clock }
+	if m.CheckPeriod() != 2*time.Second {
+		t.Fatalf("check period %s, want the guard period", m.CheckPeriod())
+	}
+	var got []string
+	for range 4 {
+		clock = clock.Add(2 * time.Second)
+		m.QueueCheck()
+		got = append(got, fmt.Sprintf("poll=%v guards=%v", m.poll, m.guards))
+		_ = m.Apply()
+	}
+	want := []string{"poll=false guards=true", "poll=true guards=true", "poll=false guards=true", "poll=true guards=true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ticks %q, want %q", got, want)
+	}
+	if k.sysctls != 2 || k.guardChecks != 4 {
+		t.Errorf("%d sysctl polls and %d guard checks, want 2 and 4", k.sysctls, k.guardChecks)
+	}
+	if n := NewKeeperManager(k, KeeperOptions{Metrics: health.NewMetrics(), Log: slog.New(slog.DiscardHandler)}); n.CheckPeriod() != DefaultKeepPeriod {
+		t.Errorf("check period without a guard period %s, want %s", n.CheckPeriod(), DefaultKeepPeriod)
 	}
 }

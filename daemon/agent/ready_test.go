@@ -15,6 +15,7 @@ type blockingManager struct {
 }
 
 func (m *blockingManager) OnNodes([]peers.NodeInfo) {}
+func (m *blockingManager) OnWorkloads(Served)       {}
 func (m *blockingManager) Apply() error             { return nil }
 func (m *blockingManager) NotReady() string         { m.mu.Lock(); defer m.mu.Unlock(); return m.reason }
 func (m *blockingManager) clear()                   { m.mu.Lock(); m.reason = ""; m.mu.Unlock() }

@@ -2,15 +2,6 @@ package agent
 
 import "time"
 
-// Checker is a Manager with a periodic check (the overlay's device check,
-// the allowlist's re-read of its sets and chains). The loop calls
-// QueueCheck every CheckPeriod and then runs an Apply pass: the check's
-// kernel reads and repairs happen in Apply, the only path to the kernel.
-type Checker interface {
-	CheckPeriod() time.Duration
-	QueueCheck()
-}
-
 // schedule holds the loop's periodic work: every tick runs on the loop
 // goroutine when due. A tick's run reports whether the loop should make a
 // pass (process hints, apply) afterwards.

@@ -49,6 +49,7 @@ type checkingManager struct {
 }
 
 func (m *checkingManager) OnNodes([]peers.NodeInfo)   {}
+func (m *checkingManager) OnWorkloads(Served)         {}
 func (m *checkingManager) CheckPeriod() time.Duration { return 5 * time.Millisecond }
 func (m *checkingManager) QueueCheck()                { m.mu.Lock(); m.queued = true; m.mu.Unlock() }
 func (m *checkingManager) Apply() error {
@@ -121,7 +122,7 @@ func TestTempCollectionTicksInTheLoop(t *testing.T) {
 	f := newFixture(t)
 	f.a.opts.TickPeriod = 5 * time.Millisecond
 	c := &countingTemps{fails: 2}
-	f.a.SetTempCollector(c)
+	f.a.wl.temps = c
 	f.run(t)
 	waitFor(t, "four temp collections", func() bool { return c.count() >= 4 })
 }

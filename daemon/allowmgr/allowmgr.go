@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
 	"github.com/routelet/routelet/pkg/ipset/rules"
@@ -132,6 +133,16 @@ func (m *Manager) Register(reg prometheus.Registerer) error {
 	}
 	return nil
 }
+
+// The loop's capabilities this manager has.
+var (
+	_ agent.Manager = (*Manager)(nil)
+	_ agent.Checker = (*Manager)(nil)
+)
+
+// OnWorkloads implements agent.Manager: the allowlists do not depend on
+// the workloads.
+func (m *Manager) OnWorkloads(agent.Served) {}
 
 // OnNodes derives the desired set members from the validated peers
 // (memory only): their host IPs may send overlay traffic, their blocks and

@@ -6,7 +6,7 @@ import (
 	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
-// Snapshot implements agent.Snapshotter: the set whose members are the
+// Snapshot implements inspect.Snapshotter: the set whose members are the
 // peers' host IPs (PeerSet).
 func (m *Manager) Snapshot(d *inspect.Desired) { d.Allowlist = PeerSet(m.opts.Rules) }
 

@@ -10,8 +10,11 @@ package datastore
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/routelet/routelet/pkg/peers"
 )
@@ -37,11 +40,43 @@ type Datastore interface {
 	// keeps the last known peers. The slice is the caller's to read until
 	// the next call, which may reuse it; the caller never modifies it.
 	Peers() ([]peers.Record, []error, error)
+	// Health tells what the datastore knows of its own health (read at
+	// any time, from any goroutine): whether its last request reached it,
+	// its failed requests, the liveness it keeps, conflicting block
+	// claims. A datastore that tells nothing returns the zero Health.
+	Health() Health
+}
+
+// Health is a datastore's report on itself, beside the metrics it
+// exports (which count the same events): the state endpoint shows it.
+type Health struct {
+	// Reachable says whether the last request reached the datastore
+	// (etcd); nil when the datastore does not tell.
+	Reachable *bool
+	// RequestErrors counts the failed requests since the daemon started,
+	// per operation (etcd: "list", "watch", …; kubernetes:
+	// "list-watch", "patch", …); nil when the datastore does not count
+	// them.
+	RequestErrors map[string]int
+	// Liveness is true when the datastore keeps liveness (etcd's
+	// liveness keys); Live then names the live nodes, sorted. Liveness
+	// is reported only; it never removes a peer.
+	Liveness bool
+	Live     []string
+	// BlockConflicts are this node's blocks whose claim names another
+	// holder (see ClaimReporter), sorted by block.
+	BlockConflicts []BlockConflict
 }
 
 // Validator is the one check every peer record passes (*peers.Validator).
 type Validator interface {
 	Validate(records []peers.Record) []peers.NodeInfo
+	// HostChanged makes the next Validate re-read the node's own
+	// addresses (an event about them may have been lost).
+	HostChanged()
+	// Flush writes what the validator keeps across restarts (the peer
+	// claim ledger) when the last Validate changed it.
+	Flush()
 }
 
 var _ Validator = (*peers.Validator)(nil)
@@ -61,22 +96,19 @@ func (p Peers) Publish(self peers.Record) error { return p.DS.Publish(self) }
 // watch has nothing to do. The validator (*peers.Validator) re-reads the
 // node's own addresses then too, in case an event about them was lost.
 func (p Peers) Rescan() {
-	if r, ok := p.DS.(interface{ Rescan() }); ok {
+	if r, ok := p.DS.(Rescanner); ok {
 		r.Rescan()
 	}
-	if h, ok := p.V.(interface{ HostChanged() }); ok {
-		h.HostChanged()
-	}
+	p.V.HostChanged()
 }
 
 // Flush writes what the validator keeps across restarts (the peer claim
 // ledger of *peers.Validator) when the last Peers changed it. The loop
 // calls it after a pass's Apply, before the next pass.
-func (p Peers) Flush() {
-	if f, ok := p.V.(interface{ Flush() }); ok {
-		f.Flush()
-	}
-}
+func (p Peers) Flush() { p.V.Flush() }
+
+// Health passes through to the datastore.
+func (p Peers) Health() Health { return p.DS.Health() }
 
 // Watch passes through to the datastore.
 func (p Peers) Watch(ctx context.Context, changed func()) error { return p.DS.Watch(ctx, changed) }
@@ -91,6 +123,27 @@ func (p Peers) Peers() ([]peers.NodeInfo, int, []error, error) {
 	}
 	return p.V.Validate(recs), len(recs), bad, nil
 }
+
+// A Datastore's optional capabilities, each a named interface the daemon
+// asks for by type: Rescanner (re-read at a full sync), ReadyReporter
+// (told of readiness), Grower (claims more blocks), ClaimReporter (block
+// conflicts, also in Health), Collector (its own metrics, registered on
+// /metrics) and Closer (released when the daemon stops).
+
+// Rescanner is optional for a Datastore that reads its peers from a
+// source without a complete watch (the file datastore: nodes/): Rescan
+// makes the next Peers re-read every record.
+type Rescanner interface {
+	Rescan()
+}
+
+// Collector is optional for a Datastore with metrics of its own; the
+// daemon registers it on /metrics.
+type Collector = prometheus.Collector
+
+// Closer is optional for a Datastore holding connections or goroutines
+// (etcd, kubernetes); the daemon closes it when it stops.
+type Closer = io.Closer
 
 // ReadyReporter is optional for a Datastore: one that implements it is
 // told when the daemon's readiness changes (ready: the dataplane is up and

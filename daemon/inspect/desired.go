@@ -42,6 +42,14 @@ type Desired struct {
 	Repairs    []debugapi.Repair
 }
 
+// Snapshotter adds its part of the desired state (the overlay, the
+// allowlist, the peer validator's refusals) to a snapshot. The state
+// endpoint calls it on the apply loop's goroutine (agent.Query), so it
+// may read what the loop owns.
+type Snapshotter interface {
+	Snapshot(d *Desired)
+}
+
 // Peer is a validated peer with what the daemon knows of it.
 type Peer struct {
 	peers.NodeInfo

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
@@ -312,6 +313,17 @@ func (m *Manager) PodMTU() int {
 	}
 	return mtu
 }
+
+// The loop's capabilities this manager has.
+var (
+	_ agent.Manager = (*Manager)(nil)
+	_ agent.Checker = (*Manager)(nil)
+	_ agent.Blocker = (*Manager)(nil)
+)
+
+// OnWorkloads implements agent.Manager: the overlay does not depend on
+// the workloads.
+func (m *Manager) OnWorkloads(agent.Served) {}
 
 // OnNodes implements agent.Manager: every validated peer becomes a peer of
 // each family; the VXLAN managers get the peers, the route tables every

@@ -8,7 +8,7 @@ import (
 	"github.com/routelet/routelet/pkg/peers"
 )
 
-// Snapshot implements agent.Snapshotter: the mode, and per family the
+// Snapshot implements inspect.Snapshotter: the mode, and per family the
 // routes, devices and ARP/FDB entries the manager wants for d's peers
 // (what OnNodes derived from the same peers).
 func (m *Manager) Snapshot(d *inspect.Desired) {

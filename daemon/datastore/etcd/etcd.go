@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -102,6 +103,8 @@ type Datastore struct {
 	live      map[string]bool         // nodes with a liveness key
 	listed    bool                    // the prefix was listed once
 	up        bool                    // the last request reached etcd
+	reachable bool                    // as up, but false until a request reached etcd (routelet_datastore_up)
+	reqErrors map[string]int          // failed requests per operation (routelet_datastore_errors_total)
 	downSince time.Time
 	changed   func()
 
@@ -620,6 +623,20 @@ func (d *Datastore) Live() []string {
 	return out
 }
 
+// Health implements datastore.Datastore: whether the last request
+// reached etcd, the failed requests per operation, the live nodes and
+// the block conflicts.
+func (d *Datastore) Health() datastore.Health {
+	d.mu.Lock()
+	reachable := d.reachable
+	var errs map[string]int
+	if d.reqErrors != nil {
+		errs = maps.Clone(d.reqErrors)
+	}
+	d.mu.Unlock()
+	return datastore.Health{Reachable: &reachable, RequestErrors: errs, Liveness: true, Live: d.Live(), BlockConflicts: d.BlockConflicts()}
+}
+
 // keepLoop keeps this node's liveness key on a lease and its record
 // written, probing etcd every ProbePeriod (at once when the record was
 // lost), until ctx is done. The lease outlives it: a later Watch's
@@ -722,7 +739,7 @@ func (d *Datastore) keepLiveness(ctx context.Context, lease leaseState) (leaseSt
 func (d *Datastore) reached() {
 	d.mu.Lock()
 	was, since := d.up, d.downSince
-	d.up = true
+	d.up, d.reachable = true, true
 	d.mu.Unlock()
 	d.m.up.Set(1)
 	if !was {
@@ -735,6 +752,11 @@ func (d *Datastore) reached() {
 func (d *Datastore) failed(op string, err error) {
 	d.m.errors.WithLabelValues(op).Inc()
 	d.mu.Lock()
+	if d.reqErrors == nil {
+		d.reqErrors = map[string]int{}
+	}
+	d.reqErrors[op]++
+	d.reachable = false
 	was := d.up
 	if was {
 		d.up, d.downSince = false, time.Now()

@@ -108,6 +108,9 @@ func TestOutage(t *testing.T) {
 
 	px.cut()
 	netnstest.Eventually(t, 30*time.Second, "routelet_datastore_up 0", func() bool { return testutil.ToFloat64(b.m.up) == 0 })
+	if h := b.Health(); h.Reachable == nil || *h.Reachable || !h.Liveness || !slices.Contains(h.Live, "node-a") {
+		t.Errorf("health during the outage: %+v; want unreachable, node-a live", h)
+	}
 	c := open(t, srv, "node-c")
 	recC := record("node-c", "10.244.0.128/26", "192.168.1.3")
 	if err := c.Publish(recC); err != nil {
@@ -125,5 +128,8 @@ func TestOutage(t *testing.T) {
 	netnstest.Eventually(t, 30*time.Second, "routelet_datastore_up 1", func() bool { return testutil.ToFloat64(b.m.up) == 1 })
 	if n := testutil.ToFloat64(b.m.errors.WithLabelValues("keepalive")); n == 0 {
 		t.Errorf("no failed keepalive counted during the outage")
+	}
+	if h := b.Health(); h.Reachable == nil || !*h.Reachable || h.RequestErrors["keepalive"] != int(testutil.ToFloat64(b.m.errors.WithLabelValues("keepalive"))) {
+		t.Errorf("health after the outage: %+v; want reachable, the failed keepalives as counted in the metric", h)
 	}
 }

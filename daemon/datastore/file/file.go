@@ -85,6 +85,10 @@ func (d *Datastore) Watch(ctx context.Context, changed func()) error {
 	}, d.log)
 }
 
+// Health implements datastore.Datastore: the state directory has no
+// reachability, request errors or liveness to tell.
+func (d *Datastore) Health() datastore.Health { return datastore.Health{} }
+
 // Rescan makes the next Peers re-read every record (the daemon's periodic
 // resync).
 func (d *Datastore) Rescan() {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -80,6 +81,7 @@ type Datastore struct {
 	done     chan struct{} // the informer, the publisher and whenSynced stopped
 
 	apiErrors *prometheus.CounterVec // label op: list-watch | patch | patch-status
+	errCounts map[string]int         // apiErrors' counts, by op (guarded by mu)
 	patches   *prometheus.CounterVec // label op
 
 	kick chan struct{} // wakes the publisher
@@ -125,7 +127,7 @@ func (d *Datastore) apiResult(ctx context.Context, call string, err error) error
 	d.mu.Unlock()
 	switch {
 	case err != nil:
-		d.apiErrors.WithLabelValues("list-watch").Inc()
+		d.apiError("list-watch")
 		if !was {
 			d.log.Warn("cannot "+call+" Nodes: keeping the last known peers and the dataplane, retrying with backoff", "err", err)
 		} else {
@@ -183,8 +185,10 @@ func New(opts Options) (*Datastore, error) {
 			Name: "routelet_kubernetes_patches_total", Help: "Patches the Kubernetes datastore sent to this node's Node.",
 		}, []string{"op"}),
 	}
+	d.errCounts = map[string]int{}
 	for _, op := range []string{"list-watch", "patch", "patch-status"} {
 		d.apiErrors.WithLabelValues(op)
+		d.errCounts[op] = 0
 	}
 	for _, op := range []string{"patch", "patch-status"} {
 		d.patches.WithLabelValues(op)
@@ -427,7 +431,7 @@ func (d *Datastore) sync(ctx context.Context) error {
 		}
 		if patch != nil {
 			if _, err := d.opts.Client.Patch(ctx, d.opts.NodeName, mergePatch, patch, metav1.PatchOptions{}); err != nil {
-				d.apiErrors.WithLabelValues("patch").Inc()
+				d.apiError("patch")
 				return fmt.Errorf("patch annotations of node %s: %w", d.opts.NodeName, err)
 			}
 			sent = true
@@ -437,7 +441,7 @@ func (d *Datastore) sync(ctx context.Context) error {
 	}
 	if ready && !n.networkAvailable {
 		if err := d.patchCondition(ctx); err != nil {
-			d.apiErrors.WithLabelValues("patch-status").Inc()
+			d.apiError("patch-status")
 			return err
 		}
 		sent = true
@@ -661,6 +665,23 @@ func nodeOf(obj any) (*cachedNode, bool) {
 	}
 	n, ok := obj.(*cachedNode)
 	return n, ok
+}
+
+// apiError counts a failed API call of operation op.
+func (d *Datastore) apiError(op string) {
+	d.apiErrors.WithLabelValues(op).Inc()
+	d.mu.Lock()
+	d.errCounts[op]++
+	d.mu.Unlock()
+}
+
+// Health implements datastore.Datastore: the failed API calls per
+// operation (the Kubernetes datastore keeps no liveness and does not
+// tell reachability).
+func (d *Datastore) Health() datastore.Health {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return datastore.Health{RequestErrors: maps.Clone(d.errCounts)}
 }
 
 // Describe implements prometheus.Collector: the datastore's metrics.

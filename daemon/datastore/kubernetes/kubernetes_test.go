@@ -398,6 +398,9 @@ func TestListErrorKeepsPeers(t *testing.T) {
 	if got := counter(t, d, "list-watch"); got < 1 {
 		t.Fatalf("routelet_kubernetes_api_errors_total{op=list-watch} = %v, want > 0", got)
 	}
+	if h := d.Health(); h.RequestErrors["list-watch"] < 1 || h.Reachable != nil || h.Liveness {
+		t.Fatalf("health after failed lists: %+v; want the failed list-watches counted", h)
+	}
 	// The API comes back with c deleted: the re-list applies it.
 	if err := client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("nodes"), "", "c"); err != nil {
 		t.Fatal(err)
