@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -41,9 +41,9 @@ func TestDiagnoseExitCodes(t *testing.T) {
 		code int
 		says string
 	}{
-		{[]string{"--output", "xml", "a", "b"}, exitConfig, `"xml"`},
-		{[]string{"--mtu=12abc", "a", "b"}, exitConfig, `"12abc"`},
-		{[]string{"--state-dir=" + dir + "/missing", "--node-name=a", "a", "b"}, exitFail, "missing"},
+		{[]string{"--output", "xml", "a", "b"}, ExitConfig, `"xml"`},
+		{[]string{"--mtu=12abc", "a", "b"}, ExitConfig, `"12abc"`},
+		{[]string{"--state-dir=" + dir + "/missing", "--node-name=a", "a", "b"}, ExitFail, "missing"},
 	} {
 		var out, errb bytes.Buffer
 		if code := diagnoseMain(tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.says) {
