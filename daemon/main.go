@@ -138,7 +138,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
-	release, err := instance.ClaimNetns(log)
+	release, err := instance.ClaimNetns(log, instance.Describe(cfg, fullVersion()))
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,13 @@
 // Package instance keeps routeletd one per network namespace and one per
 // state directory: the daemon holds both claims while it runs, and the
 // subcommands that change what it owns (cleanup, leave) take them too, so
-// they refuse while a daemon runs.
+// they refuse while a daemon runs. The daemon's claim also says who it is
+// and what it runs with (Identity), so that the subcommands that look at
+// the node (status, diagnose) find it without being told.
 package instance
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +24,7 @@ import (
 // stateDir (if it exists), and keeps it so until the returned release is
 // called.
 func Stopped(stateDir string, log *slog.Logger) (func(), error) {
-	release, err := ClaimNetns(log)
+	release, err := ClaimNetns(log, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -40,8 +43,17 @@ func Stopped(stateDir string, log *slog.Logger) (func(), error) {
 // whatever its state directory (two daemons would fight over the same
 // routes), and keeps it so until the returned release is called. An
 // unprivileged process holding routeletd's abstract socket does not stop
-// it (see daemon/internal/netnsclaim): it is logged and passed by.
-func ClaimNetns(log *slog.Logger) (func(), error) {
+// it (see daemon/internal/netnsclaim): it is logged and passed by. Until
+// then the claim answers root processes of the namespace with id (Find),
+// or with nothing when id is nil (a subcommand holds it).
+func ClaimNetns(log *slog.Logger, id *Identity) (func(), error) {
+	var msg []byte
+	if id != nil {
+		var err error
+		if msg, err = json.Marshal(id); err != nil {
+			return nil, err
+		}
+	}
 	c, err := netnsclaim.Take()
 	if err != nil {
 		return nil, err
@@ -50,6 +62,7 @@ func ClaimNetns(log *slog.Logger) (func(), error) {
 		log.Warn("an unprivileged process holds routeletd's abstract socket: it is not a routeletd, ignoring it",
 			"holder", h.String(), "uid", h.UID, "claimed", c.Name)
 	}
+	c.Answer(msg)
 	return c.Release, nil
 }
 
