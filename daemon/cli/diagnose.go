@@ -21,10 +21,11 @@ const diagnoseUsage = `usage: routeletd diagnose [--output text|json] [--probe] 
 
 SRC and DST (the last two arguments) are each a pod on this node
 (namespace/name, or its container ID or a prefix of it), a pod IP (of any
-node) or a node name. The daemon flags (--config, --state-dir,
---node-name, --encapsulation, …, or their ROUTELET_* variables) must be
-the running daemon's. Exit status: 0 every step passed, 1 a step failed,
-2 bad arguments.
+node) or a node name. With routeletd running, the configuration it runs
+with is used, and a daemon flag that contradicts it is reported; with it
+stopped, the daemon flags (--config, --state-dir, --node-name,
+--encapsulation, …, or their ROUTELET_* variables) say what it ran with.
+Exit status: 0 every step passed, 1 a step failed, 2 bad arguments.
 `
 
 // diagnoseArgs are diagnose's own flags and its two ends; the rest of the
@@ -109,6 +110,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return ExitConfig
 	}
+	cfg = runningConfig("diagnose", cfg, stderr)
 	mode, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet)
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/routelet/routelet/daemon/instance"
 )
 
 // TestParseDiagnoseArgs: diagnose's own flags are taken from anywhere,
@@ -33,8 +35,10 @@ func TestParseDiagnoseArgs(t *testing.T) {
 }
 
 // TestDiagnoseExitCodes: bad arguments and a bad configuration are exit 2
-// naming the value; a missing state directory is exit 1.
+// naming the value; a missing state directory (no daemon running) is exit
+// 1.
 func TestDiagnoseExitCodes(t *testing.T) {
+	withDaemon(t, nil, instance.ErrNotRunning)
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		args []string

@@ -35,13 +35,16 @@ const statusTimeout = 10 * time.Second
 
 // Status prints this node's routelet status: from the running daemon's
 // state endpoint, or, when none answers, from the state directory and the
-// kernel (saying so first). Flags are the daemon's (state-dir, node-name,
-// encapsulation, … — what the daemon runs with) plus --output text|json.
+// kernel (saying so first). The running daemon's configuration is used
+// (runningConfig); with no daemon running, the daemon's flags (state-dir,
+// node-name, encapsulation, …) say what it ran with. Its own flag is
+// --output text|json.
 func Status(args []string) int {
 	_, output, cfg, code := subcommandConfig("status", args, nil)
 	if cfg == nil {
 		return code
 	}
+	cfg = runningConfig("status", cfg, os.Stderr)
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	st, err := collectStatus(ctx, cfg)
