@@ -1,6 +1,8 @@
 // Command routeletd is routelet's node daemon: it keeps the kernel's routes
 // in line with the state directory's workload records, publishes the node's
 // record and status, and serves health and metrics. See docs/daemon.md.
+// This package parses the command line and wires the daemon's parts; the
+// subcommands are daemon/cli.
 //
 //	routeletd [flags]           run the daemon
 //	routeletd cleanup [flags]   remove what routelet created on this node
@@ -15,7 +17,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -23,26 +24,29 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/agent"
-	"github.com/routelet/routelet/daemon/cleanup"
+	"github.com/routelet/routelet/daemon/allowsetup"
+	"github.com/routelet/routelet/daemon/blockgrow"
+	"github.com/routelet/routelet/daemon/cli"
+	"github.com/routelet/routelet/daemon/cniconf"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/datastore/file"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/daemon/inspect"
-	"github.com/routelet/routelet/daemon/internal/netnsclaim"
+	"github.com/routelet/routelet/daemon/instance"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/daemon/workloads"
+	"github.com/routelet/routelet/internal/termsafe"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -60,24 +64,16 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-// Exit codes.
-const (
-	exitOK     = 0
-	exitFail   = 1
-	exitConfig = 2
-)
-
 // commands are routeletd's subcommands beside running the daemon; each
 // parses its own arguments (what follows its name).
 var commands = map[string]func(args []string) int{
-	"diagnose": runDiagnose, // cmd_diagnose.go
-
-	"version": runVersion,
-	"cleanup": runCleanup,
-	"status":  runStatus,
-	"nodes":   runNodes,
-	"etcd":    runEtcd,
-	"leave":   runLeave,
+	"diagnose": cli.Diagnose,
+	"version":  runVersion,
+	"cleanup":  cli.Cleanup,
+	"status":   cli.Status,
+	"nodes":    cli.Nodes,
+	"etcd":     cli.Etcd,
+	"leave":    cli.Leave,
 }
 
 func run(args []string) int {
@@ -86,13 +82,13 @@ func run(args []string) int {
 			return c(args[1:])
 		}
 	}
-	cfg, log, code := loadConfig(args)
+	cfg, log, code := cli.LoadConfig(args)
 	if cfg == nil {
 		return code
 	}
 	if _, ok := datastores[cfg.Datastore]; !ok {
 		fmt.Fprintf(os.Stderr, "routeletd: config key %q: value %q is not supported by this version\n", "datastore", cfg.Datastore)
-		return exitConfig
+		return cli.ExitConfig
 	}
 	g := cfg.ApplyGoRuntime(os.LookupEnv)
 	log.Info("go runtime memory settings", "gcPercent", g.GCPercent, "gcFrom", g.GCSource, "memoryLimitBytes", g.MemoryLimit, "memoryLimitFrom", g.MemoryLimitSource)
@@ -102,66 +98,20 @@ func run(args []string) int {
 		var cerr *config.Error
 		if errors.As(err, &cerr) {
 			log.Error("configuration refused", "err", err)
-			fmt.Fprintf(os.Stderr, "routeletd: %s\n", esc(err.Error()))
-			return exitConfig
+			fmt.Fprintf(os.Stderr, "routeletd: %s\n", termsafe.Escape(err.Error()))
+			return cli.ExitConfig
 		}
 		log.Error("routeletd failed", "err", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	log.Info("routeletd stopped; dataplane left in place")
-	return exitOK
-}
-
-// loadConfig reads the daemon's configuration (flags, environment, file)
-// and sets up logging. A nil config means stop with the exit code given
-// (0 after --help).
-func loadConfig(args []string) (*config.Config, *slog.Logger, int) {
-	cfg, err := config.Load(args, os.LookupEnv, config.ReadFile, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil, nil, exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "routeletd: %s\n", esc(err.Error()))
-		return nil, nil, exitConfig
-	}
-	log := newLogger(cfg)
-	slog.SetDefault(log)
-	return cfg, log, exitOK
+	return cli.ExitOK
 }
 
 // runVersion prints the version.
 func runVersion([]string) int {
 	fmt.Println("routeletd", fullVersion())
-	return exitOK
-}
-
-// runCleanup removes what routelet created on this node (the daemon must
-// be stopped).
-func runCleanup(args []string) int {
-	cfg, log, code := loadConfig(args)
-	if cfg == nil {
-		return code
-	}
-	// Before the daemon lock is taken, which would create routeletd.lock
-	// in a directory that is not routelet's (or through a symlink).
-	if err := cleanup.CheckStateDir(cfg.StateDir); err != nil {
-		log.Error("cleanup refused", "stateDir", cfg.StateDir, "err", err)
-		return exitFail
-	}
-	release, err := daemonStopped(cfg, log)
-	if err != nil {
-		log.Error("cleanup refused: stop routeletd first", "err", err)
-		return exitFail
-	}
-	defer release()
-	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
-		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: iptablesBackend(cfg.IptablesBackend)}, log)
-	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths), "left", len(rep.Left))
-	if err != nil {
-		log.Error("cleanup incomplete", "err", err)
-		return exitFail
-	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func fullVersion() string {
@@ -178,16 +128,6 @@ func fullVersion() string {
 	return version
 }
 
-func newLogger(cfg *config.Config) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
-	opts := &slog.HandlerOptions{Level: lvl}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
-}
-
 // daemon runs until ctx is done. It serves health first (not ready), waits
 // for the node's identity, then runs the apply loop.
 func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
@@ -196,15 +136,15 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
-	release, err := claimNetns(log)
+	release, err := instance.ClaimNetns(log, instance.Describe(cfg, fullVersion()))
 	if err != nil {
 		return err
 	}
 	defer release()
-	if _, err := checkHost(cfg); err != nil {
+	if _, err := hostread.CheckConfig(cfg); err != nil {
 		return err
 	}
-	cni, err := newCNIConf(cfg)
+	cni, err := cniconf.FromConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -212,7 +152,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := lockInstance(cfg.StateDir)
+	unlock, err := instance.Lock(cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -258,7 +198,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	}
 	// Addresses may have come up while the node IP was awaited.
-	host, err := checkHost(cfg)
+	host, err := hostread.CheckConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -280,22 +220,22 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	grower, err := newBlockGrower(ds, metrics, log.With("component", "blocks"))
+	grower, err := blockgrow.New(ds, metrics, log.With("component", "blocks"))
 	if err != nil {
 		return err
 	}
 	parts := loopParts{cfg: cfg, id: id, ds: ds, store: store, status: status, metrics: metrics, ep: ep, cni: cni, grower: grower, log: log}
 	for {
-		var grew *blocksGrew
+		var grew *blockgrow.Grew
 		if err := runLoop(ctx, parts, host, blocks); !errors.As(err, &grew) {
 			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		blocks = withBlock(blocks, grew.block)
+		blocks = blockgrow.WithBlock(blocks, grew.Block)
 		log.Info("this node's blocks grew: rebuilding the loop with them (the dataplane stays as it is meanwhile)", "blocks", blocks)
-		if host, err = checkHost(cfg); err != nil {
+		if host, err = hostread.CheckConfig(cfg); err != nil {
 			return err
 		}
 	}
@@ -311,14 +251,14 @@ type loopParts struct {
 	status  *health.Status
 	metrics *health.Metrics
 	ep      *stateEndpoint
-	cni     *cniConf
-	grower  *blockGrower
+	cni     *cniconf.Conf
+	grower  *blockgrow.Grower
 	log     *slog.Logger
 }
 
 // runLoop builds the apply loop for blocks and runs it until ctx is done,
 // or until the grower claimed another block: then it returns a
-// *blocksGrew, and the caller builds the loop again with that block
+// *blockgrow.Grew, and the caller builds the loop again with that block
 // added. Either way it stops as on SIGTERM, leaving the dataplane as it
 // is.
 func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []netip.Prefix) error {
@@ -375,19 +315,19 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	if err != nil {
 		return err
 	}
-	allow, closeAllow, err := newAllowlist(cfg, blocks, metrics, ep.repairs, log)
+	allow, closeAllow, err := allowsetup.New(cfg, blocks, metrics, ep.repairs, log)
 	if err != nil {
 		return err
 	}
 	defer closeAllow()
-	defer allow.Register(unregistering{metrics.Registry}) // so the next build can register its own
-	hr := newHostReader(ctx, cfg)
-	pv, err := newPeerValidator(cfg, self, blocks, hr, metrics, log)
+	defer allow.Register(health.Unregistering{Reg: metrics.Registry}) // so the next build can register its own
+	hr := hostread.New(ctx, cfg)
+	pv, err := hostread.NewPeerValidator(cfg, self, blocks, hr, metrics, log)
 	if err != nil {
 		return err
 	}
-	defer pv.Register(unregistering{metrics.Registry})
-	onReady, err := cni.start(ctx, podMTU, log)
+	defer pv.Register(health.Unregistering{Reg: metrics.Registry})
+	onReady, err := cni.Start(ctx, podMTU, log)
 	if err != nil {
 		return err
 	}
@@ -429,17 +369,17 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 	w := netwatch.New(log)
 	w.Register("workloads", a.Interest(), a)
 	w.Register("overlay", om.Interest(), om.Events(a.NotifyApply))
-	hr.done = func() { pv.HostChanged(); a.NotifyPeers() }
-	w.Register("host", hostWatch{hr}.Interest(cfg), hostWatch{hr})
+	hr.Done = func() { pv.HostChanged(); a.NotifyPeers() }
+	w.Register("host", hostread.Watch{R: hr}.Interest(cfg), hostread.Watch{R: hr})
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	grew := p.grower.start(ctx, alloc, store.WorkloadsDir(), cfg.DeviceCheckPeriod, stopLoop)
+	grew := p.grower.Start(ctx, alloc, store.WorkloadsDir(), cfg.DeviceCheckPeriod, stopLoop)
 	if err := a.Run(ctx); err != nil {
 		return err
 	}
 	if b, ok := grew(); ok {
-		return &blocksGrew{block: b}
+		return &blockgrow.Grew{Block: b}
 	}
 	return nil
 }
@@ -528,7 +468,7 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 	lastErr := ""
 	for {
 		id, err := nodeid.Detect(h, cfg.NodeIP, func(l netlink.Link) bool {
-			return ownLink(cfg)(netguard.Link{Name: l.Attrs().Name, Index: l.Attrs().Index, Type: l.Type()})
+			return hostread.OwnLink(cfg)(netguard.Link{Name: l.Attrs().Name, Index: l.Attrs().Index, Type: l.Type()})
 		})
 		if err == nil {
 			return id, nil
@@ -576,142 +516,6 @@ func notReady(cfg *config.Config, store *state.Store, status *health.Status, rea
 	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}
-}
-
-// loadStopped loads the configuration of subcommand what, which needs the
-// daemon stopped (see daemonStopped); release ends that. A nil config
-// means stop with the exit code given.
-func loadStopped(args []string, what string) (cfg *config.Config, log *slog.Logger, release func(), code int) {
-	cfg, log, code = loadConfig(args)
-	if cfg == nil {
-		return nil, nil, nil, code
-	}
-	release, err := daemonStopped(cfg, log)
-	if err != nil {
-		log.Error(what+" refused: stop routeletd first", "err", err)
-		return nil, nil, nil, exitFail
-	}
-	return cfg, log, release, exitOK
-}
-
-// daemonStopped makes sure no routeletd runs in this network namespace or
-// on cfg's state directory (if it exists), and keeps it so until the
-// returned release is called.
-func daemonStopped(cfg *config.Config, log *slog.Logger) (func(), error) {
-	release, err := claimNetns(log)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := os.Lstat(cfg.StateDir); err == nil {
-		unlock, err := lockInstance(cfg.StateDir)
-		if err != nil {
-			release()
-			return nil, err
-		}
-		return func() { unlock(); release() }, nil
-	}
-	return release, nil
-}
-
-// staleTempAge: temp files in the state directory at least this old and not
-// locked are a killed writer's (a live writer locks its file at once).
-const staleTempAge = time.Second
-
-// claimNetns makes sure no other routeletd runs in this network namespace,
-// whatever its state directory (two daemons would fight over the same
-// routes), and keeps it so until the returned release is called. An
-// unprivileged process holding routeletd's abstract socket does not stop
-// it (see daemon/internal/netnsclaim): it is logged and passed by.
-func claimNetns(log *slog.Logger) (func(), error) {
-	c, err := netnsclaim.Take()
-	if err != nil {
-		return nil, err
-	}
-	if h := c.Squatter; h != nil {
-		log.Warn("an unprivileged process holds routeletd's abstract socket: it is not a routeletd, ignoring it",
-			"holder", h.String(), "uid", h.UID, "claimed", c.Name)
-	}
-	return c.Release, nil
-}
-
-// ownLink reports the links routelet creates: pod veths (the interface
-// prefix, type veth) and the overlay devices of their kind. Their addresses
-// and routes are routelet's, not the node's own.
-func ownLink(cfg *config.Config) func(netguard.Link) bool {
-	return func(l netguard.Link) bool {
-		switch {
-		case netguard.Owned(l, cfg.IfacePrefix):
-			return true
-		case l.Name == cfg.VXLANDevice || l.Name == overlay.DeviceVXLANv6:
-			return l.Type == "vxlan"
-		case l.Name == overlay.DeviceIPIP:
-			return l.Type == "ipip"
-		}
-		return false
-	}
-}
-
-// checkHost refuses configuration that would take the node's own links or
-// address space: an interface prefix matching the uplink, a link routelet
-// did not create or an overlay device's name, and a pod CIDR overlapping
-// the node's addresses or connected subnets. The errors are *config.Error
-// (exit 2) naming the key, its source and the value.
-func checkHost(cfg *config.Config) (netguard.Host, error) {
-	for _, dev := range []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP} {
-		if strings.HasPrefix(dev, cfg.IfacePrefix) {
-			return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix,
-				fmt.Errorf("interface prefix %q matches routelet's own overlay device %s", cfg.IfacePrefix, dev))
-		}
-	}
-	host, err := netguard.ReadHost(nil, cfg.RouteProtocol, ownLink(cfg))
-	if err != nil {
-		return netguard.Host{}, err
-	}
-	if err := host.CheckInterfacePrefix(cfg.IfacePrefix); err != nil {
-		return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix, err)
-	}
-	for _, p := range cfg.PodCIDRs {
-		if err := host.CheckBlock(p); err != nil {
-			return netguard.Host{}, cfg.KeyError("pod-cidr", p.String(), err)
-		}
-	}
-	return host, nil
-}
-
-// lockFile in the state directory is held (flock) by the running daemon, so
-// a second routeletd on the same state directory refuses to start instead of
-// fighting the first. The kernel drops the lock when the process dies, so a
-// restart after kill -9 is not blocked.
-const lockFile = "routeletd.lock"
-
-// lockRetry bounds how long a start waits for a lock someone else holds
-// (a plugin STATUS probe holds it for microseconds; a daemon, for good).
-const lockRetry = time.Second
-
-// lockInstance takes the state directory's daemon lock and returns its
-// release.
-func lockInstance(stateDir string) (func(), error) {
-	path := filepath.Join(stateDir, lockFile)
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	// The plugin's STATUS probes this lock with a brief shared flock; a
-	// start that lands inside such a probe retries for a moment instead of
-	// taking the prober for a second daemon.
-	err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-	for deadline := time.Now().Add(lockRetry); errors.Is(err, unix.EWOULDBLOCK) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-	}
-	if err != nil {
-		unix.Close(fd)
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another routeletd is running with state-dir %s (%s is locked)", stateDir, path)
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	return func() { unix.Close(fd) }, nil
 }
 
 func addrString(a netip.Addr) string {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routelet/routelet/daemon/cli"
 )
 
 // zeros is an endless stdin.
@@ -38,17 +40,17 @@ func TestEndlessInputRefused(t *testing.T) {
 		code  int
 		want  []string
 	}{
-		{"status --config /dev/zero", []string{"status", "--config=/dev/zero"}, false, exitConfig,
+		{"status --config /dev/zero", []string{"status", "--config=/dev/zero"}, false, cli.ExitConfig,
 			[]string{"config file /dev/zero", "more than 1 MiB"}},
 		// /proc/self/fd/0 rather than /dev/stdin, which a minimal /dev
 		// (the stock-kernel VM's) lacks.
-		{"status --config /proc/self/fd/0 (endless pipe)", []string{"status", "--config=/proc/self/fd/0"}, true, exitConfig,
+		{"status --config /proc/self/fd/0 (endless pipe)", []string{"status", "--config=/proc/self/fd/0"}, true, cli.ExitConfig,
 			[]string{"config file /proc/self/fd/0", "more than 1 MiB"}},
-		{"nodes add --from /dev/zero", append([]string{"nodes", "add", "--from", "/dev/zero"}, base...), false, exitFail,
+		{"nodes add --from /dev/zero", append([]string{"nodes", "add", "--from", "/dev/zero"}, base...), false, cli.ExitFail,
 			[]string{"/dev/zero", "more than 1 MiB"}},
-		{"nodes add --from - (endless pipe)", append([]string{"nodes", "add", "--from", "-"}, base...), true, exitFail,
+		{"nodes add --from - (endless pipe)", append([]string{"nodes", "add", "--from", "-"}, base...), true, cli.ExitFail,
 			[]string{"read stdin: more than 1 MiB"}},
-		{"diagnose --config /dev/zero", []string{"diagnose", "--config=/dev/zero", "10.250.0.2", "10.250.0.3"}, false, exitConfig,
+		{"diagnose --config /dev/zero", []string{"diagnose", "--config=/dev/zero", "10.250.0.2", "10.250.0.3"}, false, cli.ExitConfig,
 			[]string{"config file /dev/zero", "more than 1 MiB"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/routelet/routelet/daemon/cli"
+	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/netguard"
@@ -27,7 +31,11 @@ func BenchmarkStatusKernel(b *testing.B) {
 	for i := range pods {
 		writeRecord(b, tn, i)
 	}
-	writePeerRecords(b, tn.store, peers, time.Now())
+	for i := range peers {
+		if err := tn.store.PutNode(benchPeer(i, false)); err != nil {
+			b.Fatal(err)
+		}
+	}
 	flags := []string{"--log-level=info", "--pod-cidr=10.244.8.0/24", "--encapsulation=vxlan"}
 	d := tn.startDaemon(flags...)
 	tn.waitReady()
@@ -73,7 +81,11 @@ func BenchmarkStatusKernel(b *testing.B) {
 	if err := d.stop(b); err != nil {
 		b.Fatal(err)
 	}
-	cfg := testConfig(b, append([]string{"--node-name=node-a", "--state-dir=" + tn.stateDir, "--pod-cidr=" + tn.podCIDR}, flags...)...)
+	cfg, err := config.Load(append([]string{"--node-name=node-a", "--state-dir=" + tn.stateDir, "--pod-cidr=" + tn.podCIDR}, flags...),
+		func(string) (string, bool) { return "", false }, os.ReadFile, os.Stderr)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Run("offline", func(b *testing.B) {
 		var reads int64
 		err := tn.node.NS.Do(func(ns.NetNS) error {
@@ -89,11 +101,11 @@ func BenchmarkStatusKernel(b *testing.B) {
 				if err != nil {
 					return err
 				}
-				host, err := netguard.ReadHost(nil, cfg.RouteProtocol, ownLink(cfg))
+				host, err := netguard.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg))
 				if err != nil {
 					return err
 				}
-				if st, err = offlineStatus(cfg, "routeletd is not running", c, onl, host, time.Now()); err != nil {
+				if st, err = cli.OfflineStatus(cfg, "routeletd is not running", c, onl, host, time.Now()); err != nil {
 					return err
 				}
 			}

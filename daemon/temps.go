@@ -2,10 +2,15 @@ package main
 
 import (
 	"errors"
+	"time"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/state"
 )
+
+// staleTempAge: temp files in the state directory at least this old and not
+// locked are a killed writer's (a live writer locks its file at once).
+const staleTempAge = time.Second
 
 // stateTemps collects the temp files killed writers left in the state
 // directory, at start and then on every leak collection tick: in the

@@ -23,7 +23,7 @@ import (
 // symlink, not a directory, or a directory holding nothing routelet wrote.
 var ErrNotStateDir = errors.New("not a routelet state directory")
 
-// lockName is the daemon's lock in the state directory (daemon/main.go).
+// lockName is the daemon's lock in the state directory (daemon/instance).
 const lockName = "routeletd.lock"
 
 // maxRead bounds what cleanup reads of one file to recognise it; routelet's

@@ -208,3 +208,25 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger
 	}
 	return fmt.Errorf("health server %s: %w", l.Addr(), err)
 }
+
+// Unregistering is a prometheus.Registerer whose Register removes the
+// collector (one with the same descriptors) from Reg instead: a part's
+// Register(Unregistering{Reg: reg}) takes back its metrics, so the loop's next
+// build can register its own.
+type Unregistering struct{ Reg prometheus.Registerer }
+
+// Register unregisters c from Reg.
+func (u Unregistering) Register(c prometheus.Collector) error {
+	u.Reg.Unregister(c)
+	return nil
+}
+
+// MustRegister unregisters cs from Reg.
+func (u Unregistering) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		u.Reg.Unregister(c)
+	}
+}
+
+// Unregister unregisters c from Reg.
+func (u Unregistering) Unregister(c prometheus.Collector) bool { return u.Reg.Unregister(c) }

@@ -22,6 +22,13 @@
 // looks, so of two starting together at least one sees the other (both
 // may refuse; a restart settles it); a squatter's names are never
 // counted, so it can stop neither a routeletd nor `routeletd cleanup`.
+//
+// The claim's socket also tells a root process of the namespace which
+// routeletd holds it (Claim.Answer, Dial): the subcommands find the
+// running daemon, whatever its state directory, without being told. The
+// kernel vouches for both ends (SO_PEERCRED): the holder answers only a
+// uid-0 client, and Dial trusts only a listener of uid 0, so neither an
+// unprivileged squatter nor an unprivileged client takes part.
 package netnsclaim
 
 import (

@@ -20,14 +20,37 @@ import (
 )
 
 // squatEnv makes this test binary a squatter: it binds the abstract
-// socket named, prints "bound" and holds it until stdin closes.
+// socket named (and listens on it with listenEnv set), prints "bound" and
+// holds it until stdin closes.
 const squatEnv = "ROUTELET_NETNSCLAIM_SQUAT"
 
+// listenEnv makes the squatter listen on its socket.
+const listenEnv = "ROUTELET_NETNSCLAIM_LISTEN"
+
+// askEnv makes this test binary a client: it prints what the socket named
+// answers.
+const askEnv = "ROUTELET_NETNSCLAIM_ASK"
+
 func TestMain(m *testing.M) {
+	if name := os.Getenv(askEnv); name != "" {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err == nil {
+			err = unix.Connect(fd, &unix.SockaddrUnix{Name: name})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ask:", err)
+			os.Exit(1)
+		}
+		_, _ = io.Copy(os.Stdout, os.NewFile(uintptr(fd), name))
+		os.Exit(0)
+	}
 	if name := os.Getenv(squatEnv); name != "" {
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 		if err == nil {
 			err = unix.Bind(fd, &unix.SockaddrUnix{Name: name})
+		}
+		if err == nil && os.Getenv(listenEnv) != "" {
+			err = unix.Listen(fd, 1)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "squat:", err)
@@ -42,7 +65,31 @@ func TestMain(m *testing.M) {
 
 // squat runs a copy of this binary as uid 65534 in n, holding @name; it
 // returns the process's pid and a stop function (also run at cleanup).
-func squat(t *testing.T, n ns.NetNS, name string) (int, func()) {
+// env is added to the copy's environment.
+func squat(t *testing.T, n ns.NetNS, name string, env ...string) (int, func()) {
+	t.Helper()
+	cmd := unprivileged(t, append(env, squatEnv+"=@"+name)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() { stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	t.Cleanup(stop)
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "bound\n" {
+		t.Fatalf("squatter did not bind @%s: %q, %v", name, line, err)
+	}
+	return cmd.Process.Pid, stop
+}
+
+// unprivileged is a copy of this binary to run as uid 65534 with env.
+func unprivileged(t *testing.T, env ...string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -64,25 +111,9 @@ func squat(t *testing.T, n ns.NetNS, name string) (int, func()) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(dir, "squat"))
-	cmd.Dir, cmd.Env, cmd.Stderr = "/", []string{squatEnv + "=@" + name}, os.Stderr
+	cmd.Dir, cmd.Env, cmd.Stderr = "/", env, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, NoSetGroups: true}, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
-		t.Fatal(err)
-	}
-	stop := func() { stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	t.Cleanup(stop)
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "bound\n" {
-		t.Fatalf("squatter did not bind @%s: %q, %v", name, line, err)
-	}
-	return cmd.Process.Pid, stop
+	return cmd
 }
 
 // takeIn runs Take inside n.
@@ -140,5 +171,68 @@ func TestTakeKernel(t *testing.T) {
 				t.Errorf("second Take in a free namespace: %v, want ErrRunning naming @routeletd and %s", err, self)
 			}
 		})
+	}
+}
+
+// dialIn runs Dial inside n and returns what the holder answered.
+func dialIn(t *testing.T, n ns.NetNS) (string, error) {
+	t.Helper()
+	var got []byte
+	var err error
+	if derr := n.Do(func(ns.NetNS) error {
+		c, err := Dial()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		got, err = io.ReadAll(c)
+		return err
+	}); derr != nil {
+		err = derr
+	}
+	return string(got), err
+}
+
+// TestDialKernel: Dial finds the claim that answers, on @routeletd or,
+// while an unprivileged squatter listens on that name, on the fallback
+// name; the squatter is never dialled for good. With no claim it is
+// ErrNotHeld, and an unprivileged client gets no answer.
+func TestDialKernel(t *testing.T) {
+	n := netnstest.NewT(t).NetNS
+	if _, err := dialIn(t, n); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Dial in an empty namespace: %v, want ErrNotHeld", err)
+	}
+	_, stop := squat(t, n, Name, listenEnv+"=1")
+	if _, err := dialIn(t, n); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Dial with only a squatter listening: %v, want ErrNotHeld", err)
+	}
+	c, err := takeIn(t, n)
+	if err != nil || c.Squatter == nil {
+		t.Fatalf("Take with a squatter: %+v, %v", c, err)
+	}
+	c.Answer([]byte("fallback"))
+	if got, err := dialIn(t, n); err != nil || got != "fallback" {
+		t.Errorf("Dial with a squatter on @%s and the claim on %s: %q, %v; want the claim's answer", Name, c.Name, got, err)
+	}
+	c.Release()
+	stop()
+
+	c, err = takeIn(t, n)
+	if err != nil || c.Name != "@"+Name {
+		t.Fatalf("Take in a free namespace: %+v, %v", c, err)
+	}
+	defer c.Release()
+	c.Answer([]byte("claim"))
+	if got, err := dialIn(t, n); err != nil || got != "claim" {
+		t.Errorf("Dial: %q, %v; want the claim's answer", got, err)
+	}
+	ask := unprivileged(t, askEnv+"=@"+Name)
+	var out []byte
+	var askErr error
+	if err := n.Do(func(ns.NetNS) error { out, askErr = ask.Output(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if askErr != nil || len(out) != 0 {
+		t.Errorf("an unprivileged client got %q (%v), want no answer and a clean close", out, askErr)
 	}
 }

@@ -1,10 +1,18 @@
-package main
+// Package hostread reads the node's own address space for the peer check
+// (pkg/peers): every link, address and main-table route but routelet's
+// own (pod veths, overlay devices, routes of its protocol), read again
+// beside the apply loop when the host changes. It also says which links
+// are routelet's, and checks the configuration against that space at
+// start-up (CheckConfig).
+package hostread
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,15 +24,15 @@ import (
 	"github.com/routelet/routelet/pkg/peers"
 )
 
-// newPeerValidator builds the check every peer record passes before the
+// NewPeerValidator builds the check every peer record passes before the
 // overlay and the allowlists see it: against self (this node's published
 // record: host IPs, VTEP MACs, tunnel addresses, blocks) and the node's
 // own address space, read from the kernel (host.Read) at the first check
-// and again after hostWatch heard of a change (and at every full resync).
+// and again after Watch heard of a change (and at every full resync).
 // routelet's own links (pod veths, overlay devices) and routes of its
 // protocol are not the node's space. First-seen times persist in the state
 // directory.
-func newPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Prefix, host *hostReader, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
+func NewPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Prefix, host *Reader, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
 	own, _ := peers.Parse(self)
 	v := peers.New(peers.Options{
 		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: blocks},
@@ -38,28 +46,72 @@ func newPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Pref
 	return v, nil
 }
 
-// peerOwned reports the links whose addresses are not the node's own
+// CheckConfig refuses configuration that would take the node's own links or
+// address space: an interface prefix matching the uplink, a link routelet
+// did not create or an overlay device's name, and a pod CIDR overlapping
+// the node's addresses or connected subnets. The errors are *config.Error
+// (exit 2) naming the key, its source and the value.
+func CheckConfig(cfg *config.Config) (netguard.Host, error) {
+	for _, dev := range []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP} {
+		if strings.HasPrefix(dev, cfg.IfacePrefix) {
+			return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix,
+				fmt.Errorf("interface prefix %q matches routelet's own overlay device %s", cfg.IfacePrefix, dev))
+		}
+	}
+	host, err := netguard.ReadHost(nil, cfg.RouteProtocol, OwnLink(cfg))
+	if err != nil {
+		return netguard.Host{}, err
+	}
+	if err := host.CheckInterfacePrefix(cfg.IfacePrefix); err != nil {
+		return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix, err)
+	}
+	for _, p := range cfg.PodCIDRs {
+		if err := host.CheckBlock(p); err != nil {
+			return netguard.Host{}, cfg.KeyError("pod-cidr", p.String(), err)
+		}
+	}
+	return host, nil
+}
+
+// OwnLink reports the links routelet creates: pod veths (the interface
+// prefix, type veth) and the overlay devices of their kind. Their addresses
+// and routes are routelet's, not the node's own.
+func OwnLink(cfg *config.Config) func(netguard.Link) bool {
+	return func(l netguard.Link) bool {
+		switch {
+		case netguard.Owned(l, cfg.IfacePrefix):
+			return true
+		case l.Name == cfg.VXLANDevice || l.Name == overlay.DeviceVXLANv6:
+			return l.Type == "vxlan"
+		case l.Name == overlay.DeviceIPIP:
+			return l.Type == "ipip"
+		}
+		return false
+	}
+}
+
+// PeerOwned reports the links whose addresses are not the node's own
 // space for the peer check: pod veths and the overlay devices by name.
-func peerOwned(cfg *config.Config) func(netguard.Link) bool {
+func PeerOwned(cfg *config.Config) func(netguard.Link) bool {
 	devices := []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP}
 	return func(l netguard.Link) bool {
 		return netguard.Owned(l, cfg.IfacePrefix) || slices.Contains(devices, l.Name)
 	}
 }
 
-// hostReader reads the node's own address space for the peer validator
+// Reader reads the node's own address space for the peer validator
 // (netguard.ReadHost: every link, address and main-table route). The read
 // a host change asks for runs beside the loop, so that no pass (and no pod
 // route) waits for it: the change starts it hostSettle later (so that a
 // burst of changes, such as a new pod veth's link and address events, makes
 // one read), changes after that make one more read after it, and each read
-// done tells the validator (HostChanged) and wakes the loop (done), whose
+// done tells the validator (HostChanged) and wakes the loop (Done), whose
 // next pass takes it. A read the validator asks for with none waiting (the
 // first check, a full resync) is made at once.
-type hostReader struct {
+type Reader struct {
 	ctx  context.Context
 	read func() (netguard.Host, error)
-	done func() // set before the first change
+	Done func() // called after each read beside the loop; set before the first change
 
 	mu      sync.Mutex
 	running bool      // a read beside the loop runs
@@ -73,16 +125,16 @@ type hostRead struct {
 	err  error
 }
 
-// newHostReader returns the reader of the node's space for cfg; reads
+// New returns the reader of the node's space for cfg; reads
 // beside the loop stop with ctx.
-func newHostReader(ctx context.Context, cfg *config.Config) *hostReader {
-	owned := peerOwned(cfg)
-	return &hostReader{ctx: ctx, read: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) }}
+func New(ctx context.Context, cfg *config.Config) *Reader {
+	owned := PeerOwned(cfg)
+	return &Reader{ctx: ctx, read: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) }}
 }
 
 // Read is the validator's ReadHost: the read done beside the loop since the
 // last Read, else one made now.
-func (r *hostReader) Read() (netguard.Host, error) {
+func (r *Reader) Read() (netguard.Host, error) {
 	r.mu.Lock()
 	got := r.ready
 	r.ready = nil
@@ -95,7 +147,7 @@ func (r *hostReader) Read() (netguard.Host, error) {
 
 // changed starts a read beside the loop, or asks the running one for one
 // more after it.
-func (r *hostReader) changed() {
+func (r *Reader) changed() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.running {
@@ -111,8 +163,8 @@ func (r *hostReader) changed() {
 const hostSettle = 100 * time.Millisecond
 
 // run reads until no change came since the last read began, handing each
-// read over (ready, done).
-func (r *hostReader) run() {
+// read over (ready, Done).
+func (r *Reader) run() {
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -131,44 +183,44 @@ func (r *hostReader) run() {
 		again := r.again
 		r.again, r.running = false, again
 		r.mu.Unlock()
-		r.done()
+		r.Done()
 		if !again {
 			return
 		}
 	}
 }
 
-// hostWatch is the netwatch owner of the node's own address space: any
+// Watch is the netwatch owner of the node's own address space: any
 // address, link or foreign main-table route event (or lost events) makes
-// the host be read again (hostReader, beside the loop), after which the
+// the host be read again (Reader, beside the loop), after which the
 // validator re-checks the peers against it in the pass it wakes, so a
 // block over an address added later is refused without waiting for a peer
 // change or the resync.
-type hostWatch struct {
-	r *hostReader
+type Watch struct {
+	R *Reader
 }
 
 // Interest asks for host changes; routes of routelet's protocol are not
 // the node's own, and neither is anything on routelet's own links
-// (peerOwned: the node's space read leaves them out), so that a pod's
+// (PeerOwned: the node's space read leaves them out), so that a pod's
 // veth coming or going causes no read.
-func (hostWatch) Interest(cfg *config.Config) netwatch.Interest {
-	owned := peerOwned(cfg)
+func (Watch) Interest(cfg *config.Config) netwatch.Interest {
+	owned := PeerOwned(cfg)
 	return netwatch.Interest{Host: true, OwnProtocols: []int{cfg.RouteProtocol},
 		HostIgnores: func(name, kind string) bool { return owned(netguard.Link{Name: name, Type: kind}) }}
 }
 
 // OnHostChange implements netwatch.HostHandler.
-func (h hostWatch) OnHostChange() { h.r.changed() }
+func (h Watch) OnHostChange() { h.R.changed() }
 
 // OnLink implements netwatch.Handler (no interfaces are owned).
-func (hostWatch) OnLink(netwatch.LinkEvent) {}
+func (Watch) OnLink(netwatch.LinkEvent) {}
 
 // OnRoute implements netwatch.Handler (no interfaces are owned).
-func (hostWatch) OnRoute(netwatch.RouteEvent) {}
+func (Watch) OnRoute(netwatch.RouteEvent) {}
 
 // OnNeigh implements netwatch.Handler (no interfaces are owned).
-func (hostWatch) OnNeigh(netwatch.NeighEvent) {}
+func (Watch) OnNeigh(netwatch.NeighEvent) {}
 
 // Rescan implements netwatch.Handler: events were lost.
-func (h hostWatch) Rescan() { h.OnHostChange() }
+func (h Watch) Rescan() { h.OnHostChange() }

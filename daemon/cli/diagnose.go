@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/diagnose"
+	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/pkg/overlay"
 )
 
@@ -20,10 +21,11 @@ const diagnoseUsage = `usage: routeletd diagnose [--output text|json] [--probe] 
 
 SRC and DST (the last two arguments) are each a pod on this node
 (namespace/name, or its container ID or a prefix of it), a pod IP (of any
-node) or a node name. The daemon flags (--config, --state-dir,
---node-name, --encapsulation, …, or their ROUTELET_* variables) must be
-the running daemon's. Exit status: 0 every step passed, 1 a step failed,
-2 bad arguments.
+node) or a node name. With routeletd running, the configuration it runs
+with is used, and a daemon flag that contradicts it is reported; with it
+stopped, the daemon flags (--config, --state-dir, --node-name,
+--encapsulation, …, or their ROUTELET_* variables) say what it ran with.
+Exit status: 0 every step passed, 1 a step failed, 2 bad arguments.
 `
 
 // diagnoseArgs are diagnose's own flags and its two ends; the rest of the
@@ -86,46 +88,47 @@ func parseDiagnoseArgs(args []string) (diagnoseArgs, error) {
 // flagHelp asks for the usage text.
 var flagHelp = errors.New("help")
 
-// runDiagnose walks the path between SRC and DST on this node and prints
+// Diagnose walks the path between SRC and DST on this node and prints
 // each step (docs/daemon.md).
-func runDiagnose(args []string) int {
+func Diagnose(args []string) int {
 	return diagnoseMain(args, os.Stdout, os.Stderr)
 }
 
-// diagnoseMain is runDiagnose with its output streams.
+// diagnoseMain is Diagnose with its output streams.
 func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 	d, err := parseDiagnoseArgs(args)
 	if errors.Is(err, flagHelp) {
 		fmt.Fprint(stdout, diagnoseUsage)
-		return exitOK
+		return ExitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n%s", esc(err.Error()), diagnoseUsage)
-		return exitConfig
+		return ExitConfig
 	}
 	cfg, err := config.Load(d.config, os.LookupEnv, config.ReadFile, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
-		return exitConfig
+		return ExitConfig
 	}
+	cfg = runningConfig("diagnose", cfg, stderr)
 	mode, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet)
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
-		return exitConfig
+		return ExitConfig
 	}
 	st, err := diagnose.OpenStateDir(cfg.StateDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
 	opts := diagnose.Options{Probe: d.probe, Prober: diagnose.ICMPProber{}}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	opts.Daemon, opts.DaemonDown = askDaemon(ctx, cfg.StateDir)
 	cancel()
-	k, closeK, err := diagnose.NewKernel(diagnose.KernelOptions{RouteProtocol: cfg.RouteProtocol, Owned: peerOwned(cfg)})
+	k, closeK, err := diagnose.NewKernel(diagnose.KernelOptions{RouteProtocol: cfg.RouteProtocol, Owned: hostread.PeerOwned(cfg)})
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
 	defer closeK()
 	rep, err := diagnose.Run(diagnose.Config{
@@ -136,11 +139,11 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 	var aerr *diagnose.ArgError
 	if errors.As(err, &aerr) {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
-		return exitConfig
+		return ExitConfig
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
 	write := diagnose.WriteText
 	if d.output == "json" {
@@ -148,12 +151,12 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := write(stdout, rep); err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
 	if !rep.OK {
-		return exitFail
+		return ExitFail
 	}
-	return exitOK
+	return ExitOK
 }
 
 // askDaemon asks the daemon of stateDir for its state; when none answers

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/internal/readlimit"
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/peers"
@@ -41,12 +42,12 @@ var nodesFlags = map[string]bool{
 	"tunnel-ipv4": false, "tunnel-ipv6": false,
 }
 
-// runNodes lists, shows, adds or removes peer records of the file
+// Nodes lists, shows, adds or removes peer records of the file
 // datastore.
-func runNodes(args []string) int {
+func Nodes(args []string) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(os.Stderr, nodesUsage)
-		return exitConfig
+		return ExitConfig
 	}
 	verb, args := args[0], args[1:]
 	name := ""
@@ -59,16 +60,16 @@ func runNodes(args []string) int {
 	}
 	if cfg.Datastore != config.DatastoreFile {
 		fmt.Fprintf(os.Stderr, "routeletd nodes: config key datastore is %q: node records are only files with the file datastore\n", cfg.Datastore)
-		return exitConfig
+		return ExitConfig
 	}
 	if _, err := os.Lstat(cfg.StateDir); err != nil {
 		fmt.Fprintf(os.Stderr, "routeletd nodes: state directory %s (config key state-dir): %s\n", esc(cfg.StateDir), esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routeletd nodes: %s\n", esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
 	switch verb {
 	case "list":
@@ -81,18 +82,18 @@ func runNodes(args []string) int {
 		err = removeNode(store, cfg, name)
 	default:
 		fmt.Fprintf(os.Stderr, "routeletd nodes: unknown command %q\n%s", verb, nodesUsage)
-		return exitConfig
+		return ExitConfig
 	}
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
 		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %s\n", verb, esc(err.Error()))
-		return exitConfig
+		return ExitConfig
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "routeletd nodes %s: %s\n", verb, esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
-	return exitOK
+	return ExitOK
 }
 
 // usageError is a wrong invocation (exit 2).
@@ -163,7 +164,7 @@ func checkRecords(store *state.Store, cfg *config.Config, ns []*state.Node, extr
 		r.Updated = now.Add(time.Second) // the newcomer: established claims win
 		recs = append(recs, r)
 	}
-	host, _ := netguard.ReadHost(nil, cfg.RouteProtocol, ownLink(cfg)) // unreadable: checked against the records only
+	host, _ := netguard.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg)) // unreadable: checked against the records only
 	return peers.Resolve(peers.Input{Self: self, Host: host, Records: recs, Now: now.Add(2 * time.Second)}).Refused
 }
 

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -15,9 +15,11 @@ import (
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/allowmgr"
+	"github.com/routelet/routelet/daemon/allowsetup"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/diagnose"
+	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/daemon/workloads"
@@ -31,27 +33,30 @@ import (
 // statusTimeout bounds the question to the running daemon.
 const statusTimeout = 10 * time.Second
 
-// runStatus prints this node's routelet status: from the running daemon's
+// Status prints this node's routelet status: from the running daemon's
 // state endpoint, or, when none answers, from the state directory and the
-// kernel (saying so first). Flags are the daemon's (state-dir, node-name,
-// encapsulation, … — what the daemon runs with) plus --output text|json.
-func runStatus(args []string) int {
+// kernel (saying so first). The running daemon's configuration is used
+// (runningConfig); with no daemon running, the daemon's flags (state-dir,
+// node-name, encapsulation, …) say what it ran with. Its own flag is
+// --output text|json.
+func Status(args []string) int {
 	_, output, cfg, code := subcommandConfig("status", args, nil)
 	if cfg == nil {
 		return code
 	}
+	cfg = runningConfig("status", cfg, os.Stderr)
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	st, err := collectStatus(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routeletd status: %s\n", esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
 	if err := writeStatus(os.Stdout, st, output, time.Now()); err != nil {
 		fmt.Fprintf(os.Stderr, "routeletd status: %s\n", esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
-	return exitOK
+	return ExitOK
 }
 
 // writeStatus renders st as text (one screen) or JSON.
@@ -82,19 +87,19 @@ func collectStatus(ctx context.Context, cfg *config.Config) (*debugapi.State, er
 	if err != nil {
 		return nil, err
 	}
-	host, err := netguard.ReadHost(nil, cfg.RouteProtocol, ownLink(cfg))
+	host, err := netguard.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg))
 	if err != nil {
 		return nil, err
 	}
-	return offlineStatus(cfg, why, nl, onl, host, time.Now())
+	return OfflineStatus(cfg, why, nl, onl, host, time.Now())
 }
 
-// offlineStatus derives the desired state from the state directory the
+// OfflineStatus derives the desired state from the state directory the
 // way the daemon would, reads the kernel through r and compares. onl is
 // what the overlay's parent and MTU are worked out from (closed here);
 // host is the node's address space (workload records are checked
 // against it).
-func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay.Netlink, host netguard.Host, now time.Time) (*debugapi.State, error) {
+func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay.Netlink, host netguard.Host, now time.Time) (*debugapi.State, error) {
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -156,7 +161,7 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		IfacePrefix: cfg.IfacePrefix, StaticARP: true})
 	d.WorkloadRoutes, d.Refused = dr.Routes, dr.Refused
 
-	d.Allowlist = allowmgr.PeerSet(allowRules(cfg))
+	d.Allowlist = allowmgr.PeerSet(allowsetup.Rules(cfg))
 	unknown := ""
 	if cfg.Datastore == config.DatastoreFile {
 		self := offlinePeers(cfg, store, d, now)
@@ -179,6 +184,27 @@ func offlineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 	st := inspect.Compare(d, k, now)
 	st.Source, st.PeersUnknown = debugapi.SourceOffline, unknown
 	return st, nil
+}
+
+// fillNode sets what the configuration says of the node where the
+// state directory did not: name, datastore, state directory, mode (as the
+// daemon's state endpoint does).
+func fillNode(n *debugapi.Node, cfg *config.Config) {
+	if n.Name == "" {
+		n.Name = cfg.NodeName
+	}
+	n.Datastore, n.StateDir = cfg.Datastore, cfg.StateDir
+	if n.RouteProtocol == 0 {
+		n.RouteProtocol = cfg.RouteProtocol
+	}
+	if n.Mode == "" {
+		if m, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet); err == nil {
+			n.Mode = string(m)
+		}
+	}
+	if n.LocalBlocks == nil {
+		n.LocalBlocks = []string{}
+	}
 }
 
 // offlinePeers reads nodes/ into d's peers and datastore health (each

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -63,8 +63,8 @@ func subcommandConfig(cmd string, args []string, own map[string]bool) (map[strin
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routeletd %s: %s\n", cmd, esc(err.Error()))
-		return nil, "", nil, exitConfig
+		return nil, "", nil, ExitConfig
 	}
-	cfg, _, code := loadConfig(rest)
+	cfg, _, code := LoadConfig(rest)
 	return got, lastValue(got, "output", lastValue(got, "o", "text")), cfg, code
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -111,7 +111,7 @@ func (n *fakeStatusNode) status(t testing.TB, r inspect.Reader) *debugapi.State 
 	if r == nil {
 		r = n.kernel
 	}
-	st, err := offlineStatus(n.cfg, "routeletd is not running", r, n.underlay(), netguard.Host{}, statusNow)
+	st, err := OfflineStatus(n.cfg, "routeletd is not running", r, n.underlay(), netguard.Host{}, statusNow)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package hostread
 
 import (
 	"context"
@@ -19,14 +19,14 @@ import (
 func TestHostReaderReadsBesideTheLoop(t *testing.T) {
 	release := make(chan struct{})
 	var reads, dones atomic.Int32
-	r := &hostReader{ctx: context.Background(), read: func() (netguard.Host, error) {
+	r := &Reader{ctx: context.Background(), read: func() (netguard.Host, error) {
 		n := reads.Add(1)
 		if n <= 2 {
 			<-release // the reads beside the loop wait to be let go
 		}
 		return netguard.Host{Addrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(n)}), 32)}}, nil
 	}}
-	r.done = func() { dones.Add(1) }
+	r.Done = func() { dones.Add(1) }
 	r.changed()
 	r.changed() // before the read begins: the same read
 	netnstest.Eventually(t, 5*time.Second, "the first read running", func() bool { return reads.Load() == 1 })

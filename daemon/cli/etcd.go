@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -8,28 +8,19 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/datastore/etcd"
-	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// openEtcd opens the etcd datastore (config key datastore: etcd). The
-// blocks holding the addresses this node's pods use are served whatever
-// etcd's claims say (docs/etcd.md, *Blocks*).
-func openEtcd(_ context.Context, cfg *config.Config, store *state.Store, log *slog.Logger) (datastore.Datastore, error) {
-	return newEtcd(cfg, log, func(o *etcd.Options) { o.InUse = func() ([]netip.Addr, error) { return podAddrs(cfg, store, log) } })
-}
-
-// newEtcd checks the etcd keys and connects.
-func newEtcd(cfg *config.Config, log *slog.Logger, mod ...func(*etcd.Options)) (*etcd.Datastore, error) {
+// NewEtcd checks the etcd keys and connects: the daemon's datastore (mod
+// adds what only the daemon sets) and the etcd subcommands' client.
+func NewEtcd(cfg *config.Config, log *slog.Logger, mod ...func(*etcd.Options)) (*etcd.Datastore, error) {
 	if err := cfg.CheckEtcd(); err != nil {
 		return nil, err
 	}
@@ -40,46 +31,24 @@ func newEtcd(cfg *config.Config, log *slog.Logger, mod ...func(*etcd.Options)) (
 	return etcd.New(o)
 }
 
-// podAddrs are the addresses this node's pods use, as the state directory
-// says: the built-in IPAM's claims and the workload records' addresses
-// (a record that cannot be read is logged and names none).
-func podAddrs(cfg *config.Config, store *state.Store, log *slog.Logger) ([]netip.Addr, error) {
-	out, err := ipam.ClaimedAddrs(filepath.Join(cfg.StateDir, "ipam"))
-	if err != nil {
-		return nil, err
-	}
-	good, bad := store.ListWorkloads()
-	for _, e := range bad {
-		log.Warn("workload record unreadable: its addresses do not count as used when the blocks are chosen", "err", e)
-	}
-	for _, w := range good {
-		for _, ip := range w.IPs {
-			if p, err := netip.ParsePrefix(ip); err == nil {
-				out = append(out, p.Addr())
-			}
-		}
-	}
-	return out, nil
-}
-
 // etcdCommandTimeout bounds the etcd subcommands' requests.
 const etcdCommandTimeout = 30 * time.Second
 
-// runEtcd is `routeletd etcd init --pool CIDR [--pool CIDR6] [--block-size
+// Etcd is `routeletd etcd init --pool CIDR [--pool CIDR6] [--block-size
 // N] [--block-size-v6 N] [flags]`: it writes the pools nodes without
 // --pod-cidr claim their blocks from. The other flags are the daemon's
 // (etcd-endpoints, etcd-*-file, etcd-prefix).
-func runEtcd(args []string) int {
+func Etcd(args []string) int {
 	if len(args) == 0 || args[0] != "init" {
 		fmt.Fprintln(os.Stderr, "usage: routeletd etcd init --pool CIDR [--pool CIDR6] [--block-size 26] [--block-size-v6 122] [--etcd-endpoints URL ...]")
-		return exitConfig
+		return ExitConfig
 	}
 	pools, rest, err := parsePools(args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routeletd etcd init: %s\n", esc(err.Error()))
-		return exitConfig
+		return ExitConfig
 	}
-	cfg, log, code := loadConfig(rest)
+	cfg, log, code := LoadConfig(rest)
 	if cfg == nil {
 		return code
 	}
@@ -95,10 +64,10 @@ func runEtcd(args []string) int {
 // withEtcd runs one etcd subcommand (named what) on a fresh client,
 // bounded by etcdCommandTimeout, and returns its exit code.
 func withEtcd(cfg *config.Config, log *slog.Logger, what string, run func(context.Context, *etcd.Datastore) error) int {
-	ds, err := newEtcd(cfg, log)
+	ds, err := NewEtcd(cfg, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routeletd %s: %s\n", what, esc(err.Error()))
-		return exitConfig
+		return ExitConfig
 	}
 	defer ds.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), etcdCommandTimeout)
@@ -106,9 +75,9 @@ func withEtcd(cfg *config.Config, log *slog.Logger, what string, run func(contex
 	if err := run(ctx, ds); err != nil {
 		log.Error(what+" failed", "err", err)
 		fmt.Fprintf(os.Stderr, "routeletd %s: %s\n", what, esc(err.Error()))
-		return exitFail
+		return ExitFail
 	}
-	return exitOK
+	return ExitOK
 }
 
 // initFlags are etcd init's own flags; the rest go to the daemon's config.
@@ -167,10 +136,10 @@ func parsePools(args []string) ([]etcd.Pool, []string, error) {
 	return pools, rest, nil
 }
 
-// runLeave is `routeletd leave [flags]`: with the daemon stopped and no
+// Leave is `routeletd leave [flags]`: with the daemon stopped and no
 // pod left on this node, it removes the node's record, liveness key and
 // block claims from etcd; the peers then remove their routes to it.
-func runLeave(args []string) int {
+func Leave(args []string) int {
 	cfg, log, release, code := loadStopped(args, "leave")
 	if cfg == nil {
 		return code
@@ -178,19 +147,19 @@ func runLeave(args []string) int {
 	defer release()
 	if cfg.Datastore != config.DatastoreEtcd {
 		fmt.Fprintf(os.Stderr, "routeletd leave: datastore is %q; leave is for datastore etcd\n", cfg.Datastore)
-		return exitConfig
+		return ExitConfig
 	}
 	if _, err := os.Lstat(cfg.StateDir); err == nil {
 		store, err := state.Open(cfg.StateDir)
 		if err != nil {
 			log.Error("leave refused", "err", err)
-			return exitFail
+			return ExitFail
 		}
 		good, bad := store.ListWorkloads()
 		if n := len(good) + len(bad); n > 0 {
 			log.Error("leave refused: pods are still on this node; remove them first", "pods", n, "stateDir", cfg.StateDir)
 			fmt.Fprintf(os.Stderr, "routeletd leave: refused: %s still on this node\n", plural(n, "pod"))
-			return exitFail
+			return ExitFail
 		}
 	}
 	return withEtcd(cfg, log, "leave", func(ctx context.Context, ds *etcd.Datastore) error {

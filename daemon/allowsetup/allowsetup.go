@@ -1,4 +1,8 @@
-package main
+// Package allowsetup builds routelet's allowlist (daemon/allowmgr on
+// pkg/ipset's sets and iptables chains) from the daemon's configuration,
+// and says which rules that configuration asks for (for cleanup and
+// status too).
+package allowsetup
 
 import (
 	"fmt"
@@ -14,30 +18,30 @@ import (
 	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
-// iptablesBackend maps the iptables-backend key to a rules backend.
-func iptablesBackend(b string) string {
+// Backend maps the iptables-backend key to a rules backend.
+func Backend(b string) string {
 	if b == config.IptablesAuto {
 		return rules.BackendDefault
 	}
 	return b
 }
 
-// allowRules are the rules cfg asks for.
-func allowRules(cfg *config.Config) rules.Config {
+// Rules are the rules cfg asks for.
+func Rules(cfg *config.Config) rules.Config {
 	return rules.Config{
 		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
 		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
 	}
 }
 
-// newAllowlist builds the allowlist manager (routelet's ipsets and
+// New builds the allowlist manager (routelet's ipsets and
 // iptables chains) for cfg and registers its metrics; its periodic tamper
 // check is a tick of the loop. IPv6 rules are managed only when ip6tables
 // works. The returned func closes its netlink sockets.
-func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, repairs *inspect.RepairLog, log *slog.Logger) (*allowmgr.Manager, func(), error) {
+func New(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, repairs *inspect.RepairLog, log *slog.Logger) (*allowmgr.Manager, func(), error) {
 	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
-	backend := iptablesBackend(cfg.IptablesBackend)
+	backend := Backend(cfg.IptablesBackend)
 	v4, v6, v6Err, err := rules.NewIPTablesPair(backend)
 	if err != nil {
 		return nil, nil, fmt.Errorf("allowlist: %w (iptables-backend %q)", err, cfg.IptablesBackend)
@@ -54,7 +58,7 @@ func newAllowlist(cfg *config.Config, blocks []netip.Prefix, metrics *health.Met
 		k.Close()
 		_ = rules.ClosePair(v4, v6)
 	}
-	rc := allowRules(cfg)
+	rc := Rules(cfg)
 	if !cfg.NATOutgoing && len(cfg.NATOutgoingPools) > 0 {
 		log.Warn("nat-outgoing is false: nat-outgoing-pool has no effect, no pool is masqueraded", "pools", cfg.NATOutgoingPools)
 	}

@@ -1,4 +1,9 @@
-package main
+// Package blockgrow grows this node's blocks: it watches how full the
+// built-in IPAM's blocks are and, when every block of a family is full,
+// claims another from a datastore that hands blocks out from a pool
+// (datastore.Grower). The apply loop is then built again with the block
+// added (Grew).
+package blockgrow
 
 import (
 	"context"
@@ -16,17 +21,17 @@ import (
 	"github.com/routelet/routelet/pkg/ipam"
 )
 
-// blocksGrew: the loop stopped because this node claimed block; it is
-// built again with the block added.
-type blocksGrew struct{ block netip.Prefix }
+// Grew is the error the apply loop stops with when this node claimed
+// Block; the loop is built again with the block added.
+type Grew struct{ Block netip.Prefix }
 
 // Error names the block.
-func (g *blocksGrew) Error() string { return "this node claimed block " + g.block.String() }
+func (g *Grew) Error() string { return "this node claimed block " + g.Block.String() }
 
-// withBlock returns blocks with b after the last block of its family,
+// WithBlock returns blocks with b after the last block of its family,
 // IPv4 before IPv6: the order the datastore returns them in after a
 // restart.
-func withBlock(blocks []netip.Prefix, b netip.Prefix) []netip.Prefix {
+func WithBlock(blocks []netip.Prefix, b netip.Prefix) []netip.Prefix {
 	i := len(blocks)
 	if b.Addr().Is4() {
 		i = 0
@@ -39,21 +44,21 @@ func withBlock(blocks []netip.Prefix, b netip.Prefix) []netip.Prefix {
 	return append(out, blocks[i:]...)
 }
 
-// blockGrower watches how full this node's blocks are (the built-in IPAM's
+// Grower watches how full this node's blocks are (the built-in IPAM's
 // claims, which the plugin makes) and, when every block of a family is
 // full, claims another from a datastore that hands out blocks from a pool
 // (datastore.Grower). It outlives the loop's rebuilds.
-type blockGrower struct {
+type Grower struct {
 	ds   datastore.Grower // nil: the datastore's blocks do not grow
 	free *prometheus.GaugeVec
 	log  *slog.Logger
 	said string // the last reason logged for not claiming
 }
 
-// newBlockGrower registers routelet_ipam_block_free_addresses (with every
+// New registers routelet_ipam_block_free_addresses (with every
 // datastore) and returns the grower.
-func newBlockGrower(ds datastore.Datastore, metrics *health.Metrics, log *slog.Logger) (*blockGrower, error) {
-	g := &blockGrower{log: log, free: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+func New(ds datastore.Datastore, metrics *health.Metrics, log *slog.Logger) (*Grower, error) {
+	g := &Grower{log: log, free: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "routelet_ipam_block_free_addresses",
 		Help: "Addresses the built-in IPAM can still hand out, per block of this node; 0 in every block of a family makes an etcd node claim another.",
 	}, []string{"block"})}
@@ -64,8 +69,8 @@ func newBlockGrower(ds datastore.Datastore, metrics *health.Metrics, log *slog.L
 	return g, nil
 }
 
-// usageReader is what the grower needs of the IPAM (*ipam.Allocator).
-type usageReader interface {
+// UsageReader is what the grower needs of the IPAM (*ipam.Allocator).
+type UsageReader interface {
 	Usage() ([]ipam.BlockUsage, error)
 }
 
@@ -96,13 +101,13 @@ func fullFamilies(use []ipam.BlockUsage) map[int][]netip.Prefix {
 // after it, not one each (a check lists every allocation).
 const growSettle = 100 * time.Millisecond
 
-// start checks the blocks now, at workload record changes (the plugin
+// Start checks the blocks now, at workload record changes (the plugin
 // writes one after each ADD; at most one check per growSettle, the last
 // change always followed by one) and every period, until ctx is done. When it
 // claimed a block it calls stop (the loop ends). The returned function
 // waits for it to finish, after ctx is done, and returns the block it
 // claimed, if any.
-func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir string, period time.Duration, stop func()) (grew func() (netip.Prefix, bool)) {
+func (g *Grower) Start(ctx context.Context, use UsageReader, workloadsDir string, period time.Duration, stop func()) (grew func() (netip.Prefix, bool)) {
 	kick := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -156,7 +161,7 @@ func (g *blockGrower) start(ctx context.Context, use usageReader, workloadsDir s
 // check reads the blocks' use, exports it, and when every block of a
 // family is full claims another and returns it. again: a claim failed and
 // is worth retrying soon (etcd unreachable, the pool full).
-func (g *blockGrower) check(ctx context.Context, use usageReader) (claimed netip.Prefix, again bool) {
+func (g *Grower) check(ctx context.Context, use UsageReader) (claimed netip.Prefix, again bool) {
 	u, err := use.Usage()
 	if err != nil {
 		g.note("cannot read the blocks' use", err)
@@ -195,31 +200,9 @@ func (g *blockGrower) check(ctx context.Context, use usageReader) (claimed netip
 }
 
 // note logs why no block was claimed, once per distinct reason.
-func (g *blockGrower) note(what string, err error) {
+func (g *Grower) note(what string, err error) {
 	if s := what + ": " + err.Error(); s != g.said {
 		g.said = s
 		g.log.Warn(what, "err", err)
 	}
 }
-
-// unregistering is a prometheus.Registerer whose Register removes the
-// collector (one with the same descriptors) from reg instead: a part's
-// Register(unregistering{reg}) takes back its metrics, so the loop's next
-// build can register its own.
-type unregistering struct{ reg prometheus.Registerer }
-
-// Register unregisters c from reg.
-func (u unregistering) Register(c prometheus.Collector) error {
-	u.reg.Unregister(c)
-	return nil
-}
-
-// MustRegister unregisters cs from reg.
-func (u unregistering) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		u.reg.Unregister(c)
-	}
-}
-
-// Unregister unregisters c from reg.
-func (u unregistering) Unregister(c prometheus.Collector) bool { return u.reg.Unregister(c) }

@@ -1,10 +1,12 @@
-package main
+package cli
 
 import (
 	"bytes"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/routelet/routelet/daemon/instance"
 )
 
 // TestParseDiagnoseArgs: diagnose's own flags are taken from anywhere,
@@ -33,17 +35,19 @@ func TestParseDiagnoseArgs(t *testing.T) {
 }
 
 // TestDiagnoseExitCodes: bad arguments and a bad configuration are exit 2
-// naming the value; a missing state directory is exit 1.
+// naming the value; a missing state directory (no daemon running) is exit
+// 1.
 func TestDiagnoseExitCodes(t *testing.T) {
+	withDaemon(t, nil, instance.ErrNotRunning)
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		args []string
 		code int
 		says string
 	}{
-		{[]string{"--output", "xml", "a", "b"}, exitConfig, `"xml"`},
-		{[]string{"--mtu=12abc", "a", "b"}, exitConfig, `"12abc"`},
-		{[]string{"--state-dir=" + dir + "/missing", "--node-name=a", "a", "b"}, exitFail, "missing"},
+		{[]string{"--output", "xml", "a", "b"}, ExitConfig, `"xml"`},
+		{[]string{"--mtu=12abc", "a", "b"}, ExitConfig, `"12abc"`},
+		{[]string{"--state-dir=" + dir + "/missing", "--node-name=a", "a", "b"}, ExitFail, "missing"},
 	} {
 		var out, errb bytes.Buffer
 		if code := diagnoseMain(tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.says) {

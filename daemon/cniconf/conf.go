@@ -1,34 +1,33 @@
-package main
+package cniconf
 
 import (
 	"context"
 	"log/slog"
 
-	"github.com/routelet/routelet/daemon/cniconf"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/internal/readlimit"
 )
 
-// cniConf is the conflist routeletd writes once it is ready (cni-conf-*
+// Conf is the conflist routeletd writes once it is ready (cni-conf-*
 // keys): the template, checked at start-up.
-type cniConf struct {
+type Conf struct {
 	cfg  *config.Config
 	dir  string // cni-conf-dir, symlinks resolved
 	tmpl []byte
 }
 
-// newCNIConf reads and checks the conflist template and the conf dir
+// FromConfig reads and checks the conflist template and the conf dir
 // before anything touches the kernel; a bad one is a *config.Error naming
 // the key (exit 2). nil when cni-conf-dir is empty.
-func newCNIConf(cfg *config.Config) (*cniConf, error) {
+func FromConfig(cfg *config.Config) (*Conf, error) {
 	if cfg.CNIConfDir == "" {
 		return nil, nil
 	}
-	dir, err := cniconf.ResolveDir(cfg.CNIConfDir)
+	dir, err := ResolveDir(cfg.CNIConfDir)
 	if err != nil {
 		return nil, cfg.KeyError("cni-conf-dir", cfg.CNIConfDir, err)
 	}
-	c := &cniConf{cfg: cfg, dir: dir, tmpl: []byte(cniconf.DefaultTemplate)}
+	c := &Conf{cfg: cfg, dir: dir, tmpl: []byte(DefaultTemplate)}
 	if cfg.CNIConfTemplate != "" {
 		data, err := readlimit.File(cfg.CNIConfTemplate, config.MaxFileSize)
 		if err != nil {
@@ -44,14 +43,14 @@ func newCNIConf(cfg *config.Config) (*cniConf, error) {
 }
 
 // render fills the daemon's values into the template.
-func (c *cniConf) render(mtu int) ([]byte, error) {
-	return cniconf.Render(c.tmpl, cniconf.Params{MTU: mtu, StateDir: c.cfg.StateDir, IfacePrefix: c.cfg.IfacePrefix})
+func (c *Conf) render(mtu int) ([]byte, error) {
+	return Render(c.tmpl, Params{MTU: mtu, StateDir: c.cfg.StateDir, IfacePrefix: c.cfg.IfacePrefix})
 }
 
-// start renders the list with the pod MTU and starts its writer until ctx
+// Start renders the list with the pod MTU and starts its writer until ctx
 // is done; the returned function (agent.Options.OnReady) asks for a write.
 // With no cni-conf-dir it returns nil.
-func (c *cniConf) start(ctx context.Context, podMTU int, log *slog.Logger) (func(), error) {
+func (c *Conf) Start(ctx context.Context, podMTU int, log *slog.Logger) (func(), error) {
 	if c == nil {
 		return nil, nil
 	}
@@ -59,7 +58,7 @@ func (c *cniConf) start(ctx context.Context, podMTU int, log *slog.Logger) (func
 	if err != nil {
 		return nil, c.cfg.KeyError("cni-conf-template", c.cfg.CNIConfTemplate, err)
 	}
-	w := cniconf.NewWriter(c.dir, c.cfg.CNIConfName, data, log.With("component", "cniconf"))
+	w := NewWriter(c.dir, c.cfg.CNIConfName, data, log.With("component", "cniconf"))
 	go w.Run(ctx)
 	return w.Notify, nil
 }
