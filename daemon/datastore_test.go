@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/pkg/peers"
 )
