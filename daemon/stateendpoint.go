@@ -15,7 +15,6 @@ import (
 	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/inspect"
-	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 )
 
@@ -84,7 +83,7 @@ func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
 	}
 	ready, reason := ep.status.Ready()
 	d.Readiness = debugapi.Readiness{Ready: ready, Reason: reason, Updated: time.Now().UTC()}
-	fillNode(&d.Node, ep.cfg)
+	inspect.FillNode(&d.Node, ep.cfg)
 	if d.Loop {
 		blocks := make([]netip.Prefix, 0, len(d.Node.LocalBlocks))
 		for _, b := range d.Node.LocalBlocks {
@@ -154,26 +153,6 @@ func compareKernel(d *inspect.Desired, source string) (*debugapi.State, error) {
 	st := inspect.Compare(d, k, time.Now())
 	st.Source = source
 	return st, nil
-}
-
-// fillNode sets what the configuration says of the node where the loop
-// did not: name, datastore, state directory, mode.
-func fillNode(n *debugapi.Node, cfg *config.Config) {
-	if n.Name == "" {
-		n.Name = cfg.NodeName
-	}
-	n.Datastore, n.StateDir = cfg.Datastore, cfg.StateDir
-	if n.RouteProtocol == 0 {
-		n.RouteProtocol = cfg.RouteProtocol
-	}
-	if n.Mode == "" {
-		if m, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet); err == nil {
-			n.Mode = string(m)
-		}
-	}
-	if n.LocalBlocks == nil {
-		n.LocalBlocks = []string{}
-	}
 }
 
 // refusals adds the peer validator's refusals to snapshots: each one in

@@ -105,7 +105,7 @@ func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		return nil, err
 	}
 	d := &inspect.Desired{IfacePrefix: cfg.IfacePrefix, Workloads: map[string]*state.Workload{}, Peers: []inspect.Peer{}}
-	fillNode(&d.Node, cfg)
+	inspect.FillNode(&d.Node, cfg)
 	d.Readiness = debugapi.Readiness{Reason: why}
 	blocks := cfg.PodCIDRs
 	if ds, err := store.ReadDaemonStatus(); err == nil {
@@ -184,27 +184,6 @@ func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 	st := inspect.Compare(d, k, now)
 	st.Source, st.PeersUnknown = debugapi.SourceOffline, unknown
 	return st, nil
-}
-
-// fillNode sets what the configuration says of the node where the
-// state directory did not: name, datastore, state directory, mode (as the
-// daemon's state endpoint does).
-func fillNode(n *debugapi.Node, cfg *config.Config) {
-	if n.Name == "" {
-		n.Name = cfg.NodeName
-	}
-	n.Datastore, n.StateDir = cfg.Datastore, cfg.StateDir
-	if n.RouteProtocol == 0 {
-		n.RouteProtocol = cfg.RouteProtocol
-	}
-	if n.Mode == "" {
-		if m, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet); err == nil {
-			n.Mode = string(m)
-		}
-	}
-	if n.LocalBlocks == nil {
-		n.LocalBlocks = []string{}
-	}
 }
 
 // offlinePeers reads nodes/ into d's peers and datastore health (each

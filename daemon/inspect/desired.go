@@ -5,7 +5,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -81,4 +83,26 @@ type DeviceWant struct {
 	Kind string // "vxlan" or "ipip"
 	MTU  int
 	MAC  string // VXLAN: the VTEP MAC; "" for IPIP
+}
+
+// FillNode sets what the configuration says of the node where the loop or
+// the state directory did not: name, datastore, state directory, route
+// protocol, mode, and an empty list of local blocks for none. The state
+// endpoint and the offline status both start their node from it.
+func FillNode(n *debugapi.Node, cfg *config.Config) {
+	if n.Name == "" {
+		n.Name = cfg.NodeName
+	}
+	n.Datastore, n.StateDir = cfg.Datastore, cfg.StateDir
+	if n.RouteProtocol == 0 {
+		n.RouteProtocol = cfg.RouteProtocol
+	}
+	if n.Mode == "" {
+		if m, err := overlay.ParseMode(cfg.Encapsulation, cfg.CrossSubnet); err == nil {
+			n.Mode = string(m)
+		}
+	}
+	if n.LocalBlocks == nil {
+		n.LocalBlocks = []string{}
+	}
 }
