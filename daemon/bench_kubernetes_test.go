@@ -275,7 +275,7 @@ func informerRSS(b *testing.B, tn *testNode, kubeconfig, mode string, want int) 
 // the Node informer with and without the transform, whose difference is
 // what the transform saves the daemon. Run with -benchtime=1x.
 func BenchmarkNodes1000(b *testing.B) {
-	needRoot(b)
+	netnstest.SkipUnlessRoot(b, whyRoot)
 	k8stest.Binaries(b)
 	for it := 0; it < b.N; it++ {
 		var api *k8stest.Cluster

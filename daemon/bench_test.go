@@ -85,7 +85,7 @@ func writeRecord(b *testing.B, tn *testNode, i int) time.Time {
 // time, the time from the record file's rename to the netlink notification
 // of its route (RTM_NEWROUTE with routelet's protocol) in the node.
 func BenchmarkRecordToRoute(b *testing.B) {
-	needRoot(b)
+	netnstest.SkipUnlessRoot(b, whyRoot)
 	const n = 200
 	tn := benchNode(b, n)
 	tn.startDaemon("--log-level=info", "--pod-cidr=10.244.8.0/24")
@@ -163,7 +163,7 @@ func waitRoute(b *testing.B, ch <-chan netlink.RouteUpdate, want string, t0 time
 // and CPU use over 60 s of idling (no events, default resync period).
 // ROUTELET_BENCH_IDLE overrides the idle duration (e.g. "10s").
 func BenchmarkIdle250(b *testing.B) {
-	needRoot(b)
+	netnstest.SkipUnlessRoot(b, whyRoot)
 	const n = 250
 	idle := 60 * time.Second
 	if s := os.Getenv("ROUTELET_BENCH_IDLE"); s != "" {
@@ -489,7 +489,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // acknowledgement, the file's rename) to the new route's netlink
 // notification and the daemon's CPU time per change; the daemons' RSS.
 func BenchmarkEtcdPeers1000(b *testing.B) {
-	needRoot(b)
+	netnstest.SkipUnlessRoot(b, whyRoot)
 	etcdtest.Binary(b)
 	for it := 0; it < b.N; it++ {
 		runs := comparePeers(b, 3, etcdBench, fileBench)

@@ -28,6 +28,10 @@ var binDir string
 // crashed run can be removed.
 const nsPrefix = "rltd-"
 
+// whyRoot is what the privileged tests and benchmarks need root for
+// (netnstest.SkipUnlessRoot).
+const whyRoot = "creates network namespaces and runs routeletd in them"
+
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
@@ -50,11 +54,6 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-func needRoot(t testing.TB) {
-	t.Helper()
-	netnstest.SkipUnlessRoot(t, "creates network namespaces and runs routeletd in them")
-}
-
 // testNode is a fresh "node" network namespace with an uplink, a state dir,
 // a libcni handle for the plugin and a netlink handle for looking inside.
 type testNode struct {
@@ -71,7 +70,7 @@ type testNode struct {
 // when withDefault, a default route through it.
 func newTestNode(t testing.TB, withDefault bool) *testNode {
 	t.Helper()
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	name := fmt.Sprintf("%s%d", nsPrefix, time.Now().UnixNano()%1e9)
 	cache := t.TempDir()
 	node, err := netnstest.NewNode(name, []string{binDir}, cache)

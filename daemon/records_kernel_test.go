@@ -115,7 +115,7 @@ func TestRecreatedSandboxOwnsGuard(t *testing.T) {
 	if _, err := netnstest.Exec(ctx, cur.ns, "ip", "addr", "add", oldIP+"/32", "dev", "eth0"); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := netnstest.Exec(ctx, cur.ns, "ping", "-n", "-c", "3", "-W", "1", "-I", oldIP, "192.0.2.10")
+	out, _ := netnstest.Ping(ctx, cur.ns, "192.0.2.10", 3, "-I", oldIP)
 	if !strings.Contains(out, " 0 received") {
 		t.Errorf("the new sandbox got answers from the old sandbox's address %s:\n%s", oldIP, out)
 	}

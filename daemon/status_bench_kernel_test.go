@@ -25,7 +25,7 @@ import (
 // asking it ("binary"), and, the daemon stopped, built from the state
 // directory and the kernel in process ("offline", kernel reads counted).
 func BenchmarkStatusKernel(b *testing.B) {
-	needRoot(b)
+	netnstest.SkipUnlessRoot(b, whyRoot)
 	const pods, peers = 250, 1000
 	tn := benchNode(b, pods)
 	for i := range pods {

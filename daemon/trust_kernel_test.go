@@ -133,7 +133,7 @@ func (tn *testNode) ip(args ...string) {
 // a pod makes routeletd exit 2 naming the key, its source and the value,
 // before it touches any route.
 func TestPodCIDRRefused(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	for _, tc := range []struct {
 		name  string
 		cidr  string
@@ -179,7 +179,7 @@ func TestPodCIDRRefused(t *testing.T) {
 // existing link that is not a veth, or routelet's own overlay devices makes
 // routeletd exit 2 before it touches any route.
 func TestInterfacePrefixRefused(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	for _, tc := range []struct {
 		prefix string
 		setup  func(tn *testNode)
@@ -210,7 +210,7 @@ func TestInterfacePrefixRefused(t *testing.T) {
 // address, pod veths); when nothing else matches the daemon stays not ready
 // and says why.
 func TestNodeIPNeverLoopbackOrOwnDevice(t *testing.T) {
-	needRoot(t)
+	netnstest.SkipUnlessRoot(t, whyRoot)
 	for _, tc := range []struct {
 		spec   string
 		want   string // chosen host IPv4, or "" for none
