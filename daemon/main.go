@@ -157,7 +157,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
-	removed, err := stateTemps{store, filepath.Join(cfg.StateDir, "ipam")}.RemoveStaleTemps()
+	removed, err := agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam")}.RemoveStaleTemps()
 	for _, p := range removed {
 		log.Info("removed a temp file a killed writer left", "path", p)
 	}
@@ -355,7 +355,7 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 			GuardPeriod: cfg.AllowlistCheckPeriod, // the pod source check was an allowlist chain: same period
 			Repairs:     ep.repairs, Metrics: metrics, Log: log,
 		})}, // the keeper last: every route goes first
-		Temps:   stateTemps{store, filepath.Join(cfg.StateDir, "ipam")},
+		Temps:   agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam")},
 		Repairs: ep.repairs,
 		Health:  status, Metrics: metrics, Log: log,
 	})
