@@ -169,7 +169,7 @@ func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 	} else {
 		unknown = diagnose.PeersUnknown(cfg.Datastore)
 		d.Datastore = debugapi.DatastoreHealth{Error: unknown}
-		if c, ok := onl.(io.Closer); ok {
+		if c, ok := onl.(overlay.Closer); ok {
 			c.Close()
 		}
 		err = fmt.Errorf("unknown: this node's own record (host IPs, VTEP) is in the %s datastore, which only the running daemon reads", cfg.Datastore)
@@ -241,7 +241,7 @@ func offlineOverlay(cfg *config.Config, self peers.NodeInfo, blocks []netip.Pref
 		return err
 	}
 	if !self.IPv4.HostIP.IsValid() && !self.IPv6.HostIP.IsValid() {
-		if c, ok := onl.(io.Closer); ok {
+		if c, ok := onl.(overlay.Closer); ok {
 			c.Close()
 		}
 		return fmt.Errorf("no own node record %s.json with a host IP: the daemon never published one", cfg.NodeName)

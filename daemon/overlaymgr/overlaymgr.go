@@ -32,7 +32,14 @@ type RouteTable interface {
 	Apply() error
 }
 
-var _ RouteTable = (*routes.RouteTable)(nil)
+// TableCloser is optional for a RouteTable that holds kernel sockets
+// (*routes.RouteTable): the manager's Close closes it.
+type TableCloser = io.Closer
+
+var (
+	_ RouteTable  = (*routes.RouteTable)(nil)
+	_ TableCloser = (*routes.RouteTable)(nil)
+)
 
 // NewTable makes the RouteTable of one family (4 or 6) that owns only the
 // routelet-protocol routes on the given interfaces (routes.Config
@@ -501,15 +508,15 @@ func (m *Manager) Apply() error {
 func (m *Manager) NotReady() string { return m.blocked }
 
 // Close releases the route tables and the netlink seam where they hold
-// kernel sockets (routes.RouteTable, overlay.Kernel). The kernel state stays.
+// kernel sockets (TableCloser, overlay.Closer). The kernel state stays.
 func (m *Manager) Close() error {
 	var errs []error
 	for _, f := range m.fams {
-		if c, ok := f.rt.(io.Closer); ok {
+		if c, ok := f.rt.(TableCloser); ok {
 			errs = append(errs, c.Close())
 		}
 	}
-	if c, ok := m.nl.(io.Closer); ok {
+	if c, ok := m.nl.(overlay.Closer); ok {
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)

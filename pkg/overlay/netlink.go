@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/vishvananda/netlink"
@@ -53,7 +54,15 @@ type Netlink interface {
 	SetTXChecksum(name string, on bool) error
 }
 
-var _ Netlink = (*Kernel)(nil)
+// Closer is optional for a Netlink that holds kernel sockets (Kernel;
+// FakeNetlink holds none): whoever owns the Netlink closes it when done
+// with it (overlaymgr's Manager.Close, routeletd status).
+type Closer = io.Closer
+
+var (
+	_ Netlink = (*Kernel)(nil)
+	_ Closer  = (*Kernel)(nil)
+)
 
 // Kernel is the real Netlink, bound at creation to the network namespace of
 // the calling thread (its netlink and ioctl sockets stay in that namespace
