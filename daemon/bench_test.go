@@ -90,10 +90,8 @@ func BenchmarkRecordToRoute(b *testing.B) {
 	tn := benchNode(b, n)
 	tn.startDaemon("--log-level=info", "--pod-cidr=10.244.8.0/24")
 	tn.waitReady()
-	// Measure the steady state: during the first grace period (1s here)
-	// the IPv6 table keeps every new interface dirty because of the
-	// kernel's fe80::/64 route, and each apply re-reads them all (see
-	// docs/bench-daemon.md).
+	// Measure the steady state: wait out the route grace period (1s
+	// here) of the veths the daemon found at start.
 	time.Sleep(1500 * time.Millisecond)
 
 	ch := subscribeRoutes(b, tn)

@@ -26,8 +26,8 @@
 //     (RouteTable.Wants); the leak collection of records whose veth and
 //     netns are gone (and of stale temp files). It serves the workloads to
 //     the other managers (Served, through OnWorkloads).
-//   - Deps.Managers, in their order: routeletd lists the overlay
-//     (daemon/overlaymgr) and the ipset allowlists (daemon/allowmgr),
+//   - Deps.Managers, in their order: routeletd lists the ipset
+//     allowlists (daemon/allowmgr) and the overlay (daemon/overlaymgr),
 //     which take the validated peers (OnNodes), then the veth keeper.
 //   - the keeper (KeeperManager, keeper.go), last, off the way from a
 //     record to its route: it keeps what the plugin's ADD set up on the

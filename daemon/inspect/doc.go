@@ -1,9 +1,10 @@
 // Package inspect compares what routeletd wants with what the kernel
 // holds, into the state endpoint's document (debugapi.State).
 //
-// Desired is the daemon's side: the running daemon takes it in its apply
-// loop (agent snapshot); `routeletd status` without a daemon derives it
-// from the state directory's records. Kernel is one read of everything the
+// Desired is the daemon's side: the running daemon builds it on its apply
+// loop's goroutine (agent.Query, from routeletd's state endpoint: the
+// loop's Snapshot plus each Snapshotter's part); `routeletd status`
+// without a daemon derives it from the state directory's records. Kernel is one read of everything the
 // comparison needs (links, the main table's routes of both families, the
 // neighbour and FDB entries of the overlay devices, the allowlist sets),
 // through a Reader: Netlink on the real kernel, Fake in tests, Counting to

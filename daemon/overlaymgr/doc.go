@@ -13,15 +13,19 @@
 // through vxlan.calico cannot exist before the device does.
 //
 // OnNodes (memory only) turns every validated peer (pkg/peers) into
-// overlay.Peer values, hands them to the VXLAN manager and feeds every key
-// of overlay.Routes to SetRoutes, empty lists included, so routes of a previous mode or of a
-// vanished peer are removed. Interest says which netlink events are the
-// overlay's (its devices, parents and owned interfaces); Events is the
-// daemon/netwatch handler for them, and QueueCheck the periodic device
-// check the loop runs every CheckPeriod. Both only record hints and ask the
-// loop for a pass (agent.NotifyApply). Apply then repairs: a
-// recreated device (DeviceInfo.Created grew) gets its routes re-read and
-// re-programmed at once.
+// overlay.Peer values, hands them to the VXLAN manager and hands the route
+// table only the targets of overlay.Routes that differ from the last call
+// (RouteUpdate, and RouteRemove for a target no longer wanted, so routes
+// of a vanished peer or block go). Interest says which netlink events are
+// the overlay's (its devices, parents and owned interfaces); Events is the
+// daemon/netwatch handler for them, which only records hints and asks the
+// loop for a pass (agent.NotifyApply). As an agent.Checker it has the
+// periodic device check: the loop calls QueueCheck every CheckPeriod and
+// then runs a pass. Apply then repairs: a recreated device
+// (DeviceInfo.Created grew) gets its routes re-read and re-programmed at
+// once. As an agent.Blocker it keeps the daemon not ready (NotReady) while
+// a device cannot be made: the kernel lacks the mode's link kind, or a
+// VXLAN device routelet does not own holds the VNI and port.
 //
 // See docs/overlay.md.
 package overlaymgr
