@@ -349,7 +349,7 @@ func (rt *RouteTable) plan(w *ifaceWork) {
 		}
 		if r.Tos == 0 && r.Priority == rt.priority {
 			if t, ok := w.want[dst]; ok {
-				matched := rt.matches(w, t, r)
+				matched := rt.matches(t, r)
 				switch {
 				case matched:
 					have[dst] = t
@@ -492,74 +492,17 @@ func (rt *RouteTable) mayDelete(w *ifaceWork, r *netlink.Route, dst netip.Prefix
 	return true
 }
 
-// buildRoute turns a target into the kernel route routelet writes.
+// buildRoute turns a target into the kernel route routelet writes through
+// w's interface (Spec.Route).
 func (rt *RouteTable) buildRoute(w *ifaceWork, t Target) netlink.Route {
-	r := netlink.Route{
-		Dst:      prefixToIPNet(t.CIDR),
-		Family:   rt.family,
-		Table:    rt.table,
-		Protocol: rt.protocol,
-		Priority: rt.priority,
-		Type:     t.Type.kernelType(),
-		Scope:    netlink.SCOPE_UNIVERSE,
-		Src:      addrToIP(t.Src),
-		MTU:      t.MTU,
-	}
-	switch t.Type {
-	case TypeLink:
-		r.LinkIndex = w.link.Index
-		if rt.family == netlink.FAMILY_V4 {
-			// IPv6 has no route scopes: the kernel reports universe.
-			r.Scope = netlink.SCOPE_LINK
-		}
-	case TypeGateway:
-		r.LinkIndex = w.link.Index
-		r.Gw = addrToIP(t.Gateway)
-		if t.OnLink {
-			r.Flags = int(netlink.FLAG_ONLINK)
-		}
-	}
-	return r
+	return rt.spec.Route(t, w.link.Index)
 }
 
-// matches reports whether kernel route k already is what target t asks for,
-// comparing every attribute routelet sets. Flags other than onlink (the
-// kernel adds "linkdown" and friends) do not count.
-func (rt *RouteTable) matches(w *ifaceWork, t Target, k *netlink.Route) bool {
-	if k.Type != t.Type.kernelType() || k.Protocol != rt.protocol || k.MTU != t.MTU {
-		return false
-	}
-	scope, link, onlink := netlink.SCOPE_UNIVERSE, w.link.Index, false
-	switch t.Type {
-	case TypeLink:
-		if rt.family == netlink.FAMILY_V4 {
-			scope = netlink.SCOPE_LINK
-		}
-	case TypeGateway:
-		onlink = t.OnLink
-	default:
-		link = -1 // no device to compare
-	}
-	if rt.family == netlink.FAMILY_V4 && k.Scope != scope {
-		return false
-	}
-	if link >= 0 && k.LinkIndex != link {
-		return false
-	}
-	if (k.Flags&int(netlink.FLAG_ONLINK) != 0) != onlink {
-		return false
-	}
-	return ipMatches(k.Gw, t.Gateway) && ipMatches(k.Src, t.Src)
-}
-
-// ipMatches compares an address from the kernel with one from a target; nil
-// and the invalid netip.Addr both mean "none".
-func ipMatches(k net.IP, a netip.Addr) bool {
-	if len(k) == 0 || !a.IsValid() {
-		return len(k) == 0 && !a.IsValid()
-	}
-	b, ok := netip.AddrFromSlice(k)
-	return ok && b.Unmap() == a.Unmap()
+// matches reports whether kernel route k already is what target t asks for
+// (Spec.Mismatch). k is filed under w by its device (readAll, readOne), so
+// its device is w's interface, or none for the no-interface types.
+func (rt *RouteTable) matches(t Target, k *netlink.Route) bool {
+	return rt.spec.Mismatch(k, t) == ""
 }
 
 // startMoveCleanups starts conntrack cleanup for host routes about to move

@@ -79,6 +79,7 @@ const (
 // either.
 type RouteTable struct {
 	cfg      Config
+	spec     Spec // cfg's IP version, table and protocol, defaults applied
 	family   int
 	table    int
 	protocol netlink.RouteProtocol
@@ -238,6 +239,7 @@ func NewWithDeps(cfg Config, nl Netlink, ct Conntrack, clock Clock) (*RouteTable
 		return nil, fmt.Errorf("routes: protocol %d: want 1..255", cfg.Protocol)
 	}
 	rt.protocol = netlink.RouteProtocol(proto)
+	rt.spec = Spec{IPVersion: cfg.IPVersion, Table: rt.table, Protocol: proto}
 	for _, p := range cfg.InterfacePrefixes {
 		if p == "" {
 			return nil, errors.New("routes: empty interface prefix would claim every interface")
