@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/nlutil"
+	"github.com/routelet/routelet/pkg/routes"
 )
 
 // HostMAC is the MAC address of every host-side veth. Pods reach their gateway
@@ -266,21 +267,25 @@ func AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProt
 		return fmt.Errorf("host veth %s: %w", hostIface, err)
 	}
 	for _, a := range addrs {
-		r := &netlink.Route{
-			LinkIndex: l.Attrs().Index,
-			Dst:       hostNet(a),
-			Protocol:  proto,
-			Scope:     netlink.SCOPE_LINK,
-		}
-		if a.Is6() {
-			r.Scope = netlink.SCOPE_UNIVERSE
-		}
-		if err := addOwnRoute(h, r); err != nil {
+		r := HostRoute(a, l.Attrs().Index, proto)
+		if err := addOwnRoute(h, &r); err != nil {
 			return fmt.Errorf("add host route %s dev %s: %w", r.Dst, hostIface, err)
 		}
 		slog.Debug("added host route", "iface", hostIface, "cidr", r.Dst.String(), "proto", int(proto))
 	}
 	return nil
+}
+
+// HostRoute is the route to pod address a through the host veth with
+// index link, protocol proto: the one the daemon's route table writes for
+// the address (routes.Spec.Route of a TypeLink target), so that the table
+// finds it as it wants it.
+func HostRoute(a netip.Addr, link int, proto netlink.RouteProtocol) netlink.Route {
+	spec := routes.Spec{IPVersion: 4, Protocol: int(proto)}
+	if a.Is6() {
+		spec.IPVersion = 6
+	}
+	return spec.Route(routes.Target{CIDR: netip.PrefixFrom(a, a.BitLen()), Type: routes.TypeLink}, link)
 }
 
 // addOwnRoute adds r without ever overwriting a route routelet does not
