@@ -149,6 +149,12 @@ func (n *fakeStatusNode) program(t testing.TB) {
 			if r.Via != "" {
 				kr.Gateway = netip.MustParseAddr(r.Via)
 			}
+			// As the route table writes them: IPv4 pod routes scope link,
+			// the VXLAN device's routes onlink.
+			if r.Type == "link" && fam == 0 {
+				kr.Scope = unix.RT_SCOPE_LINK
+			}
+			kr.OnLink = r.Iface == "vxlan.calico"
 			n.kernel.RouteList[fam] = append(n.kernel.RouteList[fam], kr)
 		}
 	}

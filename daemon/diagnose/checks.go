@@ -296,16 +296,23 @@ func (w *world) hostRouteStep(role string, e End) []Step {
 		var facts []string
 		for _, t := range want {
 			got := findRoute(kr, t.CIDR)
+			diff := ""
+			if got != nil && got.Iface == e.w.HostIface {
+				diff = got.Mismatch(t, w.cfg.RouteProtocol)
+			}
 			switch {
 			case got == nil:
 				st.Status = Fail
 				facts = append(facts, fmt.Sprintf("no route %s", t.CIDR))
 				st.Problem = fmt.Sprintf("route %s dev %s is missing: traffic to the pod follows the block's blackhole", t.CIDR, e.w.HostIface)
 				st.Fix = w.daemonHint("re-adds it")
-			case got.Iface != e.w.HostIface || got.Target() != routes.TypeLink || got.Protocol != w.cfg.RouteProtocol:
+			case got.Iface != e.w.HostIface || diff != "":
 				st.Status = Fail
 				facts = append(facts, describeRoute(*got))
 				st.Problem = fmt.Sprintf("%s is routed %s, not dev %s proto %d", t.CIDR, describeRoute(*got), e.w.HostIface, w.cfg.RouteProtocol)
+				if diff != "" {
+					st.Problem += fmt.Sprintf(" as routeletd writes it (the kernel's has %s)", diff)
+				}
 				if got.Protocol != w.cfg.RouteProtocol {
 					st.Fix = fmt.Sprintf("that route is not routelet's (routelet never replaces it): ip route del %s; then routeletd adds its own", t.CIDR)
 				} else {
@@ -571,13 +578,21 @@ func (w *world) routeStep(f *family, node string, b netip.Prefix, v int) (Step, 
 		return st, dev
 	}
 	got := findRoute(kr, b)
+	diff := ""
+	if got != nil && got.Iface == dev {
+		diff = got.Mismatch(want, w.cfg.RouteProtocol)
+	}
 	switch {
 	case got == nil:
 		st.Fact = fmt.Sprintf("no route %s (want %s, %s)", b, wantDesc, path) + w.daemonSays("", b.String())
 		st.Problem = fmt.Sprintf("route %s to node %s is missing", b, node)
 		st.Fix = w.daemonHint("re-adds it")
-	case !sameRoute(*got, dev, want, w.cfg.RouteProtocol):
-		st.Fact = fmt.Sprintf("%s (want %s, %s)", describeRoute(*got), wantDesc, path) + w.daemonSays("", b.String())
+	case got.Iface != dev || diff != "":
+		st.Fact = fmt.Sprintf("%s (want %s, %s)", describeRoute(*got), wantDesc, path)
+		if diff != "" {
+			st.Fact += "; the kernel's has " + diff
+		}
+		st.Fact += w.daemonSays("", b.String())
 		st.Problem = fmt.Sprintf("route %s to node %s differs from what routeletd wants", b, node)
 		if got.Protocol != w.cfg.RouteProtocol {
 			st.Fix = fmt.Sprintf("that route is not routelet's (proto %d) and routelet never replaces it: ip route del %s", got.Protocol, b)
@@ -615,12 +630,6 @@ func routeProblemFix(msg, node string) string {
 		return "encapsulation none only reaches peers on this node's subnet: use vxlan or ipip (with cross-subnet)"
 	}
 	return fmt.Sprintf("fix node %s's record (host IP of the family)", node)
-}
-
-// sameRoute reports whether the kernel's route is the wanted one on dev.
-func sameRoute(got Route, dev string, want routes.Target, proto int) bool {
-	return got.Iface == dev && got.Target() == want.Type && got.Gateway == want.Gateway && got.OnLink == want.OnLink &&
-		got.MTU == want.MTU && got.Protocol == proto
 }
 
 // deviceStep checks the overlay device the route uses.

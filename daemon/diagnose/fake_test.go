@@ -204,7 +204,7 @@ func newFakeNode(pods, npeers int) *fakeNode {
 		st.wl[key] = &state.Workload{Version: 1, ContainerID: id, IfName: "eth0", HostIface: veth, Netns: "/var/run/netns/" + name,
 			IPs: []string{a4.String() + "/32", a6.String() + "/128"}, ContainerMAC: mac, PodNamespace: "demo", PodName: name, Created: fakeNow}
 		k.links = append(k.links, Link{Name: veth, Index: 100 + i, Kind: "veth", Up: true, LowerUp: true, MTU: fakePodMTU})
-		k.routes[4] = append(k.routes[4], Route{Dst: netip.PrefixFrom(a4, 32), Iface: veth, Type: routes.TypeLink.KernelType(), Protocol: fakeProto})
+		k.routes[4] = append(k.routes[4], Route{Dst: netip.PrefixFrom(a4, 32), Iface: veth, Type: routes.TypeLink.KernelType(), Scope: unix.RT_SCOPE_LINK, Protocol: fakeProto})
 		k.routes[6] = append(k.routes[6], Route{Dst: netip.PrefixFrom(a6, 128), Iface: veth, Type: routes.TypeLink.KernelType(), Protocol: fakeProto})
 		k.neighs[veth+"/4"] = []Neigh{{IP: a4, MAC: mac, State: unix.NUD_PERMANENT}}
 	}

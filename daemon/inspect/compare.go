@@ -146,19 +146,10 @@ func (c *comparer) table(name string, fam int, want map[string][]routes.Target, 
 }
 
 // differs says how the kernel route r differs from the target ("" when
-// it is as wanted).
+// it is as wanted): the route table's own rule (Route.Mismatch), so that
+// a route is called programmed exactly when the table leaves it alone.
 func (c *comparer) differs(t routes.Target, r Route) string {
-	switch {
-	case r.Protocol != c.d.Node.RouteProtocol:
-		return fmt.Sprintf("proto %d", r.Protocol)
-	case r.Type != t.Type.KernelType():
-		return "type " + routes.RTMTypeName(r.Type)
-	case t.Gateway.IsValid() && r.Gateway != t.Gateway:
-		return "via " + addrOrNone(r.Gateway)
-	case t.MTU != 0 && r.MTU != t.MTU:
-		return fmt.Sprintf("mtu %d", r.MTU)
-	}
-	return ""
+	return r.Mismatch(t, c.d.Node.RouteProtocol)
 }
 
 // describe is a kernel route the way `ip route` shows its key facts.
@@ -176,13 +167,6 @@ func ifaceName(iface string) string {
 		return ""
 	}
 	return iface
-}
-
-func addrOrNone(a netip.Addr) string {
-	if !a.IsValid() {
-		return "none"
-	}
-	return a.String()
 }
 
 // devices compares a family's overlay devices with the links.

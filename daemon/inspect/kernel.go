@@ -48,15 +48,39 @@ type LinkStats struct {
 	TxErrors  uint64 `json:"txErrors"`
 }
 
-// Route is a main-table route as read.
+// Route is a main-table route as read: its device and destination, and
+// the attributes routes.Spec.Mismatch judges.
 type Route struct {
 	Iface    string // routes.InterfaceNone for routes without a device
 	Dst      netip.Prefix
 	Type     int // rtm_type
 	Protocol int
+	Scope    netlink.Scope
 	Gateway  netip.Addr
 	OnLink   bool
+	Src      netip.Addr // preferred source, invalid for none
 	MTU      int
+}
+
+// Mismatch reports how r differs from target t as the daemon's route table
+// of protocol proto writes it in the main table (routes.Spec.Mismatch):
+// "" when the table leaves r as it is.
+func (r Route) Mismatch(t routes.Target, proto int) string {
+	v := 4
+	if r.Dst.Addr().Is6() {
+		v = 6
+	}
+	k := netlink.Route{Type: r.Type, Protocol: netlink.RouteProtocol(r.Protocol), Scope: r.Scope, MTU: r.MTU}
+	if r.Gateway.IsValid() {
+		k.Gw = r.Gateway.AsSlice()
+	}
+	if r.Src.IsValid() {
+		k.Src = r.Src.AsSlice()
+	}
+	if r.OnLink {
+		k.Flags = int(netlink.FLAG_ONLINK)
+	}
+	return routes.Spec{IPVersion: v, Protocol: proto}.Mismatch(&k, t)
 }
 
 // Target returns the kind of route r is, as routes.Target names it:
@@ -252,8 +276,9 @@ func (n *Netlink) Routes(v int) ([]Route, error) {
 			iface = routes.InterfaceNone
 		}
 		gw, _ := netip.AddrFromSlice(r.Gw)
-		out = append(out, Route{Iface: iface, Dst: dst, Type: r.Type, Protocol: int(r.Protocol), Gateway: gw.Unmap(),
-			OnLink: r.Flags&unix.RTNH_F_ONLINK != 0, MTU: r.MTU})
+		src, _ := netip.AddrFromSlice(r.Src)
+		out = append(out, Route{Iface: iface, Dst: dst, Type: r.Type, Protocol: int(r.Protocol), Scope: r.Scope, Gateway: gw.Unmap(),
+			OnLink: r.Flags&unix.RTNH_F_ONLINK != 0, Src: src.Unmap(), MTU: r.MTU})
 	}
 	return out, nil
 }
