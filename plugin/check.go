@@ -208,8 +208,9 @@ func checkGuard(want *expected, port uint16) []string {
 	return nil
 }
 
-// checkHost verifies the host veth and one host route per pod address,
-// carrying protocol proto.
+// checkHost verifies the host veth and one host route per pod address, as
+// the daemon's route table (of protocol proto) writes it and would leave
+// it: routes.Spec.Mismatch, the table's own rule.
 func checkHost(want *expected, proto netlink.RouteProtocol) []string {
 	hv, err := dp.InspectHost(want.hostIf)
 	if err != nil {
@@ -230,20 +231,33 @@ func checkHost(want *expected, proto netlink.RouteProtocol) []string {
 	}
 	for _, a := range want.addrs {
 		dst := netip.PrefixFrom(a.Addr(), a.Addr().BitLen())
-		got := -1
-		for _, r := range hv.Routes {
-			if r.Dst == dst {
-				got = r.Protocol
+		var got *podnet.Route
+		for i := range hv.Routes {
+			if hv.Routes[i].Dst == dst {
+				got = &hv.Routes[i]
 			}
 		}
-		switch {
-		case got < 0:
+		if got == nil {
 			out = append(out, fmt.Sprintf("host route %s dev %s is missing", dst, want.hostIf))
-		case got != int(proto):
-			out = append(out, fmt.Sprintf("host route %s dev %s has protocol %d, want %d", dst, want.hostIf, got, int(proto)))
+			continue
+		}
+		if diff := hostRouteMismatch(*got, proto); diff != "" {
+			out = append(out, fmt.Sprintf("host route %s dev %s has %s, not as routeletd writes it (proto %d)", dst, want.hostIf, diff, int(proto)))
 		}
 	}
 	return out
+}
+
+// hostRouteMismatch reports how r, a host route read from the host veth,
+// differs from the one routeletd's route table of protocol proto wants
+// there ("" when it would leave r alone).
+func hostRouteMismatch(r podnet.Route, proto netlink.RouteProtocol) string {
+	spec := routes.Spec{IPVersion: 4, Protocol: int(proto)}
+	if r.Dst.Addr().Is6() {
+		spec.IPVersion = 6
+	}
+	k := r.Netlink()
+	return spec.Mismatch(&k, routes.Target{CIDR: r.Dst, Type: routes.TypeLink})
 }
 
 // checkRecord verifies the workload record against prevResult.

@@ -11,12 +11,61 @@ import (
 	"github.com/routelet/routelet/internal/nlutil"
 )
 
-// Route is a route read back from the kernel.
+// Route is a route read back from the kernel (RouteOf).
 type Route struct {
 	Dst      netip.Prefix // 0.0.0.0/0 or ::/0 for a default route
 	Gw       netip.Addr   // invalid when the route has no gateway
 	Protocol int
 	Scope    netlink.Scope
+	Type     int        // rtm_type
+	OnLink   bool       // RTNH_F_ONLINK
+	Src      netip.Addr // preferred source, invalid for none
+	MTU      int
+}
+
+// RouteOf converts a route as netlink reports it; ok is false for a
+// destination that is no prefix.
+func RouteOf(r *netlink.Route) (Route, bool) {
+	var dst netip.Prefix
+	if r.Dst != nil {
+		p, ok := nlutil.Prefix(r.Dst)
+		if !ok {
+			return Route{}, false
+		}
+		dst = p
+	} else if r.Family == netlink.FAMILY_V6 {
+		dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	} else {
+		dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	}
+	out := Route{Dst: dst, Protocol: int(r.Protocol), Scope: r.Scope, Type: r.Type,
+		OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0, MTU: r.MTU}
+	if r.Gw != nil {
+		out.Gw, _ = netip.AddrFromSlice(r.Gw)
+		out.Gw = out.Gw.Unmap()
+	}
+	if r.Src != nil {
+		out.Src, _ = netip.AddrFromSlice(r.Src)
+		out.Src = out.Src.Unmap()
+	}
+	return out, true
+}
+
+// Netlink is r as netlink describes a route (without its device, which
+// Route does not keep): the form routes.Spec.Mismatch judges.
+func (r Route) Netlink() netlink.Route {
+	k := netlink.Route{Dst: &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
+		Protocol: netlink.RouteProtocol(r.Protocol), Scope: r.Scope, Type: r.Type, MTU: r.MTU}
+	if r.Gw.IsValid() {
+		k.Gw = r.Gw.AsSlice()
+	}
+	if r.Src.IsValid() {
+		k.Src = r.Src.AsSlice()
+	}
+	if r.OnLink {
+		k.Flags = int(netlink.FLAG_ONLINK)
+	}
+	return k
 }
 
 // PodView is the pod side of an attachment as the kernel reports it.
@@ -135,25 +184,10 @@ func linkRoutes(h *netlink.Handle, l netlink.Link) ([]Route, error) {
 		return nil, err
 	}
 	out := make([]Route, 0, len(rs))
-	for _, r := range rs {
-		var dst netip.Prefix
-		if r.Dst != nil {
-			p, ok := nlutil.Prefix(r.Dst)
-			if !ok {
-				continue
-			}
-			dst = p
-		} else if r.Family == netlink.FAMILY_V6 {
-			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-		} else {
-			dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	for i := range rs {
+		if r, ok := RouteOf(&rs[i]); ok {
+			out = append(out, r)
 		}
-		var gw netip.Addr
-		if r.Gw != nil {
-			gw, _ = netip.AddrFromSlice(r.Gw)
-			gw = gw.Unmap()
-		}
-		out = append(out, Route{Dst: dst, Gw: gw, Protocol: int(r.Protocol), Scope: r.Scope})
 	}
 	return out, nil
 }
