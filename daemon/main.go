@@ -348,7 +348,7 @@ func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []neti
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
 		StaticARP: true, NodeSpace: host, OnReady: onReady,
 	}, agent.Deps{
-		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: store,
+		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: deviceStatus{store, hostread.OverlayDevices(cfg)},
 		RT4: rt4, RT6: rt6, Releaser: ipamReleaser{alloc}, Host: agent.KernelHost{},
 		Managers: []agent.Manager{allow, om, agent.NewKeeperManager(keeper, agent.KeeperOptions{
 			KeepPeriod:  cfg.DeviceCheckPeriod,
@@ -513,9 +513,24 @@ func waitBlocks(ctx context.Context, ds datastore.Datastore, waiting func(reason
 // in /readyz and daemon.json.
 func notReady(cfg *config.Config, store *state.Store, status *health.Status, reason string, log *slog.Logger) {
 	status.SetReady(false, reason)
-	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); err != nil {
+	w := deviceStatus{store, hostread.OverlayDevices(cfg)}
+	if err := w.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}
+}
+
+// deviceStatus writes daemon.json to store with the overlay device names
+// devs filled in: they are configuration, not the loop's state, and the
+// plugin reads them there for its owned-link rule (overlay.OwnedLinks).
+type deviceStatus struct {
+	store *state.Store
+	devs  overlay.Devices
+}
+
+// WriteDaemonStatus writes st with the device names.
+func (w deviceStatus) WriteDaemonStatus(st *state.DaemonStatus) error {
+	st.VXLANDevice, st.VXLANDeviceV6, st.IPIPDevice = w.devs.VXLAN, w.devs.VXLANv6, w.devs.IPIP
+	return w.store.WriteDaemonStatus(st)
 }
 
 func addrString(a netip.Addr) string {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,31 +72,22 @@ func CheckConfig(cfg *config.Config) (netguard.Host, error) {
 	return host, nil
 }
 
-// OwnLink reports the links routelet creates: pod veths (the interface
-// prefix, type veth) and the overlay devices of their kind. Their addresses
-// and routes are routelet's, not the node's own.
+// OwnLink reports the links routelet creates (overlay.OwnedLinks: pod
+// veths, the overlay devices of their kind, by the configured names).
+// Their addresses and routes are routelet's, not the node's own.
 func OwnLink(cfg *config.Config) func(netguard.Link) bool {
-	return func(l netguard.Link) bool {
-		switch {
-		case netguard.Owned(l, cfg.IfacePrefix):
-			return true
-		case l.Name == cfg.VXLANDevice || l.Name == overlay.DeviceVXLANv6:
-			return l.Type == "vxlan"
-		case l.Name == overlay.DeviceIPIP:
-			return l.Type == "ipip"
-		}
-		return false
-	}
+	return overlay.OwnedLinks(cfg.IfacePrefix, OverlayDevices(cfg))
+}
+
+// OverlayDevices are the overlay device names cfg gives (only the IPv4
+// VXLAN device's is configurable), as daemon.json publishes them.
+func OverlayDevices(cfg *config.Config) overlay.Devices {
+	return overlay.Devices{VXLAN: cfg.VXLANDevice}.WithDefaults()
 }
 
 // PeerOwned reports the links whose addresses are not the node's own
-// space for the peer check: pod veths and the overlay devices by name.
-func PeerOwned(cfg *config.Config) func(netguard.Link) bool {
-	devices := []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP}
-	return func(l netguard.Link) bool {
-		return netguard.Owned(l, cfg.IfacePrefix) || slices.Contains(devices, l.Name)
-	}
-}
+// space for the peer check: routelet's own links, OwnLink.
+func PeerOwned(cfg *config.Config) func(netguard.Link) bool { return OwnLink(cfg) }
 
 // Reader reads the node's own address space for the peer validator
 // (netguard.ReadHost: every link, address and main-table route). The read

@@ -68,10 +68,13 @@ type Node struct {
 func (s *Store) NodesDir() string { return s.dir(nodesSubdir) }
 
 // DaemonStatus is <root>/daemon.json, written by routeletd and read by the
-// plugin (MTU, blocks, route protocol, STATUS).
+// plugin (MTU, blocks, route protocol, VXLAN port, STATUS, and the overlay
+// device names, whose addresses and routes are not the node's own space
+// for the plugin's checks).
 //
-// RouteProtocol was added without a version bump: a file from an older
-// daemon has none (0), which readers take as the default, 80.
+// RouteProtocol, VXLANPort and the device names were added without a
+// version bump: a file from an older daemon has none (0, ""), which
+// readers take as the defaults (80, 4789, overlay's default names).
 type DaemonStatus struct {
 	Version       int       `json:"version"`
 	Ready         bool      `json:"ready"`
@@ -80,6 +83,9 @@ type DaemonStatus struct {
 	Blocks        []string  `json:"blocks,omitempty"`        // local blocks (CIDRs) for the built-in IPAM
 	RouteProtocol int       `json:"routeProtocol,omitempty"` // protocol the daemon stamps on (and owns) routes; 0 = default 80
 	VXLANPort     int       `json:"vxlanPort,omitempty"`     // UDP port the pod guards drop; 0 = default 4789
+	VXLANDevice   string    `json:"vxlanDevice,omitempty"`   // IPv4 VXLAN device; "" = default vxlan.calico
+	VXLANDeviceV6 string    `json:"vxlanDeviceV6,omitempty"` // IPv6 VXLAN device; "" = default vxlan-v6.calico
+	IPIPDevice    string    `json:"ipipDevice,omitempty"`    // IPIP device; "" = default tunl0
 	DaemonVersion string    `json:"daemonVersion,omitempty"`
 	LastSyncError string    `json:"lastSyncError,omitempty"`
 	Updated       time.Time `json:"updated"`

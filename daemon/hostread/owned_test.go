@@ -1,0 +1,35 @@
+package hostread
+
+import (
+	"testing"
+
+	"github.com/routelet/routelet/daemon/config"
+	"github.com/routelet/routelet/pkg/netguard"
+)
+
+// TestOwnedLinksByConfiguredNames: the daemon's owned-link rule and the
+// peer check's are one (overlay.OwnedLinks), by the configured VXLAN
+// device name and the overlay devices' kind.
+func TestOwnedLinksByConfiguredNames(t *testing.T) {
+	cfg := &config.Config{IfacePrefix: "cali", VXLANDevice: "vx-custom"}
+	own, peer := OwnLink(cfg), PeerOwned(cfg)
+	for _, tc := range []struct {
+		link netguard.Link
+		want bool
+	}{
+		{netguard.Link{Name: "vx-custom", Type: "vxlan"}, true},
+		{netguard.Link{Name: "vx-custom", Type: "dummy"}, false},
+		{netguard.Link{Name: "vxlan.calico", Type: "vxlan"}, false},
+		{netguard.Link{Name: "vxlan-v6.calico", Type: "vxlan"}, true},
+		{netguard.Link{Name: "tunl0", Type: "ipip"}, true},
+		{netguard.Link{Name: "cali0001", Type: "veth"}, true},
+		{netguard.Link{Name: "eth0", Type: "veth"}, false},
+	} {
+		if got := own(tc.link); got != tc.want {
+			t.Errorf("OwnLink(%s %s) = %v, want %v", tc.link.Name, tc.link.Type, got, tc.want)
+		}
+		if got := peer(tc.link); got != tc.want {
+			t.Errorf("PeerOwned(%s %s) = %v, want %v", tc.link.Name, tc.link.Type, got, tc.want)
+		}
+	}
+}
