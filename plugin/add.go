@@ -18,6 +18,7 @@ import (
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
@@ -45,7 +46,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if e != nil {
 		return e
 	}
-	host, e := guardedHost(c, int(node.proto))
+	host, e := guardedHost(c, int(node.proto), node.devices)
 	if e != nil {
 		return e
 	}
@@ -280,6 +281,8 @@ type nodeSettings struct {
 	// vxlanPort is the port the pod guard drops: daemon.json's, else 0
 	// (podguard.DefaultVXLANPort).
 	vxlanPort uint16
+	// devices are the overlay devices' names, see daemonDevices.
+	devices overlay.Devices
 	// daemonBlocks are the blocks daemon.json publishes (those that parse),
 	// whatever the conflist says: their reserved addresses stay reserved.
 	daemonBlocks []netip.Prefix
@@ -305,6 +308,7 @@ func readNodeSettings(c *config, store *state.Store) (*nodeSettings, *types.Erro
 	}
 	out.proto = hostRouteProtocol(st)
 	out.vxlanPort = guardPort(st)
+	out.devices = daemonDevices(st)
 	if out.mtu == 0 {
 		out.mtu = DefaultMTU
 		if st != nil && st.PodMTU >= 68 && st.PodMTU <= 65535 {
@@ -360,6 +364,17 @@ func guardPort(st *state.DaemonStatus) uint16 {
 		return 0
 	}
 	return uint16(st.VXLANPort)
+}
+
+// daemonDevices are the names of the node's overlay devices, whose
+// addresses and routes are not the node's own space: the ones routeletd
+// publishes in daemon.json, else (no daemon.json, or one from a daemon
+// that predates the fields) the defaults.
+func daemonDevices(st *state.DaemonStatus) overlay.Devices {
+	if st == nil {
+		return overlay.Devices{}.WithDefaults()
+	}
+	return overlay.Devices{VXLAN: st.VXLANDevice, VXLANv6: st.VXLANDeviceV6, IPIP: st.IPIPDevice}.WithDefaults()
 }
 
 // cidrs renders addresses as host CIDRs (/32, /128) for the record.

@@ -177,13 +177,14 @@ func checkPod(args *skel.CmdArgs, want *expected) []string {
 
 // daemonStatus is daemon.json for CHECK's expectations of what ADD
 // wrote: the host route protocol the daemon keeps the routes at
-// (hostRouteProtocol) and the VXLAN port the pod guard drops (guardPort).
-// An unreadable daemon.json means the defaults, as in ADD (nil).
+// (hostRouteProtocol) and the VXLAN port the pod guard drops (guardPort);
+// and for DEL and GC, the overlay devices' names (daemonDevices). An
+// unreadable daemon.json means the defaults, as in ADD (nil).
 func daemonStatus(store *state.Store) *state.DaemonStatus {
 	st, err := store.ReadDaemonStatus()
 	if err != nil {
 		if !errors.Is(err, state.ErrNotFound) {
-			slog.Warn("daemon status unreadable; expecting the default route protocol and VXLAN port", "err", err, "proto", routes.DefaultProtocol)
+			slog.Warn("daemon status unreadable; expecting the default route protocol, VXLAN port and overlay device names", "err", err, "proto", routes.DefaultProtocol)
 		}
 		return nil
 	}

@@ -33,9 +33,9 @@ type dataplane interface {
 	ReadGuard(spec podguard.Spec) (podguard.State, error)
 	RemoveGuard(hostIface string) error
 	// Host snapshots the node namespace for the checks of pkg/netguard;
-	// routelet's own links (see ownedByRoutelet) and routes of ownProto
-	// contribute no address space.
-	Host(ownProto int, prefix string) (netguard.Host, error)
+	// routelet's own links (those owned accepts, see ownedByRoutelet) and
+	// routes of ownProto contribute no address space.
+	Host(ownProto int, owned func(netguard.Link) bool) (netguard.Host, error)
 }
 
 // kernel is the real dataplane.
@@ -99,8 +99,8 @@ var guardCloses sync.WaitGroup
 // closed.
 func waitGuardCloses() { guardCloses.Wait() }
 
-func (kernel) Host(ownProto int, prefix string) (netguard.Host, error) {
-	return netguard.ReadHost(nil, ownProto, ownedByRoutelet(prefix))
+func (kernel) Host(ownProto int, owned func(netguard.Link) bool) (netguard.Host, error) {
+	return netguard.ReadHost(nil, ownProto, owned)
 }
 
 // dp is the dataplane the commands use; unit tests swap it.

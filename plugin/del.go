@@ -77,7 +77,7 @@ func openForRemoval(c *config) (*state.Store, netguard.Host, *types.Error) {
 	if e != nil {
 		return nil, netguard.Host{}, e
 	}
-	host, e := guardedHost(c, routes.DefaultProtocol)
+	host, e := guardedHost(c, routes.DefaultProtocol, daemonDevices(daemonStatus(store)))
 	if e != nil {
 		return nil, netguard.Host{}, e
 	}

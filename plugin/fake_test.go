@@ -33,6 +33,7 @@ type fakeDataplane struct {
 	podIfs map[string]bool          // "<netns>/<ifname>" present
 	node   netguard.Host            // the node's own links and addresses, besides the veths
 	guards map[string]podguard.Spec // host iface → its pod guard
+	owned  func(netguard.Link) bool // the owned-link rule of the last Host call
 }
 
 var _ dataplane = (*fakeDataplane)(nil)
@@ -173,7 +174,8 @@ func (f *fakeDataplane) RemoveGuard(hostIface string) error {
 }
 
 // Host is f.node plus the fake's veths.
-func (f *fakeDataplane) Host(int, string) (netguard.Host, error) {
+func (f *fakeDataplane) Host(_ int, owned func(netguard.Link) bool) (netguard.Host, error) {
+	f.owned = owned
 	h := f.node
 	h.Links = slices.Clone(h.Links)
 	for name := range f.veths {
@@ -349,6 +351,60 @@ func TestHostRouteProtocolFromDaemonStatus(t *testing.T) {
 			msg := fmt.Sprintf("host route 10.90.0.1/32 dev %s has proto %d, not as routeletd writes it (proto %d)", host, other, tc.want)
 			if err := cmdCheck(&check); err == nil || !strings.Contains(err.Error(), msg) {
 				t.Errorf("CHECK with host routes on protocol %d: %v, want an error containing %q", other, err, msg)
+			}
+		})
+	}
+}
+
+// TestOverlayDevicesFromDaemonStatus: ADD and DEL count the overlay
+// devices daemon.json names as routelet's links (not the node's space),
+// and the default names without daemon.json or with one from a daemon
+// that predates the fields.
+func TestOverlayDevicesFromDaemonStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status string // daemon.json content; "" for none
+		vxlan  string // the IPv4 VXLAN device routelet owns
+	}{
+		{name: "no daemon.json", vxlan: "vxlan.calico"},
+		{name: "older daemon.json", status: `{"version": 1, "ready": true}`, vxlan: "vxlan.calico"},
+		{name: "configured device", status: `{"version": 1, "ready": true, "vxlanDevice": "vx-custom"}`, vxlan: "vx-custom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := useFake(t)
+			n, conf := unitNode(t)
+			if tc.status != "" {
+				if _, err := state.Open(n.stateDir); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(n.stateDir, "daemon.json"), []byte(tc.status), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := "vx-custom"
+			if tc.vxlan == other {
+				other = "vxlan.calico"
+			}
+			args := &skel.CmdArgs{ContainerID: "devices", Netns: "/run/netns/pod", IfName: "eth0", StdinData: conf}
+			for _, cmd := range []struct {
+				name string
+				run  func(*skel.CmdArgs) error
+			}{{"ADD", cmdAdd}, {"DEL", cmdDel}} {
+				f.owned = nil
+				if err := cmd.run(args); err != nil {
+					t.Fatalf("%s: %v", cmd.name, err)
+				}
+				if f.owned == nil {
+					t.Fatalf("%s read no host", cmd.name)
+				}
+				for _, l := range []netguard.Link{{Name: tc.vxlan, Type: "vxlan"}, {Name: "vxlan-v6.calico", Type: "vxlan"}, {Name: "tunl0", Type: "ipip"}} {
+					if !f.owned(l) {
+						t.Errorf("%s: %s (%s) is not routelet's", cmd.name, l.Name, l.Type)
+					}
+				}
+				if l := (netguard.Link{Name: other, Type: "vxlan"}); f.owned(l) {
+					t.Errorf("%s: %s (%s) is routelet's", cmd.name, l.Name, l.Type)
+				}
 			}
 		})
 	}

@@ -55,20 +55,12 @@ func checkIfName(name string) error {
 }
 
 // ownedByRoutelet reports whether a link is one routelet made and whose
-// addresses and routes are therefore not the node's own space: a pod veth
-// (prefix and type) or one of the overlay devices.
-func ownedByRoutelet(prefix string) func(netguard.Link) bool {
-	return func(l netguard.Link) bool {
-		switch {
-		case netguard.Owned(l, prefix):
-			return true
-		case l.Type == "vxlan" && (l.Name == overlay.DeviceVXLAN || l.Name == overlay.DeviceVXLANv6):
-			return true
-		case l.Type == "ipip" && l.Name == overlay.DeviceIPIP:
-			return true
-		}
-		return false
-	}
+// addresses and routes are therefore not the node's own space: the
+// daemon's rule (overlay.OwnedLinks), a pod veth (prefix and type) or one
+// of the overlay devices the node's routeletd names in daemon.json
+// (daemonDevices).
+func ownedByRoutelet(prefix string, devs overlay.Devices) func(netguard.Link) bool {
+	return overlay.OwnedLinks(prefix, devs)
 }
 
 // dropTunnelAddrs removes the node's tunnel addresses (the first address of
@@ -95,10 +87,11 @@ func dropTunnelAddrs(h *netguard.Host, daemonBlocks []netip.Prefix) {
 }
 
 // guardedHost reads the node's addresses and links (routes of protocol
-// ownProto count as routelet's) and refuses the configuration's
-// interfacePrefix when checkPrefix does: the start of ADD, DEL and GC.
-func guardedHost(c *config, ownProto int) (netguard.Host, *types.Error) {
-	host, err := dp.Host(ownProto, c.Prefix)
+// ownProto and routelet's links, among them the overlay devices devs,
+// count as routelet's) and refuses the configuration's interfacePrefix
+// when checkPrefix does: the start of ADD, DEL and GC.
+func guardedHost(c *config, ownProto int, devs overlay.Devices) (netguard.Host, *types.Error) {
+	host, err := dp.Host(ownProto, ownedByRoutelet(c.Prefix, devs))
 	if err != nil {
 		return netguard.Host{}, cniErr(types.ErrInternal, "read the node's addresses and links: %v", err)
 	}
