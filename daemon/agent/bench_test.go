@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/routes/routestest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkPassOneRecord(b *testing.B) {
 	f := newFixture(b)
 	for v, rt := range map[int]*RouteTable{4: &f.a.wl.rt4, 6: &f.a.wl.rt6} {
 		t, err := routes.NewWithDeps(routes.Config{IPVersion: v, InterfacePrefixes: []string{"cali"}, IncludeNoInterface: true,
-			Logger: slog.New(slog.DiscardHandler)}, routes.NewFakeNetlink(), routes.NewFakeConntrack(), nil)
+			Logger: slog.New(slog.DiscardHandler)}, routestest.NewFakeNetlink(), routestest.NewFakeConntrack(), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,7 +12,8 @@
 //
 // Kernel access goes through two narrow seams, Netlink and Conntrack, each
 // with a real implementation (vishvananda/netlink, ti-mo/conntrack) and an
-// in-memory fake (FakeNetlink, FakeConntrack) for tests that need no root.
+// in-memory fake (routestest.FakeNetlink, routestest.FakeConntrack) for tests
+// that need no root.
 //
 // See docs/routes.md for the behaviour seen from an operator's side:
 // ownership, the grace period, conntrack cleanup and resyncs.

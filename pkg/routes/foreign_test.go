@@ -1,4 +1,4 @@
-package routes
+package routes_test
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/routes"
 )
 
 // foreignCase is a route of another owner and a desired route under its key.
@@ -16,7 +18,7 @@ type foreignCase struct {
 	name    string
 	foreign func(f *fixture) netlink.Route // added before the desired route
 	iface   string
-	target  Target
+	target  routes.Target
 }
 
 // foreignCases covers every kind of desired route (pod, blackhole, overlay)
@@ -56,21 +58,21 @@ func foreignCases() []foreignCase {
 	bootBlackhole := func(*fixture) netlink.Route {
 		return netlink.Route{Dst: ipnet("10.0.0.0/26"), Type: unix.RTN_BLACKHOLE, Protocol: unix.RTPROT_BOOT}
 	}
-	pod := func(cidr string) Target { return Target{CIDR: pfx(cidr)} }
-	hole := func(cidr string) Target { return Target{CIDR: pfx(cidr), Type: TypeBlackhole} }
-	peer := func(cidr string) Target {
-		return Target{CIDR: pfx(cidr), Type: TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true, MTU: 1450}
+	pod := func(cidr string) routes.Target { return routes.Target{CIDR: pfx(cidr)} }
+	hole := func(cidr string) routes.Target { return routes.Target{CIDR: pfx(cidr), Type: routes.TypeBlackhole} }
+	peer := func(cidr string) routes.Target {
+		return routes.Target{CIDR: pfx(cidr), Type: routes.TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true, MTU: 1450}
 	}
 	return []foreignCase{
 		{"pod route vs connected", connected, "cali1", pod("192.168.0.0/24")},
-		{"blackhole vs connected", connected, InterfaceNone, hole("192.168.0.0/24")},
+		{"blackhole vs connected", connected, routes.InterfaceNone, hole("192.168.0.0/24")},
 		{"overlay route vs connected", connected, "vxlan.calico", peer("192.168.0.0/24")},
 		{"pod route vs default boot", def(unix.RTPROT_BOOT), "cali1", pod("0.0.0.0/0")},
-		{"blackhole vs default static", def(unix.RTPROT_STATIC), InterfaceNone, hole("0.0.0.0/0")},
+		{"blackhole vs default static", def(unix.RTPROT_STATIC), routes.InterfaceNone, hole("0.0.0.0/0")},
 		{"overlay route vs default dhcp", def(unix.RTPROT_DHCP), "vxlan.calico", peer("0.0.0.0/0")},
 		{"pod route vs static /32", hostStatic, "cali1", pod("10.0.0.5/32")},
-		{"blackhole vs static block", blockStatic, InterfaceNone, hole("10.0.0.0/26")},
-		{"blackhole vs boot blackhole", bootBlackhole, InterfaceNone, hole("10.0.0.0/26")},
+		{"blackhole vs static block", blockStatic, routes.InterfaceNone, hole("10.0.0.0/26")},
+		{"blackhole vs boot blackhole", bootBlackhole, routes.InterfaceNone, hole("10.0.0.0/26")},
 		{"overlay route vs static on the shared device", onVXLAN, "vxlan.calico", peer("10.1.0.0/26")},
 	}
 }
@@ -78,7 +80,7 @@ func foreignCases() []foreignCase {
 // newForeignFixture is a fixture with eth0 (192.168.0.0/24 connected unless
 // the case adds that itself), cali1 and vxlan.calico, counting OnConflict.
 func newForeignFixture(t *testing.T, calls *int) *fixture {
-	f := newFixture(t, 4, func(c *Config) {
+	f := newFixture(t, 4, func(c *routes.Config) {
 		c.OnConflict = func(netip.Prefix, string, int) { *calls++ }
 	})
 	eth := f.nl.AddLink("eth0", true)
@@ -106,10 +108,10 @@ func TestForeignRouteNeverReplaced(t *testing.T) {
 				foreign := tc.foreign(f)
 				f.addForeign(foreign)
 				before := f.dump()
-				f.rt.SetRoutes(tc.iface, []Target{tc.target})
+				f.rt.SetRoutes(tc.iface, []routes.Target{tc.target})
 				for i := range 3 {
 					err := f.rt.Apply()
-					if !errors.Is(err, ErrForeignRoute) {
+					if !errors.Is(err, routes.ErrForeignRoute) {
 						t.Fatalf("Apply #%d: %v, want ErrForeignRoute", i+1, err)
 					}
 					if !strings.Contains(err.Error(), tc.target.CIDR.String()) {
@@ -144,13 +146,13 @@ func TestForeignRouteNeverReplaced(t *testing.T) {
 func TestForeignRouteAppearsBeforeWrite(t *testing.T) {
 	calls := 0
 	f := newForeignFixture(t, &calls)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.4/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.4/32")}})
 	f.apply()
 	eth, _ := f.nl.LinkByName("eth0")
 	static := netlink.Route{Dst: ipnet("10.0.0.5/32"), LinkIndex: eth.Index, Gw: net.ParseIP("192.168.0.1"), Protocol: unix.RTPROT_STATIC}
 	f.addForeign(static)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.4/32")}, {CIDR: pfx("10.0.0.5/32")}})
-	if err := f.rt.Apply(); !errors.Is(err, ErrForeignRoute) {
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.4/32")}, {CIDR: pfx("10.0.0.5/32")}})
+	if err := f.rt.Apply(); !errors.Is(err, routes.ErrForeignRoute) {
 		t.Fatalf("Apply: %v, want ErrForeignRoute", err)
 	}
 	if n := f.nl.Calls("RouteReplace"); n != 0 {
@@ -162,7 +164,7 @@ func TestForeignRouteAppearsBeforeWrite(t *testing.T) {
 		"192.168.0.1/32 dev eth0 proto 2 scope link",
 	)
 	// Withdrawing the desired route clears the conflict.
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.4/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.4/32")}})
 	f.apply()
 	if st := f.rt.Stats(); st.Conflicts != 0 {
 		t.Fatalf("conflict kept after the route was withdrawn: %+v", st)
@@ -183,9 +185,9 @@ func TestOwnRoutesStillReplacedInPlace(t *testing.T) {
 	f.addForeign(netlink.Route{Dst: ipnet("10.0.0.2/32"), LinkIndex: a.Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_BOOT})
 	f.addForeign(netlink.Route{Dst: ipnet("10.1.0.0/26"), LinkIndex: vx.Index, Gw: net.ParseIP("10.1.0.9"), Flags: int(netlink.FLAG_ONLINK), Protocol: 80})
 	f.addForeign(netlink.Route{Dst: ipnet("10.0.0.0/26"), Type: unix.RTN_UNREACHABLE, Protocol: 80})
-	f.rt.SetRoutes("caliB", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
-	f.rt.SetRoutes("vxlan.calico", []Target{{CIDR: pfx("10.1.0.0/26"), Type: TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true}})
-	f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("10.0.0.0/26"), Type: TypeBlackhole}})
+	f.rt.SetRoutes("caliB", []routes.Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
+	f.rt.SetRoutes("vxlan.calico", []routes.Target{{CIDR: pfx("10.1.0.0/26"), Type: routes.TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true}})
+	f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("10.0.0.0/26"), Type: routes.TypeBlackhole}})
 	f.apply()
 	f.wantDump(
 		"blackhole 10.0.0.0/26 proto 80",
@@ -210,8 +212,8 @@ func TestForeignRouteIPv6Metric(t *testing.T) {
 	f.nl.AddLink("cali1", true)
 	f.addForeign(netlink.Route{Dst: ipnet("fd00:1::/64"), LinkIndex: eth.Index, Protocol: unix.RTPROT_KERNEL, Priority: 256})
 	f.addForeign(netlink.Route{Dst: ipnet("fd00:2::/64"), LinkIndex: eth.Index, Protocol: unix.RTPROT_STATIC})
-	f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("fd00:1::/64"), Type: TypeBlackhole}, {CIDR: pfx("fd00:2::/64"), Type: TypeBlackhole}})
-	if err := f.rt.Apply(); !errors.Is(err, ErrForeignRoute) || !strings.Contains(err.Error(), "fd00:2::/64") || strings.Contains(err.Error(), "fd00:1::/64") {
+	f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("fd00:1::/64"), Type: routes.TypeBlackhole}, {CIDR: pfx("fd00:2::/64"), Type: routes.TypeBlackhole}})
+	if err := f.rt.Apply(); !errors.Is(err, routes.ErrForeignRoute) || !strings.Contains(err.Error(), "fd00:2::/64") || strings.Contains(err.Error(), "fd00:1::/64") {
 		t.Fatalf("Apply: %v, want ErrForeignRoute for fd00:2::/64 only", err)
 	}
 	f.wantDump(

@@ -1,4 +1,4 @@
-package routes
+package routes_test
 
 import (
 	"log/slog"
@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/routes/routestest"
 )
 
 // TestRouteUpdatesMatchSetRoutes: two tables on two fake kernels, one fed
@@ -17,12 +20,12 @@ import (
 // table's Apply (after its first, full one) read no routes.
 func TestRouteUpdatesMatchSetRoutes(t *testing.T) {
 	ifaces := []string{"vxlan.calico", "tunl0", "eth0"}
-	newTable := func() (*FakeNetlink, *RouteTable) {
-		nl := NewFakeNetlink()
+	newTable := func() (*routestest.FakeNetlink, *routes.RouteTable) {
+		nl := routestest.NewFakeNetlink()
 		for _, name := range ifaces {
 			nl.AddLink(name, true)
 		}
-		rt, err := NewWithDeps(Config{IPVersion: 4, InterfaceNames: ifaces, Logger: slog.New(slog.DiscardHandler)}, nl, nil, nil)
+		rt, err := routes.NewWithDeps(routes.Config{IPVersion: 4, InterfaceNames: ifaces, Logger: slog.New(slog.DiscardHandler)}, nl, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,9 +35,9 @@ func TestRouteUpdatesMatchSetRoutes(t *testing.T) {
 	inc, rtInc := newTable()
 	full, rtFull := newTable()
 	rng := rand.New(rand.NewPCG(7, 8))
-	desired := map[string]map[netip.Prefix]Target{}
+	desired := map[string]map[netip.Prefix]routes.Target{}
 	for _, name := range ifaces {
-		desired[name] = map[netip.Prefix]Target{}
+		desired[name] = map[netip.Prefix]routes.Target{}
 	}
 	for step := range 500 {
 		for range 1 + rng.IntN(3) {
@@ -45,7 +48,7 @@ func TestRouteUpdatesMatchSetRoutes(t *testing.T) {
 				rtInc.RouteRemove(name, cidr)
 				continue
 			}
-			tg := Target{CIDR: cidr, Type: TypeGateway, Gateway: netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + rng.IntN(3))}), OnLink: true, MTU: 1400 + rng.IntN(2)}
+			tg := routes.Target{CIDR: cidr, Type: routes.TypeGateway, Gateway: netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + rng.IntN(3))}), OnLink: true, MTU: 1400 + rng.IntN(2)}
 			desired[name][cidr] = tg
 			rtInc.RouteUpdate(name, tg)
 		}
@@ -53,7 +56,7 @@ func TestRouteUpdatesMatchSetRoutes(t *testing.T) {
 		// contested CIDR depends on the order of the calls, so the
 		// kernels are compared only when nothing is contested.
 		for _, name := range ifaces {
-			var ts []Target
+			var ts []routes.Target
 			for _, tg := range desired[name] {
 				ts = append(ts, tg)
 			}
@@ -66,7 +69,7 @@ func TestRouteUpdatesMatchSetRoutes(t *testing.T) {
 		if err := rtFull.Apply(); err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		if rtInc.contested > 0 || rtFull.contested > 0 {
+		if rtInc.Contested() > 0 || rtFull.Contested() > 0 {
 			continue
 		}
 		if n := inc.Calls("RouteList") - reads; n != 0 && step > 0 {

@@ -188,8 +188,8 @@ func New(cfg Config) (*RouteTable, error) {
 
 // NewWithDeps returns a RouteTable on the given seams: nl for routes, links
 // and neighbours, ct for conntrack cleanup (nil disables it), clock for the
-// grace period (nil means the wall clock). Tests pass FakeNetlink and
-// FakeConntrack.
+// grace period (nil means the wall clock). Tests pass routestest.FakeNetlink and
+// routestest.FakeConntrack.
 func NewWithDeps(cfg Config, nl Netlink, ct Conntrack, clock Clock) (*RouteTable, error) {
 	if nl == nil {
 		return nil, errors.New("routes: nil Netlink")

@@ -1,4 +1,4 @@
-package routes
+package routes_test
 
 import (
 	"errors"
@@ -13,53 +13,36 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/routes/routestest"
 )
 
 var errInjected = errors.New("injected failure")
-
-type fakeClock struct{ now time.Time }
-
-func (c *fakeClock) Now() time.Time          { return c.now }
-func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
 
 // fixture is a RouteTable on a fake kernel with the usual routelet setup:
 // cali* workload interfaces, a shared vxlan.calico, no-interface routes.
 type fixture struct {
 	t     *testing.T
-	rt    *RouteTable
-	nl    *FakeNetlink
-	ct    *FakeConntrack
-	clock *fakeClock
+	rt    *routes.RouteTable
+	nl    *routestest.FakeNetlink
+	ct    *routestest.FakeConntrack
+	clock *routes.FakeClock
 	fam   int
 }
 
-// usualConfig is a table of IP version v with the usual routelet setup:
-// cali* workload interfaces, a shared vxlan.calico, no-interface routes,
-// external routes removed, no grace period, no logs.
-func usualConfig(v int) Config {
-	return Config{
-		IPVersion:            v,
-		InterfacePrefixes:    []string{"cali"},
-		InterfaceNames:       []string{"vxlan.calico"},
-		IncludeNoInterface:   true,
-		RemoveExternalRoutes: true,
-		GracePeriod:          -1,
-		Logger:               slog.New(slog.DiscardHandler),
-	}
-}
-
-func newFixture(t *testing.T, ipVersion int, mod func(*Config)) *fixture {
+func newFixture(t *testing.T, ipVersion int, mod func(*routes.Config)) *fixture {
 	t.Helper()
-	cfg := usualConfig(ipVersion)
+	cfg := routes.UsualConfig(ipVersion)
 	if mod != nil {
 		mod(&cfg)
 	}
-	f := &fixture{t: t, nl: NewFakeNetlink(), ct: NewFakeConntrack(), clock: &fakeClock{now: time.Unix(1_700_000_000, 0)}}
+	f := &fixture{t: t, nl: routestest.NewFakeNetlink(), ct: routestest.NewFakeConntrack(), clock: routes.NewFakeClock(time.Unix(1_700_000_000, 0))}
 	f.fam = netlink.FAMILY_V4
 	if ipVersion == 6 {
 		f.fam = netlink.FAMILY_V6
 	}
-	rt, err := NewWithDeps(cfg, f.nl, f.ct, f.clock)
+	rt, err := routes.NewWithDeps(cfg, f.nl, f.ct, f.clock)
 	if err != nil {
 		t.Fatalf("NewWithDeps: %v", err)
 	}
@@ -99,24 +82,27 @@ func (f *fixture) addForeign(r netlink.Route) {
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func addr(s string) netip.Addr  { return netip.MustParseAddr(s) }
-func ipnet(s string) *net.IPNet { return prefixToIPNet(pfx(s)) }
+func ipnet(s string) *net.IPNet {
+	p := pfx(s)
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
 
 func TestTargetTypesIPv4(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	f.nl.AddLink("cali1", true)
 	vx := f.nl.AddLink("vxlan.calico", true)
-	f.rt.SetRoutes("cali1", []Target{
+	f.rt.SetRoutes("cali1", []routes.Target{
 		{CIDR: pfx("10.0.0.1/32")},
 		{CIDR: pfx("10.0.0.2/32"), Src: addr("192.168.0.1"), MTU: 1400},
 	})
-	f.rt.SetRoutes("vxlan.calico", []Target{
-		{CIDR: pfx("10.1.0.0/26"), Type: TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true},
+	f.rt.SetRoutes("vxlan.calico", []routes.Target{
+		{CIDR: pfx("10.1.0.0/26"), Type: routes.TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true},
 	})
-	f.rt.SetRoutes(InterfaceNone, []Target{
-		{CIDR: pfx("10.0.0.0/26"), Type: TypeBlackhole},
-		{CIDR: pfx("10.2.0.0/26"), Type: TypeUnreachable},
-		{CIDR: pfx("10.3.0.0/26"), Type: TypeProhibit},
-		{CIDR: pfx("10.4.0.0/26"), Type: TypeThrow},
+	f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{
+		{CIDR: pfx("10.0.0.0/26"), Type: routes.TypeBlackhole},
+		{CIDR: pfx("10.2.0.0/26"), Type: routes.TypeUnreachable},
+		{CIDR: pfx("10.3.0.0/26"), Type: routes.TypeProhibit},
+		{CIDR: pfx("10.4.0.0/26"), Type: routes.TypeThrow},
 	})
 	f.apply()
 	f.wantDump(
@@ -130,7 +116,7 @@ func TestTargetTypesIPv4(t *testing.T) {
 	)
 
 	// A gateway route without onlink needs a link route covering the gateway.
-	f.rt.RouteUpdate("vxlan.calico", Target{CIDR: pfx("10.5.0.0/26"), Type: TypeGateway, Gateway: addr("172.16.0.9")})
+	f.rt.RouteUpdate("vxlan.calico", routes.Target{CIDR: pfx("10.5.0.0/26"), Type: routes.TypeGateway, Gateway: addr("172.16.0.9")})
 	if err := f.rt.Apply(); !errors.Is(err, unix.ENETUNREACH) {
 		t.Fatalf("Apply with unreachable gateway = %v, want ENETUNREACH", err)
 	}
@@ -148,11 +134,11 @@ func TestTargetTypesIPv6(t *testing.T) {
 	f := newFixture(t, 6, nil)
 	f.nl.AddLink("cali1", true)
 	f.nl.AddLink("vxlan.calico", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}})
-	f.rt.SetRoutes("vxlan.calico", []Target{
-		{CIDR: pfx("fd00:1::/122"), Type: TypeGateway, Gateway: addr("fd00:1::"), OnLink: true},
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("fd00::1/128")}})
+	f.rt.SetRoutes("vxlan.calico", []routes.Target{
+		{CIDR: pfx("fd00:1::/122"), Type: routes.TypeGateway, Gateway: addr("fd00:1::"), OnLink: true},
 	})
-	f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("fd00::/122"), Type: TypeBlackhole}})
+	f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("fd00::/122"), Type: routes.TypeBlackhole}})
 	f.apply()
 	f.wantDump(
 		"blackhole fd00::/122 dev lo proto 80 metric 1024",
@@ -160,7 +146,7 @@ func TestTargetTypesIPv6(t *testing.T) {
 		"fd00:1::/122 via fd00:1:: dev vxlan.calico proto 80 metric 1024 onlink",
 	)
 	// IPv4 targets are refused by an IPv6 table.
-	f.rt.RouteUpdate("cali1", Target{CIDR: pfx("10.0.0.1/32")})
+	f.rt.RouteUpdate("cali1", routes.Target{CIDR: pfx("10.0.0.1/32")})
 	f.rt.QueueResync()
 	before := f.nl.Writes()
 	f.apply()
@@ -174,14 +160,14 @@ func TestNoChangeResyncMakesNoWrites(t *testing.T) {
 	for i := range 20 {
 		name := fmt.Sprintf("cali%d", i)
 		f.nl.AddLink(name, true)
-		f.rt.SetRoutes(name, []Target{
+		f.rt.SetRoutes(name, []routes.Target{
 			{CIDR: pfx(fmt.Sprintf("10.0.%d.1/32", i))},
 			{CIDR: pfx(fmt.Sprintf("10.0.%d.2/32", i)), MTU: 1450, DestMAC: net.HardwareAddr{0xee, 0, 0, 0, 0, byte(i)}},
 		})
 	}
 	f.nl.AddLink("vxlan.calico", true)
-	f.rt.SetRoutes("vxlan.calico", []Target{{CIDR: pfx("10.9.0.0/26"), Type: TypeGateway, Gateway: addr("10.9.0.0"), OnLink: true}})
-	f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("10.0.0.0/16"), Type: TypeBlackhole}})
+	f.rt.SetRoutes("vxlan.calico", []routes.Target{{CIDR: pfx("10.9.0.0/26"), Type: routes.TypeGateway, Gateway: addr("10.9.0.0"), OnLink: true}})
+	f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("10.0.0.0/16"), Type: routes.TypeBlackhole}})
 	f.apply()
 	before := f.nl.Writes()
 	lists := f.nl.Calls("RouteList")
@@ -218,7 +204,7 @@ func TestOwnership(t *testing.T) {
 	f.addForeign(netlink.Route{Dst: ipnet("10.2.0.0/26"), LinkIndex: vx.Index, Gw: net.ParseIP("10.2.0.0"), Flags: int(netlink.FLAG_ONLINK), Protocol: unix.RTPROT_STATIC})
 	f.addForeign(netlink.Route{Dst: ipnet("10.3.0.0/26"), Type: unix.RTN_BLACKHOLE, Protocol: 80})
 	f.addForeign(netlink.Route{Dst: ipnet("10.4.0.0/26"), Type: unix.RTN_BLACKHOLE, Protocol: unix.RTPROT_BOOT})
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.apply()
 	f.wantDump(
 		"10.0.0.1/32 dev cali1 proto 80 scope link",
@@ -228,7 +214,7 @@ func TestOwnership(t *testing.T) {
 		"192.168.9.0/24 dev eth0 proto 80 scope link",
 	)
 	// Desired routes for an interface we do not own are refused.
-	f.rt.SetRoutes("eth0", []Target{{CIDR: pfx("10.7.0.0/24")}})
+	f.rt.SetRoutes("eth0", []routes.Target{{CIDR: pfx("10.7.0.0/24")}})
 	f.apply()
 	if strings.Contains(f.dump(), "10.7.0.0") {
 		t.Fatalf("route programmed on unmanaged eth0:\n%s", f.dump())
@@ -236,7 +222,7 @@ func TestOwnership(t *testing.T) {
 }
 
 func TestKeepExternalRoutesWhenDisabled(t *testing.T) {
-	f := newFixture(t, 4, func(c *Config) { c.RemoveExternalRoutes = false })
+	f := newFixture(t, 4, func(c *routes.Config) { c.RemoveExternalRoutes = false })
 	cali := f.nl.AddLink("cali1", true)
 	f.addForeign(netlink.Route{Dst: ipnet("10.0.0.9/32"), LinkIndex: cali.Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_BOOT})
 	f.addForeign(netlink.Route{Dst: ipnet("10.0.0.8/32"), LinkIndex: cali.Index, Scope: netlink.SCOPE_LINK, Protocol: 80})
@@ -257,10 +243,10 @@ func TestIPv6LinkLocalKept(t *testing.T) {
 // by the grace period": the interface must settle at once, not be re-read on
 // every Apply until the period ends.
 func TestIPv6LinkLocalDoesNotHoldGrace(t *testing.T) {
-	f := newFixture(t, 6, func(c *Config) { c.GracePeriod = 10 * time.Second })
+	f := newFixture(t, 6, func(c *routes.Config) { c.GracePeriod = 10 * time.Second })
 	cali := f.nl.AddLink("cali1", true)
 	f.addForeign(netlink.Route{Dst: ipnet("fe80::/64"), LinkIndex: cali.Index, Protocol: unix.RTPROT_KERNEL, Priority: 256})
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("fd00::1/128")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("fd00::1/128")}})
 	f.apply()
 	if d, ok := f.rt.RetryAfter(); ok {
 		t.Fatalf("RetryAfter = %v, true: the link-local route holds the interface in grace", d)
@@ -271,11 +257,11 @@ func TestIPv6LinkLocalDoesNotHoldGrace(t *testing.T) {
 }
 
 func TestGracePeriod(t *testing.T) {
-	f := newFixture(t, 4, func(c *Config) { c.GracePeriod = 10 * time.Second })
+	f := newFixture(t, 4, func(c *routes.Config) { c.GracePeriod = 10 * time.Second })
 	cali := f.nl.AddLink("cali1", true)
 	// The CNI plugin added the pod's route before the daemon knew the pod.
 	f.addForeign(netlink.Route{Dst: ipnet("10.0.0.9/32"), LinkIndex: cali.Index, Scope: netlink.SCOPE_LINK, Protocol: 80})
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.apply()
 	f.wantDump(
 		"10.0.0.1/32 dev cali1 proto 80 scope link",
@@ -295,9 +281,9 @@ func TestGracePeriod(t *testing.T) {
 	f.rt.RouteRemove("cali1", pfx("10.0.0.1/32"))
 	f.apply()
 	f.wantDump("10.0.0.9/32 dev cali1 proto 80 scope link")
-	f.rt.RouteUpdate("cali1", Target{CIDR: pfx("10.0.0.1/32")})
+	f.rt.RouteUpdate("cali1", routes.Target{CIDR: pfx("10.0.0.1/32")})
 	// The daemon learns about the pod: the route becomes desired and stays.
-	f.rt.RouteUpdate("cali1", Target{CIDR: pfx("10.0.0.9/32")})
+	f.rt.RouteUpdate("cali1", routes.Target{CIDR: pfx("10.0.0.9/32")})
 	f.clock.Advance(2 * time.Second)
 	f.apply()
 	f.wantDump(
@@ -329,9 +315,9 @@ func TestGracePeriod(t *testing.T) {
 func (f *fixture) serve(iface string, cidrs ...string) {
 	f.t.Helper()
 	f.nl.AddLink(iface, true)
-	var ts []Target
+	var ts []routes.Target
 	for _, c := range cidrs {
-		ts = append(ts, Target{CIDR: pfx(c)})
+		ts = append(ts, routes.Target{CIDR: pfx(c)})
 	}
 	f.rt.SetRoutes(iface, ts)
 	f.apply()
@@ -388,7 +374,7 @@ func TestConntrackCleanupWhenPluginMovedIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.rt.SetRoutes("caliA", nil)
-	f.rt.SetRoutes("caliB", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("caliB", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.rt.OnIfaceStateChanged("caliB", true)
 	if got := f.flowsAfterApply(); len(got) != 0 {
 		t.Fatalf("old pod's flows %v survived the IP moving to a new pod", got)
@@ -404,27 +390,27 @@ func TestConntrackFailureDoesNotBlockRoutes(t *testing.T) {
 	f.apply()
 	f.rt.WaitConntrackCleanups()
 	// Re-adding the IP waits for the (failed) cleanup, then proceeds.
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.apply()
 	f.wantDump("10.0.0.1/32 dev cali1 proto 80 scope link")
 }
 
 func TestHungConntrackDoesNotStopRoutes(t *testing.T) {
-	f := newFixture(t, 4, func(c *Config) { c.NetlinkTimeout = 20 * time.Millisecond })
+	f := newFixture(t, 4, func(c *routes.Config) { c.NetlinkTimeout = 20 * time.Millisecond })
 	f.serve("cali1", "10.0.0.1/32")
 	release := f.ct.HoldDumps()
 	defer release()
 	f.rt.SetRoutes("cali1", nil) // starts a cleanup that hangs
 	f.apply()
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.apply() // waits for the cleanup at most NetlinkTimeout
 	f.wantDump("10.0.0.1/32 dev cali1 proto 80 scope link")
 }
 
 // orderedNetlink records route writes and checks conntrack state at each add.
 type orderedNetlink struct {
-	*FakeNetlink
-	ct      *FakeConntrack
+	*routestest.FakeNetlink
+	ct      *routestest.FakeConntrack
 	ops     []string
 	flowsAt map[string][]string
 }
@@ -444,7 +430,7 @@ func (o *orderedNetlink) RouteReplace(r *netlink.Route) error {
 }
 
 func (o *orderedNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
-	return oneByOne(rs, o.RouteReplace)
+	return routestest.OneByOne(rs, o.RouteReplace)
 }
 
 func (o *orderedNetlink) RouteAdd(r *netlink.Route) error {
@@ -453,7 +439,7 @@ func (o *orderedNetlink) RouteAdd(r *netlink.Route) error {
 }
 
 func (o *orderedNetlink) RouteAddMany(rs []*netlink.Route) []error {
-	return oneByOne(rs, o.RouteAdd)
+	return routestest.OneByOne(rs, o.RouteAdd)
 }
 
 func (o *orderedNetlink) RouteDel(r *netlink.Route) error {
@@ -462,17 +448,17 @@ func (o *orderedNetlink) RouteDel(r *netlink.Route) error {
 }
 
 func TestMoveBetweenInterfaces(t *testing.T) {
-	fnl := NewFakeNetlink()
-	ct := NewFakeConntrack()
+	fnl := routestest.NewFakeNetlink()
+	ct := routestest.NewFakeConntrack()
 	onl := &orderedNetlink{FakeNetlink: fnl, ct: ct, flowsAt: map[string][]string{}}
-	rt, err := NewWithDeps(Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1, Logger: slog.New(slog.DiscardHandler)}, onl, ct, nil)
+	rt, err := routes.NewWithDeps(routes.Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1, Logger: slog.New(slog.DiscardHandler)}, onl, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
 	a := fnl.AddLink("caliA", true)
 	b := fnl.AddLink("caliB", true)
-	rt.SetRoutes("caliA", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
+	rt.SetRoutes("caliA", []routes.Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
 	if err := rt.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -480,8 +466,8 @@ func TestMoveBetweenInterfaces(t *testing.T) {
 	ct.AddFlow(addr("10.0.0.2"), addr("8.8.8.8"), 1, 53)
 	onl.ops = nil
 	// The IP moves: the new owner is set first, the old one drops it later.
-	rt.SetRoutes("caliB", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	rt.SetRoutes("caliA", []Target{{CIDR: pfx("10.0.0.2/32"), MTU: 1400}})
+	rt.SetRoutes("caliB", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
+	rt.SetRoutes("caliA", []routes.Target{{CIDR: pfx("10.0.0.2/32"), MTU: 1400}})
 	if err := rt.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -503,23 +489,23 @@ func TestMoveBetweenInterfaces(t *testing.T) {
 }
 
 func TestAddBeforeDelete(t *testing.T) {
-	fnl := NewFakeNetlink()
-	onl := &orderedNetlink{FakeNetlink: fnl, ct: NewFakeConntrack(), flowsAt: map[string][]string{}}
-	rt, err := NewWithDeps(Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1, Logger: slog.New(slog.DiscardHandler)}, onl, nil, nil)
+	fnl := routestest.NewFakeNetlink()
+	onl := &orderedNetlink{FakeNetlink: fnl, ct: routestest.NewFakeConntrack(), flowsAt: map[string][]string{}}
+	rt, err := routes.NewWithDeps(routes.Config{IPVersion: 4, InterfacePrefixes: []string{"cali"}, RemoveExternalRoutes: true, GracePeriod: -1, Logger: slog.New(slog.DiscardHandler)}, onl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
 	for i := range 5 {
 		fnl.AddLink(fmt.Sprintf("cali%d", i), true)
-		rt.SetRoutes(fmt.Sprintf("cali%d", i), []Target{{CIDR: pfx(fmt.Sprintf("10.0.0.%d/32", i))}})
+		rt.SetRoutes(fmt.Sprintf("cali%d", i), []routes.Target{{CIDR: pfx(fmt.Sprintf("10.0.0.%d/32", i))}})
 	}
 	if err := rt.Apply(); err != nil {
 		t.Fatal(err)
 	}
 	onl.ops = nil
 	for i := range 5 {
-		rt.SetRoutes(fmt.Sprintf("cali%d", i), []Target{{CIDR: pfx(fmt.Sprintf("10.0.1.%d/32", i))}})
+		rt.SetRoutes(fmt.Sprintf("cali%d", i), []routes.Target{{CIDR: pfx(fmt.Sprintf("10.0.1.%d/32", i))}})
 	}
 	if err := rt.Apply(); err != nil {
 		t.Fatal(err)
@@ -541,8 +527,8 @@ func TestConflictNewestClaimWins(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	f.nl.AddLink("caliA", true)
 	f.nl.AddLink("caliB", true)
-	f.rt.SetRoutes("caliA", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.rt.SetRoutes("caliB", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("caliA", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("caliB", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.apply()
 	f.wantDump("10.0.0.1/32 dev caliB proto 80 scope link")
 	before := f.nl.Writes()
@@ -560,10 +546,10 @@ func TestSetAllRoutesAndWants(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	f.nl.AddLink("cali1", true)
 	f.nl.AddLink("cali2", true)
-	all := map[string][]Target{
-		"cali1":       {{CIDR: pfx("10.0.0.1/32")}},
-		"cali2":       {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.9/32")}},
-		InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: TypeBlackhole}},
+	all := map[string][]routes.Target{
+		"cali1":              {{CIDR: pfx("10.0.0.1/32")}},
+		"cali2":              {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.9/32")}},
+		routes.InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: routes.TypeBlackhole}},
 	}
 	if !f.rt.SetAllRoutes(all) {
 		t.Fatal("first SetAllRoutes reported no change")
@@ -583,8 +569,8 @@ func TestSetAllRoutesAndWants(t *testing.T) {
 		{"cali1", "10.0.0.1/32", true},
 		{"cali2", "10.0.0.9/32", true},
 		{"cali1", "10.0.0.2/32", false}, // cali2's, not cali1's
-		{InterfaceNone, "10.0.0.0/24", true},
-		{InterfaceNone, "10.0.0.5/24", true}, // compared masked
+		{routes.InterfaceNone, "10.0.0.0/24", true},
+		{routes.InterfaceNone, "10.0.0.5/24", true}, // compared masked
 		{"cali3", "10.0.0.1/32", false},
 	} {
 		if got := f.rt.Wants(tc.iface, pfx(tc.dst)); got != tc.want {
@@ -594,10 +580,10 @@ func TestSetAllRoutesAndWants(t *testing.T) {
 
 	// The same routes again: nothing changed, nothing to do. A target the
 	// table refuses (wrong family) is left out both times.
-	same := map[string][]Target{
-		"cali1":       {{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("fd00::1/128")}},
-		"cali2":       {{CIDR: pfx("10.0.0.9/32")}, {CIDR: pfx("10.0.0.2/32")}},
-		InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: TypeBlackhole}},
+	same := map[string][]routes.Target{
+		"cali1":              {{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("fd00::1/128")}},
+		"cali2":              {{CIDR: pfx("10.0.0.9/32")}, {CIDR: pfx("10.0.0.2/32")}},
+		routes.InterfaceNone: {{CIDR: pfx("10.0.0.0/24"), Type: routes.TypeBlackhole}},
 	}
 	if f.rt.SetAllRoutes(same) {
 		t.Error("SetAllRoutes with the same routes reported a change")
@@ -607,10 +593,10 @@ func TestSetAllRoutesAndWants(t *testing.T) {
 	}
 
 	// A CIDR given twice counts once: cali2 then wants only 10.0.0.2.
-	twice := map[string][]Target{
-		"cali1":       same["cali1"],
-		"cali2":       {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.2/32")}},
-		InterfaceNone: same[InterfaceNone],
+	twice := map[string][]routes.Target{
+		"cali1":              same["cali1"],
+		"cali2":              {{CIDR: pfx("10.0.0.2/32")}, {CIDR: pfx("10.0.0.2/32")}},
+		routes.InterfaceNone: same[routes.InterfaceNone],
 	}
 	if !f.rt.SetAllRoutes(twice) || f.rt.Wants("cali2", pfx("10.0.0.9/32")) {
 		t.Fatal("a CIDR given twice in place of two hid the change")
@@ -634,7 +620,7 @@ func TestSetAllRoutesAndWants(t *testing.T) {
 	)
 
 	// A changed target on one interface is a change.
-	same["cali1"] = []Target{{CIDR: pfx("10.0.0.1/32"), MTU: 1400}}
+	same["cali1"] = []routes.Target{{CIDR: pfx("10.0.0.1/32"), MTU: 1400}}
 	if !f.rt.SetAllRoutes(same) {
 		t.Error("SetAllRoutes with a changed MTU reported no change")
 	}
@@ -643,8 +629,8 @@ func TestSetAllRoutesAndWants(t *testing.T) {
 func TestInterfaceDownUpRename(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
-	f.rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.2/32")}}) // does not exist yet
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("cali2", []routes.Target{{CIDR: pfx("10.0.0.2/32")}}) // does not exist yet
 	f.apply()
 	f.wantDump("10.0.0.1/32 dev cali1 proto 80 scope link")
 
@@ -697,7 +683,7 @@ func TestInterfaceDownUpRename(t *testing.T) {
 func TestTamperingRepairedOnResync(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	cali := f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}, {CIDR: pfx("10.0.0.2/32")}})
 	f.apply()
 	// Someone deletes one route and changes the other.
 	if err := f.nl.RouteDel(&netlink.Route{Dst: ipnet("10.0.0.1/32")}); err != nil {
@@ -722,7 +708,7 @@ func TestStaticARP(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	cali := f.nl.AddLink("cali1", true)
 	mac := net.HardwareAddr{0xee, 0xee, 0, 0, 0, 1}
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}})
 	f.apply()
 	n := f.nl.Neighbours()
 	if len(n) != 1 || n[0].LinkIndex != cali.Index || n[0].State != netlink.NUD_PERMANENT || n[0].HardwareAddr.String() != mac.String() {
@@ -746,7 +732,7 @@ func TestStaticARP(t *testing.T) {
 		t.Fatalf("neighbours after MarkDirty %v", n)
 	}
 	// Removing the target removes the entry.
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.apply()
 	if n := f.nl.Neighbours(); len(n) != 0 {
 		t.Fatalf("neighbours after removal %v, want none", n)
@@ -756,29 +742,29 @@ func TestStaticARP(t *testing.T) {
 func TestInvalidTargetsIgnored(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	f.nl.AddLink("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{
+	f.rt.SetRoutes("cali1", []routes.Target{
 		{},                                   // no CIDR
 		{CIDR: pfx("fd00::1/128")},           // wrong family
 		{CIDR: pfx("10.0.0.0/24"), Type: 42}, // unknown type
-		{CIDR: pfx("10.0.1.0/24"), Type: TypeBlackhole},                         // no-interface type on a device
-		{CIDR: pfx("10.0.2.0/24"), Type: TypeGateway},                           // no gateway
+		{CIDR: pfx("10.0.1.0/24"), Type: routes.TypeBlackhole},                  // no-interface type on a device
+		{CIDR: pfx("10.0.2.0/24"), Type: routes.TypeGateway},                    // no gateway
 		{CIDR: pfx("10.0.3.0/24"), DestMAC: net.HardwareAddr{1, 2, 3, 4, 5, 6}}, // ARP on a /24
 		{CIDR: pfx("10.0.0.1/32"), MTU: -1},
 		{CIDR: pfx("10.0.0.7/32")},
 	})
-	f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("10.0.4.0/24")}}) // link type without a device
+	f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("10.0.4.0/24")}}) // link type without a device
 	f.apply()
 	f.wantDump("10.0.0.7/32 dev cali1 proto 80 scope link")
 }
 
 func TestBadConfig(t *testing.T) {
-	for _, cfg := range []Config{
+	for _, cfg := range []routes.Config{
 		{IPVersion: 5},
 		{IPVersion: 4, Protocol: 300},
 		{IPVersion: 4, Table: -1},
 		{IPVersion: 4, InterfacePrefixes: []string{""}},
 	} {
-		if _, err := NewWithDeps(cfg, NewFakeNetlink(), nil, nil); err == nil {
+		if _, err := routes.NewWithDeps(cfg, routestest.NewFakeNetlink(), nil, nil); err == nil {
 			t.Errorf("NewWithDeps(%+v) succeeded", cfg)
 		}
 	}
@@ -786,24 +772,24 @@ func TestBadConfig(t *testing.T) {
 
 func TestLivenessCalledDuringLongLoops(t *testing.T) {
 	calls := 0
-	f := newFixture(t, 4, func(c *Config) { c.Liveness = func() { calls++ } })
+	f := newFixture(t, 4, func(c *routes.Config) { c.Liveness = func() { calls++ } })
 	f.nl.AddLink("cali1", true)
-	var targets []Target
+	var targets []routes.Target
 	for i := range 1000 {
-		targets = append(targets, Target{CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 32)})
+		targets = append(targets, routes.Target{CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 32)})
 	}
 	f.rt.SetRoutes("cali1", targets)
 	f.apply()
-	if calls < 1000/livenessEvery {
+	if calls < 1000/routes.LivenessEvery {
 		t.Fatalf("liveness called %d times while programming 1000 routes", calls)
 	}
 }
 
 func TestOtherTable(t *testing.T) {
-	f := newFixture(t, 4, func(c *Config) { c.Table = 300 })
+	f := newFixture(t, 4, func(c *routes.Config) { c.Table = 300 })
 	cali := f.nl.AddLink("cali1", true)
 	f.addForeign(netlink.Route{Dst: ipnet("10.0.0.9/32"), LinkIndex: cali.Index, Scope: netlink.SCOPE_LINK, Protocol: 80}) // main table
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
 	f.apply()
 	f.wantDump("10.0.0.9/32 dev cali1 proto 80 scope link")
 	if got := f.nl.Dump(netlink.FAMILY_V4, 300); got != "10.0.0.1/32 dev cali1 proto 80 scope link\n" {
@@ -829,10 +815,10 @@ func TestFailureMatrix(t *testing.T) {
 				f.nl.AddLink("cali2", true)
 				f.nl.AddLink("vxlan.calico", true)
 				f.addForeign(netlink.Route{Dst: ipnet("10.0.0.9/32"), LinkIndex: c.Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_BOOT})
-				f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
-				f.rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.3/32")}})
-				f.rt.SetRoutes("vxlan.calico", []Target{{CIDR: pfx("10.1.0.0/26"), Type: TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true}})
-				f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("10.0.0.0/26"), Type: TypeBlackhole}})
+				f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
+				f.rt.SetRoutes("cali2", []routes.Target{{CIDR: pfx("10.0.0.3/32")}})
+				f.rt.SetRoutes("vxlan.calico", []routes.Target{{CIDR: pfx("10.1.0.0/26"), Type: routes.TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true}})
+				f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("10.0.0.0/26"), Type: routes.TypeBlackhole}})
 			},
 		},
 		{
@@ -840,22 +826,22 @@ func TestFailureMatrix(t *testing.T) {
 			setup: func(f *fixture) {
 				f.nl.AddLink("cali1", true)
 				f.nl.AddLink("cali2", true)
-				f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
-				f.rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.3/32")}})
-				f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("10.0.0.0/26"), Type: TypeBlackhole}})
+				f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
+				f.rt.SetRoutes("cali2", []routes.Target{{CIDR: pfx("10.0.0.3/32")}})
+				f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("10.0.0.0/26"), Type: routes.TypeBlackhole}})
 				f.apply()
 			},
 			step: func(f *fixture) {
-				f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.2/32"), MTU: 1400}, {CIDR: pfx("10.0.0.4/32"), DestMAC: mac}})
-				f.rt.SetRoutes("cali2", []Target{{CIDR: pfx("10.0.0.1/32")}})
-				f.rt.SetRoutes(InterfaceNone, []Target{{CIDR: pfx("10.0.0.0/26"), Type: TypeUnreachable}})
+				f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.2/32"), MTU: 1400}, {CIDR: pfx("10.0.0.4/32"), DestMAC: mac}})
+				f.rt.SetRoutes("cali2", []routes.Target{{CIDR: pfx("10.0.0.1/32")}})
+				f.rt.SetRoutes(routes.InterfaceNone, []routes.Target{{CIDR: pfx("10.0.0.0/26"), Type: routes.TypeUnreachable}})
 			},
 		},
 		{
 			name: "resync repairs tampering",
 			setup: func(f *fixture) {
 				f.nl.AddLink("cali1", true)
-				f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
+				f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
 				f.apply()
 			},
 			step: func(f *fixture) {
@@ -873,8 +859,8 @@ func TestFailureMatrix(t *testing.T) {
 		name: "kernel hints",
 		setup: func(f *fixture) {
 			f.nl.AddLink("cali1", true)
-			f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
-			f.rt.SetRoutes("cali3", []Target{{CIDR: pfx("10.0.0.3/32")}})
+			f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}, {CIDR: pfx("10.0.0.2/32")}})
+			f.rt.SetRoutes("cali3", []routes.Target{{CIDR: pfx("10.0.0.3/32")}})
 			f.apply()
 		},
 		step: func(f *fixture) {
@@ -934,13 +920,13 @@ func TestHoldKeepsRoutes(t *testing.T) {
 	f := newFixture(t, 4, nil)
 	cali := f.nl.AddLink("cali1", true)
 	mac := net.HardwareAddr{0xee, 0xee, 0, 0, 0, 1}
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.1/32"), DestMAC: mac}})
 	f.apply()
 	// The plugin's route of another pod address the table was never told of.
 	f.addForeign(netlink.Route{LinkIndex: cali.Index, Dst: ipnet("10.0.0.2/32"), Scope: netlink.SCOPE_LINK, Protocol: 80})
 	f.ct.AddFlow(addr("10.0.0.1"), addr("8.8.8.8"), 1234, 53)
 	f.rt.Hold("cali1", true)
-	f.rt.SetRoutes("cali1", []Target{{CIDR: pfx("10.0.0.3/32")}})
+	f.rt.SetRoutes("cali1", []routes.Target{{CIDR: pfx("10.0.0.3/32")}})
 	if got := f.flowsAfterApply(); len(got) != 1 {
 		t.Errorf("flows of a held interface's address cleaned: %v", got)
 	}

@@ -1,4 +1,4 @@
-package routes
+package routestest
 
 import (
 	"fmt"
@@ -13,11 +13,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/fakekernel"
+	"github.com/routelet/routelet/pkg/routes"
 )
 
 var (
-	_ Netlink   = (*FakeNetlink)(nil)
-	_ Conntrack = (*FakeConntrack)(nil)
+	_ routes.Netlink   = (*FakeNetlink)(nil)
+	_ routes.Conntrack = (*FakeConntrack)(nil)
 )
 
 // FakeNetlink is an in-memory kernel for tests: links, one route store keyed
@@ -37,12 +38,22 @@ var (
 // "NeighDel") for the Nth next call. It is safe for concurrent use.
 type FakeNetlink struct {
 	mu        sync.Mutex
-	links     map[int]*Link
+	links     map[int]*routes.Link
 	nextIndex int
 	routes    map[fakeRouteKey]netlink.Route
 	neighs    map[neighKey]netlink.Neigh
 	calls     fakekernel.Calls
 }
+
+// neighKey identifies a neighbour entry: the kernel keys them by device and IP.
+type neighKey struct {
+	link int
+	ip   netip.Addr
+}
+
+// v6DefaultMetric is the metric the kernel gives an IPv6 route added
+// without one.
+const v6DefaultMetric = 1024
 
 type fakeRouteKey struct {
 	family, table int
@@ -53,7 +64,7 @@ type fakeRouteKey struct {
 // NewFakeNetlink returns a fake kernel holding only "lo" (index 1, up).
 func NewFakeNetlink() *FakeNetlink {
 	f := &FakeNetlink{
-		links:     map[int]*Link{},
+		links:     map[int]*routes.Link{},
 		nextIndex: 1,
 		routes:    map[fakeRouteKey]netlink.Route{},
 		neighs:    map[neighKey]netlink.Neigh{},
@@ -63,10 +74,10 @@ func NewFakeNetlink() *FakeNetlink {
 }
 
 // AddLink creates an interface and returns it.
-func (f *FakeNetlink) AddLink(name string, up bool) Link {
+func (f *FakeNetlink) AddLink(name string, up bool) routes.Link {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l := &Link{Index: f.nextIndex, Name: name, Up: up}
+	l := &routes.Link{Index: f.nextIndex, Name: name, Up: up}
 	f.nextIndex++
 	f.links[l.Index] = l
 	return *l
@@ -75,7 +86,7 @@ func (f *FakeNetlink) AddLink(name string, up bool) Link {
 // SetLinkUp changes an interface's state; going down flushes its routes and
 // neighbours like the kernel does.
 func (f *FakeNetlink) SetLinkUp(name string, up bool) error {
-	return f.tamper(name, func(l *Link) {
+	return f.tamper(name, func(l *routes.Link) {
 		l.Up = up
 		if !up {
 			f.flushLink(l.Index)
@@ -85,20 +96,20 @@ func (f *FakeNetlink) SetLinkUp(name string, up bool) error {
 
 // RenameLink renames an interface; its index and routes stay.
 func (f *FakeNetlink) RenameLink(from, to string) error {
-	return f.tamper(from, func(l *Link) { l.Name = to })
+	return f.tamper(from, func(l *routes.Link) { l.Name = to })
 }
 
 // DelLink deletes an interface together with its routes and neighbours.
 func (f *FakeNetlink) DelLink(name string) error {
-	return f.tamper(name, func(l *Link) {
+	return f.tamper(name, func(l *routes.Link) {
 		f.flushLink(l.Index)
 		delete(f.links, l.Index)
 	})
 }
 
 // tamper runs change on the link called name, as another program would
-// (not counted as a call); ErrLinkNotFound when there is none.
-func (f *FakeNetlink) tamper(name string, change func(*Link)) error {
+// (not counted as a call); routes.ErrLinkNotFound when there is none.
+func (f *FakeNetlink) tamper(name string, change func(*routes.Link)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l, err := f.named(name)
@@ -167,16 +178,16 @@ func (f *FakeNetlink) Writes() int {
 	return f.calls.Sum("RouteReplace", "RouteAdd", "RouteDel", "NeighSet", "NeighDel")
 }
 
-// named is byName, failing with ErrLinkNotFound. Caller holds mu.
-func (f *FakeNetlink) named(name string) (*Link, error) {
+// named is byName, failing with routes.ErrLinkNotFound. Caller holds mu.
+func (f *FakeNetlink) named(name string) (*routes.Link, error) {
 	if l := f.byName(name); l != nil {
 		return l, nil
 	}
-	return nil, fmt.Errorf("fake: link %q: %w", name, ErrLinkNotFound)
+	return nil, fmt.Errorf("fake: link %q: %w", name, routes.ErrLinkNotFound)
 }
 
 // byName finds a link by name. Caller holds mu.
-func (f *FakeNetlink) byName(name string) *Link {
+func (f *FakeNetlink) byName(name string) *routes.Link {
 	for _, l := range f.links {
 		if l.Name == name {
 			return l
@@ -189,7 +200,7 @@ func (f *FakeNetlink) byName(name string) *Link {
 // does when it goes down or away. Caller holds mu.
 func (f *FakeNetlink) flushLink(index int) {
 	for k, r := range f.routes {
-		if r.LinkIndex == index && !IsNoInterfaceType(r.Type) {
+		if r.LinkIndex == index && !routes.IsNoInterfaceType(r.Type) {
 			delete(f.routes, k)
 		}
 	}
@@ -230,7 +241,7 @@ func (f *FakeNetlink) validate(r netlink.Route) (fakeRouteKey, netlink.Route, er
 	}
 	onlink := r.Flags&int(netlink.FLAG_ONLINK) != 0
 	switch {
-	case IsNoInterfaceType(r.Type):
+	case routes.IsNoInterfaceType(r.Type):
 		r.LinkIndex, r.Gw, r.Flags = 0, nil, 0
 		if family == netlink.FAMILY_V6 {
 			r.LinkIndex = 1 // the kernel reports IPv6 no-device routes on lo
@@ -300,37 +311,37 @@ func (f *FakeNetlink) list(family, table, linkIndex int) []netlink.Route {
 	return out
 }
 
-// LinkList implements Netlink.
-func (f *FakeNetlink) LinkList() ([]Link, error) {
-	return fakekernel.Get(&f.calls, &f.mu, "LinkList", func() ([]Link, error) {
-		out := make([]Link, 0, len(f.links))
+// LinkList implements routes.Netlink.
+func (f *FakeNetlink) LinkList() ([]routes.Link, error) {
+	return fakekernel.Get(&f.calls, &f.mu, "LinkList", func() ([]routes.Link, error) {
+		out := make([]routes.Link, 0, len(f.links))
 		for _, l := range f.links {
 			out = append(out, *l)
 		}
-		slices.SortFunc(out, func(a, b Link) int { return a.Index - b.Index })
+		slices.SortFunc(out, func(a, b routes.Link) int { return a.Index - b.Index })
 		return out, nil
 	})
 }
 
-// LinkByName implements Netlink.
-func (f *FakeNetlink) LinkByName(name string) (Link, error) {
-	return fakekernel.Get(&f.calls, &f.mu, "LinkByName", func() (Link, error) {
+// LinkByName implements routes.Netlink.
+func (f *FakeNetlink) LinkByName(name string) (routes.Link, error) {
+	return fakekernel.Get(&f.calls, &f.mu, "LinkByName", func() (routes.Link, error) {
 		l, err := f.named(name)
 		if err != nil {
-			return Link{}, err
+			return routes.Link{}, err
 		}
 		return *l, nil
 	})
 }
 
-// RouteList implements Netlink.
+// RouteList implements routes.Netlink.
 func (f *FakeNetlink) RouteList(family, table, linkIndex int) ([]netlink.Route, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "RouteList", func() ([]netlink.Route, error) {
 		return f.list(family, table, linkIndex), nil
 	})
 }
 
-// RouteReplace implements Netlink.
+// RouteReplace implements routes.Netlink.
 func (f *FakeNetlink) RouteReplace(r *netlink.Route) error {
 	return f.writeRoute("RouteReplace", r, false)
 }
@@ -352,10 +363,10 @@ func (f *FakeNetlink) writeRoute(call string, r *netlink.Route, exclusive bool) 
 	})
 }
 
-// oneByOne is a Netlink's RouteReplaceMany or RouteAddMany done without
+// OneByOne is a routes.Netlink's RouteReplaceMany or RouteAddMany done without
 // pipelining: write (RouteReplace, RouteAdd) for each route in order, one
-// error per route. Fakes and wrappers of the Netlink seam use it.
-func oneByOne(rs []*netlink.Route, write func(*netlink.Route) error) []error {
+// error per route. Fakes and wrappers of the routes.Netlink seam use it.
+func OneByOne(rs []*netlink.Route, write func(*netlink.Route) error) []error {
 	errs := make([]error, len(rs))
 	for i, r := range rs {
 		errs[i] = write(r)
@@ -363,25 +374,25 @@ func oneByOne(rs []*netlink.Route, write func(*netlink.Route) error) []error {
 	return errs
 }
 
-// RouteReplaceMany implements Netlink: each route counts as one
+// RouteReplaceMany implements routes.Netlink: each route counts as one
 // "RouteReplace" call (for failure injection) and one write.
 func (f *FakeNetlink) RouteReplaceMany(rs []*netlink.Route) []error {
-	return oneByOne(rs, f.RouteReplace)
+	return OneByOne(rs, f.RouteReplace)
 }
 
-// RouteAdd implements Netlink: like NLM_F_CREATE|NLM_F_EXCL, it fails with
+// RouteAdd implements routes.Netlink: like NLM_F_CREATE|NLM_F_EXCL, it fails with
 // EEXIST when any route (of any protocol, on any device) holds the key.
 func (f *FakeNetlink) RouteAdd(r *netlink.Route) error {
 	return f.writeRoute("RouteAdd", r, true)
 }
 
-// RouteAddMany implements Netlink: each route counts as one "RouteAdd" call
+// RouteAddMany implements routes.Netlink: each route counts as one "RouteAdd" call
 // (for failure injection) and one write.
 func (f *FakeNetlink) RouteAddMany(rs []*netlink.Route) []error {
-	return oneByOne(rs, f.RouteAdd)
+	return OneByOne(rs, f.RouteAdd)
 }
 
-// RouteDel implements Netlink. Like the kernel it matches the key, then every
+// RouteDel implements routes.Netlink. Like the kernel it matches the key, then every
 // attribute the request sets (device, protocol, type, gateway).
 func (f *FakeNetlink) RouteDel(r *netlink.Route) error {
 	return f.calls.Do(&f.mu, "RouteDel", func() error { return f.routeDel(r) })
@@ -422,7 +433,7 @@ func (f *FakeNetlink) routeDel(r *netlink.Route) error {
 	return fmt.Errorf("fake: delete %s: %w", dst, unix.ESRCH)
 }
 
-// NeighList implements Netlink.
+// NeighList implements routes.Netlink.
 func (f *FakeNetlink) NeighList(family int) ([]netlink.Neigh, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "NeighList", func() ([]netlink.Neigh, error) {
 		var out []netlink.Neigh
@@ -435,7 +446,7 @@ func (f *FakeNetlink) NeighList(family int) ([]netlink.Neigh, error) {
 	})
 }
 
-// NeighSet implements Netlink.
+// NeighSet implements routes.Netlink.
 func (f *FakeNetlink) NeighSet(n *netlink.Neigh) error {
 	return f.neighWrite("NeighSet", n, func(k neighKey) error {
 		if f.links[n.LinkIndex] == nil {
@@ -461,7 +472,7 @@ func (f *FakeNetlink) neighWrite(call string, n *netlink.Neigh, change func(neig
 	})
 }
 
-// NeighDel implements Netlink.
+// NeighDel implements routes.Netlink.
 func (f *FakeNetlink) NeighDel(n *netlink.Neigh) error {
 	return f.neighWrite("NeighDel", n, func(k neighKey) error {
 		if _, ok := f.neighs[k]; !ok {
@@ -490,7 +501,7 @@ func (f *FakeNetlink) neighKeyOf(n *netlink.Neigh) (neighKey, error) {
 	return neighKey{link: n.LinkIndex, ip: ip.Unmap()}, nil
 }
 
-// Close implements Netlink.
+// Close implements routes.Netlink.
 func (f *FakeNetlink) Close() error { return nil }
 
 // Dump renders the table like "ip route show" (one line per route, sorted),
@@ -511,7 +522,7 @@ func (f *FakeNetlink) format(r netlink.Route) string {
 	dst, _ := ipNetToPrefix(r.Dst)
 	var parts []string
 	if r.Type != unix.RTN_UNICAST {
-		parts = append(parts, RTMTypeName(r.Type))
+		parts = append(parts, routes.RTMTypeName(r.Type))
 	}
 	parts = append(parts, dst.String())
 	if r.Gw != nil {
@@ -640,7 +651,7 @@ func (f *FakeConntrack) HoldDumps() (release func()) {
 	return func() { close(gate) }
 }
 
-// Dump implements Conntrack.
+// Dump implements routes.Conntrack.
 func (f *FakeConntrack) Dump() ([]conntrack.Flow, error) {
 	f.mu.Lock()
 	gate := f.gate
@@ -658,7 +669,7 @@ func (f *FakeConntrack) Dump() ([]conntrack.Flow, error) {
 	return slices.Clone(f.flows), nil
 }
 
-// Delete implements Conntrack.
+// Delete implements routes.Conntrack.
 func (f *FakeConntrack) Delete(fl conntrack.Flow) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -675,5 +686,5 @@ func (f *FakeConntrack) Delete(fl conntrack.Flow) error {
 	return fmt.Errorf("fake: flow %s: %w", fl.TupleOrig, unix.ENOENT)
 }
 
-// Close implements Conntrack.
+// Close implements routes.Conntrack.
 func (f *FakeConntrack) Close() error { return nil }
