@@ -19,6 +19,8 @@ import (
 	"github.com/routelet/routelet/pkg/netguard"
 	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
+	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/routes/routestest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -34,6 +36,9 @@ type fakeDataplane struct {
 	node   netguard.Host            // the node's own links and addresses, besides the veths
 	guards map[string]podguard.Spec // host iface → its pod guard
 	owned  func(netguard.Link) bool // the owned-link rule of the last Host call
+	// drift, when set, changes the host routes InspectHost reports (the
+	// kernel's, after someone else changed them).
+	drift func(r *netlink.Route)
 }
 
 var _ dataplane = (*fakeDataplane)(nil)
@@ -85,6 +90,9 @@ func (f *fakeDataplane) InspectHost(hostIface string) (*podnet.HostView, error) 
 	for _, a := range f.routes[hostIface] {
 		// What AddHostRoutes writes (the link index is not kept).
 		k := podnet.HostRoute(a, 0, netlink.RouteProtocol(f.protos[hostIface]))
+		if f.drift != nil {
+			f.drift(&k)
+		}
 		r, _ := podnet.RouteOf(&k)
 		v.Routes = append(v.Routes, r)
 	}
@@ -408,6 +416,48 @@ func TestOverlayDevicesFromDaemonStatus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckHostRouteDrift: CHECK fails for a host route the daemon's
+// route table would not leave as it is — same destination and veth,
+// drifted in one attribute the table compares (routestest.Drifts:
+// protocol, source, MTU, IPv4 scope) — and names what the kernel has.
+func TestCheckHostRouteDrift(t *testing.T) {
+	f, out := useFake(t)
+	_, conf := unitNode(t)
+	args := &skel.CmdArgs{ContainerID: "drift", Netns: "/run/netns/pod", IfName: "eth0", StdinData: conf}
+	if err := cmdAdd(args); err != nil {
+		t.Fatal(err)
+	}
+	host := podnet.VethName("cali", "", "", "drift", "eth0")
+	check := *args
+	check.StdinData = withPrev(t, conf, out.Bytes())
+	if err := cmdCheck(&check); err != nil {
+		t.Fatalf("CHECK with the routes ADD made: %v", err)
+	}
+	addrs := f.routes[host]
+	if len(addrs) == 0 {
+		t.Fatal("ADD made no host routes")
+	}
+	for _, a := range addrs {
+		v := 4
+		if a.Is6() {
+			v = 6
+		}
+		dst := netip.PrefixFrom(a, a.BitLen())
+		for _, d := range routestest.Drifts(routes.Target{CIDR: dst}, v) {
+			f.drift = func(r *netlink.Route) {
+				if r.Dst.IP.Equal(a.AsSlice()) {
+					d.Change(r)
+				}
+			}
+			msg := fmt.Sprintf("host route %s dev %s has %s", dst, host, d.Want)
+			if err := cmdCheck(&check); err == nil || !strings.Contains(err.Error(), msg) {
+				t.Errorf("CHECK with %s drifted (%s): %v, want an error containing %q", dst, d.Name, err, msg)
+			}
+		}
+	}
+	f.drift = nil
 }
 
 // TestDelLeavesNewSandboxVeth: two sandboxes of one pod share the host veth

@@ -5,11 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/routes/routestest"
 )
 
 // TestCompareDirectPeerAndDrift: a peer routed directly over the parent
@@ -72,5 +74,74 @@ func TestCompareDirectPeerAndDrift(t *testing.T) {
 	}
 	if len(st.Devices) != 1 || st.Devices[0].Problem != "down; mtu 1400, want 1450" {
 		t.Errorf("devices = %+v", st.Devices)
+	}
+}
+
+// TestCompareCallsDriftWrong: a route the route table would not leave as
+// it is — same destination and device as the desired one, but drifted in
+// one attribute the table compares (routestest.Drifts: protocol, source,
+// MTU, IPv4 scope, gateway, onlink) — is not programmed, and the row says
+// what the kernel has; the route as the table writes it is programmed.
+func TestCompareCallsDriftWrong(t *testing.T) {
+	p := netip.MustParsePrefix
+	a := netip.MustParseAddr
+	links := map[string]Link{
+		"cali1":        {Index: 7, Name: "cali1", Kind: "veth", Up: true, MTU: 1450},
+		"vxlan.calico": {Index: 3, Name: "vxlan.calico", Kind: "vxlan", Up: true, MTU: 1450},
+	}
+	for _, c := range []struct {
+		v      int
+		iface  string
+		table  string
+		target routes.Target
+	}{
+		{4, "cali1", debugapi.TableWorkloadsV4, routes.Target{CIDR: p("10.244.1.5/32")}},
+		{6, "cali1", debugapi.TableWorkloadsV6, routes.Target{CIDR: p("fd00:244:1::5/128")}},
+		{4, "vxlan.calico", debugapi.TableOverlayV4, routes.Target{CIDR: p("10.244.2.0/24"), Type: routes.TypeGateway, Gateway: a("10.244.2.0"), OnLink: true, MTU: 1450}},
+	} {
+		spec := routes.Spec{IPVersion: c.v, Protocol: 80}
+		fam := famIndex(c.v)
+		desired := func() *Desired {
+			d := &Desired{Loop: true, IfacePrefix: "cali", Node: debugapi.Node{RouteProtocol: 80},
+				WorkloadRoutes: [2]map[string][]routes.Target{{}, {}}}
+			if c.iface == "cali1" {
+				d.WorkloadRoutes[fam][c.iface] = []routes.Target{c.target}
+			} else {
+				d.Overlay = []OverlayFamily{{Version: c.v, Routes: map[string][]routes.Target{c.iface: {c.target}}}}
+			}
+			return d
+		}
+		row := func(kr netlink.Route) debugapi.Route {
+			k := &Kernel{Links: links}
+			k.Routes[fam] = []Route{RouteOf(&kr, c.v, c.iface)}
+			for _, tb := range Compare(desired(), k, time.Now()).Tables {
+				if tb.Name != c.table {
+					continue
+				}
+				for _, r := range tb.Routes {
+					if r.Desired && r.CIDR == c.target.CIDR.String() {
+						return r
+					}
+				}
+			}
+			t.Fatalf("no desired row for %s in %s", c.target.CIDR, c.table)
+			return debugapi.Route{}
+		}
+		written := spec.Route(c.target, links[c.iface].Index)
+		if r := row(written); !r.Programmed || r.Kernel != "" {
+			t.Errorf("%s dev %s as the table writes it: %+v, want programmed", c.target.CIDR, c.iface, r)
+		}
+		for _, d := range routestest.Drifts(c.target, c.v) {
+			kr := spec.Route(c.target, links[c.iface].Index)
+			d.Change(&kr)
+			r := row(kr)
+			want := d.Want
+			if d.Disowns && c.iface == "vxlan.calico" {
+				want = "" // not routelet's on a shared device: the desired route is missing
+			}
+			if r.Programmed || r.Kernel != want {
+				t.Errorf("%s dev %s with %s: programmed %v, kernel %q; want not programmed, kernel %q", c.target.CIDR, c.iface, d.Name, r.Programmed, r.Kernel, want)
+			}
+		}
 	}
 }

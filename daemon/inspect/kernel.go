@@ -258,29 +258,34 @@ func (n *Netlink) Routes(v int) ([]Route, error) {
 			return nil, err
 		}
 	}
-	names := n.names
 	out := make([]Route, 0, len(rs))
-	for _, r := range rs {
-		var dst netip.Prefix
-		if r.Dst != nil {
-			a, _ := netip.AddrFromSlice(r.Dst.IP)
-			ones, _ := r.Dst.Mask.Size()
-			dst = netip.PrefixFrom(a.Unmap(), ones)
-		} else if v == 4 {
-			dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-		} else {
-			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-		}
-		iface := names[r.LinkIndex]
-		if routes.IsNoInterfaceType(r.Type) {
-			iface = routes.InterfaceNone
-		}
-		gw, _ := netip.AddrFromSlice(r.Gw)
-		src, _ := netip.AddrFromSlice(r.Src)
-		out = append(out, Route{Iface: iface, Dst: dst, Type: r.Type, Protocol: int(r.Protocol), Scope: r.Scope, Gateway: gw.Unmap(),
-			OnLink: r.Flags&unix.RTNH_F_ONLINK != 0, Src: src.Unmap(), MTU: r.MTU})
+	for i := range rs {
+		out = append(out, RouteOf(&rs[i], v, n.names[rs[i].LinkIndex]))
 	}
 	return out, nil
+}
+
+// RouteOf converts a route of IP version v as netlink reports it, through
+// the link called iface (routes.InterfaceNone for the no-interface types,
+// whatever iface says).
+func RouteOf(r *netlink.Route, v int, iface string) Route {
+	var dst netip.Prefix
+	if r.Dst != nil {
+		a, _ := netip.AddrFromSlice(r.Dst.IP)
+		ones, _ := r.Dst.Mask.Size()
+		dst = netip.PrefixFrom(a.Unmap(), ones)
+	} else if v == 4 {
+		dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	} else {
+		dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	}
+	if routes.IsNoInterfaceType(r.Type) {
+		iface = routes.InterfaceNone
+	}
+	gw, _ := netip.AddrFromSlice(r.Gw)
+	src, _ := netip.AddrFromSlice(r.Src)
+	return Route{Iface: iface, Dst: dst, Type: r.Type, Protocol: int(r.Protocol), Scope: r.Scope, Gateway: gw.Unmap(),
+		OnLink: r.Flags&unix.RTNH_F_ONLINK != 0, Src: src.Unmap(), MTU: r.MTU}
 }
 
 // Neighs implements Reader.

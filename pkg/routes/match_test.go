@@ -1,7 +1,7 @@
 package routes_test
 
 import (
-	"net"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -9,74 +9,70 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/pkg/routes"
+	"github.com/routelet/routelet/pkg/routes/routestest"
 )
 
-// drift is a kernel route changed by someone else under the key of a
-// route the RouteTable programmed: same destination and device.
-type drift struct {
-	name   string
-	iface  string
-	target routes.Target
-	change func(r *netlink.Route)
-	want   string // Mismatch of the changed route
-}
-
-// drifts are the changes TestMismatchIsWhatTheTableRewrites shows the
-// RouteTable rewriting, one per attribute Mismatch compares.
-func drifts() []drift {
-	host := routes.Target{CIDR: pfx("10.0.0.1/32")}
-	gw := routes.Target{CIDR: pfx("10.1.0.0/26"), Type: routes.TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true}
-	return []drift{
-		{"host route scope global", "cali1", host, func(r *netlink.Route) { r.Scope = netlink.SCOPE_UNIVERSE }, "scope global"},
-		{"host route with a source", "cali1", host, func(r *netlink.Route) { r.Src = net.ParseIP("192.168.0.9") }, "src 192.168.0.9"},
-		{"host route with an MTU", "cali1", host, func(r *netlink.Route) { r.MTU = 1400 }, "mtu 1400"},
-		{"host route of another protocol", "cali1", host, func(r *netlink.Route) { r.Protocol = unix.RTPROT_STATIC }, "proto 4"},
-		{"overlay route without onlink", "vxlan.calico", gw, func(r *netlink.Route) { r.Flags = 0 }, "no onlink"},
-		{"overlay route via another gateway", "vxlan.calico", gw, func(r *netlink.Route) { r.Gw = net.ParseIP("10.1.0.9") }, "via 10.1.0.9"},
-		{"overlay route with a source", "vxlan.calico", gw, func(r *netlink.Route) { r.Src = net.ParseIP("192.168.0.9") }, "src 192.168.0.9"},
-	}
-}
-
-// TestMismatchIsWhatTheTableRewrites: the route Spec.Route builds, as the
-// RouteTable programs it, satisfies its target (Mismatch ""); each drift
-// makes Mismatch name the attribute, and a resync rewrites exactly those
-// routes back to what Mismatch accepts.
+// TestMismatchIsWhatTheTableRewrites: the route the RouteTable programs
+// for a target (a pod's host route of each family, an overlay route
+// onlink, a direct route) satisfies it (Spec.Mismatch ""); after each
+// drift (routestest.Drifts) Mismatch names the attribute, and a resync
+// rewrites the route back to one Mismatch accepts (or, for a route of
+// another protocol on a shared device, reports the conflict).
 func TestMismatchIsWhatTheTableRewrites(t *testing.T) {
-	spec := routes.Spec{IPVersion: 4, Protocol: routes.DefaultProtocol}
-	for _, d := range drifts() {
-		t.Run(d.name, func(t *testing.T) {
-			f := newFixture(t, 4, nil)
-			l := f.nl.AddLink(d.iface, true)
-			if d.target.Type == routes.TypeGateway {
-				// A connected route covers the gateway, as an address on
-				// the device makes one: the route is valid without onlink.
-				f.addForeign(netlink.Route{Dst: ipnet("10.1.0.0/24"), LinkIndex: l.Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_KERNEL})
-			}
-			f.rt.SetRoutes(d.iface, []routes.Target{d.target})
-			f.apply()
-			r := f.route(d.target.CIDR)
-			if m := spec.Mismatch(&r, d.target); m != "" {
-				t.Fatalf("programmed route %s: Mismatch = %q, want \"\"", f.dump(), m)
-			}
-			d.change(&r)
-			if err := f.nl.RouteReplace(&r); err != nil {
-				t.Fatal(err)
-			}
-			r = f.route(d.target.CIDR)
-			if m := spec.Mismatch(&r, d.target); m != d.want {
-				t.Errorf("changed route: Mismatch = %q, want %q", m, d.want)
-			}
-			before := f.rt.Stats().Writes
-			f.rt.QueueResync()
-			f.apply()
-			if f.rt.Stats().Writes == before {
-				t.Errorf("the resync left the changed route alone: %s", f.dump())
-			}
-			r = f.route(d.target.CIDR)
-			if m := spec.Mismatch(&r, d.target); m != "" {
-				t.Errorf("after the resync: %s: Mismatch = %q", f.dump(), m)
-			}
-		})
+	for _, c := range []struct {
+		name   string
+		v      int
+		iface  string
+		target routes.Target
+	}{
+		{"IPv4 host route", 4, "cali1", routes.Target{CIDR: pfx("10.0.0.1/32")}},
+		{"IPv6 host route", 6, "cali1", routes.Target{CIDR: pfx("fd00::1/128")}},
+		{"overlay route", 4, "vxlan.calico", routes.Target{CIDR: pfx("10.1.0.0/26"), Type: routes.TypeGateway, Gateway: addr("10.1.0.0"), OnLink: true, MTU: 1450}},
+		{"direct route", 4, "vxlan.calico", routes.Target{CIDR: pfx("10.2.0.0/26"), Type: routes.TypeGateway, Gateway: addr("10.1.0.2")}},
+	} {
+		spec := routes.Spec{IPVersion: c.v, Protocol: routes.DefaultProtocol}
+		for _, d := range routestest.Drifts(c.target, c.v) {
+			t.Run(c.name+" "+d.Name, func(t *testing.T) {
+				f := newFixture(t, c.v, nil)
+				l := f.nl.AddLink(c.iface, true)
+				if c.target.Type == routes.TypeGateway {
+					// A connected route covers the gateways, as an address
+					// on the device makes one: valid without onlink.
+					f.addForeign(netlink.Route{Dst: ipnet("10.1.0.0/24"), LinkIndex: l.Index, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_KERNEL})
+				}
+				f.rt.SetRoutes(c.iface, []routes.Target{c.target})
+				f.apply()
+				r := f.route(c.target.CIDR)
+				if m := spec.Mismatch(&r, c.target); m != "" {
+					t.Fatalf("programmed route %s: Mismatch = %q, want \"\"", f.dump(), m)
+				}
+				d.Change(&r)
+				if err := f.nl.RouteReplace(&r); err != nil {
+					t.Fatal(err)
+				}
+				r = f.route(c.target.CIDR)
+				if m := spec.Mismatch(&r, c.target); m != d.Want {
+					t.Errorf("changed route: Mismatch = %q, want %q", m, d.Want)
+				}
+				before := f.rt.Stats().Writes
+				f.rt.QueueResync()
+				if d.Disowns && c.iface == "vxlan.calico" {
+					// A shared device: the route is someone else's now.
+					if err := f.rt.Apply(); !errors.Is(err, routes.ErrForeignRoute) {
+						t.Errorf("Apply = %v, want ErrForeignRoute", err)
+					}
+					return
+				}
+				f.apply()
+				if f.rt.Stats().Writes == before {
+					t.Errorf("the resync left the changed route alone: %s", f.dump())
+				}
+				r = f.route(c.target.CIDR)
+				if m := spec.Mismatch(&r, c.target); m != "" {
+					t.Errorf("after the resync: %s: Mismatch = %q", f.dump(), m)
+				}
+			})
+		}
 	}
 }
 
