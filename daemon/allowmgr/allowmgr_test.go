@@ -15,8 +15,8 @@ import (
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/internal/netiptest"
-	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/allowlist"
+	"github.com/routelet/routelet/pkg/ipset/ipsettest"
 	"github.com/routelet/routelet/pkg/ipset/rules"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
@@ -31,14 +31,14 @@ var pfx = netiptest.Prefixes
 
 // fixture is a Manager over the real allowlist on fake kernels.
 type fixture struct {
-	k      *ipset.Fake
+	k      *ipsettest.Fake
 	v4, v6 *rules.FakeTable
 	m      *Manager
 }
 
 func newFixture(t *testing.T, opts Options) *fixture {
 	t.Helper()
-	f := &fixture{k: ipset.NewFake(), v4: rules.NewFakeTable(), v6: rules.NewFakeTable()}
+	f := &fixture{k: ipsettest.NewFake(), v4: rules.NewFakeTable(), v6: rules.NewFakeTable()}
 	var err error
 	f.m, err = New(allowlist.New(f.k, f.v4, f.v6, quiet), opts, quiet)
 	if err != nil {
@@ -234,7 +234,7 @@ func TestCheck(t *testing.T) {
 
 // TestBadRules: an invalid rule configuration is refused by New.
 func TestBadRules(t *testing.T) {
-	_, err := New(allowlist.New(ipset.NewFake(), rules.NewFakeTable(), nil, quiet),
+	_, err := New(allowlist.New(ipsettest.NewFake(), rules.NewFakeTable(), nil, quiet),
 		Options{Rules: rules.Config{VXLAN: true, VXLANPort: 70000}}, quiet)
 	if err == nil || !strings.Contains(err.Error(), "70000") {
 		t.Errorf("New with VXLAN port 70000: err %v", err)

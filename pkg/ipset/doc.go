@@ -19,6 +19,6 @@
 //
 // The kernel is reached through the narrow [Kernel] interface: [NewNetlink]
 // is the real one (its own minimal ipset netlink codec on top of
-// vishvananda/netlink's nl package), [Fake] an in-memory one with failure
-// injection for tests.
+// vishvananda/netlink's nl package), ipsettest.Fake an in-memory one with
+// failure injection for tests.
 package ipset

@@ -396,3 +396,10 @@ func Cleanup(k Kernel, log *slog.Logger) error {
 	}
 	return errors.Join(errs...)
 }
+
+// sortedPrefixes returns the keys of m in a stable order.
+func sortedPrefixes[V any](m map[netip.Prefix]V) []netip.Prefix {
+	out := slices.Collect(maps.Keys(m))
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Compare(b) })
+	return out
+}

@@ -1,4 +1,4 @@
-package ipset
+package ipset_test
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/routelet/routelet/internal/netiptest"
+	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/ipsettest"
 )
 
 // quiet discards the logs of the code under test.
@@ -21,7 +23,7 @@ var quiet = slog.New(slog.DiscardHandler)
 var pfx = netiptest.Prefixes
 
 // wantSnapshot fails unless the fake holds exactly want (name → members).
-func wantSnapshot(t *testing.T, f *Fake, want map[string][]netip.Prefix) {
+func wantSnapshot(t *testing.T, f *ipsettest.Fake, want map[string][]netip.Prefix) {
 	t.Helper()
 	got := f.Snapshot()
 	for _, m := range want {
@@ -33,12 +35,12 @@ func wantSnapshot(t *testing.T, f *Fake, want map[string][]netip.Prefix) {
 }
 
 func TestSetsCreateThenApplyByDifference(t *testing.T) {
-	f := NewFake()
-	s := NewSets(f, quiet)
-	if err := s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.2/32", "198.51.100.0/24")); err != nil {
+	f := ipsettest.NewFake()
+	s := ipset.NewSets(f, quiet)
+	if err := s.Set(ipset.VXLANPeers, ipset.IPv4, pfx("192.0.2.1/32", "192.0.2.2/32", "198.51.100.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Set(Name(VXLANPeers, IPv6), IPv6, pfx("2001:db8::1/128")); err != nil {
+	if err := s.Set(ipset.Name(ipset.VXLANPeers, ipset.IPv6), ipset.IPv6, pfx("2001:db8::1/128")); err != nil {
 		t.Fatal(err)
 	}
 	if f.Writes() != 0 {
@@ -57,7 +59,7 @@ func TestSetsCreateThenApplyByDifference(t *testing.T) {
 
 	// One member changed: one add, one del, no read, no rewrite.
 	f.ResetCalls()
-	if err := s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.3/32", "198.51.100.0/24")); err != nil {
+	if err := s.Set(ipset.VXLANPeers, ipset.IPv4, pfx("192.0.2.1/32", "192.0.2.3/32", "198.51.100.0/24")); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Apply(); err != nil {
@@ -74,7 +76,7 @@ func TestSetsCreateThenApplyByDifference(t *testing.T) {
 
 	// No change: the same members again, then Apply: no call at all.
 	f.ResetCalls()
-	if err := s.Set(VXLANPeers, IPv4, pfx("198.51.100.7/24", "192.0.2.3/32", "192.0.2.1/32")); err != nil {
+	if err := s.Set(ipset.VXLANPeers, ipset.IPv4, pfx("198.51.100.7/24", "192.0.2.3/32", "192.0.2.1/32")); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Apply(); err != nil {
@@ -93,20 +95,20 @@ func TestSetsCreateThenApplyByDifference(t *testing.T) {
 }
 
 func TestSetsValidation(t *testing.T) {
-	s := NewSets(NewFake(), quiet)
+	s := ipset.NewSets(ipsettest.NewFake(), quiet)
 	for _, tc := range []struct {
 		name    string
-		family  Family
+		family  ipset.Family
 		members []netip.Prefix
 		inErr   string
 	}{
-		{"kube-peers", IPv4, nil, `"kube-peers"`},
-		{"routelet-a-very-long-name-beyond", IPv4, nil, "longer than"},
-		{"routelet-x", Family(7), nil, "unknown family 7"},
-		{"routelet-x", IPv4, pfx("2001:db8::/64"), "2001:db8::/64 is not an inet prefix"},
-		{"routelet-x", IPv6, pfx("10.0.0.0/8"), "10.0.0.0/8 is not an inet6 prefix"},
-		{"routelet-x", IPv4, pfx("0.0.0.0/0"), "0.0.0.0/0"},
-		{"routelet-x", IPv4, []netip.Prefix{{}}, "invalid member"},
+		{"kube-peers", ipset.IPv4, nil, `"kube-peers"`},
+		{"routelet-a-very-long-name-beyond", ipset.IPv4, nil, "longer than"},
+		{"routelet-x", ipset.Family(7), nil, "unknown family 7"},
+		{"routelet-x", ipset.IPv4, pfx("2001:db8::/64"), "2001:db8::/64 is not an inet prefix"},
+		{"routelet-x", ipset.IPv6, pfx("10.0.0.0/8"), "10.0.0.0/8 is not an inet6 prefix"},
+		{"routelet-x", ipset.IPv4, pfx("0.0.0.0/0"), "0.0.0.0/0"},
+		{"routelet-x", ipset.IPv4, []netip.Prefix{{}}, "invalid member"},
 	} {
 		err := s.Set(tc.name, tc.family, tc.members)
 		if err == nil || !strings.Contains(err.Error(), tc.inErr) {
@@ -117,7 +119,7 @@ func TestSetsValidation(t *testing.T) {
 		t.Fatal("rejected Set calls marked something dirty")
 	}
 	// Host bits are cleared.
-	if err := s.Set("routelet-x", IPv4, pfx("10.1.2.3/16")); err != nil {
+	if err := s.Set("routelet-x", ipset.IPv4, pfx("10.1.2.3/16")); err != nil {
 		t.Fatal(err)
 	}
 	if m, _ := s.Members("routelet-x"); !slices.Equal(m, pfx("10.1.0.0/16")) {
@@ -126,15 +128,15 @@ func TestSetsValidation(t *testing.T) {
 }
 
 func TestSetsLargeDifferenceSwapsAtomically(t *testing.T) {
-	f := NewFake()
+	f := ipsettest.NewFake()
 	old := make([]netip.Prefix, 100)
 	for i := range old {
 		old[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 32)
 	}
-	f.Put(Pools, "", IPv4, old...)
-	f.SetReferenced(Pools, true) // a rule uses it: swapping is fine, destroying is not
-	s := NewSets(f, quiet)
-	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16", "10.245.0.0/16")); err != nil {
+	f.Put(ipset.Pools, "", ipset.IPv4, old...)
+	f.SetReferenced(ipset.Pools, true) // a rule uses it: swapping is fine, destroying is not
+	s := ipset.NewSets(f, quiet)
+	if err := s.Set(ipset.Pools, ipset.IPv4, pfx("10.244.0.0/16", "10.245.0.0/16")); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Apply(); err != nil {
@@ -143,88 +145,88 @@ func TestSetsLargeDifferenceSwapsAtomically(t *testing.T) {
 	if f.Calls("swap") != 1 || f.Calls("del") != 0 {
 		t.Fatalf("large difference: swaps=%d dels=%d; want 1 swap and no member deletes", f.Calls("swap"), f.Calls("del"))
 	}
-	wantSnapshot(t, f, map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16", "10.245.0.0/16")})
+	wantSnapshot(t, f, map[string][]netip.Prefix{ipset.Pools: pfx("10.244.0.0/16", "10.245.0.0/16")})
 }
 
 func TestSetsWrongTypeOrFamilyReplaced(t *testing.T) {
-	f := NewFake()
-	f.Put(Pools, "hash:ip", IPv4, pfx("10.0.0.1/32")...)
-	f.Put(Name(Pools, IPv6), "", IPv4, pfx("10.0.0.2/32")...) // v4 set under the v6 name
-	s := NewSets(f, quiet)
-	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16")); err != nil {
+	f := ipsettest.NewFake()
+	f.Put(ipset.Pools, "hash:ip", ipset.IPv4, pfx("10.0.0.1/32")...)
+	f.Put(ipset.Name(ipset.Pools, ipset.IPv6), "", ipset.IPv4, pfx("10.0.0.2/32")...) // v4 set under the v6 name
+	s := ipset.NewSets(f, quiet)
+	if err := s.Set(ipset.Pools, ipset.IPv4, pfx("10.244.0.0/16")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Set(Name(Pools, IPv6), IPv6, pfx("fd00::/48")); err != nil {
+	if err := s.Set(ipset.Name(ipset.Pools, ipset.IPv6), ipset.IPv6, pfx("fd00::/48")); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	wantSnapshot(t, f, map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16"), Pools + V6Suffix: pfx("fd00::/48")})
-	info, _ := f.List(Pools)
-	if info.Type != HashNet {
-		t.Fatalf("type = %q, want %q", info.Type, HashNet)
+	wantSnapshot(t, f, map[string][]netip.Prefix{ipset.Pools: pfx("10.244.0.0/16"), ipset.Pools + ipset.V6Suffix: pfx("fd00::/48")})
+	info, _ := f.List(ipset.Pools)
+	if info.Type != ipset.HashNet {
+		t.Fatalf("type = %q, want %q", info.Type, ipset.HashNet)
 	}
 
 	// A wrong-family set a rule still uses cannot be replaced: the error
 	// says why and the set stays dirty.
-	f = NewFake()
-	f.Put(Pools, "", IPv6)
-	f.SetReferenced(Pools, true)
-	s = NewSets(f, quiet)
-	if err := s.Set(Pools, IPv4, pfx("10.244.0.0/16")); err != nil {
+	f = ipsettest.NewFake()
+	f.Put(ipset.Pools, "", ipset.IPv6)
+	f.SetReferenced(ipset.Pools, true)
+	s = ipset.NewSets(f, quiet)
+	if err := s.Set(ipset.Pools, ipset.IPv4, pfx("10.244.0.0/16")); err != nil {
 		t.Fatal(err)
 	}
 	err := s.Apply()
-	if !errors.Is(err, ErrReferenced) || !strings.Contains(err.Error(), "cannot be replaced") {
+	if !errors.Is(err, ipset.ErrReferenced) || !strings.Contains(err.Error(), "cannot be replaced") {
 		t.Fatalf("Apply err = %v, want ErrReferenced explaining the set cannot be replaced", err)
 	}
 	if !s.Dirty() {
 		t.Fatal("failed set not left dirty")
 	}
-	f.SetReferenced(Pools, false)
+	f.SetReferenced(ipset.Pools, false)
 	if err := s.Apply(); err != nil {
 		t.Fatalf("retry after the rule is gone: %v", err)
 	}
-	wantSnapshot(t, f, map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16")})
+	wantSnapshot(t, f, map[string][]netip.Prefix{ipset.Pools: pfx("10.244.0.0/16")})
 }
 
 // scenario prepares a fake kernel and a Sets with a desired state that takes
 // several kernel calls of every kind to reach.
 type scenario struct {
 	name  string
-	setup func(f *Fake, s *Sets)
+	setup func(f *ipsettest.Fake, s *ipset.Sets)
 	want  map[string][]netip.Prefix
 }
 
 var scenarios = []scenario{
 	{
 		name: "create",
-		setup: func(f *Fake, s *Sets) {
-			_ = s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.2/32"))
-			_ = s.Set(Name(VXLANPeers, IPv6), IPv6, pfx("2001:db8::1/128"))
+		setup: func(f *ipsettest.Fake, s *ipset.Sets) {
+			_ = s.Set(ipset.VXLANPeers, ipset.IPv4, pfx("192.0.2.1/32", "192.0.2.2/32"))
+			_ = s.Set(ipset.Name(ipset.VXLANPeers, ipset.IPv6), ipset.IPv6, pfx("2001:db8::1/128"))
 		},
-		want: map[string][]netip.Prefix{VXLANPeers: pfx("192.0.2.1/32", "192.0.2.2/32"), VXLANPeers + V6Suffix: pfx("2001:db8::1/128")},
+		want: map[string][]netip.Prefix{ipset.VXLANPeers: pfx("192.0.2.1/32", "192.0.2.2/32"), ipset.VXLANPeers + ipset.V6Suffix: pfx("2001:db8::1/128")},
 	},
 	{
 		name: "diff",
-		setup: func(f *Fake, s *Sets) {
-			f.Put(IPIPPeers, "", IPv4, pfx("192.0.2.1/32", "192.0.2.9/32", "192.0.2.10/32")...)
-			_ = s.Set(IPIPPeers, IPv4, pfx("192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32"))
+		setup: func(f *ipsettest.Fake, s *ipset.Sets) {
+			f.Put(ipset.IPIPPeers, "", ipset.IPv4, pfx("192.0.2.1/32", "192.0.2.9/32", "192.0.2.10/32")...)
+			_ = s.Set(ipset.IPIPPeers, ipset.IPv4, pfx("192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32"))
 		},
-		want: map[string][]netip.Prefix{IPIPPeers: pfx("192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32")},
+		want: map[string][]netip.Prefix{ipset.IPIPPeers: pfx("192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32")},
 	},
 	{
 		name: "wrong-type-and-removed",
-		setup: func(f *Fake, s *Sets) {
-			f.Put(Pools, "hash:ip", IPv4, pfx("10.0.0.1/32")...)
-			f.Put(IPIPPeers, "", IPv4, pfx("10.0.0.1/32")...)
-			f.Put("other-set", "", IPv4, pfx("10.0.0.1/32")...)
-			_ = s.Set(Pools, IPv4, pfx("10.244.0.0/16", "10.245.0.0/16"))
-			_ = s.Set(IPIPPeers, IPv4, nil)
-			s.Remove(IPIPPeers)
+		setup: func(f *ipsettest.Fake, s *ipset.Sets) {
+			f.Put(ipset.Pools, "hash:ip", ipset.IPv4, pfx("10.0.0.1/32")...)
+			f.Put(ipset.IPIPPeers, "", ipset.IPv4, pfx("10.0.0.1/32")...)
+			f.Put("other-set", "", ipset.IPv4, pfx("10.0.0.1/32")...)
+			_ = s.Set(ipset.Pools, ipset.IPv4, pfx("10.244.0.0/16", "10.245.0.0/16"))
+			_ = s.Set(ipset.IPIPPeers, ipset.IPv4, nil)
+			s.Remove(ipset.IPIPPeers)
 		},
-		want: map[string][]netip.Prefix{Pools: pfx("10.244.0.0/16", "10.245.0.0/16"), "other-set": pfx("10.0.0.1/32")},
+		want: map[string][]netip.Prefix{ipset.Pools: pfx("10.244.0.0/16", "10.245.0.0/16"), "other-set": pfx("10.0.0.1/32")},
 	},
 }
 
@@ -234,8 +236,8 @@ var scenarios = []scenario{
 func TestSetsFailureMatrixConverges(t *testing.T) {
 	for _, sc := range scenarios {
 		// Count the calls a clean run makes.
-		f := NewFake()
-		s := NewSets(f, quiet)
+		f := ipsettest.NewFake()
+		s := ipset.NewSets(f, quiet)
 		sc.setup(f, s)
 		f.ResetCalls()
 		if err := s.Apply(); err != nil {
@@ -246,8 +248,8 @@ func TestSetsFailureMatrixConverges(t *testing.T) {
 
 		for i := 1; i <= total; i++ {
 			t.Run(fmt.Sprintf("%s/fail-call-%d", sc.name, i), func(t *testing.T) {
-				f := NewFake()
-				s := NewSets(f, quiet)
+				f := ipsettest.NewFake()
+				s := ipset.NewSets(f, quiet)
 				sc.setup(f, s)
 				n := 0
 				var failedOp string
@@ -279,10 +281,10 @@ func TestSetsFailureMatrixConverges(t *testing.T) {
 }
 
 func TestSetsCheckRepairsDrift(t *testing.T) {
-	f := NewFake()
-	s := NewSets(f, quiet)
+	f := ipsettest.NewFake()
+	s := ipset.NewSets(f, quiet)
 	want := pfx("192.0.2.1/32", "192.0.2.2/32")
-	if err := s.Set(VXLANPeers, IPv4, want); err != nil {
+	if err := s.Set(ipset.VXLANPeers, ipset.IPv4, want); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Apply(); err != nil {
@@ -292,38 +294,38 @@ func TestSetsCheckRepairsDrift(t *testing.T) {
 		name string
 		do   func()
 	}{
-		{"member deleted", func() { _ = f.Del(VXLANPeers, want[0]) }},
-		{"foreign member added", func() { _ = f.Add(VXLANPeers, netip.MustParsePrefix("203.0.113.66/32")) }},
-		{"set destroyed", func() { _ = f.Destroy(VXLANPeers) }},
-		{"set replaced by another type", func() { f.Put(VXLANPeers, "hash:ip", IPv4, want...) }},
+		{"member deleted", func() { _ = f.Del(ipset.VXLANPeers, want[0]) }},
+		{"foreign member added", func() { _ = f.Add(ipset.VXLANPeers, netip.MustParsePrefix("203.0.113.66/32")) }},
+		{"set destroyed", func() { _ = f.Destroy(ipset.VXLANPeers) }},
+		{"set replaced by another type", func() { f.Put(ipset.VXLANPeers, "hash:ip", ipset.IPv4, want...) }},
 	} {
 		tamper.do()
 		n, err := s.Check()
 		if err != nil || n != 1 {
 			t.Fatalf("%s: Check = %d, %v; want 1 drifted set repaired", tamper.name, n, err)
 		}
-		wantSnapshot(t, f, map[string][]netip.Prefix{VXLANPeers: want})
+		wantSnapshot(t, f, map[string][]netip.Prefix{ipset.VXLANPeers: want})
 	}
 }
 
 func TestSetsRemoveAndCleanup(t *testing.T) {
-	f := NewFake()
-	f.Put("kube-something", "", IPv4, pfx("10.0.0.1/32")...)
-	f.Put(Pools+TmpSuffix, "", IPv4) // left by a crash mid-rewrite
-	s := NewSets(f, quiet)
-	_ = s.Set(Pools, IPv4, pfx("10.244.0.0/16"))
-	_ = s.Set(VXLANPeers, IPv4, pfx("192.0.2.1/32"))
+	f := ipsettest.NewFake()
+	f.Put("kube-something", "", ipset.IPv4, pfx("10.0.0.1/32")...)
+	f.Put(ipset.Pools+ipset.TmpSuffix, "", ipset.IPv4) // left by a crash mid-rewrite
+	s := ipset.NewSets(f, quiet)
+	_ = s.Set(ipset.Pools, ipset.IPv4, pfx("10.244.0.0/16"))
+	_ = s.Set(ipset.VXLANPeers, ipset.IPv4, pfx("192.0.2.1/32"))
 	if err := s.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	s.Remove(VXLANPeers)
+	s.Remove(ipset.VXLANPeers)
 	if err := s.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.List(VXLANPeers); !errors.Is(err, ErrNotExist) {
+	if _, err := f.List(ipset.VXLANPeers); !errors.Is(err, ipset.ErrNotExist) {
 		t.Fatalf("removed set still present (err %v)", err)
 	}
-	if err := Cleanup(f, quiet); err != nil {
+	if err := ipset.Cleanup(f, quiet); err != nil {
 		t.Fatal(err)
 	}
 	wantSnapshot(t, f, map[string][]netip.Prefix{"kube-something": pfx("10.0.0.1/32")})
@@ -355,10 +357,10 @@ func TestSetsKeepMembersOnce(t *testing.T) {
 		{"after a change by difference", [][]netip.Prefix{members, moved}, false},
 		{"after a clean check", [][]netip.Prefix{members}, true},
 	} {
-		f := NewFake()
-		s := NewSets(f, quiet)
+		f := ipsettest.NewFake()
+		s := ipset.NewSets(f, quiet)
 		for _, ps := range c.steps {
-			if err := s.Set(VXLANPeers, IPv4, ps); err != nil {
+			if err := s.Set(ipset.VXLANPeers, ipset.IPv4, ps); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Apply(); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/ipset/ipsettest"
 	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
@@ -21,7 +22,7 @@ var pfx = netiptest.Prefixes
 
 // kernelLike makes the fake ipset kernel refuse, as the real one does, to
 // destroy a set that a rule in one of the fake tables still names.
-func kernelLike(k *ipset.Fake, tables ...*rules.FakeTable) {
+func kernelLike(k *ipsettest.Fake, tables ...*rules.FakeTable) {
 	k.Inject = func(op, name string) error {
 		if op != "destroy" {
 			return nil
@@ -46,9 +47,9 @@ func kernelLike(k *ipset.Fake, tables ...*rules.FakeTable) {
 	}
 }
 
-func setup(t *testing.T) (*ipset.Fake, *rules.FakeTable, *rules.FakeTable, *Manager) {
+func setup(t *testing.T) (*ipsettest.Fake, *rules.FakeTable, *rules.FakeTable, *Manager) {
 	t.Helper()
-	k, v4, v6 := ipset.NewFake(), rules.NewFakeTable(), rules.NewFakeTable()
+	k, v4, v6 := ipsettest.NewFake(), rules.NewFakeTable(), rules.NewFakeTable()
 	kernelLike(k, v4, v6)
 	m := New(k, v4, v6, quiet)
 	if err := m.SetConfig(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true}); err != nil {
@@ -245,7 +246,7 @@ func TestManagerCleanCheckExecs(t *testing.T) {
 }
 
 func TestManagerRejectsBadInput(t *testing.T) {
-	k := ipset.NewFake()
+	k := ipsettest.NewFake()
 	m := New(k, rules.NewFakeTable(), nil, quiet)
 	if err := m.SetPools([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}); err == nil || !strings.Contains(err.Error(), "0.0.0.0/0") {
 		t.Fatalf("SetPools(/0) = %v, want an error naming it", err)

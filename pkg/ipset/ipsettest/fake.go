@@ -1,4 +1,4 @@
-package ipset
+package ipsettest
 
 import (
 	"fmt"
@@ -8,10 +8,11 @@ import (
 	"sync"
 
 	"github.com/routelet/routelet/internal/fakekernel"
+	"github.com/routelet/routelet/pkg/ipset"
 )
 
-// Fake is an in-memory Kernel for tests, here and in packages that drive
-// Sets. It mirrors the kernel's answers (ErrNotExist, ErrTypeMismatch,
+// Fake is an in-memory ipset.Kernel for tests of ipset.Sets and of the
+// packages that drive it. It mirrors the kernel's answers (ErrNotExist, ErrTypeMismatch,
 // ErrReferenced, idempotent Add/Del/Destroy), counts calls per operation and
 // can fail chosen calls.
 //
@@ -31,12 +32,12 @@ type Fake struct {
 
 type fakeSet struct {
 	typ        string
-	family     Family
+	family     ipset.Family
 	members    map[netip.Prefix]bool
 	referenced bool
 }
 
-var _ Kernel = (*Fake)(nil)
+var _ ipset.Kernel = (*Fake)(nil)
 
 // NewFake returns an empty Fake.
 func NewFake() *Fake {
@@ -55,11 +56,11 @@ func (f *Fake) ResetCalls() { f.calls.Reset() }
 
 // Put creates or replaces a set directly, as another program (or an older
 // routelet) would have left it. typ "" means hash:net.
-func (f *Fake) Put(name, typ string, family Family, members ...netip.Prefix) {
+func (f *Fake) Put(name, typ string, family ipset.Family, members ...netip.Prefix) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if typ == "" {
-		typ = HashNet
+		typ = ipset.HashNet
 	}
 	s := &fakeSet{typ: typ, family: family, members: map[netip.Prefix]bool{}}
 	for _, p := range members {
@@ -84,7 +85,7 @@ func (f *Fake) Snapshot() map[string][]netip.Prefix {
 	defer f.mu.Unlock()
 	out := map[string][]netip.Prefix{}
 	for name, s := range f.sets {
-		out[name] = sortedPrefixes(s.members)
+		out[name] = slices.SortedFunc(maps.Keys(s.members), netip.Prefix.Compare)
 	}
 	return out
 }
@@ -103,13 +104,13 @@ func (f *Fake) do(op, name string, fn func() error) error {
 }
 
 // List implements Kernel.
-func (f *Fake) List(name string) (info Info, err error) {
+func (f *Fake) List(name string) (info ipset.Info, err error) {
 	err = f.do("list", name, func() error {
 		s := f.sets[name]
 		if s == nil {
-			return fmt.Errorf("fake list %q: %w", name, ErrNotExist)
+			return fmt.Errorf("fake list %q: %w", name, ipset.ErrNotExist)
 		}
-		info = Info{Name: name, Type: s.typ, Family: s.family, Members: sortedPrefixes(s.members)}
+		info = ipset.Info{Name: name, Type: s.typ, Family: s.family, Members: slices.SortedFunc(maps.Keys(s.members), netip.Prefix.Compare)}
 		return nil
 	})
 	return info, err
@@ -125,12 +126,12 @@ func (f *Fake) ListNames() (names []string, err error) {
 }
 
 // Create implements Kernel.
-func (f *Fake) Create(name string, family Family, maxElem uint32) error {
+func (f *Fake) Create(name string, family ipset.Family, maxElem uint32) error {
 	return f.do("create", name, func() error {
 		if f.sets[name] != nil {
 			return fmt.Errorf("fake create %q: set exists", name)
 		}
-		f.sets[name] = &fakeSet{typ: HashNet, family: family, members: map[netip.Prefix]bool{}}
+		f.sets[name] = &fakeSet{typ: ipset.HashNet, family: family, members: map[netip.Prefix]bool{}}
 		return nil
 	})
 }
@@ -139,7 +140,7 @@ func (f *Fake) Create(name string, family Family, maxElem uint32) error {
 func (f *Fake) Destroy(name string) error {
 	return f.do("destroy", name, func() error {
 		if s := f.sets[name]; s != nil && s.referenced {
-			return fmt.Errorf("fake destroy %q: %w", name, ErrReferenced)
+			return fmt.Errorf("fake destroy %q: %w", name, ipset.ErrReferenced)
 		}
 		delete(f.sets, name)
 		return nil
@@ -160,9 +161,9 @@ func (f *Fake) member(op, name string, p netip.Prefix, add bool) error {
 	return f.do(op, name, func() error {
 		s := f.sets[name]
 		if s == nil {
-			return fmt.Errorf("fake %s %s %q: %w", op, p, name, ErrNotExist)
+			return fmt.Errorf("fake %s %s %q: %w", op, p, name, ipset.ErrNotExist)
 		}
-		if p.Addr().Is4() != (s.family == IPv4) {
+		if p.Addr().Is4() != (s.family == ipset.IPv4) {
 			return fmt.Errorf("fake %s %s %q: wrong family for a %s set", op, p, name, s.family)
 		}
 		if add {
@@ -179,10 +180,10 @@ func (f *Fake) Swap(a, b string) error {
 	return f.do("swap", a, func() error {
 		sa, sb := f.sets[a], f.sets[b]
 		if sa == nil || sb == nil {
-			return fmt.Errorf("fake swap %q %q: %w", a, b, ErrNotExist)
+			return fmt.Errorf("fake swap %q %q: %w", a, b, ipset.ErrNotExist)
 		}
 		if sa.typ != sb.typ || sa.family != sb.family {
-			return fmt.Errorf("fake swap %q %q: %w", a, b, ErrTypeMismatch)
+			return fmt.Errorf("fake swap %q %q: %w", a, b, ipset.ErrTypeMismatch)
 		}
 		// References stay with the name, contents move.
 		sa.members, sb.members = sb.members, sa.members
@@ -195,10 +196,10 @@ func (f *Fake) Rename(from, to string) error {
 	return f.do("rename", from, func() error {
 		s := f.sets[from]
 		if s == nil {
-			return fmt.Errorf("fake rename %q: %w", from, ErrNotExist)
+			return fmt.Errorf("fake rename %q: %w", from, ipset.ErrNotExist)
 		}
 		if s.referenced {
-			return fmt.Errorf("fake rename %q: %w", from, ErrReferenced)
+			return fmt.Errorf("fake rename %q: %w", from, ipset.ErrReferenced)
 		}
 		if f.sets[to] != nil {
 			return fmt.Errorf("fake rename %q %q: target exists", from, to)
@@ -207,11 +208,4 @@ func (f *Fake) Rename(from, to string) error {
 		f.sets[to] = s
 		return nil
 	})
-}
-
-// sortedPrefixes returns the keys of m in a stable order.
-func sortedPrefixes[V any](m map[netip.Prefix]V) []netip.Prefix {
-	out := slices.Collect(maps.Keys(m))
-	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Compare(b) })
-	return out
 }
