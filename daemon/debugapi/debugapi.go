@@ -191,7 +191,9 @@ type Route struct {
 	MTU  int    `json:"mtu,omitempty"`  // route MTU
 	Peer string `json:"peer,omitempty"` // the peer whose block it routes (overlay tables)
 	// Desired: the daemon wants it. Programmed: the kernel holds it as
-	// wanted (same interface, type, gateway; with routelet's protocol).
+	// wanted, on the same interface and as the route table would leave it
+	// (routes.Spec.Mismatch: type, protocol, scope, gateway, onlink,
+	// source, MTU).
 	Desired    bool `json:"desired"`
 	Programmed bool `json:"programmed"`
 	// Kernel describes what the kernel holds instead when it differs

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/routes"
@@ -302,6 +303,50 @@ func TestSetupRefusesOwnNamespace(t *testing.T) {
 			Addrs: []netip.Addr{netip.MustParseAddr("10.81.0.2")}})
 		if err == nil || !strings.Contains(err.Error(), node.Path()) {
 			t.Errorf("Setup into the node's own netns: err = %v, want refusal naming it", err)
+		}
+		return nil
+	})
+}
+
+// TestHostRoutesAsTheTableWritesThem: the host routes AddHostRoutes adds
+// read back from the kernel as the daemon's route table wants them
+// (routes.Spec.Mismatch finds nothing), under the key it writes them at
+// (main table, its metric), so the table leaves them alone.
+func TestHostRoutesAsTheTableWritesThem(t *testing.T) {
+	netnstest.SkipUnlessRoot(t, whyRoot)
+	node, pod := newNS(t), newNS(t)
+	attach(t, node, pod, "calitest00082", "10.77.0.82", "fd77::82")
+	addrs := []netip.Addr{netip.MustParseAddr("10.77.0.82"), netip.MustParseAddr("fd77::82")}
+	inNS(t, node, func() error {
+		if err := AddHostRoutes("calitest00082", addrs, routes.DefaultProtocol); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("calitest00082")
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			spec := routes.Spec{IPVersion: 4, Protocol: routes.DefaultProtocol}
+			if a.Is6() {
+				spec.IPVersion = 6
+			}
+			want := HostRoute(a, l.Attrs().Index, routes.DefaultProtocol)
+			rs, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Dst: want.Dst, Table: unix.RT_TABLE_MAIN},
+				netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+			if err != nil {
+				return err
+			}
+			if len(rs) != 1 {
+				t.Errorf("host route %s: %d routes %+v, want one", a, len(rs), rs)
+				continue
+			}
+			r := rs[0]
+			if m := spec.Mismatch(&r, routes.Target{CIDR: netip.PrefixFrom(a, a.BitLen()), Type: routes.TypeLink}); m != "" {
+				t.Errorf("host route %s: the route table would rewrite it: kernel has %s (%+v)", a, m, r)
+			}
+			if r.LinkIndex != want.LinkIndex || r.Priority != want.Priority || r.Tos != 0 {
+				t.Errorf("host route %s: dev %d metric %d tos %d, want dev %d metric %d tos 0", a, r.LinkIndex, r.Priority, r.Tos, want.LinkIndex, want.Priority)
+			}
 		}
 		return nil
 	})
