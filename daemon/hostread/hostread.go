@@ -51,7 +51,7 @@ func NewPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Pref
 // the node's addresses or connected subnets. The errors are *config.Error
 // (exit 2) naming the key, its source and the value.
 func CheckConfig(cfg *config.Config) (netguard.Host, error) {
-	for _, dev := range []string{cfg.VXLANDevice, overlay.DeviceVXLANv6, overlay.DeviceIPIP} {
+	for _, dev := range OverlayDevices(cfg).Names() {
 		if strings.HasPrefix(dev, cfg.IfacePrefix) {
 			return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix,
 				fmt.Errorf("interface prefix %q matches routelet's own overlay device %s", cfg.IfacePrefix, dev))
