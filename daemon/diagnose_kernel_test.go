@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/diagnose"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/routes"
 )
@@ -63,7 +63,7 @@ func TestDiagnoseShowsDaemonError(t *testing.T) {
 			t.Errorf("route step fact %q lacks %q", st.Fact, want)
 		}
 	}
-	if code != 1 || st.Status != diagnose.Fail || rep.Source != debugapi.SourceDaemon || rep.DaemonDown != "" {
+	if code != 1 || st.Status != diagnose.Fail || rep.Source != statusapi.SourceDaemon || rep.DaemonDown != "" {
 		t.Errorf("diagnose exit %d, route step %+v, source %q, daemonDown %q; want 1, a failed step, the daemon's endpoint",
 			code, st, rep.Source, rep.DaemonDown)
 	}
@@ -73,7 +73,7 @@ func TestDiagnoseShowsDaemonError(t *testing.T) {
 	}
 	rep, code = tn.diagnoseJSON(t)
 	if st = routeStep(rep); code != 1 || st.Status != diagnose.Fail || !strings.Contains(st.Fix, "ip route del 10.244.8.0/24") ||
-		rep.Source != debugapi.SourceOffline || !strings.Contains(rep.DaemonDown, "not running") {
+		rep.Source != statusapi.SourceOffline || !strings.Contains(rep.DaemonDown, "not running") {
 		t.Errorf("with the daemon stopped: exit %d, route step %+v, source %q, daemonDown %q", code, st, rep.Source, rep.DaemonDown)
 	}
 	out, _, _ := tn.runIn("diagnose", "--node-name=node-a", "--state-dir="+tn.stateDir, "--pod-cidr="+tn.podCIDR,

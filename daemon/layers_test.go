@@ -16,7 +16,7 @@ const modulePath = "github.com/routelet/routelet/"
 // configuration, the datastores, the default periods and the daemon's
 // internal helpers (a name ending in "/" covers what is under it).
 // Everything else under daemon/ is the loop or hangs off it (the agent
-// and its managers, overlaymgr, allowmgr, inspect, debugapi, health,
+// and its managers, overlaymgr, allowmgr, inspect, statusapi, health,
 // netwatch, nodeid, workloads, cleanup, diagnose, the command itself):
 // a package added under daemon/ is on that side until it is listed here.
 var foundation = []string{
@@ -36,13 +36,25 @@ func isFoundation(p string) bool {
 	})
 }
 
+// allowlistPkg reports whether p is one of the allowlist's packages: the
+// ipsets, the firewall chains that match on them, the object tying them.
+func allowlistPkg(p string) bool {
+	for _, dir := range []string{"pkg/ipset", "pkg/firewall", "pkg/allowlist"} {
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // layerRule says why package p may not depend on d (both modulePath-relative),
 // or "" when it may. The rules, lowest layer first:
 //
 //   - pkg/... and internal/... depend on nothing under daemon/;
-//   - pkg/defaults depends on no routelet package, and pkg/ipset/... on no
-//     pkg/ package but pkg/ipset/... and pkg/defaults (the firewall rules
-//     match on the overlay's and podnet's names; they do not import them);
+//   - pkg/defaults depends on no routelet package, and the allowlist's
+//     packages (pkg/ipset, pkg/firewall, pkg/allowlist) on no pkg/ package
+//     but each other and pkg/defaults (the firewall chains match on the
+//     overlay's and podnet's names; they do not import them);
 //   - a foundation package depends on no package under daemon/ but the
 //     foundation (config and the datastores import no manager), and
 //     daemon/datastore/... not on daemon/config (routeletd maps its
@@ -54,8 +66,8 @@ func layerRule(p, d string) string {
 		return "pkg/ and internal/ do not depend on daemon/"
 	case p == "pkg/defaults":
 		return "pkg/defaults depends on no routelet package"
-	case under(p, "pkg/ipset") && under(d, "pkg") && !under(d, "pkg/ipset") && d != "pkg/defaults":
-		return "pkg/ipset/... depends on no other pkg/ package but pkg/defaults"
+	case allowlistPkg(p) && under(d, "pkg") && !allowlistPkg(d) && d != "pkg/defaults":
+		return "the allowlist's packages depend on no other pkg/ package but pkg/defaults"
 	case isFoundation(p) && under(d, "daemon") && !isFoundation(d):
 		return p + " is below the loop: it depends on no daemon/ package outside the foundation list"
 	case under(p, "daemon/datastore") && d == "daemon/config":
@@ -91,7 +103,7 @@ func TestLayers(t *testing.T) {
 		}
 		pkgs[strings.TrimPrefix(f[0], modulePath)] = pkg{imports: own(f[1]), deps: own(f[2])}
 	}
-	for _, must := range []string{"daemon/config", "daemon/datastore/etcd", "pkg/ipset/rules", "pkg/defaults", "daemon/periods", "daemon/agent"} {
+	for _, must := range []string{"daemon/config", "daemon/datastore/etcd", "pkg/firewall", "pkg/defaults", "daemon/periods", "daemon/agent"} {
 		if _, ok := pkgs[must]; !ok {
 			t.Errorf("go list does not list %s", must)
 		}
@@ -125,10 +137,12 @@ func TestLayerRule(t *testing.T) {
 		{"pkg/routes", "internal/nlutil", true},
 		{"internal/cluster", "daemon/config", false},
 		{"pkg/overlay", "daemon/agent", false},
-		{"pkg/ipset/rules", "pkg/ipset", true},
-		{"pkg/ipset/rules", "pkg/defaults", true},
-		{"pkg/ipset/rules", "pkg/overlay", false},
-		{"pkg/ipset/rules", "pkg/podnet", false},
+		{"pkg/firewall", "pkg/ipset", true},
+		{"pkg/firewall", "pkg/defaults", true},
+		{"pkg/firewall", "pkg/overlay", false},
+		{"pkg/firewall", "pkg/podnet", false},
+		{"pkg/allowlist", "pkg/firewall", true},
+		{"pkg/ipset/ipsettest", "pkg/overlay", false},
 		{"pkg/defaults", "internal/nlutil", false},
 		{"daemon/config", "daemon/periods", true},
 		{"daemon/config", "pkg/overlay", true},

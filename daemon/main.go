@@ -48,7 +48,7 @@ import (
 	"github.com/routelet/routelet/daemon/workloads"
 	"github.com/routelet/routelet/internal/termsafe"
 	"github.com/routelet/routelet/pkg/ipam"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/podguard"
@@ -261,7 +261,7 @@ type loopParts struct {
 // *blockgrow.Grew, and the caller builds the loop again with that block
 // added. Either way it stops as on SIGTERM, leaving the dataplane as it
 // is.
-func runLoop(ctx context.Context, p loopParts, host netguard.Host, blocks []netip.Prefix) error {
+func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []netip.Prefix) error {
 	cfg, id, ds, store, status, metrics, ep, cni, log := p.cfg, p.id, p.ds, p.store, p.status, p.metrics, p.ep, p.cni, p.log
 	ctx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
@@ -410,7 +410,7 @@ func wireDatastore(ds datastore.Datastore, status *health.Status, metrics *healt
 
 // checkBlocks refuses local blocks from the datastore that overlap the
 // node's own addresses or connected subnets, as --pod-cidr is refused.
-func checkBlocks(host netguard.Host, blocks []netip.Prefix) error {
+func checkBlocks(host nodespace.Host, blocks []netip.Prefix) error {
 	for _, b := range blocks {
 		if err := host.CheckBlock(b); err != nil {
 			return fmt.Errorf("datastore: local block %s: %w", b, err)
@@ -468,7 +468,7 @@ func waitIdentity(ctx context.Context, cfg *config.Config, store *state.Store, s
 	lastErr := ""
 	for {
 		id, err := nodeid.Detect(h, cfg.NodeIP, func(l netlink.Link) bool {
-			return hostread.OwnLink(cfg)(netguard.Link{Name: l.Attrs().Name, Index: l.Attrs().Index, Type: l.Type()})
+			return hostread.OwnLink(cfg)(nodespace.Link{Name: l.Attrs().Name, Index: l.Attrs().Index, Type: l.Type()})
 		})
 		if err == nil {
 			return id, nil

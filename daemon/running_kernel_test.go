@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/diagnose"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/internal/netnstest"
 )
 
@@ -36,7 +36,7 @@ func (tn *testNode) diagnoseWith(t *testing.T, args ...string) (*diagnose.Report
 }
 
 // statusWith runs `routeletd status --output json` with args.
-func (tn *testNode) statusWith(t *testing.T, args ...string) (*debugapi.State, string) {
+func (tn *testNode) statusWith(t *testing.T, args ...string) (*statusapi.State, string) {
 	t.Helper()
 	out, errs, code := tn.runIn(append([]string{"status", "--output", "json"}, args...)...)
 	if code != 0 {
@@ -72,11 +72,11 @@ func TestDiagnoseAndStatusWithoutDaemonFlags(t *testing.T) {
 		want, wantCode, _ = tn.diagnoseWith(t, flags...)
 		return !slices.Contains(verdicts(want), diagnose.StepVTEPFDB+"/4 "+string(diagnose.Fail))
 	})
-	if !slices.Contains(verdicts(want), diagnose.StepOverlayDevice+"/4 "+string(diagnose.Pass)) || want.Source != debugapi.SourceDaemon {
+	if !slices.Contains(verdicts(want), diagnose.StepOverlayDevice+"/4 "+string(diagnose.Pass)) || want.Source != statusapi.SourceDaemon {
 		t.Fatalf("diagnose with the daemon's flags: source %q, steps %q; want the daemon's endpoint and this node's VXLAN device passing", want.Source, verdicts(want))
 	}
 	got, code, errs := tn.diagnoseWith(t)
-	if !slices.Equal(verdicts(got), verdicts(want)) || code != wantCode || got.Node != "node-z" || got.Source != debugapi.SourceDaemon {
+	if !slices.Equal(verdicts(got), verdicts(want)) || code != wantCode || got.Node != "node-z" || got.Source != statusapi.SourceDaemon {
 		t.Errorf("diagnose without flags: node %q, source %q, exit %d, steps %q; want node-z, the daemon's endpoint, exit %d, steps %q (stderr %s)",
 			got.Node, got.Source, code, verdicts(got), wantCode, verdicts(want), errs)
 	}
@@ -93,7 +93,7 @@ func TestDiagnoseAndStatusWithoutDaemonFlags(t *testing.T) {
 
 	st, _ := tn.statusWith(t, flags...)
 	bare, errs := tn.statusWith(t)
-	if bare.Source != debugapi.SourceDaemon || bare.Node.Name != "node-z" || bare.Node.Mode != "vxlan" || bare.Node.StateDir != tn.stateDir ||
+	if bare.Source != statusapi.SourceDaemon || bare.Node.Name != "node-z" || bare.Node.Mode != "vxlan" || bare.Node.StateDir != tn.stateDir ||
 		!bare.Readiness.Ready || len(bare.Peers) != len(st.Peers) || errs != "" {
 		t.Errorf("status without flags: source %s, node %+v, readiness %+v, %d peers, stderr %q; want the daemon's view as with its flags (%d peers)",
 			bare.Source, bare.Node, bare.Readiness, len(bare.Peers), errs, len(st.Peers))

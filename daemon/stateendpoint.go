@@ -12,9 +12,9 @@ import (
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore"
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/peers"
 )
 
@@ -44,7 +44,7 @@ type loop struct {
 // ctx is done; the returned function waits for the server to stop. A
 // socket that cannot be bound is logged: the daemon runs without it.
 func startStateEndpoint(ctx context.Context, ep *stateEndpoint) func() {
-	l, err := debugapi.Listen(ep.cfg.StateDir)
+	l, err := statusapi.Listen(ep.cfg.StateDir)
 	if err != nil {
 		ep.log.Error("state endpoint disabled", "err", err)
 		return func() {}
@@ -52,7 +52,7 @@ func startStateEndpoint(ctx context.Context, ep *stateEndpoint) func() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := debugapi.Serve(ctx, l, ep.state, ep.log); err != nil {
+		if err := statusapi.Serve(ctx, l, ep.state, ep.log); err != nil {
 			ep.log.Error("state endpoint stopped", "err", err)
 		}
 	}()
@@ -60,7 +60,7 @@ func startStateEndpoint(ctx context.Context, ep *stateEndpoint) func() {
 }
 
 // state builds the State for one request.
-func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
+func (ep *stateEndpoint) state(ctx context.Context) (*statusapi.State, error) {
 	var d *inspect.Desired
 	var snapErr error
 	if l := ep.loop.Load(); l != nil {
@@ -78,11 +78,11 @@ func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
 		d = &inspect.Desired{Repairs: ep.repairs.List()}
 	}
 	if snapErr != nil {
-		d.Errors = append(d.Errors, debugapi.ObjectError{Object: "endpoint",
+		d.Errors = append(d.Errors, statusapi.ObjectError{Object: "endpoint",
 			Error: fmt.Sprintf("the apply loop did not answer within %s: %v", snapshotTimeout, snapErr), Since: time.Now().UTC()})
 	}
 	ready, reason := ep.status.Ready()
-	d.Readiness = debugapi.Readiness{Ready: ready, Reason: reason, Updated: time.Now().UTC()}
+	d.Readiness = statusapi.Readiness{Ready: ready, Reason: reason, Updated: time.Now().UTC()}
 	inspect.FillNode(&d.Node, ep.cfg)
 	if d.Loop {
 		blocks := make([]netip.Prefix, 0, len(d.Node.LocalBlocks))
@@ -93,7 +93,7 @@ func (ep *stateEndpoint) state(ctx context.Context) (*debugapi.State, error) {
 		}
 		d.Blocks, _ = inspect.BlockUse(filepath.Join(ep.cfg.StateDir, "ipam"), blocks)
 	}
-	return compareKernel(d, debugapi.SourceDaemon)
+	return compareKernel(d, statusapi.SourceDaemon)
 }
 
 // desiredOf turns the loop's snapshot into the desired state the
@@ -106,7 +106,7 @@ func desiredOf(s *agent.Snapshot, repairs *inspect.RepairLog) *inspect.Desired {
 	}
 	d := &inspect.Desired{
 		Loop: true, IfacePrefix: s.IfacePrefix, LastResync: s.LastResync, Repairs: repairs.List(),
-		Node: debugapi.Node{
+		Node: statusapi.Node{
 			Name: s.NodeName, Version: s.Version, HostIPv4: s.Self.HostIPv4, HostIPv6: s.Self.HostIPv6,
 			VTEPMAC: s.Self.VTEPMAC, VTEPMACv6: s.Self.VTEPMACv6, TunnelIPv4: s.Self.TunnelIPv4, TunnelIPv6: s.Self.TunnelIPv6,
 			PodMTU: s.PodMTU, RouteProtocol: s.RouteProtocol, LocalBlocks: blocks,
@@ -118,27 +118,27 @@ func desiredOf(s *agent.Snapshot, repairs *inspect.RepairLog) *inspect.Desired {
 		d.Peers = append(d.Peers, inspect.Peer{NodeInfo: p.NodeInfo, LastChange: p.LastChange})
 	}
 	for _, e := range s.Errors {
-		d.Errors = append(d.Errors, debugapi.ObjectError{Object: e.Object, Error: e.Error, Since: e.Since})
+		d.Errors = append(d.Errors, statusapi.ObjectError{Object: e.Object, Error: e.Error, Since: e.Since})
 	}
 	return d
 }
 
 // datastoreHealth is the state document's datastore health: the loop's
 // last read of the peers and what the datastore tells of itself.
-func datastoreHealth(r agent.DatastoreRead, h datastore.Health) debugapi.DatastoreHealth {
-	out := debugapi.DatastoreHealth{
+func datastoreHealth(r agent.DatastoreRead, h datastore.Health) statusapi.DatastoreHealth {
+	out := statusapi.DatastoreHealth{
 		OK: r.OK, Error: r.Error, LastRead: r.LastRead, Records: r.Records, Valid: r.Valid, Unreadable: r.Unreadable,
 		Reachable: h.Reachable, RequestErrors: h.RequestErrors, Liveness: h.Liveness, Live: h.Live,
 	}
 	for _, bc := range h.BlockConflicts {
-		out.BlockConflicts = append(out.BlockConflicts, debugapi.BlockConflict{Block: bc.Block.String(), Key: bc.Key, Holder: bc.Holder, Since: bc.Since.UTC()})
+		out.BlockConflicts = append(out.BlockConflicts, statusapi.BlockConflict{Block: bc.Block.String(), Key: bc.Key, Holder: bc.Holder, Since: bc.Since.UTC()})
 	}
 	return out
 }
 
 // compareKernel reads the kernel (when d comes from a running loop or
 // the records) and compares; the State says where d came from.
-func compareKernel(d *inspect.Desired, source string) (*debugapi.State, error) {
+func compareKernel(d *inspect.Desired, source string) (*statusapi.State, error) {
 	k := &inspect.Kernel{}
 	if d.Loop || d.Workloads != nil || d.Peers != nil {
 		nl, err := inspect.NewNetlink()
@@ -164,7 +164,7 @@ func (r refusals) Snapshot(d *inspect.Desired) {
 	byNode := map[string][]string{}
 	for _, rf := range r.v.Refused() {
 		d.Datastore.Refused = append(d.Datastore.Refused, rf.Error())
-		d.Datastore.Refusals = append(d.Datastore.Refusals, debugapi.Refusal{Node: rf.Node, Field: rf.Field, Value: rf.Value, Reason: rf.Reason})
+		d.Datastore.Refusals = append(d.Datastore.Refusals, statusapi.Refusal{Node: rf.Node, Field: rf.Field, Value: rf.Value, Reason: rf.Reason})
 		byNode[rf.Node] = append(byNode[rf.Node], rf.Field+" "+rf.Value+" refused: "+rf.Reason)
 	}
 	for i := range d.Peers {

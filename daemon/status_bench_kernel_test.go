@@ -11,11 +11,11 @@ import (
 
 	"github.com/routelet/routelet/daemon/cli"
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 )
 
@@ -39,7 +39,7 @@ func BenchmarkStatusKernel(b *testing.B) {
 	flags := []string{"--log-level=info", "--pod-cidr=10.244.8.0/24", "--encapsulation=vxlan"}
 	d := tn.startDaemon(flags...)
 	tn.waitReady()
-	healthy := func(st *debugapi.State) bool {
+	healthy := func(st *statusapi.State) bool {
 		if len(st.Workloads) != pods || len(st.Peers) != peers {
 			return false
 		}
@@ -55,10 +55,10 @@ func BenchmarkStatusKernel(b *testing.B) {
 		}
 		return true
 	}
-	get := func() *debugapi.State {
+	get := func() *statusapi.State {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st, err := debugapi.Get(ctx, tn.stateDir)
+		st, err := statusapi.Get(ctx, tn.stateDir)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,13 +95,13 @@ func BenchmarkStatusKernel(b *testing.B) {
 			}
 			defer nl.Close()
 			c := &inspect.Counting{R: nl}
-			var st *debugapi.State
+			var st *statusapi.State
 			for b.Loop() {
 				onl, err := overlay.NewKernel()
 				if err != nil {
 					return err
 				}
-				host, err := netguard.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg))
+				host, err := nodespace.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg))
 				if err != nil {
 					return err
 				}

@@ -7,14 +7,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
 // parseState decodes status --output json.
-func parseState(out string) (*debugapi.State, error) {
-	var st debugapi.State
+func parseState(out string) (*statusapi.State, error) {
+	var st statusapi.State
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("status JSON: %w: %s", err, out)
 	}
@@ -28,7 +28,7 @@ func (tn *testNode) statusFlags(extra ...string) []string {
 }
 
 // statusJSON runs `routeletd status --output json` in the node.
-func (tn *testNode) statusJSON(extra ...string) (*debugapi.State, error) {
+func (tn *testNode) statusJSON(extra ...string) (*statusapi.State, error) {
 	out, errs, code := tn.runIn(tn.statusFlags(append(extra, "--output", "json")...)...)
 	if code != 0 {
 		return nil, fmt.Errorf("status exited %d: %s", code, errs)
@@ -47,26 +47,26 @@ func (tn *testNode) addPeerRecord() {
 }
 
 // peerOf returns the named peer's row.
-func peerOf(st *debugapi.State, name string) (debugapi.Peer, bool) {
+func peerOf(st *statusapi.State, name string) (statusapi.Peer, bool) {
 	for _, p := range st.Peers {
 		if p.Name == name {
 			return p, true
 		}
 	}
-	return debugapi.Peer{}, false
+	return statusapi.Peer{}, false
 }
 
 // healthyPeer reports whether every check towards node-b passed over the
 // overlay.
-func healthyPeer(p debugapi.Peer) bool {
-	return p.Path == debugapi.PathOverlay && p.Device == "vxlan.calico" &&
+func healthyPeer(p statusapi.Peer) bool {
+	return p.Path == statusapi.PathOverlay && p.Device == "vxlan.calico" &&
 		p.Routes.Wanted && p.Routes.Present && p.ARP.Wanted && p.ARP.Present &&
 		p.FDB.Wanted && p.FDB.Present && p.Allowlist.Wanted && p.Allowlist.Present
 }
 
 // hasRepair reports whether st lists a repair of object.
-func hasRepair(st *debugapi.State, object string) bool {
-	return slices.ContainsFunc(st.Repairs, func(r debugapi.Repair) bool { return r.Object == object })
+func hasRepair(st *statusapi.State, object string) bool {
+	return slices.ContainsFunc(st.Repairs, func(r statusapi.Repair) bool { return r.Object == object })
 }
 
 // deletePeerFDB deletes node-b's FDB entry on the VXLAN device (as
@@ -80,4 +80,4 @@ func (tn *testNode) deletePeerFDB() {
 }
 
 // repairsLastHour counts st's repairs of the last hour.
-func repairsLastHour(st *debugapi.State) int { return st.RepairsSince(time.Now().Add(-time.Hour)) }
+func repairsLastHour(st *statusapi.State) int { return st.RepairsSince(time.Now().Add(-time.Hour)) }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/internal/netnstest"
 )
 
@@ -22,11 +22,11 @@ func TestStatusDaemonRunning(t *testing.T) {
 	tn.waitReady()
 	p := tn.addPod("status-pod")
 
-	fi, err := os.Lstat(filepath.Join(tn.stateDir, debugapi.SocketName))
+	fi, err := os.Lstat(filepath.Join(tn.stateDir, statusapi.SocketName))
 	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("state socket: %v, %v; want a socket with mode 0600", fi, err)
 	}
-	var st *debugapi.State
+	var st *statusapi.State
 	netnstest.Eventually(t, netnstest.ReadyTimeout, "status showing the pod and a healthy peer", func() bool {
 		st, err = tn.statusJSON()
 		if err != nil {
@@ -36,7 +36,7 @@ func TestStatusDaemonRunning(t *testing.T) {
 		peer, _ := peerOf(st, "node-b")
 		return len(st.Workloads) == 1 && st.Workloads[0].Routes.Present && healthyPeer(peer)
 	})
-	if st.Source != debugapi.SourceDaemon || !st.Loop || !st.Readiness.Ready || st.Node.Name != "node-a" || st.Node.Mode != "vxlan" ||
+	if st.Source != statusapi.SourceDaemon || !st.Loop || !st.Readiness.Ready || st.Node.Name != "node-a" || st.Node.Mode != "vxlan" ||
 		st.Node.HostIPv4 != "192.0.2.10" || !st.Datastore.OK || st.Datastore.Valid != 1 || st.LastResync.IsZero() {
 		t.Errorf("status = source %s loop %v readiness %+v node %+v datastore %+v lastResync %v",
 			st.Source, st.Loop, st.Readiness, st.Node, st.Datastore, st.LastResync)
@@ -97,7 +97,7 @@ func TestStatusDaemonStopped(t *testing.T) {
 	if err := d.stop(t); err != nil {
 		t.Fatalf("routeletd exit: %v", err)
 	}
-	if _, err := os.Lstat(filepath.Join(tn.stateDir, debugapi.SocketName)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(filepath.Join(tn.stateDir, statusapi.SocketName)); !os.IsNotExist(err) {
 		t.Errorf("state socket left after a clean stop: %v", err)
 	}
 
@@ -106,7 +106,7 @@ func TestStatusDaemonStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	peer, _ := peerOf(st, "node-b")
-	if st.Source != debugapi.SourceOffline || st.Readiness.Ready || !strings.Contains(st.Readiness.Reason, "not running") ||
+	if st.Source != statusapi.SourceOffline || st.Readiness.Ready || !strings.Contains(st.Readiness.Reason, "not running") ||
 		len(st.Workloads) != 1 || !st.Workloads[0].Routes.Present || !healthyPeer(peer) || st.Node.HostIPv4 != "192.0.2.10" {
 		t.Fatalf("offline status = source %s readiness %+v workloads %+v peer %+v node %+v", st.Source, st.Readiness, st.Workloads, peer, st.Node)
 	}
@@ -136,11 +136,11 @@ func TestStatusDaemonStopped(t *testing.T) {
 func TestStatusNotReady(t *testing.T) {
 	tn := newTestNode(t, false)
 	tn.startDaemon()
-	var st *debugapi.State
+	var st *statusapi.State
 	netnstest.Eventually(t, netnstest.ReadyTimeout, "status from the waiting daemon", func() bool {
 		var err error
 		st, err = tn.statusJSON()
-		return err == nil && st.Source == debugapi.SourceDaemon
+		return err == nil && st.Source == statusapi.SourceDaemon
 	})
 	if st.Readiness.Ready || st.Loop || !strings.Contains(st.Readiness.Reason, "node IP") {
 		t.Errorf("status while waiting for the node IP = loop %v readiness %+v, want not ready naming the node IP", st.Loop, st.Readiness)
@@ -166,17 +166,17 @@ func TestStatusAfterKill(t *testing.T) {
 	tn.waitReady()
 	d.kill9(t)
 	<-d.proc.Done()
-	if _, err := os.Lstat(filepath.Join(tn.stateDir, debugapi.SocketName)); err != nil {
+	if _, err := os.Lstat(filepath.Join(tn.stateDir, statusapi.SocketName)); err != nil {
 		t.Fatalf("no socket left by the killed daemon: %v", err)
 	}
 	st, err := tn.statusJSON()
-	if err != nil || st.Source != debugapi.SourceOffline || !strings.Contains(st.Readiness.Reason, "not running") {
+	if err != nil || st.Source != statusapi.SourceOffline || !strings.Contains(st.Readiness.Reason, "not running") {
 		t.Fatalf("status after SIGKILL = %+v, %v; want offline, not running", st, err)
 	}
 	tn.startDaemon()
 	tn.waitReady()
 	netnstest.Eventually(t, netnstest.ReadyTimeout, "status from the new daemon", func() bool {
 		st, err := tn.statusJSON()
-		return err == nil && st.Source == debugapi.SourceDaemon && st.Readiness.Ready
+		return err == nil && st.Source == statusapi.SourceDaemon && st.Readiness.Ready
 	})
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/ipam"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -401,7 +401,7 @@ func checkRequested(want []netip.Addr, blocks []netip.Prefix, reserved []netip.A
 		if !in.IsValid() {
 			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is in none of the blocks %v", a, blocks)
 		}
-		if netguard.Reserved(in, a) {
+		if nodespace.Reserved(in, a) {
 			return cniErr(types.ErrInvalidNetworkConfig, "requested address %s is reserved in block %s", a, in)
 		}
 		if slices.Contains(reserved, a) {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 )
@@ -32,10 +32,10 @@ type dataplane interface {
 	EnsureGuard(spec podguard.Spec) error
 	ReadGuard(spec podguard.Spec) (podguard.State, error)
 	RemoveGuard(hostIface string) error
-	// Host snapshots the node namespace for the checks of pkg/netguard;
+	// Host snapshots the node namespace for the checks of pkg/nodespace;
 	// routelet's own links (those owned accepts, see ownedByRoutelet) and
 	// routes of ownProto contribute no address space.
-	Host(ownProto int, owned func(netguard.Link) bool) (netguard.Host, error)
+	Host(ownProto int, owned func(nodespace.Link) bool) (nodespace.Host, error)
 }
 
 // kernel is the real dataplane.
@@ -99,8 +99,8 @@ var guardCloses sync.WaitGroup
 // closed.
 func waitGuardCloses() { guardCloses.Wait() }
 
-func (kernel) Host(ownProto int, owned func(netguard.Link) bool) (netguard.Host, error) {
-	return netguard.ReadHost(nil, ownProto, owned)
+func (kernel) Host(ownProto int, owned func(nodespace.Link) bool) (nodespace.Host, error) {
+	return nodespace.ReadHost(nil, ownProto, owned)
 }
 
 // dp is the dataplane the commands use; unit tests swap it.

@@ -12,7 +12,7 @@ import (
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
 
 	"github.com/routelet/routelet/pkg/ipam"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -72,14 +72,14 @@ func cmdDel(args *skel.CmdArgs) error {
 
 // openForRemoval is the start DEL and GC share: the state directory opened
 // and the node's links read, the interfacePrefix checked against them.
-func openForRemoval(c *config) (*state.Store, netguard.Host, *types.Error) {
+func openForRemoval(c *config) (*state.Store, nodespace.Host, *types.Error) {
 	store, e := c.openStore()
 	if e != nil {
-		return nil, netguard.Host{}, e
+		return nil, nodespace.Host{}, e
 	}
 	host, e := guardedHost(c, routes.DefaultProtocol, daemonDevices(daemonStatus(store)))
 	if e != nil {
-		return nil, netguard.Host{}, e
+		return nil, nodespace.Host{}, e
 	}
 	return store, host, nil
 }
@@ -91,7 +91,7 @@ func openForRemoval(c *config) (*state.Store, netguard.Host, *types.Error) {
 // the new veth alone. Names derived from the container ID are checked too:
 // with a long interfacePrefix few hash digits remain, and the DEL after an
 // ADD refused for a name clash must not delete the other attachment's veth.
-func deleteHostVeth(store *state.Store, host netguard.Host, prefix, hostIf, containerID, ifName string) error {
+func deleteHostVeth(store *state.Store, host nodespace.Host, prefix, hostIf, containerID, ifName string) error {
 	if owner := claimedBy(store, hostIf, containerID, ifName); owner != nil {
 		slog.Info("host veth belongs to another attachment; leaving it", "iface", hostIf, "owner", owner.ContainerID)
 		return nil
@@ -106,7 +106,7 @@ func deleteHostVeth(store *state.Store, host netguard.Host, prefix, hostIf, cont
 // bridge, the uplink, an overlay device, a veth under another prefix) is
 // left alone with a warning, and so is its guard: the address and the
 // record are still released, so DEL and GC converge.
-func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) error {
+func removeLink(host nodespace.Host, prefix, hostIf, containerID, ifName string) error {
 	hv, err := dp.HostLink(hostIf)
 	if err != nil {
 		return fmt.Errorf("look up host veth %s: %w", hostIf, err)
@@ -114,7 +114,7 @@ func removeLink(host netguard.Host, prefix, hostIf, containerID, ifName string) 
 	if !hv.Exists {
 		return removeGuard(hostIf)
 	}
-	if why := ownerDescription(host, netguard.Link{Name: hostIf, Type: hv.Type}, prefix); why != "" {
+	if why := ownerDescription(host, nodespace.Link{Name: hostIf, Type: hv.Type}, prefix); why != "" {
 		slog.Warn("not deleting a link routelet does not own; releasing the attachment's address and record only",
 			"iface", hostIf, "reason", why, "container", containerID, "ifname", ifName)
 		return nil

@@ -16,7 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
@@ -28,14 +28,14 @@ import (
 // named in failAt.
 type fakeDataplane struct {
 	failAt string
-	veths  map[string]podnet.Spec   // host iface → what Setup made
-	routes map[string][]netip.Addr  // host iface → host routes
-	protos map[string]int           // host iface → protocol its host routes carry
-	calls  []string                 // step names in call order
-	podIfs map[string]bool          // "<netns>/<ifname>" present
-	node   netguard.Host            // the node's own links and addresses, besides the veths
-	guards map[string]podguard.Spec // host iface → its pod guard
-	owned  func(netguard.Link) bool // the owned-link rule of the last Host call
+	veths  map[string]podnet.Spec    // host iface → what Setup made
+	routes map[string][]netip.Addr   // host iface → host routes
+	protos map[string]int            // host iface → protocol its host routes carry
+	calls  []string                  // step names in call order
+	podIfs map[string]bool           // "<netns>/<ifname>" present
+	node   nodespace.Host            // the node's own links and addresses, besides the veths
+	guards map[string]podguard.Spec  // host iface → its pod guard
+	owned  func(nodespace.Link) bool // the owned-link rule of the last Host call
 	// drift, when set, changes the host routes InspectHost reports (the
 	// kernel's, after someone else changed them).
 	drift func(r *netlink.Route)
@@ -182,12 +182,12 @@ func (f *fakeDataplane) RemoveGuard(hostIface string) error {
 }
 
 // Host is f.node plus the fake's veths.
-func (f *fakeDataplane) Host(_ int, owned func(netguard.Link) bool) (netguard.Host, error) {
+func (f *fakeDataplane) Host(_ int, owned func(nodespace.Link) bool) (nodespace.Host, error) {
 	f.owned = owned
 	h := f.node
 	h.Links = slices.Clone(h.Links)
 	for name := range f.veths {
-		h.Links = append(h.Links, netguard.Link{Name: name, Type: "veth"})
+		h.Links = append(h.Links, nodespace.Link{Name: name, Type: "veth"})
 	}
 	return h, nil
 }
@@ -405,12 +405,12 @@ func TestOverlayDevicesFromDaemonStatus(t *testing.T) {
 				if f.owned == nil {
 					t.Fatalf("%s read no host", cmd.name)
 				}
-				for _, l := range []netguard.Link{{Name: tc.vxlan, Type: "vxlan"}, {Name: "vxlan-v6.calico", Type: "vxlan"}, {Name: "tunl0", Type: "ipip"}} {
+				for _, l := range []nodespace.Link{{Name: tc.vxlan, Type: "vxlan"}, {Name: "vxlan-v6.calico", Type: "vxlan"}, {Name: "tunl0", Type: "ipip"}} {
 					if !f.owned(l) {
 						t.Errorf("%s: %s (%s) is not routelet's", cmd.name, l.Name, l.Type)
 					}
 				}
-				if l := (netguard.Link{Name: other, Type: "vxlan"}); f.owned(l) {
+				if l := (nodespace.Link{Name: other, Type: "vxlan"}); f.owned(l) {
 					t.Errorf("%s: %s (%s) is routelet's", cmd.name, l.Name, l.Type)
 				}
 			}

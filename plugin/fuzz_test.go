@@ -10,7 +10,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -57,7 +57,7 @@ func FuzzLoadConfig(f *testing.F) {
 		if c.Delegate != "" && c.Delegate == c.raw.Type {
 			t.Fatalf("accepted ipam.type %q equal to the plugin's own type", c.Delegate)
 		}
-		if err := netguard.CheckPrefixSyntax(c.Prefix); err != nil {
+		if err := nodespace.CheckPrefixSyntax(c.Prefix); err != nil {
 			t.Fatalf("accepted interfacePrefix %q: %v", c.Prefix, err)
 		}
 		if c.KeepListGiven && !bytes.Contains(stdin, []byte("attachments")) {
@@ -90,10 +90,10 @@ func FuzzLoadConfig(f *testing.F) {
 
 // fuzzHost is a node with an uplink veth, a bridge, a pod veth, a VXLAN
 // device and a connected route, for FuzzGuards.
-var fuzzHost = netguard.Host{
+var fuzzHost = nodespace.Host{
 	Addrs:     []netip.Prefix{netip.MustParsePrefix("192.168.77.2/24"), netip.MustParsePrefix("2001:db8:1::2/64")},
 	Connected: []netip.Prefix{netip.MustParsePrefix("172.31.0.0/16")},
-	Links: []netguard.Link{
+	Links: []nodespace.Link{
 		{Name: "lo", Type: "device"}, {Name: "eth0", Type: "veth"}, {Name: "br0", Type: "bridge"},
 		{Name: "cali0123456789a", Type: "veth"}, {Name: "vxlan.calico", Type: "vxlan"},
 	},
@@ -131,7 +131,7 @@ func FuzzGuards(f *testing.F) {
 				}
 			}
 		}
-		why := ownerDescription(fuzzHost, netguard.Link{Name: link, Type: typ}, prefix)
+		why := ownerDescription(fuzzHost, nodespace.Link{Name: link, Type: typ}, prefix)
 		if why == "" && (typ != "veth" || prefix == "" || !strings.HasPrefix(link, prefix) || fuzzHost.HasUplink(link)) {
 			t.Fatalf("would delete link %q of type %q under prefix %q", link, typ, prefix)
 		}
@@ -140,7 +140,7 @@ func FuzzGuards(f *testing.F) {
 			return
 		}
 		if checkBlocks(fuzzHost, []netip.Prefix{p}) == nil {
-			if p.Bits() == 0 || netguard.SpecialRange(p) != "" || fuzzHost.Overlap(p) != "" || p != p.Masked() {
+			if p.Bits() == 0 || nodespace.SpecialRange(p) != "" || fuzzHost.Overlap(p) != "" || p != p.Masked() {
 				t.Fatalf("accepted block %s", p)
 			}
 			if p.Contains(netip.MustParseAddr("169.254.1.1")) {

@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podnet"
 )
@@ -59,14 +59,14 @@ func checkIfName(name string) error {
 // daemon's rule (overlay.OwnedLinks), a pod veth (prefix and type) or one
 // of the overlay devices the node's routeletd names in daemon.json
 // (daemonDevices).
-func ownedByRoutelet(prefix string, devs overlay.Devices) func(netguard.Link) bool {
+func ownedByRoutelet(prefix string, devs overlay.Devices) func(nodespace.Link) bool {
 	return overlay.OwnedLinks(prefix, devs)
 }
 
 // dropTunnelAddrs removes the node's tunnel addresses (the first address of
 // its first block of each family, on whatever overlay device carries it)
 // from h's addresses: they are routelet's, inside the daemon's own blocks.
-func dropTunnelAddrs(h *netguard.Host, daemonBlocks []netip.Prefix) {
+func dropTunnelAddrs(h *nodespace.Host, daemonBlocks []netip.Prefix) {
 	var tunnels []netip.Addr
 	for _, v := range []int{4, 6} {
 		if a, ok := overlay.TunnelAddress(daemonBlocks, v); ok {
@@ -90,13 +90,13 @@ func dropTunnelAddrs(h *netguard.Host, daemonBlocks []netip.Prefix) {
 // ownProto and routelet's links, among them the overlay devices devs,
 // count as routelet's) and refuses the configuration's interfacePrefix
 // when checkPrefix does: the start of ADD, DEL and GC.
-func guardedHost(c *config, ownProto int, devs overlay.Devices) (netguard.Host, *types.Error) {
+func guardedHost(c *config, ownProto int, devs overlay.Devices) (nodespace.Host, *types.Error) {
 	host, err := dp.Host(ownProto, ownedByRoutelet(c.Prefix, devs))
 	if err != nil {
-		return netguard.Host{}, cniErr(types.ErrInternal, "read the node's addresses and links: %v", err)
+		return nodespace.Host{}, cniErr(types.ErrInternal, "read the node's addresses and links: %v", err)
 	}
 	if e := checkPrefix(host, c.Prefix); e != nil {
-		return netguard.Host{}, e
+		return nodespace.Host{}, e
 	}
 	return host, nil
 }
@@ -104,7 +104,7 @@ func guardedHost(c *config, ownProto int, devs overlay.Devices) (netguard.Host, 
 // checkPrefix refuses an interfacePrefix under which DEL and GC would own
 // links routelet did not create: one matching the uplink or an existing
 // link that is not a veth.
-func checkPrefix(h netguard.Host, prefix string) *types.Error {
+func checkPrefix(h nodespace.Host, prefix string) *types.Error {
 	if err := h.CheckInterfacePrefix(prefix); err != nil {
 		return cniErr(types.ErrInvalidNetworkConfig, "interfacePrefix: %v", err)
 	}
@@ -113,7 +113,7 @@ func checkPrefix(h netguard.Host, prefix string) *types.Error {
 
 // checkBlocks refuses conflist ipam.blocks that can never be pod blocks or
 // that overlap the node's own addresses and connected subnets.
-func checkBlocks(h netguard.Host, blocks []netip.Prefix) *types.Error {
+func checkBlocks(h nodespace.Host, blocks []netip.Prefix) *types.Error {
 	for i, b := range blocks {
 		if err := h.CheckBlock(b); err != nil {
 			return cniErr(types.ErrInvalidNetworkConfig, "ipam.blocks[%d]: %v", i, err)
@@ -131,7 +131,7 @@ func reservedAddrs(daemonBlocks []netip.Prefix) []netip.Addr {
 	for _, b := range daemonBlocks {
 		out = append(out, b.Masked().Addr())
 		if b.Addr().Is4() {
-			out = append(out, netguard.LastAddr(b))
+			out = append(out, nodespace.LastAddr(b))
 		}
 	}
 	return out
@@ -140,13 +140,13 @@ func reservedAddrs(daemonBlocks []netip.Prefix) []netip.Addr {
 // ownerDescription says why DEL or GC leaves a link alone, or "" when the
 // link is routelet's to delete: a veth with the prefix that is not the
 // uplink.
-func ownerDescription(h netguard.Host, l netguard.Link, prefix string) string {
+func ownerDescription(h nodespace.Host, l nodespace.Link, prefix string) string {
 	switch {
 	case h.HasUplink(l.Name):
 		return "it carries the node's default route"
 	case l.Type != "veth":
 		return fmt.Sprintf("it is a %s, not a veth", l.Type)
-	case !netguard.Owned(l, prefix):
+	case !nodespace.Owned(l, prefix):
 		return fmt.Sprintf("its name lacks the interface prefix %q", prefix)
 	}
 	return ""

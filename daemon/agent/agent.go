@@ -16,7 +16,7 @@ import (
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/periods"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
@@ -156,7 +156,7 @@ type Options struct {
 	// NodeSpace is the node's own address space (addresses, connected
 	// subnets). A workload address of a family without local blocks must
 	// not overlap it; with local blocks it must lie inside one.
-	NodeSpace netguard.Host
+	NodeSpace nodespace.Host
 	// OnReady, when set, is called on the loop goroutine each time the
 	// daemon publishes its status as ready: after the first full sync, and
 	// again whenever the status is rewritten while ready (after a spell of

@@ -23,7 +23,7 @@ import (
 	"github.com/routelet/routelet/daemon/datastore/file"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/workloads"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -587,7 +587,7 @@ func TestNotifyApplyRunsManagers(t *testing.T) {
 // a family without local blocks must stay off the node's own address space.
 func TestWorkloadRecordChecks(t *testing.T) {
 	f := newFixture(t)
-	f.a.opts.NodeSpace = netguard.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}}
+	f.a.opts.NodeSpace = nodespace.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}}
 	f.a.opts.LocalBlocks = f.a.opts.LocalBlocks[:1] // IPv4 only
 	f.put(t, "good", "cali1", "10.244.1.2/32", "fd00:9::2/128")
 	f.a.NotifyLink("calibr", "bridge", true, true)
@@ -784,7 +784,7 @@ func FuzzWorkloadRoutes(f *testing.F) {
 	f.Fuzz(func(t *testing.T, iface, ip1, ip2 string, veth bool) {
 		fx := newFixture(t)
 		fx.a.opts.LocalBlocks = fx.a.opts.LocalBlocks[:1]
-		fx.a.opts.NodeSpace = netguard.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}
+		fx.a.opts.NodeSpace = nodespace.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}
 		kind := "bridge"
 		if veth {
 			kind = "veth"
@@ -805,9 +805,9 @@ func FuzzWorkloadRoutes(f *testing.F) {
 				for _, tg := range ts {
 					a := tg.CIDR.Addr()
 					switch {
-					case fam == 0 && (!block.Contains(a) || a == block.Addr() || a == netguard.LastAddr(block)):
+					case fam == 0 && (!block.Contains(a) || a == block.Addr() || a == nodespace.LastAddr(block)):
 						t.Fatalf("IPv4 route %s outside %s or reserved", tg.CIDR, block)
-					case fam == 1 && (netguard.SpecialRange(tg.CIDR) != "" || fx.a.opts.NodeSpace.Overlap(tg.CIDR) != ""):
+					case fam == 1 && (nodespace.SpecialRange(tg.CIDR) != "" || fx.a.opts.NodeSpace.Overlap(tg.CIDR) != ""):
 						t.Fatalf("IPv6 route %s in special or node space", tg.CIDR)
 					}
 				}

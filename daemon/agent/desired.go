@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -21,7 +21,7 @@ type RouteInput struct {
 	LocalBlocks []netip.Prefix // blackholed; workload addresses must lie inside
 	// NodeSpace is the node's own address space: a workload address of a
 	// family without local blocks must not overlap it.
-	NodeSpace   netguard.Host
+	NodeSpace   nodespace.Host
 	IfacePrefix string
 	StaticARP   bool // IPv4 routes carry the container MAC (permanent neighbour)
 }
@@ -169,7 +169,7 @@ func checkWorkload(in RouteInput, w *state.Workload) ([]netip.Addr, error) {
 		}
 		addrs = append(addrs, addr)
 		host := netip.PrefixFrom(addr, addr.BitLen())
-		if why := netguard.SpecialRange(host); why != "" {
+		if why := nodespace.SpecialRange(host); why != "" {
 			return nil, fmt.Errorf("address %s is in %s", addr, why)
 		}
 		// One pass over the blocks (this runs for every record on every
@@ -193,7 +193,7 @@ func checkWorkload(in RouteInput, w *state.Workload) ([]netip.Addr, error) {
 			}
 		case !block.IsValid():
 			return nil, fmt.Errorf("address %s is outside the node's blocks %v", addr, blocksOf(in.LocalBlocks, addr.Is4()))
-		case netguard.Reserved(block, addr):
+		case nodespace.Reserved(block, addr):
 			return nil, fmt.Errorf("address %s is reserved in block %s", addr, block)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -22,10 +22,10 @@ func TestDesiredSetMatchesDesiredRoutes(t *testing.T) {
 	for _, cfg := range []struct {
 		name   string
 		blocks []netip.Prefix
-		space  netguard.Host
+		space  nodespace.Host
 	}{
 		{name: "both families", blocks: blocks},
-		{name: "IPv6 without blocks", blocks: blocks[:1], space: netguard.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("fd00:1::1/120")}}},
+		{name: "IPv6 without blocks", blocks: blocks[:1], space: nodespace.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("fd00:1::1/120")}}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -24,7 +24,7 @@ func TestDesiredRoutes(t *testing.T) {
 		ws         map[string]*state.Workload
 		links      map[string]string
 		blocks     []netip.Prefix
-		space      netguard.Host
+		space      nodespace.Host
 		v4, v6     map[string][]string // iface → CIDRs
 		refused    map[string]string   // key → substring of why
 		contested  map[string]string   // address → key
@@ -57,7 +57,7 @@ func TestDesiredRoutes(t *testing.T) {
 				"own": wl("own", "cali2", t0, "2001:db8::5/128"),
 			},
 			blocks:  blocks[:1],
-			space:   netguard.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("2001:db8::1/64")}},
+			space:   nodespace.Host{Addrs: []netip.Prefix{netip.MustParsePrefix("2001:db8::1/64")}},
 			v4:      map[string][]string{routes.InterfaceNone: {"10.244.1.0/24"}},
 			v6:      map[string][]string{"cali1": {"fd00:9::2/128"}},
 			refused: map[string]string{"own": "overlaps"}},

@@ -66,7 +66,7 @@
 // function runs on the loop goroutine with a plain Snapshot (the records,
 // their routes and refusals, the peers with their last change, the
 // datastore's last read and Health, the objects' errors); turning it into
-// the inspect and debugapi documents, and asking the managers for their
+// the inspect and statusapi documents, and asking the managers for their
 // parts (inspect.Snapshotter), happens there, so this package imports
 // neither.
 package agent

@@ -15,7 +15,7 @@ import (
 
 // Snapshot is the loop's desired state at one instant, as plain values:
 // what the state endpoint turns into its documents (daemon/inspect,
-// daemon/debugapi). Everything in it is a copy or immutable (records are
+// daemon/statusapi). Everything in it is a copy or immutable (records are
 // replaced, never changed).
 type Snapshot struct {
 	NodeName      string

@@ -10,15 +10,15 @@ import (
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/periods"
-	"github.com/routelet/routelet/pkg/ipset/allowlist"
-	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/allowlist"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/peers"
 )
 
 // Allowlist is the part of *allowlist.Manager that Manager drives, all on
 // the loop goroutine.
 type Allowlist interface {
-	SetConfig(cfg rules.Config) error
+	SetConfig(cfg firewall.Config) error
 	SetVXLANPeers(peers []netip.Prefix) error
 	SetIPIPPeers(peers []netip.Prefix) error
 	SetPools(pools []netip.Prefix) error
@@ -34,7 +34,7 @@ var _ Allowlist = (*allowlist.Manager)(nil)
 type Options struct {
 	// Rules says which rules are wanted (encapsulation, VXLAN port, devices,
 	// interface prefix, NAT outgoing).
-	Rules rules.Config
+	Rules firewall.Config
 	// ExternalNodeCIDRs may send VXLAN and IPIP although they are not
 	// nodes (external-node-cidr).
 	ExternalNodeCIDRs []netip.Prefix

@@ -15,9 +15,9 @@ import (
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/internal/netiptest"
-	"github.com/routelet/routelet/pkg/ipset/allowlist"
+	"github.com/routelet/routelet/pkg/allowlist"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset/ipsettest"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -32,13 +32,13 @@ var pfx = netiptest.Prefixes
 // fixture is a Manager over the real allowlist on fake kernels.
 type fixture struct {
 	k      *ipsettest.Fake
-	v4, v6 *rules.FakeTable
+	v4, v6 *firewall.FakeTable
 	m      *Manager
 }
 
 func newFixture(t *testing.T, opts Options) *fixture {
 	t.Helper()
-	f := &fixture{k: ipsettest.NewFake(), v4: rules.NewFakeTable(), v6: rules.NewFakeTable()}
+	f := &fixture{k: ipsettest.NewFake(), v4: firewall.NewFakeTable(), v6: firewall.NewFakeTable()}
 	var err error
 	f.m, err = New(allowlist.New(f.k, f.v4, f.v6, quiet), opts, quiet)
 	if err != nil {
@@ -83,10 +83,10 @@ func TestMembersFromNodes(t *testing.T) {
 	c := node("c", "192.0.2.12", "", "10.244.3.0/24")
 	for _, tc := range []struct {
 		name  string
-		rules rules.Config
+		rules firewall.Config
 		want  map[string][]string
 	}{
-		{"vxlan", rules.Config{VXLAN: true, NATOutgoing: true}, map[string][]string{
+		{"vxlan", firewall.Config{VXLAN: true, NATOutgoing: true}, map[string][]string{
 			"routelet-vxlan-peers":    {"192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/28"},
 			"routelet-vxlan-peers-v6": {"2001:db8::11/128"},
 			"routelet-pools":          {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
@@ -94,14 +94,14 @@ func TestMembersFromNodes(t *testing.T) {
 			"routelet-nat-pools":      {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
 			"routelet-nat-pools-v6":   {"fd00:1::/120", "fd00:2::/120"},
 		}},
-		{"ipip", rules.Config{IPIP: true, NATOutgoing: true}, map[string][]string{
+		{"ipip", firewall.Config{IPIP: true, NATOutgoing: true}, map[string][]string{
 			"routelet-ipip-peers":   {"192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/28"},
 			"routelet-pools":        {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
 			"routelet-pools-v6":     {"fd00:1::/120", "fd00:2::/120"},
 			"routelet-nat-pools":    {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
 			"routelet-nat-pools-v6": {"fd00:1::/120", "fd00:2::/120"},
 		}},
-		{"none", rules.Config{}, map[string][]string{}},
+		{"none", firewall.Config{}, map[string][]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, Options{Rules: tc.rules, ExternalNodeCIDRs: pfx("198.51.100.0/28"), LocalBlocks: append(own, pfx("10.244.9.0/24")...)})
@@ -115,7 +115,7 @@ func TestMembersFromNodes(t *testing.T) {
 		})
 	}
 
-	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}, LocalBlocks: own[:1]})
+	f := newFixture(t, Options{Rules: firewall.Config{VXLAN: true, NATOutgoing: true}, LocalBlocks: own[:1]})
 	f.m.OnNodes(valid(b, c))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestMembersFromNodes(t *testing.T) {
 // TestBadRecordValuesSkipped: a bad host IP or block in a record is left
 // out; the rest of the record still counts.
 func TestBadRecordValuesSkipped(t *testing.T) {
-	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}})
+	f := newFixture(t, Options{Rules: firewall.Config{VXLAN: true, NATOutgoing: true}})
 	f.m.OnNodes(valid(node("b", "not-an-ip", "2001:db8::11", "10.244.2.0/24", "bogus", "0.0.0.0/0")))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestBadRecordValuesSkipped(t *testing.T) {
 // TestUnchangedNodesNoKernelCall: the loop hands over the same records on
 // every resync; that makes no kernel call at all.
 func TestUnchangedNodesNoKernelCall(t *testing.T) {
-	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}})
+	f := newFixture(t, Options{Rules: firewall.Config{VXLAN: true, NATOutgoing: true}})
 	f.m.OnNodes(valid(node("b", "192.0.2.11", "", "10.244.2.0/24")))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestUnchangedNodesNoKernelCall(t *testing.T) {
 // yet: a check would empty the peer sets of a restarting daemon); after it
 // a tampered chain or set is repaired and counted; errors are counted.
 func TestCheck(t *testing.T) {
-	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}})
+	f := newFixture(t, Options{Rules: firewall.Config{VXLAN: true, NATOutgoing: true}})
 	reg := prometheus.NewRegistry()
 	if err := f.m.Register(reg); err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestCheck(t *testing.T) {
 	if n, err := f.m.Check(); n != 0 || err != nil {
 		t.Fatalf("clean check: %d repairs, err %v", n, err)
 	}
-	f.v4.SetRules("filter", rules.InputChain) // flushed
+	f.v4.SetRules("filter", firewall.InputChain) // flushed
 	if err := f.k.Del("routelet-vxlan-peers", netip.MustParsePrefix("192.0.2.11/32")); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestCheck(t *testing.T) {
 	if err != nil || n < 2 {
 		t.Fatalf("check after tampering: %d repairs, err %v; want >= 2", n, err)
 	}
-	if r, _ := f.v4.Rules("filter", rules.InputChain); len(r) != 2 {
+	if r, _ := f.v4.Rules("filter", firewall.InputChain); len(r) != 2 {
 		t.Errorf("ROUTELET-INPUT after repair: %q, want the accept and drop rules", r)
 	}
 	if got := f.members()["routelet-vxlan-peers"]; !reflect.DeepEqual(got, []string{"192.0.2.11/32"}) {
@@ -234,8 +234,8 @@ func TestCheck(t *testing.T) {
 
 // TestBadRules: an invalid rule configuration is refused by New.
 func TestBadRules(t *testing.T) {
-	_, err := New(allowlist.New(ipsettest.NewFake(), rules.NewFakeTable(), nil, quiet),
-		Options{Rules: rules.Config{VXLAN: true, VXLANPort: 70000}}, quiet)
+	_, err := New(allowlist.New(ipsettest.NewFake(), firewall.NewFakeTable(), nil, quiet),
+		Options{Rules: firewall.Config{VXLAN: true, VXLANPort: 70000}}, quiet)
 	if err == nil || !strings.Contains(err.Error(), "70000") {
 		t.Errorf("New with VXLAN port 70000: err %v", err)
 	}
@@ -262,7 +262,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // repairs there; checks queued between Applies never leave the peer set
 // other than the last records say.
 func TestCheckInTheLoop(t *testing.T) {
-	f := newFixture(t, Options{Rules: rules.Config{VXLAN: true, NATOutgoing: true}, CheckPeriod: time.Millisecond})
+	f := newFixture(t, Options{Rules: firewall.Config{VXLAN: true, NATOutgoing: true}, CheckPeriod: time.Millisecond})
 	if f.m.CheckPeriod() != time.Millisecond {
 		t.Fatalf("check period %s, want 1ms", f.m.CheckPeriod())
 	}

@@ -1,5 +1,5 @@
 // Package allowmgr connects routeletd's apply loop to the overlay
-// allowlists of pkg/ipset/allowlist.
+// allowlists of pkg/allowlist.
 //
 // Manager implements agent.Manager: OnNodes turns validated peers into the
 // desired members of routelet's ipsets (peers' host IPs plus the configured

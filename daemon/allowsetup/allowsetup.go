@@ -13,22 +13,22 @@ import (
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/pkg/allowlist"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/ipset/allowlist"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 // Backend maps the iptables-backend key to a rules backend.
 func Backend(b string) string {
 	if b == config.IptablesAuto {
-		return rules.BackendDefault
+		return firewall.BackendDefault
 	}
 	return b
 }
 
 // Rules are the rules cfg asks for.
-func Rules(cfg *config.Config) rules.Config {
-	return rules.Config{
+func Rules(cfg *config.Config) firewall.Config {
+	return firewall.Config{
 		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
 		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
 	}
@@ -42,7 +42,7 @@ func New(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, rep
 	base := log // pkg/ipset tags its own lines (component=ipset, iptables)
 	log = log.With("component", "allowlist")
 	backend := Backend(cfg.IptablesBackend)
-	v4, v6, v6Err, err := rules.NewIPTablesPair(backend)
+	v4, v6, v6Err, err := firewall.NewIPTablesPair(backend)
 	if err != nil {
 		return nil, nil, fmt.Errorf("allowlist: %w (iptables-backend %q)", err, cfg.IptablesBackend)
 	}
@@ -51,12 +51,12 @@ func New(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, rep
 	}
 	k, err := ipset.NewNetlink()
 	if err != nil {
-		_ = rules.ClosePair(v4, v6)
+		_ = firewall.ClosePair(v4, v6)
 		return nil, nil, fmt.Errorf("allowlist: %w", err)
 	}
 	closeAll := func() {
 		k.Close()
-		_ = rules.ClosePair(v4, v6)
+		_ = firewall.ClosePair(v4, v6)
 	}
 	rc := Rules(cfg)
 	if !cfg.NATOutgoing && len(cfg.NATOutgoingPools) > 0 {

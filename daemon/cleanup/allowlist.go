@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/routelet/routelet/pkg/allowlist"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/ipset/allowlist"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 	"github.com/routelet/routelet/pkg/podguard"
 )
 
@@ -17,11 +17,11 @@ import (
 // still uses. Nothing else in the built-in chains and no other set is
 // touched; running it twice is fine.
 func removeAllowlist(backend string, log *slog.Logger) error {
-	v4, v6, v6Err, err := rules.NewIPTablesPair(backend)
+	v4, v6, v6Err, err := firewall.NewIPTablesPair(backend)
 	if err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
-	defer rules.ClosePair(v4, v6)
+	defer firewall.ClosePair(v4, v6)
 	if v6Err != nil {
 		log.Warn("cleanup: ip6tables unavailable, IPv6 chains left alone", "err", v6Err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -279,7 +279,7 @@ func (p *plan) scanRoot(fd int, dir string) error {
 			} else {
 				p.unknown(dir, n)
 			}
-		case n == debugapi.SocketName:
+		case n == statusapi.SocketName:
 			if k, err := kind(fd, n); err == nil && k == unix.S_IFSOCK {
 				p.add(fd, dir, n, false)
 			} else {

@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/diagnose"
 	"github.com/routelet/routelet/daemon/hostread"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/overlay"
 )
 
@@ -161,12 +161,12 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 
 // askDaemon asks the daemon of stateDir for its state; when none answers
 // it says why, in the words status uses.
-func askDaemon(ctx context.Context, stateDir string) (*debugapi.State, string) {
-	st, err := debugapi.Get(ctx, stateDir)
+func askDaemon(ctx context.Context, stateDir string) (*statusapi.State, string) {
+	st, err := statusapi.Get(ctx, stateDir)
 	switch {
 	case err == nil:
 		return st, ""
-	case errors.Is(err, debugapi.ErrNoDaemon):
+	case errors.Is(err, statusapi.ErrNoDaemon):
 		return nil, "routeletd is not running"
 	}
 	return nil, fmt.Sprintf("routeletd does not answer: %v", err)

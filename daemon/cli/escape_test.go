@@ -9,8 +9,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/health"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -70,12 +70,12 @@ func TestStatusTextEscapesValues(t *testing.T) {
 	text, _ := rendered(t, st)
 	checkNoRawControls(t, "offline status", text, 2)
 
-	st.Source, st.Loop = debugapi.SourceDaemon, true
-	st.Readiness = debugapi.Readiness{Ready: false, Reason: "sync failed: " + evil}
-	st.Errors = append(st.Errors, debugapi.ObjectError{Object: "workload " + evil, Error: evil})
-	st.Peers = append(st.Peers, debugapi.Peer{Name: evil, HostIPv4: evil, Path: evil, Device: evil, Problem: evil})
-	st.Devices = append(st.Devices, debugapi.Device{Name: evil, Kind: "vxlan", Problem: evil})
-	st.Repairs = append(st.Repairs, debugapi.Repair{Time: statusNow, Object: evil})
+	st.Source, st.Loop = statusapi.SourceDaemon, true
+	st.Readiness = statusapi.Readiness{Ready: false, Reason: "sync failed: " + evil}
+	st.Errors = append(st.Errors, statusapi.ObjectError{Object: "workload " + evil, Error: evil})
+	st.Peers = append(st.Peers, statusapi.Peer{Name: evil, HostIPv4: evil, Path: evil, Device: evil, Problem: evil})
+	st.Devices = append(st.Devices, statusapi.Device{Name: evil, Kind: "vxlan", Problem: evil})
+	st.Repairs = append(st.Repairs, statusapi.Repair{Time: statusNow, Object: evil})
 	text, _ = rendered(t, st)
 	checkNoRawControls(t, "daemon status", text, 10)
 

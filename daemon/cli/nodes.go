@@ -14,7 +14,7 @@ import (
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/internal/readlimit"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -164,7 +164,7 @@ func checkRecords(store *state.Store, cfg *config.Config, ns []*state.Node, extr
 		r.Updated = now.Add(time.Second) // the newcomer: established claims win
 		recs = append(recs, r)
 	}
-	host, _ := netguard.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg)) // unreadable: checked against the records only
+	host, _ := nodespace.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg)) // unreadable: checked against the records only
 	return peers.Resolve(peers.Input{Self: self, Host: host, Records: recs, Now: now.Add(2 * time.Second)}).Refused
 }
 

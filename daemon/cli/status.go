@@ -17,13 +17,13 @@ import (
 	"github.com/routelet/routelet/daemon/allowmgr"
 	"github.com/routelet/routelet/daemon/allowsetup"
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/diagnose"
 	"github.com/routelet/routelet/daemon/hostread"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/daemon/workloads"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -60,7 +60,7 @@ func Status(args []string) int {
 }
 
 // writeStatus renders st as text (one screen) or JSON.
-func writeStatus(w io.Writer, st *debugapi.State, output string, now time.Time) error {
+func writeStatus(w io.Writer, st *statusapi.State, output string, now time.Time) error {
 	if output == "json" {
 		return writeJSON(w, st)
 	}
@@ -70,7 +70,7 @@ func writeStatus(w io.Writer, st *debugapi.State, output string, now time.Time) 
 
 // collectStatus asks the running daemon; when none answers it builds the
 // state from the state directory and the kernel.
-func collectStatus(ctx context.Context, cfg *config.Config) (*debugapi.State, error) {
+func collectStatus(ctx context.Context, cfg *config.Config) (*statusapi.State, error) {
 	st, why := askDaemon(ctx, cfg.StateDir)
 	if st != nil {
 		return st, nil
@@ -87,7 +87,7 @@ func collectStatus(ctx context.Context, cfg *config.Config) (*debugapi.State, er
 	if err != nil {
 		return nil, err
 	}
-	host, err := netguard.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg))
+	host, err := nodespace.ReadHost(nil, cfg.RouteProtocol, hostread.OwnLink(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -99,14 +99,14 @@ func collectStatus(ctx context.Context, cfg *config.Config) (*debugapi.State, er
 // what the overlay's parent and MTU are worked out from (closed here);
 // host is the node's address space (workload records are checked
 // against it).
-func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay.Netlink, host netguard.Host, now time.Time) (*debugapi.State, error) {
+func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay.Netlink, host nodespace.Host, now time.Time) (*statusapi.State, error) {
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
 	d := &inspect.Desired{IfacePrefix: cfg.IfacePrefix, Workloads: map[string]*state.Workload{}, Peers: []inspect.Peer{}}
 	inspect.FillNode(&d.Node, cfg)
-	d.Readiness = debugapi.Readiness{Reason: why}
+	d.Readiness = statusapi.Readiness{Reason: why}
 	blocks := cfg.PodCIDRs
 	if ds, err := store.ReadDaemonStatus(); err == nil {
 		d.Node.Version, d.Node.PodMTU, d.Readiness.Updated = ds.DaemonVersion, ds.PodMTU, ds.Updated
@@ -127,7 +127,7 @@ func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 			}
 		}
 		if ds.LastSyncError != "" {
-			d.Errors = append(d.Errors, debugapi.ObjectError{Object: "apply", Error: ds.LastSyncError, Since: ds.Updated})
+			d.Errors = append(d.Errors, statusapi.ObjectError{Object: "apply", Error: ds.LastSyncError, Since: ds.Updated})
 		}
 	} else {
 		d.Readiness.Reason = fmt.Sprintf("%s; no daemon.json: %v", why, err)
@@ -149,13 +149,13 @@ func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 	}
 	ws, bad, err := workloads.New(store, slog.New(slog.DiscardHandler)).All()
 	if err != nil {
-		d.Errors = append(d.Errors, debugapi.ObjectError{Object: "workloads", Error: err.Error(), Since: now})
+		d.Errors = append(d.Errors, statusapi.ObjectError{Object: "workloads", Error: err.Error(), Since: now})
 	}
 	if ws != nil {
 		d.Workloads = ws
 	}
 	for key, msg := range bad {
-		d.Errors = append(d.Errors, debugapi.ObjectError{Object: "workload/" + key, Error: msg})
+		d.Errors = append(d.Errors, statusapi.ObjectError{Object: "workload/" + key, Error: msg})
 	}
 	dr := agent.DesiredRoutes(agent.RouteInput{Workloads: d.Workloads, Links: prefixLinks, LocalBlocks: blocks, NodeSpace: host,
 		IfacePrefix: cfg.IfacePrefix, StaticARP: true})
@@ -168,21 +168,21 @@ func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 		err = offlineOverlay(cfg, self, blocks, onl, d)
 	} else {
 		unknown = diagnose.PeersUnknown(cfg.Datastore)
-		d.Datastore = debugapi.DatastoreHealth{Error: unknown}
+		d.Datastore = statusapi.DatastoreHealth{Error: unknown}
 		if c, ok := onl.(overlay.Closer); ok {
 			c.Close()
 		}
 		err = fmt.Errorf("unknown: this node's own record (host IPs, VTEP) is in the %s datastore, which only the running daemon reads", cfg.Datastore)
 	}
 	if err != nil {
-		d.Errors = append(d.Errors, debugapi.ObjectError{Object: "overlay", Error: err.Error(), Since: now})
+		d.Errors = append(d.Errors, statusapi.ObjectError{Object: "overlay", Error: err.Error(), Since: now})
 	}
 	k, err := inspect.Read(r, d)
 	if err != nil {
 		return nil, err
 	}
 	st := inspect.Compare(d, k, now)
-	st.Source, st.PeersUnknown = debugapi.SourceOffline, unknown
+	st.Source, st.PeersUnknown = statusapi.SourceOffline, unknown
 	return st, nil
 }
 
@@ -193,7 +193,7 @@ func OfflineStatus(cfg *config.Config, why string, r inspect.Reader, onl overlay
 func offlinePeers(cfg *config.Config, store *state.Store, d *inspect.Desired, now time.Time) peers.NodeInfo {
 	var self peers.NodeInfo
 	ns, bad := store.ListNodes()
-	d.Datastore = debugapi.DatastoreHealth{OK: true, LastRead: now.UTC(), Records: len(ns)}
+	d.Datastore = statusapi.DatastoreHealth{OK: true, LastRead: now.UTC(), Records: len(ns)}
 	for _, err := range bad {
 		d.Datastore.Unreadable = append(d.Datastore.Unreadable, err.Error())
 		if dirError(err, store.NodesDir()) {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 )
 
 // TestStatusBlockClaimConflict: a block claim conflict the daemon reports
@@ -12,10 +12,10 @@ import (
 // block, the key and the value found, quoted (another writer chose them:
 // no terminal escape reaches the screen).
 func TestStatusBlockClaimConflict(t *testing.T) {
-	st := &debugapi.State{Source: debugapi.SourceDaemon, Loop: true,
-		Node:      debugapi.Node{Name: "node-a", Datastore: "etcd", LocalBlocks: []string{"10.244.0.0/26"}},
-		Readiness: debugapi.Readiness{Ready: true, Updated: statusNow},
-		Datastore: debugapi.DatastoreHealth{OK: true, LastRead: statusNow, BlockConflicts: []debugapi.BlockConflict{
+	st := &statusapi.State{Source: statusapi.SourceDaemon, Loop: true,
+		Node:      statusapi.Node{Name: "node-a", Datastore: "etcd", LocalBlocks: []string{"10.244.0.0/26"}},
+		Readiness: statusapi.Readiness{Ready: true, Updated: statusNow},
+		Datastore: statusapi.DatastoreHealth{OK: true, LastRead: statusNow, BlockConflicts: []statusapi.BlockConflict{
 			{Block: "10.244.0.0/26", Key: "/routelet/blocks/10.244.0.0-26", Holder: "node-b\x1b[2J", Since: statusNow},
 		}}}
 	text := renderStatus(st, statusNow)

@@ -11,10 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -106,12 +106,12 @@ func (n *fakeStatusNode) underlay() overlay.Netlink {
 
 // status runs the offline status on the fake kernel (reads counted by r
 // when given).
-func (n *fakeStatusNode) status(t testing.TB, r inspect.Reader) *debugapi.State {
+func (n *fakeStatusNode) status(t testing.TB, r inspect.Reader) *statusapi.State {
 	t.Helper()
 	if r == nil {
 		r = n.kernel
 	}
-	st, err := OfflineStatus(n.cfg, "routeletd is not running", r, n.underlay(), netguard.Host{}, statusNow)
+	st, err := OfflineStatus(n.cfg, "routeletd is not running", r, n.underlay(), nodespace.Host{}, statusNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func (n *fakeStatusNode) program(t testing.TB) {
 	st := n.status(t, nil)
 	for _, tb := range st.Tables {
 		fam := 0
-		if tb.Name == debugapi.TableWorkloadsV6 || tb.Name == debugapi.TableOverlayV6 {
+		if tb.Name == statusapi.TableWorkloadsV6 || tb.Name == statusapi.TableOverlayV6 {
 			fam = 1
 		}
 		for _, r := range tb.Routes {

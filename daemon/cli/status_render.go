@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/internal/termsafe"
 )
 
@@ -18,10 +18,10 @@ import (
 // Times are shown relative to now. Every value from records or the kernel
 // (names, addresses, reasons, errors) goes through esc, so none can put a
 // control character on the terminal.
-func renderStatus(st *debugapi.State, now time.Time) string {
+func renderStatus(st *statusapi.State, now time.Time) string {
 	var b strings.Builder
 	n := st.Node
-	if st.Source == debugapi.SourceOffline {
+	if st.Source == statusapi.SourceOffline {
 		fmt.Fprintf(&b, "routeletd is NOT RUNNING: state below is what the state directory and the kernel show\n\n")
 	} else {
 		fmt.Fprintf(&b, "routeletd is running (version %s)\n\n", esc(orDash(n.Version)))
@@ -34,7 +34,7 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 		ready = "NO: " + orDash(st.Readiness.Reason)
 	}
 	fmt.Fprintf(w, "Ready:\t%s\n", esc(ready))
-	if !st.Loop && st.Source == debugapi.SourceDaemon {
+	if !st.Loop && st.Source == statusapi.SourceDaemon {
 		fmt.Fprintf(w, "Datastore:\t%s: not read yet (the apply loop starts once this node has its blocks)\n", esc(orDash(n.Datastore)))
 		fmt.Fprintf(w, "\t(the apply loop is not running yet: nothing else to show)\n")
 		for _, e := range st.Errors {
@@ -48,7 +48,7 @@ func renderStatus(st *debugapi.State, now time.Time) string {
 	fmt.Fprintf(w, "Pods:\t%s\n", podsLine(st.Workloads))
 	fmt.Fprintf(w, "Routes:\t%s\n", esc(tablesLine(st.Tables)))
 	fmt.Fprintf(w, "Devices:\t%s\n", esc(devicesLine(st.Devices)))
-	if st.Source == debugapi.SourceDaemon {
+	if st.Source == statusapi.SourceDaemon {
 		fmt.Fprintf(w, "Drift repaired:\t%s\n", esc(driftLine(st, now)))
 		fmt.Fprintf(w, "Last resync:\t%s\n", ago(st.LastResync, now))
 	} else {
@@ -114,7 +114,7 @@ func intOrDash(n int) string {
 }
 
 // mark is one check's cell: ✓, ✗ or - (not wanted).
-func mark(c debugapi.Check) string {
+func mark(c statusapi.Check) string {
 	switch {
 	case !c.Wanted:
 		return "-"
@@ -139,7 +139,7 @@ func ago(t, now time.Time) string {
 // datastoreLine is the datastore's health: its name, whether it answers
 // (when it tells), the last read of the peers, its failed requests and
 // its liveness of the peers.
-func datastoreLine(name string, st *debugapi.State, now time.Time) string {
+func datastoreLine(name string, st *statusapi.State, now time.Time) string {
 	ds := st.Datastore
 	s := orDash(name)
 	switch {
@@ -185,7 +185,7 @@ func datastoreLine(name string, st *debugapi.State, now time.Time) string {
 	return s
 }
 
-func blocksLine(bs []debugapi.Block) string {
+func blocksLine(bs []statusapi.Block) string {
 	if len(bs) == 0 {
 		return "none (the plugin's conflist names the blocks)"
 	}
@@ -200,7 +200,7 @@ func blocksLine(bs []debugapi.Block) string {
 	return strings.Join(parts, ", ")
 }
 
-func podsLine(ws []debugapi.Workload) string {
+func podsLine(ws []statusapi.Workload) string {
 	served, refused, down := 0, 0, 0
 	for _, w := range ws {
 		switch {
@@ -220,7 +220,7 @@ func podsLine(ws []debugapi.Workload) string {
 	return s
 }
 
-func tablesLine(ts []debugapi.RouteTable) string {
+func tablesLine(ts []statusapi.RouteTable) string {
 	var parts []string
 	for _, t := range ts {
 		if t.Desired == 0 && len(t.Routes) == 0 && strings.HasSuffix(t.Name, "ipv6") {
@@ -235,7 +235,7 @@ func tablesLine(ts []debugapi.RouteTable) string {
 	return orDash(strings.Join(parts, ", "))
 }
 
-func devicesLine(ds []debugapi.Device) string {
+func devicesLine(ds []statusapi.Device) string {
 	if len(ds) == 0 {
 		return "none"
 	}
@@ -251,7 +251,7 @@ func devicesLine(ds []debugapi.Device) string {
 }
 
 // driftLine counts the repairs of the last hour by object.
-func driftLine(st *debugapi.State, now time.Time) string {
+func driftLine(st *statusapi.State, now time.Time) string {
 	since := now.Add(-time.Hour)
 	by := map[string]int{}
 	var last time.Time
@@ -272,7 +272,7 @@ func driftLine(st *debugapi.State, now time.Time) string {
 	return fmt.Sprintf("%d in the last hour (%s), last %s", total, strings.Join(parts, ", "), ago(last, now))
 }
 
-func peersSummary(ps []debugapi.Peer) string {
+func peersSummary(ps []statusapi.Peer) string {
 	bad := 0
 	for _, p := range ps {
 		if !peerOK(p) {
@@ -284,13 +284,13 @@ func peersSummary(ps []debugapi.Peer) string {
 
 // peerOK reports whether every check towards p passed and its record has
 // no problem.
-func peerOK(p debugapi.Peer) bool {
+func peerOK(p statusapi.Peer) bool {
 	return p.Problem == "" && p.Routes.OK() && p.ARP.OK() && p.FDB.OK() && p.Allowlist.OK()
 }
 
 // problems lists, one a line, everything that is not as desired: errors,
 // refusals, devices, peers' checks, workloads, routes.
-func problems(st *debugapi.State) []string {
+func problems(st *statusapi.State) []string {
 	var out []string
 	for _, e := range st.Errors {
 		out = append(out, fmt.Sprintf("%s: %s", e.Object, e.Error))
@@ -312,7 +312,7 @@ func problems(st *debugapi.State) []string {
 		}
 		for _, c := range []struct {
 			what string
-			c    debugapi.Check
+			c    statusapi.Check
 		}{{"routes", p.Routes}, {"ARP", p.ARP}, {"FDB", p.FDB}, {"allowlist", p.Allowlist}} {
 			if !c.c.OK() {
 				out = append(out, fmt.Sprintf("peer %s: %s: %s", p.Name, c.what, c.c.Fact))
@@ -327,7 +327,7 @@ func problems(st *debugapi.State) []string {
 		switch {
 		case w.Refused != "":
 			// in Errors (daemon) or listed here (offline)
-			if st.Source == debugapi.SourceOffline {
+			if st.Source == statusapi.SourceOffline {
 				out = append(out, fmt.Sprintf("pod %s: refused: %s", name, w.Refused))
 			}
 		case !w.IfaceExists:
@@ -362,7 +362,7 @@ func problems(st *debugapi.State) []string {
 // blockConflictLine says what a block claim conflict is and what the
 // daemon does about it. The key and the value are quoted: another writer
 // chose them.
-func blockConflictLine(c debugapi.BlockConflict) string {
+func blockConflictLine(c statusapi.BlockConflict) string {
 	return fmt.Sprintf("block %s: claim conflict: the datastore key %q holds %q, not this node; this node keeps serving the block (its pods use it) and does not overwrite the claim (since %s)",
 		c.Block, c.Key, c.Holder, c.Since.UTC().Format(time.RFC3339))
 }

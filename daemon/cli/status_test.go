@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/daemon/statusapi"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/status-*.golden from the current output")
@@ -38,7 +38,7 @@ func golden(t *testing.T, name, got string) {
 }
 
 // rendered is st in both forms, with the temp state dir made stable.
-func rendered(t *testing.T, st *debugapi.State) (text, js string) {
+func rendered(t *testing.T, st *statusapi.State) (text, js string) {
 	t.Helper()
 	st.Node.StateDir = "/run/routelet"
 	var tb, jb bytes.Buffer
@@ -53,7 +53,7 @@ func rendered(t *testing.T, st *debugapi.State) (text, js string) {
 
 // goldenStatus compares st's text and JSON with testdata/<name>.golden and
 // <name>.json.golden and returns the text.
-func goldenStatus(t *testing.T, name string, st *debugapi.State) string {
+func goldenStatus(t *testing.T, name string, st *statusapi.State) string {
 	t.Helper()
 	text, js := rendered(t, st)
 	golden(t, name+".golden", text)
@@ -103,9 +103,9 @@ func wantText(t *testing.T, text, want string) {
 // resync) and a daemon not ready before its loop.
 func TestStatusGoldenDaemon(t *testing.T) {
 	st := brokenStatusNode(t).status(t, nil)
-	st.Source, st.Loop, st.LastResync = debugapi.SourceDaemon, true, statusNow.Add(-40*time.Second)
-	st.Readiness = debugapi.Readiness{Ready: true, Updated: statusNow}
-	st.Repairs = []debugapi.Repair{
+	st.Source, st.Loop, st.LastResync = statusapi.SourceDaemon, true, statusNow.Add(-40*time.Second)
+	st.Readiness = statusapi.Readiness{Ready: true, Updated: statusNow}
+	st.Repairs = []statusapi.Repair{
 		{Time: statusNow.Add(-3 * time.Hour), Object: "route"},
 		{Time: statusNow.Add(-20 * time.Minute), Object: "route", Detail: "10.244.7.1/32 dev cali0000"},
 		{Time: statusNow.Add(-10 * time.Minute), Object: "allowlist"},
@@ -117,8 +117,8 @@ func TestStatusGoldenDaemon(t *testing.T) {
 		t.Errorf("drift line does not count the last hour's repairs:\n%s", text)
 	}
 
-	waiting := &debugapi.State{Source: debugapi.SourceDaemon, Node: debugapi.Node{Name: "node-a", Datastore: "file", Mode: "vxlan", RouteProtocol: 80},
-		Readiness: debugapi.Readiness{Reason: "waiting for the node IP: no default route", Updated: statusNow}}
+	waiting := &statusapi.State{Source: statusapi.SourceDaemon, Node: statusapi.Node{Name: "node-a", Datastore: "file", Mode: "vxlan", RouteProtocol: 80},
+		Readiness: statusapi.Readiness{Reason: "waiting for the node IP: no default route", Updated: statusNow}}
 	text, js = rendered(t, waiting)
 	golden(t, "status-waiting.golden", text)
 	golden(t, "status-waiting.json.golden", js)
@@ -132,7 +132,7 @@ func BenchmarkStatusFake(b *testing.B) {
 	n := newFakeStatusNode(b, 250, 1000)
 	n.program(b)
 	c := &inspect.Counting{R: n.kernel}
-	var st *debugapi.State
+	var st *statusapi.State
 	for b.Loop() {
 		st = n.status(b, c)
 		var out bytes.Buffer
@@ -172,8 +172,8 @@ func TestStatusGoldenDatastores(t *testing.T) {
 	n.cfg.Datastore = "file"
 	st = n.status(t, nil)
 	up := false
-	st.Source, st.Loop, st.LastResync = debugapi.SourceDaemon, true, statusNow.Add(-40*time.Second)
-	st.Readiness = debugapi.Readiness{Ready: true, Updated: statusNow}
+	st.Source, st.Loop, st.LastResync = statusapi.SourceDaemon, true, statusNow.Add(-40*time.Second)
+	st.Readiness = statusapi.Readiness{Ready: true, Updated: statusNow}
 	st.Node.Datastore = "etcd"
 	st.Datastore.Reachable = &up
 	st.Datastore.RequestErrors = map[string]int{"keepalive": 3, "watch": 1}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/internal/readlimit"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
@@ -182,7 +182,7 @@ func keys() []key {
 		{name: "pod-cidr", help: "local pod block (CIDR); repeatable, comma-separated in env", list: true, def: nil, set: func(c *Config, v []string) error {
 			var err error
 			c.PodCIDRs, err = parsePrefixList(v, false, func(s string, p netip.Prefix, before []netip.Prefix) error {
-				if err := netguard.CheckBlock(p); err != nil {
+				if err := nodespace.CheckBlock(p); err != nil {
 					return err
 				}
 				if slices.Contains(before, p) {
@@ -268,7 +268,7 @@ func keys() []key {
 		}},
 		{name: "interface-prefix", help: "name prefix of host-side workload veths", def: []string{podnet.DefaultPrefix}, set: func(c *Config, v []string) error {
 			p := v[0]
-			if err := netguard.CheckPrefixSyntax(p); err != nil {
+			if err := nodespace.CheckPrefixSyntax(p); err != nil {
 				return err
 			}
 			c.IfacePrefix = p

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 )
 
 // TestBlockClaimsStep: a block claim conflict the running daemon reports
@@ -24,7 +24,7 @@ func TestBlockClaimsStep(t *testing.T) {
 			n := newFakeNode(3, 3)
 			fromEndpoint(n, "etcd")
 			if tc.block != "" {
-				n.daemon.Datastore.BlockConflicts = []debugapi.BlockConflict{{Block: tc.block, Key: "/routelet/blocks/x", Holder: "node-0001\x1b[2J", Since: fakeNow}}
+				n.daemon.Datastore.BlockConflicts = []statusapi.BlockConflict{{Block: tc.block, Key: "/routelet/blocks/x", Holder: "node-0001\x1b[2J", Since: fakeNow}}
 			}
 			rep, err := Run(n.cfg, n.st, n.k, "demo/pod-0", "10.100.1.5", Options{Daemon: n.daemon})
 			if err != nil {

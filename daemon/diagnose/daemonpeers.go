@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/peers"
 )
 
@@ -23,7 +23,7 @@ func PeersUnknown(datastore string) string {
 // peer's record (its validated values, the refused ones added back as
 // written, so facts name them), and the daemon's own validation result.
 // A peer refused whole has a record with its name only.
-func fromDaemon(st *debugapi.State) (self peers.Record, recs map[string]peers.Record, res peers.Result, bad []error) {
+func fromDaemon(st *statusapi.State) (self peers.Record, recs map[string]peers.Record, res peers.Result, bad []error) {
 	n := st.Node
 	self = peers.Record{Name: n.Name, HostIPv4: n.HostIPv4, HostIPv6: n.HostIPv6, Blocks: n.LocalBlocks,
 		VTEPMAC: n.VTEPMAC, VTEPMACv6: n.VTEPMACv6, TunnelIPv4: n.TunnelIPv4, TunnelIPv6: n.TunnelIPv6}
@@ -82,7 +82,7 @@ func (w *world) datastore() string {
 func (w *world) unknownPeersStep() Step {
 	st := Step{ID: StepPeers, Status: Fail, Fact: "peers: " + w.peersUnknown,
 		Problem: fmt.Sprintf("diagnose cannot check anything towards other nodes: their records are in the %s datastore", w.datastore()),
-		Fix:     fmt.Sprintf("start routeletd on node %s: diagnose reads the peers from its state endpoint (%s)", w.cfg.NodeName, debugapi.SocketName)}
+		Fix:     fmt.Sprintf("start routeletd on node %s: diagnose reads the peers from its state endpoint (%s)", w.cfg.NodeName, statusapi.SocketName)}
 	if w.running {
 		st.Fix = "routeletd reads them once it is ready (routeletd status says why it is not); run diagnose again then"
 	}

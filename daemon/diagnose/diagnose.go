@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/agent"
-	"github.com/routelet/routelet/daemon/debugapi"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/daemon/statusapi"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -96,7 +96,7 @@ type End struct {
 // Report is diagnose's answer.
 type Report struct {
 	Node string `json:"node"` // where it ran
-	// Source is debugapi.SourceDaemon when the running daemon's state
+	// Source is statusapi.SourceDaemon when the running daemon's state
 	// endpoint answered (its errors are in the steps), SourceOffline when
 	// it did not (DaemonDown says why), "" when it was not asked.
 	Source     string `json:"source,omitempty"`
@@ -121,9 +121,9 @@ type Options struct {
 	Probe  bool
 	Prober Prober
 	// Daemon is what the running daemon's state endpoint answered
-	// (debugapi.Get): its last error about an object on the path is shown
+	// (statusapi.Get): its last error about an object on the path is shown
 	// in that object's step. Nil when it was not asked or did not answer.
-	Daemon *debugapi.State
+	Daemon *statusapi.State
 	// DaemonDown says why no daemon answered ("routeletd is not running");
 	// the report then says so first.
 	DaemonDown string
@@ -154,9 +154,9 @@ func Run(cfg Config, st State, k Kernel, src, dst string, opts Options) (*Report
 	rep := &Report{Node: cfg.NodeName, Src: s, Dst: d, DaemonDown: opts.DaemonDown}
 	switch {
 	case opts.Daemon != nil:
-		rep.Source = debugapi.SourceDaemon
+		rep.Source = statusapi.SourceDaemon
 	case opts.DaemonDown != "":
-		rep.Source = debugapi.SourceOffline
+		rep.Source = statusapi.SourceOffline
 	}
 	rep.Steps = w.walk(s, d)
 	if opts.Probe {
@@ -172,11 +172,11 @@ type world struct {
 	k       Kernel
 	status  *state.DaemonStatus
 	running bool
-	notes   []string               // reads that failed but did not stop diagnose
-	derrs   []debugapi.ObjectError // the running daemon's last errors
+	notes   []string                // reads that failed but did not stop diagnose
+	derrs   []statusapi.ObjectError // the running daemon's last errors
 	// conflicts are the running daemon's blocks whose claim in the
 	// datastore names another holder.
-	conflicts []debugapi.BlockConflict
+	conflicts []statusapi.BlockConflict
 	// daemonPeers: the peers (and this node's record) are the running
 	// daemon's, from its state endpoint; peersUnknown says why there are
 	// none to know (no daemon, and a datastore other than file).
@@ -190,7 +190,7 @@ type world struct {
 	badNodes []error
 	res      peers.Result
 	valid    map[string]peers.NodeInfo
-	host     netguard.Host
+	host     nodespace.Host
 
 	wl      map[string]*state.Workload
 	badWL   map[string]string
@@ -216,7 +216,7 @@ type family struct {
 // With daemon (its loop running) the peers are the daemon's: its
 // validated peers and refusals; without, they are nodes/ validated as the
 // daemon would (file datastore) or unknown (any other).
-func load(cfg Config, st State, k Kernel, daemon *debugapi.State) (*world, error) {
+func load(cfg Config, st State, k Kernel, daemon *statusapi.State) (*world, error) {
 	if cfg.Now.IsZero() {
 		cfg.Now = time.Now()
 	}
@@ -264,7 +264,7 @@ func load(cfg Config, st State, k Kernel, daemon *debugapi.State) (*world, error
 // loadPeers reads this node's record and the peers: from the running
 // daemon when its loop answered, else from nodes/ (file datastore, checked
 // with peers.Resolve as the daemon does), else none (unknown).
-func (w *world) loadPeers(st State, daemon *debugapi.State) error {
+func (w *world) loadPeers(st State, daemon *statusapi.State) error {
 	var err error
 	if w.host, err = w.k.NodeSpace(); err != nil {
 		return fmt.Errorf("read the node's addresses: %w", err)

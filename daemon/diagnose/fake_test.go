@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -28,7 +28,7 @@ type fakeKernel struct {
 	sets     map[string][]netip.Prefix
 	podLinks map[string]Link // "netns/ifname" overrides (default: mtu podMTU)
 	flows    []Flow
-	host     netguard.Host
+	host     nodespace.Host
 	parents  map[netip.Addr]overlay.Underlay
 	podMTU   int
 }
@@ -87,7 +87,7 @@ func (k *fakeKernel) Conntrack(a, b netip.Addr) ([]Flow, error) {
 	return out, nil
 }
 
-func (k *fakeKernel) NodeSpace() (netguard.Host, error) { return k.host, nil }
+func (k *fakeKernel) NodeSpace() (nodespace.Host, error) { return k.host, nil }
 
 func (k *fakeKernel) Parent(ip netip.Addr) (overlay.Underlay, error) {
 	if u, ok := k.parents[ip]; ok {
@@ -131,7 +131,7 @@ type fakeNode struct {
 	k   *fakeKernel
 	// daemon is what the running daemon's state endpoint answers (nil:
 	// not asked).
-	daemon *debugapi.State
+	daemon *statusapi.State
 }
 
 // the fake node's constants.
@@ -187,7 +187,7 @@ func newFakeNode(pods, npeers int) *fakeNode {
 	k := &fakeKernel{routes: map[int][]Route{}, neighs: map[string][]Neigh{}, fdb: map[string][]FDB{}, sysctls: map[string]string{},
 		sets: map[string][]netip.Prefix{}, podLinks: map[string]Link{}, podMTU: fakePodMTU,
 		parents: map[netip.Addr]overlay.Underlay{fakeHost4: p4, fakeHost6: p6},
-		host:    netguard.Host{Addrs: []netip.Prefix{p4.Prefix, p6.Prefix, netip.MustParsePrefix("127.0.0.1/8")}, Uplinks: []string{"eth0"}}}
+		host:    nodespace.Host{Addrs: []netip.Prefix{p4.Prefix, p6.Prefix, netip.MustParsePrefix("127.0.0.1/8")}, Uplinks: []string{"eth0"}}}
 	k.links = []Link{
 		{Name: "lo", Index: 1, Kind: "device", Up: true, LowerUp: true, MTU: 65536},
 		{Name: "eth0", Index: 2, Kind: "veth", Up: true, LowerUp: true, MTU: 1500},

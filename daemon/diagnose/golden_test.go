@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -146,7 +146,7 @@ var goldenCases = []struct {
 			n.st.running, n.st.status.Ready, n.st.status.Reason = false, false, "routeletd stopped"
 		}},
 	{name: "daemon-route-conflict", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"route/4"},
-		opts: Options{Daemon: &debugapi.State{Source: debugapi.SourceDaemon, Errors: []debugapi.ObjectError{
+		opts: Options{Daemon: &statusapi.State{Source: statusapi.SourceDaemon, Errors: []statusapi.ObjectError{
 			{Object: "readiness", Error: "waiting", Since: fakeNow},
 			{Object: "apply", Since: fakeNow, Error: "routes: unreachable 10.244.9.0/24 not programmed: " + routes.ErrForeignRoute.Error() +
 				"\nroutes: gateway 10.100.1.0/24 dev " + overlay.DeviceVXLAN + ` not programmed, the kernel has "10.100.1.0/24 dev eth0 proto static": ` +
@@ -163,13 +163,13 @@ var goldenCases = []struct {
 	{name: "kubernetes-daemon-node", src: "demo/pod-1", dst: "node-0002", breakIt: func(n *fakeNode) { fromEndpoint(n, "kubernetes") }},
 	{name: "etcd-daemon-refused-block", src: "demo/pod-0", dst: "10.244.1.200", failing: []string{"route/4"},
 		breakIt: func(n *fakeNode) {
-			fromEndpoint(n, "etcd", debugapi.Refusal{Node: fakePeerName(1), Field: peers.FieldBlock, Value: "10.244.1.128/25",
+			fromEndpoint(n, "etcd", statusapi.Refusal{Node: fakePeerName(1), Field: peers.FieldBlock, Value: "10.244.1.128/25",
 				Reason: "overlaps this node's block 10.244.1.0/24"})
 		}},
 	{name: "etcd-daemon-no-record", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"peer-record/4"},
 		breakIt: func(n *fakeNode) {
 			fromEndpoint(n, "etcd")
-			n.daemon.Peers = slices.DeleteFunc(n.daemon.Peers, func(p debugapi.Peer) bool { return p.Name == fakePeerName(1) })
+			n.daemon.Peers = slices.DeleteFunc(n.daemon.Peers, func(p statusapi.Peer) bool { return p.Name == fakePeerName(1) })
 		}},
 	{name: "kubernetes-daemon-down", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"node", "peers", "peer-record/4"},
 		opts: Options{DaemonDown: "routeletd is not running"},
@@ -181,7 +181,7 @@ var goldenCases = []struct {
 	{name: "kubernetes-daemon-waiting", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"node", "peers", "peer-record/4"},
 		breakIt: func(n *fakeNode) {
 			fromEndpoint(n, "kubernetes")
-			n.daemon = &debugapi.State{Source: debugapi.SourceDaemon, Readiness: debugapi.Readiness{Reason: "waiting for spec.podCIDRs on node a"}}
+			n.daemon = &statusapi.State{Source: statusapi.SourceDaemon, Readiness: statusapi.Readiness{Reason: "waiting for spec.podCIDRs on node a"}}
 			n.st.status.Ready, n.st.status.Reason = false, "waiting for spec.podCIDRs on node a"
 		}},
 }
@@ -189,18 +189,18 @@ var goldenCases = []struct {
 // fromEndpoint makes n's peers and own record live in datastore ds (no
 // nodes/ to read) and the running daemon serve them on its state
 // endpoint, validated, with the given refusals.
-func fromEndpoint(n *fakeNode, ds string, refused ...debugapi.Refusal) {
+func fromEndpoint(n *fakeNode, ds string, refused ...statusapi.Refusal) {
 	n.cfg.Datastore = ds
 	n.st.nodesErr = errors.New("node records: open /run/routelet/nodes: no such file or directory")
-	st := &debugapi.State{Source: debugapi.SourceDaemon, Loop: true, Errors: []debugapi.ObjectError{}}
+	st := &statusapi.State{Source: statusapi.SourceDaemon, Loop: true, Errors: []statusapi.ObjectError{}}
 	st.Datastore.Refusals = refused
 	for _, r := range n.st.nodes {
 		if r.Name == n.cfg.NodeName {
-			st.Node = debugapi.Node{Name: r.Name, Datastore: ds, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, LocalBlocks: r.Blocks,
+			st.Node = statusapi.Node{Name: r.Name, Datastore: ds, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, LocalBlocks: r.Blocks,
 				VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6, PodMTU: fakePodMTU}
 			continue
 		}
-		st.Peers = append(st.Peers, debugapi.Peer{Name: r.Name, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, Blocks: r.Blocks,
+		st.Peers = append(st.Peers, statusapi.Peer{Name: r.Name, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, Blocks: r.Blocks,
 			VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6, LastChange: r.Updated})
 	}
 	n.st.nodes = nil

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/routelet/routelet/daemon/inspect"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 )
 
@@ -19,9 +19,9 @@ type Kernel interface {
 	inspect.Reader
 	// Conntrack returns the flows between a and b, either direction.
 	Conntrack(a, b netip.Addr) ([]Flow, error)
-	// NodeSpace snapshots the node's own address space (netguard.ReadHost,
+	// NodeSpace snapshots the node's own address space (nodespace.ReadHost,
 	// routelet's links and routes left out), as the daemon's peer check does.
-	NodeSpace() (netguard.Host, error)
+	NodeSpace() (nodespace.Host, error)
 	// Parent returns the link holding hostIP (overlay.FindParent).
 	Parent(hostIP netip.Addr) (overlay.Underlay, error)
 }
@@ -63,7 +63,7 @@ func (c *Counted) Conntrack(a, b netip.Addr) ([]Flow, error) {
 }
 
 // NodeSpace counts and passes through.
-func (c *Counted) NodeSpace() (netguard.Host, error) { c.Count("nodespace"); return c.k.NodeSpace() }
+func (c *Counted) NodeSpace() (nodespace.Host, error) { c.Count("nodespace"); return c.k.NodeSpace() }
 
 // Parent counts and passes through.
 func (c *Counted) Parent(hostIP netip.Addr) (overlay.Underlay, error) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/internal/nlutil"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 )
 
@@ -23,7 +23,7 @@ type KernelOptions struct {
 	// RouteProtocol and Owned say what NodeSpace leaves out: routes of
 	// routelet's protocol and routelet's own links (as the daemon does).
 	RouteProtocol int
-	Owned         func(netguard.Link) bool
+	Owned         func(nodespace.Link) bool
 }
 
 // netlinkKernel reads the calling process's network namespace: inspect's
@@ -219,8 +219,8 @@ func protoName(p uint8) string {
 }
 
 // NodeSpace reads the node's own address space as the daemon's peer check.
-func (k *netlinkKernel) NodeSpace() (netguard.Host, error) {
-	return netguard.ReadHost(nil, k.opts.RouteProtocol, k.opts.Owned)
+func (k *netlinkKernel) NodeSpace() (nodespace.Host, error) {
+	return nodespace.ReadHost(nil, k.opts.RouteProtocol, k.opts.Owned)
 }
 
 // Parent finds the link holding hostIP.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -94,7 +94,7 @@ func (w *world) podEnd(arg, key string) End {
 // this node, a peer (its host or tunnel address), a peer's block, our own
 // block without a pod, or nothing.
 func (w *world) resolveAddr(which, arg string, a netip.Addr) (End, error) {
-	if why := netguard.SpecialRange(netip.PrefixFrom(a, a.BitLen())); why != "" {
+	if why := nodespace.SpecialRange(netip.PrefixFrom(a, a.BitLen())); why != "" {
 		return End{}, &ArgError{Which: which, Value: arg, Reason: "is in " + why + ", never a pod or node address"}
 	}
 	if key, ok := w.desired.Owner[a]; ok {

@@ -18,7 +18,7 @@ import (
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/netwatch"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 )
@@ -50,23 +50,23 @@ func NewPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Pref
 // did not create or an overlay device's name, and a pod CIDR overlapping
 // the node's addresses or connected subnets. The errors are *config.Error
 // (exit 2) naming the key, its source and the value.
-func CheckConfig(cfg *config.Config) (netguard.Host, error) {
+func CheckConfig(cfg *config.Config) (nodespace.Host, error) {
 	for _, dev := range OverlayDevices(cfg).Names() {
 		if strings.HasPrefix(dev, cfg.IfacePrefix) {
-			return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix,
+			return nodespace.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix,
 				fmt.Errorf("interface prefix %q matches routelet's own overlay device %s", cfg.IfacePrefix, dev))
 		}
 	}
-	host, err := netguard.ReadHost(nil, cfg.RouteProtocol, OwnLink(cfg))
+	host, err := nodespace.ReadHost(nil, cfg.RouteProtocol, OwnLink(cfg))
 	if err != nil {
-		return netguard.Host{}, err
+		return nodespace.Host{}, err
 	}
 	if err := host.CheckInterfacePrefix(cfg.IfacePrefix); err != nil {
-		return netguard.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix, err)
+		return nodespace.Host{}, cfg.KeyError("interface-prefix", cfg.IfacePrefix, err)
 	}
 	for _, p := range cfg.PodCIDRs {
 		if err := host.CheckBlock(p); err != nil {
-			return netguard.Host{}, cfg.KeyError("pod-cidr", p.String(), err)
+			return nodespace.Host{}, cfg.KeyError("pod-cidr", p.String(), err)
 		}
 	}
 	return host, nil
@@ -75,7 +75,7 @@ func CheckConfig(cfg *config.Config) (netguard.Host, error) {
 // OwnLink reports the links routelet creates (overlay.OwnedLinks: pod
 // veths, the overlay devices of their kind, by the configured names).
 // Their addresses and routes are routelet's, not the node's own.
-func OwnLink(cfg *config.Config) func(netguard.Link) bool {
+func OwnLink(cfg *config.Config) func(nodespace.Link) bool {
 	return overlay.OwnedLinks(cfg.IfacePrefix, OverlayDevices(cfg))
 }
 
@@ -87,10 +87,10 @@ func OverlayDevices(cfg *config.Config) overlay.Devices {
 
 // PeerOwned reports the links whose addresses are not the node's own
 // space for the peer check: routelet's own links, OwnLink.
-func PeerOwned(cfg *config.Config) func(netguard.Link) bool { return OwnLink(cfg) }
+func PeerOwned(cfg *config.Config) func(nodespace.Link) bool { return OwnLink(cfg) }
 
 // Reader reads the node's own address space for the peer validator
-// (netguard.ReadHost: every link, address and main-table route). The read
+// (nodespace.ReadHost: every link, address and main-table route). The read
 // a host change asks for runs beside the loop, so that no pass (and no pod
 // route) waits for it: the change starts it hostSettle later (so that a
 // burst of changes, such as a new pod veth's link and address events, makes
@@ -100,7 +100,7 @@ func PeerOwned(cfg *config.Config) func(netguard.Link) bool { return OwnLink(cfg
 // first check, a full resync) is made at once.
 type Reader struct {
 	ctx  context.Context
-	read func() (netguard.Host, error)
+	read func() (nodespace.Host, error)
 	Done func() // called after each read beside the loop; set before the first change
 
 	mu      sync.Mutex
@@ -111,7 +111,7 @@ type Reader struct {
 
 // hostRead is one read's result.
 type hostRead struct {
-	host netguard.Host
+	host nodespace.Host
 	err  error
 }
 
@@ -119,12 +119,12 @@ type hostRead struct {
 // beside the loop stop with ctx.
 func New(ctx context.Context, cfg *config.Config) *Reader {
 	owned := PeerOwned(cfg)
-	return &Reader{ctx: ctx, read: func() (netguard.Host, error) { return netguard.ReadHost(nil, cfg.RouteProtocol, owned) }}
+	return &Reader{ctx: ctx, read: func() (nodespace.Host, error) { return nodespace.ReadHost(nil, cfg.RouteProtocol, owned) }}
 }
 
 // Read is the validator's ReadHost: the read done beside the loop since the
 // last Read, else one made now.
-func (r *Reader) Read() (netguard.Host, error) {
+func (r *Reader) Read() (nodespace.Host, error) {
 	r.mu.Lock()
 	got := r.ready
 	r.ready = nil
@@ -197,7 +197,7 @@ type Watch struct {
 func (Watch) Interest(cfg *config.Config) netwatch.Interest {
 	owned := PeerOwned(cfg)
 	return netwatch.Interest{Host: true, OwnProtocols: []int{cfg.RouteProtocol},
-		HostIgnores: func(name, kind string) bool { return owned(netguard.Link{Name: name, Type: kind}) }}
+		HostIgnores: func(name, kind string) bool { return owned(nodespace.Link{Name: name, Type: kind}) }}
 }
 
 // OnHostChange implements netwatch.HostHandler.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 // TestHostReaderReadsBesideTheLoop: a host change returns at once and the
@@ -19,12 +19,12 @@ import (
 func TestHostReaderReadsBesideTheLoop(t *testing.T) {
 	release := make(chan struct{})
 	var reads, dones atomic.Int32
-	r := &Reader{ctx: context.Background(), read: func() (netguard.Host, error) {
+	r := &Reader{ctx: context.Background(), read: func() (nodespace.Host, error) {
 		n := reads.Add(1)
 		if n <= 2 {
 			<-release // the reads beside the loop wait to be let go
 		}
-		return netguard.Host{Addrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(n)}), 32)}}, nil
+		return nodespace.Host{Addrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(n)}), 32)}}, nil
 	}}
 	r.Done = func() { dones.Add(1) }
 	r.changed()

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 // TestOwnedLinksByConfiguredNames: the daemon's owned-link rule and the
@@ -14,16 +14,16 @@ func TestOwnedLinksByConfiguredNames(t *testing.T) {
 	cfg := &config.Config{IfacePrefix: "cali", VXLANDevice: "vx-custom"}
 	own, peer := OwnLink(cfg), PeerOwned(cfg)
 	for _, tc := range []struct {
-		link netguard.Link
+		link nodespace.Link
 		want bool
 	}{
-		{netguard.Link{Name: "vx-custom", Type: "vxlan"}, true},
-		{netguard.Link{Name: "vx-custom", Type: "dummy"}, false},
-		{netguard.Link{Name: "vxlan.calico", Type: "vxlan"}, false},
-		{netguard.Link{Name: "vxlan-v6.calico", Type: "vxlan"}, true},
-		{netguard.Link{Name: "tunl0", Type: "ipip"}, true},
-		{netguard.Link{Name: "cali0001", Type: "veth"}, true},
-		{netguard.Link{Name: "eth0", Type: "veth"}, false},
+		{nodespace.Link{Name: "vx-custom", Type: "vxlan"}, true},
+		{nodespace.Link{Name: "vx-custom", Type: "dummy"}, false},
+		{nodespace.Link{Name: "vxlan.calico", Type: "vxlan"}, false},
+		{nodespace.Link{Name: "vxlan-v6.calico", Type: "vxlan"}, true},
+		{nodespace.Link{Name: "tunl0", Type: "ipip"}, true},
+		{nodespace.Link{Name: "cali0001", Type: "veth"}, true},
+		{nodespace.Link{Name: "eth0", Type: "veth"}, false},
 	} {
 		if got := own(tc.link); got != tc.want {
 			t.Errorf("OwnLink(%s %s) = %v, want %v", tc.link.Name, tc.link.Type, got, tc.want)

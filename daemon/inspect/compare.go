@@ -12,30 +12,30 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/routes"
 )
 
 // Compare joins d and k into the endpoint's document, taken at now.
-func Compare(d *Desired, k *Kernel, now time.Time) *debugapi.State {
-	st := &debugapi.State{
+func Compare(d *Desired, k *Kernel, now time.Time) *statusapi.State {
+	st := &statusapi.State{
 		Taken: now.UTC(), Loop: d.Loop, Node: d.Node, Readiness: d.Readiness, Datastore: d.Datastore,
 		Blocks: nonNil(d.Blocks), Errors: nonNil(d.Errors), LastResync: d.LastResync, Repairs: nonNil(d.Repairs),
-		Tables: []debugapi.RouteTable{}, Devices: []debugapi.Device{}, Peers: []debugapi.Peer{}, Workloads: []debugapi.Workload{},
+		Tables: []statusapi.RouteTable{}, Devices: []statusapi.Device{}, Peers: []statusapi.Peer{}, Workloads: []statusapi.Workload{},
 	}
 	if !d.Loop && d.Workloads == nil && d.Peers == nil {
 		return st
 	}
-	c := comparer{d: d, k: k, held: map[routeKey]debugapi.Route{}}
-	for i, name := range []string{debugapi.TableWorkloadsV4, debugapi.TableWorkloadsV6} {
+	c := comparer{d: d, k: k, held: map[routeKey]statusapi.Route{}}
+	for i, name := range []string{statusapi.TableWorkloadsV4, statusapi.TableWorkloadsV6} {
 		st.Tables = append(st.Tables, c.table(name, i, d.WorkloadRoutes[i], c.ownedByWorkloads, nil))
 	}
 	owner := c.blockOwners()
 	for _, f := range d.Overlay {
-		name := debugapi.TableOverlayV4
+		name := statusapi.TableOverlayV4
 		if f.Version == 6 {
-			name = debugapi.TableOverlayV6
+			name = statusapi.TableOverlayV6
 		}
 		owned := func(r Route) bool { _, ok := f.Routes[r.Iface]; return ok && r.Protocol == d.Node.RouteProtocol }
 		st.Tables = append(st.Tables, c.table(name, famIndex(f.Version), f.Routes, owned, owner))
@@ -64,7 +64,7 @@ type comparer struct {
 	d *Desired
 	k *Kernel
 	// held is every desired route with what the kernel holds for it.
-	held map[routeKey]debugapi.Route
+	held map[routeKey]statusapi.Route
 }
 
 // ownedByWorkloads reports the kernel routes the workload tables own:
@@ -93,7 +93,7 @@ func (c *comparer) blockOwners() map[netip.Prefix]string {
 
 // table compares the desired routes of one table with the kernel routes
 // of family index fam that owned accepts.
-func (c *comparer) table(name string, fam int, want map[string][]routes.Target, owned func(Route) bool, owner map[netip.Prefix]string) debugapi.RouteTable {
+func (c *comparer) table(name string, fam int, want map[string][]routes.Target, owned func(Route) bool, owner map[netip.Prefix]string) statusapi.RouteTable {
 	type key struct {
 		iface string
 		dst   netip.Prefix
@@ -104,11 +104,11 @@ func (c *comparer) table(name string, fam int, want map[string][]routes.Target, 
 			have[key{r.Iface, r.Dst}] = r
 		}
 	}
-	t := debugapi.RouteTable{Name: name, Routes: []debugapi.Route{}}
+	t := statusapi.RouteTable{Name: name, Routes: []statusapi.Route{}}
 	matched := map[key]bool{}
 	for _, iface := range slices.Sorted(maps.Keys(want)) {
 		for _, tg := range want[iface] {
-			rt := debugapi.Route{Iface: ifaceName(iface), CIDR: tg.CIDR.String(), Type: tg.Type.String(), MTU: tg.MTU,
+			rt := statusapi.Route{Iface: ifaceName(iface), CIDR: tg.CIDR.String(), Type: tg.Type.String(), MTU: tg.MTU,
 				Peer: owner[tg.CIDR.Masked()], Desired: true}
 			if tg.Gateway.IsValid() {
 				rt.Via = tg.Gateway.String()
@@ -132,14 +132,14 @@ func (c *comparer) table(name string, fam int, want map[string][]routes.Target, 
 		if matched[kk] {
 			continue
 		}
-		rt := debugapi.Route{Iface: ifaceName(r.Iface), CIDR: r.Dst.String(), Type: routes.RTMTypeName(r.Type), MTU: r.MTU,
+		rt := statusapi.Route{Iface: ifaceName(r.Iface), CIDR: r.Dst.String(), Type: routes.RTMTypeName(r.Type), MTU: r.MTU,
 			Peer: owner[r.Dst], Programmed: true, Kernel: describe(r)}
 		if r.Gateway.IsValid() {
 			rt.Via = r.Gateway.String()
 		}
 		t.Routes = append(t.Routes, rt)
 	}
-	slices.SortFunc(t.Routes, func(a, b debugapi.Route) int {
+	slices.SortFunc(t.Routes, func(a, b statusapi.Route) int {
 		return cmp.Or(cmp.Compare(a.Iface, b.Iface), cmp.Compare(a.CIDR, b.CIDR))
 	})
 	return t
@@ -170,10 +170,10 @@ func ifaceName(iface string) string {
 }
 
 // devices compares a family's overlay devices with the links.
-func (c *comparer) devices(f OverlayFamily) []debugapi.Device {
-	var out []debugapi.Device
+func (c *comparer) devices(f OverlayFamily) []statusapi.Device {
+	var out []statusapi.Device
 	for _, w := range f.Devices {
-		d := debugapi.Device{Name: w.Name, Kind: w.Kind, Family: f.Version, WantMTU: w.MTU, WantMAC: w.MAC}
+		d := statusapi.Device{Name: w.Name, Kind: w.Kind, Family: f.Version, WantMTU: w.MTU, WantMAC: w.MAC}
 		l, ok := c.k.Links[w.Name]
 		var why []string
 		if !ok {
@@ -203,8 +203,8 @@ func (c *comparer) devices(f OverlayFamily) []debugapi.Device {
 }
 
 // peers builds each peer's row.
-func (c *comparer) peers() []debugapi.Peer {
-	out := make([]debugapi.Peer, 0, len(c.d.Peers))
+func (c *comparer) peers() []statusapi.Peer {
+	out := make([]statusapi.Peer, 0, len(c.d.Peers))
 	neighs := map[string]map[netip.Addr]Neigh{}
 	fdbs := map[string]map[string]netip.Addr{}
 	for dev, ns := range c.k.Neighs {
@@ -232,7 +232,7 @@ func (c *comparer) peers() []debugapi.Peer {
 	sorted := slices.Clone(c.d.Peers)
 	slices.SortFunc(sorted, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
 	for _, p := range sorted {
-		row := debugapi.Peer{Name: p.Name, Blocks: []string{}, Path: debugapi.PathNone, LastChange: p.LastChange, Problem: p.Problem}
+		row := statusapi.Peer{Name: p.Name, Blocks: []string{}, Path: statusapi.PathNone, LastChange: p.LastChange, Problem: p.Problem}
 		if p.IPv4.HostIP.IsValid() {
 			row.HostIPv4 = p.IPv4.HostIP.String()
 		}
@@ -261,9 +261,9 @@ func (c *comparer) peers() []debugapi.Peer {
 					problems = append(problems, strings.TrimSpace(strings.TrimPrefix(pr, prefix)))
 				}
 			}
-			table := debugapi.TableOverlayV4
+			table := statusapi.TableOverlayV4
 			if f.Version == 6 {
-				table = debugapi.TableOverlayV6
+				table = statusapi.TableOverlayV6
 			}
 			for _, b := range p.BlocksOf(f.Version) {
 				for _, iface := range slices.Sorted(maps.Keys(f.Routes)) {
@@ -274,9 +274,9 @@ func (c *comparer) peers() []debugapi.Peer {
 					row.Routes.Wanted = true
 					if row.Device == "" {
 						row.Device = iface
-						row.Path = debugapi.PathDirect
+						row.Path = statusapi.PathDirect
 						if slices.ContainsFunc(f.Devices, func(d DeviceWant) bool { return d.Name == iface }) {
-							row.Path = debugapi.PathOverlay
+							row.Path = statusapi.PathOverlay
 						}
 					}
 					if rt.Programmed {
@@ -338,7 +338,7 @@ func (c *comparer) peers() []debugapi.Peer {
 				}
 			}
 		}
-		for _, ch := range []*debugapi.Check{&row.Routes, &row.ARP, &row.FDB, &row.Allowlist} {
+		for _, ch := range []*statusapi.Check{&row.Routes, &row.ARP, &row.FDB, &row.Allowlist} {
 			if !ch.Wanted {
 				ch.Present = false
 			}
@@ -371,8 +371,8 @@ func nudState(s int) string {
 }
 
 // workloads builds each workload record's row.
-func (c *comparer) workloads() []debugapi.Workload {
-	out := make([]debugapi.Workload, 0, len(c.d.Workloads)+len(c.d.Refused))
+func (c *comparer) workloads() []statusapi.Workload {
+	out := make([]statusapi.Workload, 0, len(c.d.Workloads)+len(c.d.Refused))
 	keys := slices.Collect(maps.Keys(c.d.Workloads))
 	for k := range c.d.Refused {
 		if _, ok := c.d.Workloads[k]; !ok {
@@ -382,7 +382,7 @@ func (c *comparer) workloads() []debugapi.Workload {
 	slices.Sort(keys)
 	for _, key := range keys {
 		w := c.d.Workloads[key]
-		row := debugapi.Workload{Key: key, Refused: c.d.Refused[key], IPs: []string{}}
+		row := statusapi.Workload{Key: key, Refused: c.d.Refused[key], IPs: []string{}}
 		if w != nil {
 			row.ContainerID, row.IfName, row.HostIface, row.IPs = w.ContainerID, w.IfName, w.HostIface, slices.Clone(w.IPs)
 			if w.PodName != "" {
@@ -394,7 +394,7 @@ func (c *comparer) workloads() []debugapi.Workload {
 		}
 		var facts []string
 		row.Routes.Present = true
-		for i, table := range []string{debugapi.TableWorkloadsV4, debugapi.TableWorkloadsV6} {
+		for i, table := range []string{statusapi.TableWorkloadsV4, statusapi.TableWorkloadsV6} {
 			if w == nil {
 				break
 			}

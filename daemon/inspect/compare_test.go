@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/routes/routestest"
@@ -22,7 +22,7 @@ func TestCompareDirectPeerAndDrift(t *testing.T) {
 	p := netip.MustParsePrefix
 	a := netip.MustParseAddr
 	d := &Desired{
-		Loop: true, IfacePrefix: "cali", Node: debugapi.Node{RouteProtocol: 80},
+		Loop: true, IfacePrefix: "cali", Node: statusapi.Node{RouteProtocol: 80},
 		WorkloadRoutes: [2]map[string][]routes.Target{
 			{routes.InterfaceNone: {{CIDR: p("10.244.1.0/24"), Type: routes.TypeBlackhole}}}, {},
 		},
@@ -52,20 +52,20 @@ func TestCompareDirectPeerAndDrift(t *testing.T) {
 		t.Fatalf("peers = %+v", st.Peers)
 	}
 	b := st.Peers[0]
-	if b.Path != debugapi.PathDirect || b.Device != "eth0" || !b.Routes.Wanted || b.Routes.Present || b.Routes.Fact != "10.244.2.0/24 dev eth0: kernel has via 10.0.0.9" {
+	if b.Path != statusapi.PathDirect || b.Device != "eth0" || !b.Routes.Wanted || b.Routes.Present || b.Routes.Fact != "10.244.2.0/24 dev eth0: kernel has via 10.0.0.9" {
 		t.Errorf("peer b = %+v", b)
 	}
 	if b.ARP.Wanted || b.FDB.Wanted || b.Allowlist.Wanted {
 		t.Errorf("peer b wants L2 or allowlist entries without VXLAN or an allowlist: %+v", b)
 	}
-	tables := map[string]debugapi.RouteTable{}
+	tables := map[string]statusapi.RouteTable{}
 	for _, tb := range st.Tables {
 		tables[tb.Name] = tb
 	}
-	if w := tables[debugapi.TableWorkloadsV4]; w.Desired != 1 || w.Programmed != 0 || len(w.Routes) != 1 || w.Routes[0].Type != "blackhole" {
+	if w := tables[statusapi.TableWorkloadsV4]; w.Desired != 1 || w.Programmed != 0 || len(w.Routes) != 1 || w.Routes[0].Type != "blackhole" {
 		t.Errorf("workloads-ipv4 = %+v", w)
 	}
-	o := tables[debugapi.TableOverlayV4]
+	o := tables[statusapi.TableOverlayV4]
 	if o.Desired != 1 || o.Programmed != 0 || len(o.Routes) != 2 {
 		t.Fatalf("overlay-ipv4 = %+v", o)
 	}
@@ -95,14 +95,14 @@ func TestCompareCallsDriftWrong(t *testing.T) {
 		table  string
 		target routes.Target
 	}{
-		{4, "cali1", debugapi.TableWorkloadsV4, routes.Target{CIDR: p("10.244.1.5/32")}},
-		{6, "cali1", debugapi.TableWorkloadsV6, routes.Target{CIDR: p("fd00:244:1::5/128")}},
-		{4, "vxlan.calico", debugapi.TableOverlayV4, routes.Target{CIDR: p("10.244.2.0/24"), Type: routes.TypeGateway, Gateway: a("10.244.2.0"), OnLink: true, MTU: 1450}},
+		{4, "cali1", statusapi.TableWorkloadsV4, routes.Target{CIDR: p("10.244.1.5/32")}},
+		{6, "cali1", statusapi.TableWorkloadsV6, routes.Target{CIDR: p("fd00:244:1::5/128")}},
+		{4, "vxlan.calico", statusapi.TableOverlayV4, routes.Target{CIDR: p("10.244.2.0/24"), Type: routes.TypeGateway, Gateway: a("10.244.2.0"), OnLink: true, MTU: 1450}},
 	} {
 		spec := routes.Spec{IPVersion: c.v, Protocol: 80}
 		fam := famIndex(c.v)
 		desired := func() *Desired {
-			d := &Desired{Loop: true, IfacePrefix: "cali", Node: debugapi.Node{RouteProtocol: 80},
+			d := &Desired{Loop: true, IfacePrefix: "cali", Node: statusapi.Node{RouteProtocol: 80},
 				WorkloadRoutes: [2]map[string][]routes.Target{{}, {}}}
 			if c.iface == "cali1" {
 				d.WorkloadRoutes[fam][c.iface] = []routes.Target{c.target}
@@ -111,7 +111,7 @@ func TestCompareCallsDriftWrong(t *testing.T) {
 			}
 			return d
 		}
-		row := func(kr netlink.Route) debugapi.Route {
+		row := func(kr netlink.Route) statusapi.Route {
 			k := &Kernel{Links: links}
 			k.Routes[fam] = []Route{RouteOf(&kr, c.v, c.iface)}
 			for _, tb := range Compare(desired(), k, time.Now()).Tables {
@@ -125,7 +125,7 @@ func TestCompareCallsDriftWrong(t *testing.T) {
 				}
 			}
 			t.Fatalf("no desired row for %s in %s", c.target.CIDR, c.table)
-			return debugapi.Route{}
+			return statusapi.Route{}
 		}
 		written := spec.Route(c.target, links[c.iface].Index)
 		if r := row(written); !r.Programmed || r.Kernel != "" {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -16,12 +16,12 @@ import (
 // Desired is what the daemon wants, plus the facts only it knows
 // (readiness, errors, repairs). Maps are read only.
 type Desired struct {
-	Node      debugapi.Node
-	Readiness debugapi.Readiness
-	Datastore debugapi.DatastoreHealth
+	Node      statusapi.Node
+	Readiness statusapi.Readiness
+	Datastore statusapi.DatastoreHealth
 	Loop      bool
 	// Blocks are the local blocks with their IPAM use (BlockUse).
-	Blocks []debugapi.Block
+	Blocks []statusapi.Block
 	// IfacePrefix names the workload interfaces (their routes are all
 	// routelet's).
 	IfacePrefix string
@@ -39,9 +39,9 @@ type Desired struct {
 	// Allowlist is the allowlist set whose members are the peers' host
 	// IPs (IPv4 name; the IPv6 twin for IPv6), "" when the mode has none.
 	Allowlist  string
-	Errors     []debugapi.ObjectError
+	Errors     []statusapi.ObjectError
 	LastResync time.Time
-	Repairs    []debugapi.Repair
+	Repairs    []statusapi.Repair
 }
 
 // Snapshotter adds its part of the desired state (the overlay, the
@@ -89,7 +89,7 @@ type DeviceWant struct {
 // the state directory did not: name, datastore, state directory, route
 // protocol, mode, and an empty list of local blocks for none. The state
 // endpoint and the offline status both start their node from it.
-func FillNode(n *debugapi.Node, cfg *config.Config) {
+func FillNode(n *statusapi.Node, cfg *config.Config) {
 	if n.Name == "" {
 		n.Name = cfg.NodeName
 	}

@@ -1,5 +1,5 @@
 // Package inspect compares what routeletd wants with what the kernel
-// holds, into the state endpoint's document (debugapi.State).
+// holds, into the state endpoint's document (statusapi.State).
 //
 // Desired is the daemon's side: the running daemon builds it on its apply
 // loop's goroutine (agent.Query, from routeletd's state endpoint: the

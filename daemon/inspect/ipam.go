@@ -8,17 +8,17 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/routelet/routelet/daemon/debugapi"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/daemon/statusapi"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 // BlockUse counts, for each block, the addresses claimed in the built-in
 // IPAM's directory (<stateDir>/ipam: one claim file per address in
 // addrs/). A missing directory is no claims.
-func BlockUse(ipamDir string, blocks []netip.Prefix) ([]debugapi.Block, error) {
-	out := make([]debugapi.Block, 0, len(blocks))
+func BlockUse(ipamDir string, blocks []netip.Prefix) ([]statusapi.Block, error) {
+	out := make([]statusapi.Block, 0, len(blocks))
 	for _, b := range blocks {
-		out = append(out, debugapi.Block{CIDR: b.String(), Size: blockSize(b)})
+		out = append(out, statusapi.Block{CIDR: b.String(), Size: blockSize(b)})
 	}
 	ents, err := os.ReadDir(filepath.Join(ipamDir, "addrs"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -33,7 +33,7 @@ func BlockUse(ipamDir string, blocks []netip.Prefix) ([]debugapi.Block, error) {
 			continue // temp files
 		}
 		for i, b := range blocks {
-			if b.Contains(a) && !netguard.Reserved(b, a) {
+			if b.Contains(a) && !nodespace.Reserved(b, a) {
 				out[i].Used++
 				break
 			}

@@ -5,15 +5,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 )
 
 // RepairLog keeps the time of each drift repair (at most
-// debugapi.MaxRepairs, the oldest dropped). Safe for concurrent use.
+// statusapi.MaxRepairs, the oldest dropped). Safe for concurrent use.
 type RepairLog struct {
 	now func() time.Time
 	mu  sync.Mutex
-	log []debugapi.Repair
+	log []statusapi.Repair
 }
 
 // NewRepairLog returns an empty log on the wall clock.
@@ -28,15 +28,15 @@ func (l *RepairLog) Add(object, detail string, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for range n {
-		l.log = append(l.log, debugapi.Repair{Time: t, Object: object, Detail: detail})
+		l.log = append(l.log, statusapi.Repair{Time: t, Object: object, Detail: detail})
 	}
-	if over := len(l.log) - debugapi.MaxRepairs; over > 0 {
+	if over := len(l.log) - statusapi.MaxRepairs; over > 0 {
 		l.log = slices.Delete(l.log, 0, over)
 	}
 }
 
 // List returns the repairs, oldest first.
-func (l *RepairLog) List() []debugapi.Repair {
+func (l *RepairLog) List() []statusapi.Repair {
 	if l == nil {
 		return nil
 	}

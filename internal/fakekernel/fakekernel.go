@@ -1,5 +1,5 @@
-// Package fakekernel is what the in-memory kernels of the routes, overlay,
-// ipset and rules packages share: every call counted by name, and chosen
+// Package fakekernel is what the in-memory kernels of the routestest, overlay,
+// ipsettest and firewall packages share: every call counted by name, and chosen
 // calls failed with a given error.
 package fakekernel
 

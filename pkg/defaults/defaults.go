@@ -1,7 +1,7 @@
 // Package defaults holds the names and the port routelet's dataplane uses
 // on every node unless configured otherwise: the overlay devices, the
 // VXLAN port and the host veth prefix. pkg/overlay creates the devices,
-// pkg/podnet names the veths, pkg/podguard and pkg/ipset/rules match on
+// pkg/podnet names the veths, pkg/podguard and pkg/firewall match on
 // them; each reads the defaults here, so the packages that only match on
 // a name need not import the package that creates it. It imports nothing.
 package defaults

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -120,7 +120,7 @@ func (a *Allocator) checkRequested(requested []netip.Addr) (map[int]Allocation, 
 		if !ok {
 			return nil, fmt.Errorf("ipam: requested address %s is not in any block (%s)", r, a.blocksString(family(r)))
 		}
-		if netguard.Reserved(b, r) {
+		if nodespace.Reserved(b, r) {
 			return nil, fmt.Errorf("ipam: requested address %s is reserved in block %s (first and, for IPv4, last address)", r, b)
 		}
 		if a.reserved[r] {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 var (
@@ -65,7 +65,7 @@ func usable(block netip.Prefix) map[netip.Addr]bool {
 		m[a] = true
 	}
 	if block.Addr().Is4() {
-		delete(m, netguard.LastAddr(block))
+		delete(m, nodespace.LastAddr(block))
 	}
 	return m
 }

@@ -1,6 +1,6 @@
 package overlay
 
-import "github.com/routelet/routelet/pkg/netguard"
+import "github.com/routelet/routelet/pkg/nodespace"
 
 // Devices names a node's overlay devices; an empty name means the default
 // (DeviceVXLAN, DeviceVXLANv6, DeviceIPIP). The daemon takes them from its
@@ -34,14 +34,14 @@ func (d Devices) Names() []string {
 
 // OwnedLinks returns the rule by which a link is one routelet creates, so
 // that its addresses and routes are routelet's and not the node's own: a
-// pod veth (a name with prefix and type veth, netguard.Owned) or one of the
+// pod veth (a name with prefix and type veth, nodespace.Owned) or one of the
 // overlay devices devs names, by name and kind (a link of another kind
 // under such a name is someone else's).
-func OwnedLinks(prefix string, devs Devices) func(netguard.Link) bool {
+func OwnedLinks(prefix string, devs Devices) func(nodespace.Link) bool {
 	devs = devs.WithDefaults()
-	return func(l netguard.Link) bool {
+	return func(l nodespace.Link) bool {
 		switch {
-		case netguard.Owned(l, prefix):
+		case nodespace.Owned(l, prefix):
 			return true
 		case l.Name == devs.VXLAN || l.Name == devs.VXLANv6:
 			return l.Type == "vxlan"

@@ -3,7 +3,7 @@ package overlay
 import (
 	"testing"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 // TestOwnedLinks: pod veths by prefix and type, the overlay devices by
@@ -13,21 +13,21 @@ func TestOwnedLinks(t *testing.T) {
 	configured := OwnedLinks("cali", Devices{VXLAN: "vx4", VXLANv6: "vx6", IPIP: "ipip0"})
 	defaults := OwnedLinks("cali", Devices{})
 	for _, tc := range []struct {
-		link                 netguard.Link
+		link                 nodespace.Link
 		configured, defaults bool
 	}{
-		{netguard.Link{Name: "cali12345", Type: "veth"}, true, true},
-		{netguard.Link{Name: "cali12345", Type: "dummy"}, false, false},
-		{netguard.Link{Name: "eth0", Type: "veth"}, false, false},
-		{netguard.Link{Name: "vx4", Type: "vxlan"}, true, false},
-		{netguard.Link{Name: "vx6", Type: "vxlan"}, true, false},
-		{netguard.Link{Name: "ipip0", Type: "ipip"}, true, false},
-		{netguard.Link{Name: "vx4", Type: "dummy"}, false, false},
-		{netguard.Link{Name: "ipip0", Type: "vxlan"}, false, false},
-		{netguard.Link{Name: DeviceVXLAN, Type: "vxlan"}, false, true},
-		{netguard.Link{Name: DeviceVXLANv6, Type: "vxlan"}, false, true},
-		{netguard.Link{Name: DeviceIPIP, Type: "ipip"}, false, true},
-		{netguard.Link{Name: DeviceIPIP, Type: "gre"}, false, false},
+		{nodespace.Link{Name: "cali12345", Type: "veth"}, true, true},
+		{nodespace.Link{Name: "cali12345", Type: "dummy"}, false, false},
+		{nodespace.Link{Name: "eth0", Type: "veth"}, false, false},
+		{nodespace.Link{Name: "vx4", Type: "vxlan"}, true, false},
+		{nodespace.Link{Name: "vx6", Type: "vxlan"}, true, false},
+		{nodespace.Link{Name: "ipip0", Type: "ipip"}, true, false},
+		{nodespace.Link{Name: "vx4", Type: "dummy"}, false, false},
+		{nodespace.Link{Name: "ipip0", Type: "vxlan"}, false, false},
+		{nodespace.Link{Name: DeviceVXLAN, Type: "vxlan"}, false, true},
+		{nodespace.Link{Name: DeviceVXLANv6, Type: "vxlan"}, false, true},
+		{nodespace.Link{Name: DeviceIPIP, Type: "ipip"}, false, true},
+		{nodespace.Link{Name: DeviceIPIP, Type: "gre"}, false, false},
 	} {
 		if got := configured(tc.link); got != tc.configured {
 			t.Errorf("configured names: %s (%s) owned = %v, want %v", tc.link.Name, tc.link.Type, got, tc.configured)

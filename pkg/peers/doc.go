@@ -10,12 +10,12 @@
 //   - Parse checks one record on its own: the name, each address of the
 //     right family and not special (loopback, link-local, multicast,
 //     unspecified), each VTEP MAC a 6-byte unicast MAC, each block a masked
-//     prefix that can be a pod block at all (netguard.CheckBlock: never /0,
+//     prefix that can be a pod block at all (nodespace.CheckBlock: never /0,
 //     loopback, link-local, multicast).
 //   - Resolve checks the records against this node and against each other.
 //     A record carrying one of our host IPs, our VTEP MAC or our tunnel
 //     address is refused whole. A block overlapping the node's own
-//     addresses or connected subnets (netguard.Host), our own blocks, or
+//     addresses or connected subnets (nodespace.Host), our own blocks, or
 //     any peer's host IP is refused. Conflicts between peers (two claims of
 //     overlapping blocks, a block covering a host IP, one host IP, VTEP MAC
 //     or tunnel address claimed twice) are decided for the established

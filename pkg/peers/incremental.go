@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 // maxChanged is how many records may change in one pass for the Validator
@@ -27,8 +27,8 @@ const maxAffected = 256
 // values; every other verdict cannot have changed. The result equals
 // Resolve's with the same records, host, sightings and time.
 type resolver struct {
-	ok    bool          // recs reflect the last pass against host
-	host  netguard.Host // what the last pass checked against
+	ok    bool           // recs reflect the last pass against host
+	host  nodespace.Host // what the last pass checked against
 	recs  map[string]*vrec
 	order []*vrec // recs sorted by name
 	gen   uint64  // the current pass
@@ -77,7 +77,7 @@ func (r *vrec) live() bool { return r.name != "" && r.whole == "" }
 
 // sameHost reports whether a and b hold the same address space (all that
 // Resolve reads of a Host).
-func sameHost(a, b netguard.Host) bool {
+func sameHost(a, b nodespace.Host) bool {
 	return slices.Equal(a.Addrs, b.Addrs) && slices.Equal(a.Connected, b.Connected)
 }
 
@@ -85,7 +85,7 @@ func sameHost(a, b netguard.Host) bool {
 // which it owns) in place, and reports whether seen changed. It returns
 // false for ok when it cannot (two records with one name): the caller
 // then resolves from scratch.
-func (e *resolver) pass(self Self, host netguard.Host, records []Record, seen map[Claim]sighting, now time.Time, retain time.Duration) (peers []NodeInfo, refused []Refusal, seenChanged, ok bool) {
+func (e *resolver) pass(self Self, host nodespace.Host, records []Record, seen map[Claim]sighting, now time.Time, retain time.Duration) (peers []NodeInfo, refused []Refusal, seenChanged, ok bool) {
 	e.gen++
 	now = now.Round(0) // wall clock only, as the sightings keep it
 	nowNS := nanos(now)

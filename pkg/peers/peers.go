@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -168,7 +168,7 @@ func Parse(r Record) (NodeInfo, []Refusal) {
 			refuse(FieldBlock, s, fmt.Sprintf("not a CIDR: %v", err))
 			continue
 		}
-		if err := netguard.CheckBlock(p); err != nil {
+		if err := nodespace.CheckBlock(p); err != nil {
 			refuse(FieldBlock, s, err.Error())
 			continue
 		}
@@ -196,7 +196,7 @@ func parseAddr(s string, v int) (netip.Addr, error) {
 	case a.Is4() != (v == 4):
 		return netip.Addr{}, fmt.Errorf("not an IPv%d address", v)
 	}
-	if why := netguard.SpecialRange(netip.PrefixFrom(a, a.BitLen())); why != "" {
+	if why := nodespace.SpecialRange(netip.PrefixFrom(a, a.BitLen())); why != "" {
 		return netip.Addr{}, fmt.Errorf("address in %s", why)
 	}
 	return a, nil

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/internal/netiptest"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 // pfx parses CIDRs.
@@ -39,7 +39,7 @@ var self = Self{
 	Blocks: pfx("10.244.1.0/24", "fd00:244:1::/120"),
 }
 
-var host = netguard.Host{
+var host = nodespace.Host{
 	Addrs:     pfx("10.0.1.10/24", "fd00:1::10/64", "127.0.0.1/8", "::1/128"),
 	Connected: pfx("172.31.0.0/16"),
 }
@@ -552,7 +552,7 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 	h := host
 	dir := t.TempDir()
 	v := New(Options{Self: self, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Retain: time.Minute,
-		ReadHost: func() (netguard.Host, error) { return h, nil }, StateDir: dir})
+		ReadHost: func() (nodespace.Host, error) { return h, nil }, StateDir: dir})
 	recs := map[string]Record{}
 	for step := range 3000 {
 		for range 1 + rng.IntN(3) {
@@ -648,7 +648,7 @@ func FuzzResolve(f *testing.F) {
 		var accepted []netip.Prefix
 		for _, n := range res.Peers {
 			for _, a := range n.HostIPs() {
-				if a == self.IPv4.HostIP || a == self.IPv6.HostIP || netguard.SpecialRange(netip.PrefixFrom(a, a.BitLen())) != "" {
+				if a == self.IPv4.HostIP || a == self.IPv6.HostIP || nodespace.SpecialRange(netip.PrefixFrom(a, a.BitLen())) != "" {
 					t.Fatalf("peer %s has host IP %s", n.Name, a)
 				}
 				accepted = append(accepted, netip.PrefixFrom(a, a.BitLen()))

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 )
 
 // Self is this node as the checks need it: what a peer record must never
@@ -37,7 +37,7 @@ type Input struct {
 	Self Self
 	// Host is the node's own address space (addresses, connected subnets);
 	// no peer block may overlap it and no peer may carry its addresses.
-	Host    netguard.Host
+	Host    nodespace.Host
 	Records []Record
 	// Seen says when this daemon first saw each value (and when a value
 	// that went missing was last there); values absent from it are new.
@@ -283,7 +283,7 @@ func ourSpace(self Self) []netip.Prefix {
 // conflicts with (related), directly or through others, so deciding any
 // set closed under related gives each member the verdict it has among all.
 // live is sorted in place.
-func decide(self Self, host netguard.Host, live []*item) {
+func decide(self Self, host nodespace.Host, live []*item) {
 	slices.SortFunc(live, compareItems)
 	ours := ourSpace(self)
 	candidates := slices.Clone(ours)
@@ -363,7 +363,7 @@ const sameName = "a second record with the same name"
 // carries this node's name, one of its addresses as a host IP, its VTEP
 // MAC or its tunnel address. (A second record with a name already seen
 // is refused whole too; that is the caller's to check.)
-func wholeRecord(self Self, host netguard.Host, n NodeInfo) string {
+func wholeRecord(self Self, host nodespace.Host, n NodeInfo) string {
 	if n.Name == self.Name {
 		return "it carries this node's own name"
 	}
@@ -425,7 +425,7 @@ func compareItems(a, b *item) int {
 
 // conflict returns why it cannot be accepted given what was accepted
 // before it, or "".
-func conflict(host netguard.Host, sp *space, taken map[string]map[string]string, it *item) string {
+func conflict(host nodespace.Host, sp *space, taken map[string]map[string]string, it *item) string {
 	whose := func(o owner) string {
 		switch o.node {
 		case "":

@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -39,7 +39,7 @@ type Options struct {
 	// later are protected too; a failed read is tried again at the next
 	// Validate. nil: an empty Host (only the record-level checks and Self
 	// apply).
-	ReadHost func() (netguard.Host, error)
+	ReadHost func() (nodespace.Host, error)
 	// StateDir holds LedgerFile; "" keeps first-seen times in memory only.
 	StateDir string
 	// Retain is Input.Retain; default DefaultRetain, negative 0.
@@ -54,7 +54,7 @@ type Validator struct {
 	opts     Options
 	log      *slog.Logger
 	seen     map[Claim]sighting
-	host     netguard.Host
+	host     nodespace.Host
 	hostErr  string               // last ReadHost error logged
 	hostOld  atomic.Bool          // host must be read again (HostChanged)
 	logged   map[string]bool      // refusals already logged, by message

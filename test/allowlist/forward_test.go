@@ -14,7 +14,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/firewall"
 )
 
 // addPod attaches a fresh pod namespace to the node with the real plugin
@@ -160,9 +160,9 @@ func (c *lan) forwardState(v6 bool) (jump, chain, baseChain bool) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	_, err = c.iptables(v6, "-S", rules.ForwardChain)
-	if c.backend != rules.BackendNFT {
-		return strings.Contains(hook, "-j "+rules.ForwardChain), err == nil, true
+	_, err = c.iptables(v6, "-S", firewall.ForwardChain)
+	if c.backend != firewall.BackendNFT {
+		return strings.Contains(hook, "-j "+firewall.ForwardChain), err == nil, true
 	}
 	conn, cerr := nftables.New(nftables.WithNetNSFd(int(c.node.NS.Fd())))
 	if cerr != nil {
@@ -181,7 +181,7 @@ func (c *lan) forwardState(v6 bool) (jump, chain, baseChain bool) {
 			baseChain = true
 		}
 	}
-	return strings.Contains(hook, "-j "+rules.ForwardChain), err == nil, baseChain
+	return strings.Contains(hook, "-j "+firewall.ForwardChain), err == nil, baseChain
 }
 
 // TestForwardChainOnlyWhereItCanDrop: with the node's FORWARD policy ACCEPT
@@ -221,7 +221,7 @@ func testForwardChainOnlyWhereItCanDrop(t *testing.T, backend string) {
 		netnstest.Eventually(t, 20*time.Second, what, func() bool {
 			for _, v6 := range []bool{false, true} {
 				jump, chain, base := c.forwardState(v6)
-				if jump != installed || chain != installed || base != (installed || backend != rules.BackendNFT) {
+				if jump != installed || chain != installed || base != (installed || backend != firewall.BackendNFT) {
 					return false
 				}
 			}

@@ -19,8 +19,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // backends are the iptables backends every scenario runs with.
-var backends = []string{rules.BackendNFT, rules.BackendLegacy}
+var backends = []string{firewall.BackendNFT, firewall.BackendLegacy}
 
 // eachBackend runs test once per iptables backend, as a subtest named for
 // the backend.
@@ -93,8 +93,8 @@ type lan struct {
 	outside  ns.NetNS // a host outside the cluster
 	stateDir string
 	store    *state.Store
-	ipt      *rules.IPTables // backend's iptables, used inside the node
-	ipt6     *rules.IPTables // and its ip6tables
+	ipt      *firewall.IPTables // backend's iptables, used inside the node
+	ipt6     *firewall.IPTables // and its ip6tables
 }
 
 // newLAN builds the namespaces: a "lan" namespace with bridge br0, and
@@ -136,11 +136,11 @@ func newLAN(t *testing.T, backend string) *lan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ipt, err = rules.NewIPTables(ipset.IPv4, backend)
+	c.ipt, err = firewall.NewIPTables(ipset.IPv4, backend)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ipt6, err = rules.NewIPTables(ipset.IPv6, backend)
+	c.ipt6, err = firewall.NewIPTables(ipset.IPv6, backend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,9 +229,9 @@ func (c *lan) dropAcceptCounts() (accept, drop uint64, err error) {
 }
 
 // dropAcceptCountsOf is dropAcceptCounts through ipt (iptables or ip6tables).
-func (c *lan) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, err error) {
+func (c *lan) dropAcceptCountsOf(ipt *firewall.IPTables) (accept, drop uint64, err error) {
 	err = c.node.NS.Do(func(ns.NetNS) error {
-		stats, err := ipt.StructuredStats("filter", rules.InputChain)
+		stats, err := ipt.StructuredStats("filter", firewall.InputChain)
 		if err != nil {
 			return err
 		}
@@ -245,7 +245,7 @@ func (c *lan) dropAcceptCountsOf(ipt *rules.IPTables) (accept, drop uint64, err 
 			}
 		}
 		if !seenA || !seenD {
-			return fmt.Errorf("%s has no ACCEPT and DROP rule: %+v", rules.InputChain, stats)
+			return fmt.Errorf("%s has no ACCEPT and DROP rule: %+v", firewall.InputChain, stats)
 		}
 		return nil
 	})

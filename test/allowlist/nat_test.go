@@ -11,7 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/firewall"
 )
 
 // natTables returns the nat tables of the node's namespace on the test's
@@ -23,7 +23,7 @@ func (c *lan) natTables(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
 	var out []string
-	if c.backend == rules.BackendNFT {
+	if c.backend == firewall.BackendNFT {
 		list := sh(t, c.node.NS, "nft list tables")
 		for _, l := range strings.Split(list, "\n") {
 			if f := strings.Fields(l); len(f) == 3 && f[0] == "table" && f[2] == "nat" {
@@ -69,7 +69,7 @@ func TestNATOutgoingOff(t *testing.T) { eachBackend(t, testNATOutgoingOff) }
 
 func testNATOutgoingOff(t *testing.T, backend string) {
 	c := newLAN(t, backend)
-	if backend == rules.BackendNFT {
+	if backend == firewall.BackendNFT {
 		if _, err := exec.LookPath("nft"); err != nil {
 			t.Skipf("nft not installed (Debian package nftables): %v", err)
 		}
@@ -98,7 +98,7 @@ func testNATOutgoingOff(t *testing.T, backend string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(s, rules.PostroutingChain) {
+			if strings.Contains(s, firewall.PostroutingChain) {
 				t.Fatalf("%s: nat table (v6 %v) still has routelet's chain or jump:\n%s", when, v6, s)
 			}
 		}
@@ -110,13 +110,13 @@ func testNATOutgoingOff(t *testing.T, backend string) {
 	}
 	d = c.startDaemon("--encapsulation=vxlan")
 	netnstest.Eventually(t, 5*time.Second, "ROUTELET-POSTROUTING with NAT on", func() bool {
-		return strings.Contains(c.chain("nat", "POSTROUTING"), "-j "+rules.PostroutingChain)
+		return strings.Contains(c.chain("nat", "POSTROUTING"), "-j "+firewall.PostroutingChain)
 	})
 	if err := d.stop(); err != nil {
 		t.Fatalf("routeletd exit: %v", err)
 	}
 	c.startDaemon("--encapsulation=vxlan", "--nat-outgoing=false")
-	if backend == rules.BackendNFT {
+	if backend == firewall.BackendNFT {
 		netnstest.Eventually(t, 5*time.Second, "nat tables routelet made gone after NAT was switched off", func() bool {
 			return len(c.natTables(t)) == 0
 		})

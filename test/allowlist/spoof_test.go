@@ -14,7 +14,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/podguard"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -352,7 +352,7 @@ func testPodForgedEncapsulation(t *testing.T, backend, encap string) {
 		t.Fatalf("the target pod received the inner packet of %s a pod forged from peer %s (seen from %s)", encap, peerIP, from)
 	}
 	if nodeRaw.sawFrom(t, peerIP, "forged-to-node", 200*time.Millisecond) {
-		t.Fatalf("%s a pod forged from peer %s reached the node past %s", encap, peerIP, rules.InputChain)
+		t.Fatalf("%s a pod forged from peer %s reached the node past %s", encap, peerIP, firewall.InputChain)
 	}
 	c.waitDropped(t, encapDrop, before, encap+" forged from a peer's host IP")
 

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -84,7 +84,7 @@ func gatewayMAC(t *testing.T, pod ns.NetNS) net.HardwareAddr {
 // neighbour entry for the foreign senders, and the pod's guard counts
 // each; the pod's own traffic still works.
 func TestPodTaggedFrames(t *testing.T) {
-	c := newLAN(t, rules.BackendNFT)
+	c := newLAN(t, firewall.BackendNFT)
 	c.rpfOff(t)
 	const peerMAC = "66:00:00:00:00:0b"
 	if err := c.store.PutNode(&state.Node{Version: 1, Name: "node-b", HostIPv4: peerIP, Blocks: []string{peerBlock},

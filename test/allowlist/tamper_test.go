@@ -16,7 +16,7 @@ import (
 	"github.com/google/nftables/expr"
 
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/ipset/rules"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/podguard"
 )
 
@@ -82,8 +82,8 @@ func testTamperRepair(t *testing.T, backend string) {
 			t.Fatalf("routeletd's firewall state lacks %q:\n%s", s, want)
 		}
 	}
-	if strings.Contains(want, rules.PreroutingChain) {
-		t.Fatalf("routeletd made %s; the pod source check is on each pod veth's ingress hook:\n%s", rules.PreroutingChain, want)
+	if strings.Contains(want, firewall.PreroutingChain) {
+		t.Fatalf("routeletd made %s; the pod source check is on each pod veth's ingress hook:\n%s", firewall.PreroutingChain, want)
 	}
 	// Left alone, the checks run and change nothing. With legacy each one
 	// runs `iptables -t filter -S`, `-t nat -S` and, since the snapshot's
@@ -99,7 +99,7 @@ func testTamperRepair(t *testing.T, backend string) {
 		t.Fatalf("clean checks changed something: netlink writes %v → %v", writes, w)
 	}
 	grew := c.metric("routelet_allowlist_iptables_execs_total") - execs
-	if backend == rules.BackendNFT && grew > 6 || backend == rules.BackendLegacy && grew < 12 {
+	if backend == firewall.BackendNFT && grew > 6 || backend == firewall.BackendLegacy && grew < 12 {
 		t.Fatalf("two clean checks with %s ran iptables %v times; want at most 6 (nft: one read of the three tables per family) or at least 12 (legacy: 6 per check)", backend, grew)
 	}
 	t.Logf("two or more clean checks with %s: %v iptables execs", backend, grew)
@@ -117,9 +117,9 @@ func testTamperRepair(t *testing.T, backend string) {
 		name   string
 		tamper func()
 	}{
-		{"flush ROUTELET-INPUT", func() { c.mustIptables("-F", rules.InputChain) }},
-		{"delete the INPUT jump", func() { c.mustIptables("-D", "INPUT", "-j", rules.InputChain) }},
-		{"delete the FORWARD jump", func() { c.mustIptables("-D", "FORWARD", "-j", rules.ForwardChain) }},
+		{"flush ROUTELET-INPUT", func() { c.mustIptables("-F", firewall.InputChain) }},
+		{"delete the INPUT jump", func() { c.mustIptables("-D", "INPUT", "-j", firewall.InputChain) }},
+		{"delete the FORWARD jump", func() { c.mustIptables("-D", "FORWARD", "-j", firewall.ForwardChain) }},
 		{"delete a peer from the set", func() { ipsetCmd("del", "routelet-vxlan-peers", peerIP) }},
 		{"destroy routelet-pools", func() {
 			// The kernel refuses to destroy a set a rule uses: flush the
@@ -128,7 +128,7 @@ func testTamperRepair(t *testing.T, backend string) {
 			// try again.
 			var err error
 			for range 20 {
-				c.mustIptables("-t", "nat", "-F", rules.PostroutingChain)
+				c.mustIptables("-t", "nat", "-F", firewall.PostroutingChain)
 				if _, err = netnstest.Exec(context.Background(), c.node.NS, "ipset", "destroy", "routelet-pools"); err == nil {
 					return
 				}
@@ -224,9 +224,9 @@ func testPodGuardRepair(t *testing.T, backend string) {
 	c.rpfOff(t)
 	for _, v6 := range []bool{false, true} {
 		for _, args := range [][]string{
-			{"-t", "raw", "-N", rules.PreroutingChain},
-			{"-t", "raw", "-A", rules.PreroutingChain, "-i", "cali+", "-m", "rpfilter", "--invert", "-j", "DROP"},
-			{"-t", "raw", "-I", "PREROUTING", "1", "-i", "cali+", "-j", rules.PreroutingChain},
+			{"-t", "raw", "-N", firewall.PreroutingChain},
+			{"-t", "raw", "-A", firewall.PreroutingChain, "-i", "cali+", "-m", "rpfilter", "--invert", "-j", "DROP"},
+			{"-t", "raw", "-I", "PREROUTING", "1", "-i", "cali+", "-j", firewall.PreroutingChain},
 		} {
 			if out, err := c.iptables(v6, args...); err != nil {
 				t.Fatalf("%v: %v\n%s", args, err, out)
@@ -235,10 +235,10 @@ func testPodGuardRepair(t *testing.T, backend string) {
 	}
 	c.writeNode("node-b", peerIP, peerBlock)
 	c.startDaemon("--encapsulation=vxlan")
-	netnstest.Eventually(t, 10*time.Second, "the older "+rules.PreroutingChain+" removed, both families", func() bool {
+	netnstest.Eventually(t, 10*time.Second, "the older "+firewall.PreroutingChain+" removed, both families", func() bool {
 		for _, v6 := range []bool{false, true} {
 			out, err := c.iptables(v6, "-t", "raw", "-S")
-			if err != nil || strings.Contains(out, rules.PreroutingChain) {
+			if err != nil || strings.Contains(out, firewall.PreroutingChain) {
 				return false
 			}
 		}

@@ -26,7 +26,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	k8sds "github.com/routelet/routelet/daemon/datastore/kubernetes"
-	"github.com/routelet/routelet/daemon/debugapi"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/k8stest"
 	"github.com/routelet/routelet/internal/netnstest"
@@ -319,7 +319,7 @@ func diagnoseAcross(t *testing.T, tc *testCluster, flags []string) {
 		for _, v := range []int{4, 6} {
 			src, dst := podRef(n, n, n.Pods[0], v), podRef(n, m, m.Pods[0], v)
 			r := diagnoseMode(t, n, flags, src, dst)
-			if r.code != 0 || r.rep.Source != debugapi.SourceDaemon {
+			if r.code != 0 || r.rep.Source != statusapi.SourceDaemon {
 				t.Errorf("diagnose %s → %s on %s: exit %d, source %q, failing %v:\n%s", src, dst, n.Spec.Name, r.code, r.rep.Source, r.failing(), r.out)
 			}
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/routelet/routelet/internal/etcdtest"
 	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/internal/netnstest"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -537,7 +537,7 @@ func TestBadDataSkipped(t *testing.T) {
 	}
 	v := peers.New(peers.Options{
 		Self:     peers.Self{Name: "node-b", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.168.1.2")}, Blocks: prefixes("10.244.0.0/26")},
-		ReadHost: func() (netguard.Host, error) { return netguard.Host{}, nil },
+		ReadHost: func() (nodespace.Host, error) { return nodespace.Host{}, nil },
 		StateDir: t.TempDir(), Logger: quiet,
 	})
 	valid := v.Validate(recs)

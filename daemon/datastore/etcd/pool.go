@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -52,14 +52,14 @@ func CheckPools(pools []Pool) error {
 		return errors.New("no pool given")
 	}
 	for i, p := range pools {
-		if err := netguard.CheckBlock(p.CIDR); err != nil {
+		if err := nodespace.CheckBlock(p.CIDR); err != nil {
 			return fmt.Errorf("pool %s: %w", p.CIDR, err)
 		}
 		probe := netip.PrefixFrom(p.CIDR.Addr(), p.BlockSize)
 		if p.BlockSize < p.CIDR.Bits() || !probe.IsValid() {
 			return fmt.Errorf("pool %s: block size /%d is not inside the pool", p.CIDR, p.BlockSize)
 		}
-		if err := netguard.CheckBlock(probe.Masked()); err != nil {
+		if err := nodespace.CheckBlock(probe.Masked()); err != nil {
 			return fmt.Errorf("pool %s: block size /%d: %w", p.CIDR, p.BlockSize, err)
 		}
 		for _, q := range pools[:i] {
@@ -122,7 +122,7 @@ func (d *Datastore) parseBlockKey(key string) (netip.Prefix, error) {
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("block key %q: %w", key, err)
 	}
-	if err := netguard.CheckBlock(p); err != nil {
+	if err := nodespace.CheckBlock(p); err != nil {
 		return netip.Prefix{}, fmt.Errorf("block key %q: %w", key, err)
 	}
 	return p, nil

@@ -32,7 +32,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/internal/readlimit"
-	"github.com/routelet/routelet/pkg/netguard"
+	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/peers"
 )
 
@@ -320,7 +320,7 @@ func parseBlocks(node string, cidrs []string) ([]netip.Prefix, error) {
 		if p != p.Masked() {
 			return nil, fmt.Errorf("node %s: spec.podCIDRs %q: host bits set (want %s)", node, s, p.Masked())
 		}
-		if err := netguard.CheckBlock(p); err != nil {
+		if err := nodespace.CheckBlock(p); err != nil {
 			return nil, fmt.Errorf("node %s: spec.podCIDRs %q: %w", node, s, err)
 		}
 		out = append(out, p)

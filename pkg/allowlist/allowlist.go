@@ -9,8 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 // Manager keeps the allowlist sets and routelet's chains of one node in
@@ -18,12 +18,12 @@ import (
 type Manager struct {
 	sets *ipset.Sets
 	// chains per family; IPv6 is absent when the node has no ip6tables.
-	chains map[ipset.Family]*rules.Chains
+	chains map[ipset.Family]*firewall.Chains
 	log    *slog.Logger
 
 	mu sync.Mutex
 	// cfg, peers and pools are the desired state; guarded by mu.
-	cfg        rules.Config
+	cfg        firewall.Config
 	vxlanPeers []netip.Prefix
 	ipipPeers  []netip.Prefix
 	pools      []netip.Prefix
@@ -40,29 +40,29 @@ type Manager struct {
 }
 
 // New returns a Manager that manages sets through k and IPv4 rules through
-// v4; v6 may be nil (or a nil *rules.IPTables) to leave IPv6 alone: no
+// v4; v6 may be nil (or a nil *firewall.IPTables) to leave IPv6 alone: no
 // ip6tables rules, no -v6 sets.
 // log may be nil.
-func New(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) *Manager {
+func New(k ipset.Kernel, v4, v6 firewall.Table, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
 	m := &Manager{
 		sets:    ipset.NewSets(k, log),
-		chains:  map[ipset.Family]*rules.Chains{ipset.IPv4: rules.New(v4, ipset.IPv4, log)},
+		chains:  map[ipset.Family]*firewall.Chains{ipset.IPv4: firewall.New(v4, ipset.IPv4, log)},
 		log:     log,
 		placed:  map[string]bool{},
 		changed: true,
 	}
 	if !isNil(v6) {
-		m.chains[ipset.IPv6] = rules.New(v6, ipset.IPv6, log)
+		m.chains[ipset.IPv6] = firewall.New(v6, ipset.IPv6, log)
 	}
 	return m
 }
 
 // isNil reports whether t is nil or an interface holding a nil pointer (a
-// nil *rules.IPTables passed as "no IPv6" must not count as a table).
-func isNil(t rules.Table) bool {
+// nil *firewall.IPTables passed as "no IPv6" must not count as a table).
+func isNil(t firewall.Table) bool {
 	if t == nil {
 		return true
 	}
@@ -80,7 +80,7 @@ func (m *Manager) families() []ipset.Family {
 
 // SetConfig sets which rules are wanted (encapsulations, port, devices, NAT
 // outgoing); it is validated first.
-func (m *Manager) SetConfig(cfg rules.Config) error {
+func (m *Manager) SetConfig(cfg firewall.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (m *Manager) place() ([]string, error) {
 	needed := map[string]bool{}
 	var errs []error
 	for _, f := range m.families() {
-		for _, base := range rules.Sets(m.cfg, f) {
+		for _, base := range firewall.Sets(m.cfg, f) {
 			name := ipset.Name(base, f)
 			needed[name] = true
 			if !m.changed && m.placed[name] {
@@ -306,11 +306,11 @@ func (m *Manager) Stats() Stats {
 // Cleanup removes routelet's jumps and chains from v4 and v6 (either may be
 // nil), then destroys every routelet set, for the daemon's cleanup command.
 // Rules go first: the kernel refuses to destroy a set a rule uses.
-func Cleanup(k ipset.Kernel, v4, v6 rules.Table, log *slog.Logger) error {
+func Cleanup(k ipset.Kernel, v4, v6 firewall.Table, log *slog.Logger) error {
 	var errs []error
-	for _, t := range []rules.Table{v4, v6} {
+	for _, t := range []firewall.Table{v4, v6} {
 		if !isNil(t) {
-			errs = append(errs, rules.Cleanup(t, log))
+			errs = append(errs, firewall.Cleanup(t, log))
 		}
 	}
 	errs = append(errs, ipset.Cleanup(k, log))

@@ -1,4 +1,4 @@
-package debugapi
+package statusapi
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package netguard holds the checks that keep what routelet is told —
+// Package nodespace holds the checks that keep what routelet is told —
 // operator configuration, conflists, workload and node records — away from
 // address space and links routelet does not own.
 //
@@ -19,4 +19,4 @@
 // that decodes only the fields the checks use. Every check
 // returns an error that names the offending value and what it collides
 // with.
-package netguard
+package nodespace

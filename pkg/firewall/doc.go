@@ -1,4 +1,4 @@
-// Package rules renders routelet's iptables chains from a Config and keeps
+// Package firewall renders routelet's iptables chains from a Config and keeps
 // them, and the jumps to them, in place through coreos/go-iptables.
 //
 // Three chains, per IP family (iptables and ip6tables):
@@ -59,4 +59,4 @@
 // are inserted or removed; a built-in chain itself (nf_tables FORWARD) is
 // deleted only when the ruleset, at the generation read just before, shows
 // it empty with policy ACCEPT.
-package rules
+package firewall

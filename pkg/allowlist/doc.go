@@ -1,5 +1,5 @@
 // Package allowlist ties routelet's ipsets (package ipset) and iptables
-// chains (package rules) together into the one object the daemon drives:
+// chains (package firewall) together into the one object the daemon drives:
 // it says who may send overlay traffic (peers), which CIDRs are pods
 // (pools) and which features are on (Config), and keeps the kernel in line
 // for IPv4 and, when enabled, IPv6.

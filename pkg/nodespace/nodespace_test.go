@@ -1,4 +1,4 @@
-package netguard
+package nodespace
 
 import (
 	"fmt"

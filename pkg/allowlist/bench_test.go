@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 // benchPeers is the size of the VXLAN peer set in the benchmarks.
@@ -47,7 +47,7 @@ func newBenchNode(b *testing.B, backend string) *benchNode {
 func newBenchNodeN(b *testing.B, backend string, n int) *benchNode {
 	b.Helper()
 	netnstest.SkipUnlessRoot(b, "network namespaces, ipsets, iptables")
-	bin, err := rules.Binary(ipset.IPv4, backend)
+	bin, err := firewall.Binary(ipset.IPv4, backend)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,14 +63,14 @@ func newBenchNodeN(b *testing.B, backend string, n int) *benchNode {
 		netnstest.Remove(ns)
 		b.Fatal(err)
 	}
-	ipt, err := rules.NewIPTables(ipset.IPv4, backend)
+	ipt, err := firewall.NewIPTables(ipset.IPv4, backend)
 	if err != nil {
 		k.Close()
 		netnstest.Remove(ns)
 		b.Fatal(err)
 	}
-	m := New(k, rules.NetNS{T: ipt, Path: ns.Path()}, nil, quiet)
-	_ = m.SetConfig(rules.Config{VXLAN: true, NATOutgoing: true})
+	m := New(k, firewall.NetNS{T: ipt, Path: ns.Path()}, nil, quiet)
+	_ = m.SetConfig(firewall.Config{VXLAN: true, NATOutgoing: true})
 	_ = m.SetVXLANPeers(peers(n, 0))
 	_ = m.SetPools([]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")})
 	return &benchNode{m: m, k: k, done: func() { k.Close(); netnstest.Remove(ns) }}
@@ -95,7 +95,7 @@ func BenchmarkAllowlist(b *testing.B) {
 		var total Stats
 		for range b.N {
 			b.StopTimer()
-			node := newBenchNode(b, rules.BackendDefault)
+			node := newBenchNode(b, firewall.BackendDefault)
 			before := node.m.Stats()
 			b.StartTimer()
 			if err := node.m.Apply(); err != nil {
@@ -120,7 +120,7 @@ func BenchmarkAllowlist(b *testing.B) {
 		steadyN(b, backend, benchPeers, check, op)
 	}
 	b.Run("one-member-change", func(b *testing.B) {
-		steady(b, rules.BackendDefault, false, func(m *Manager, i int) error {
+		steady(b, firewall.BackendDefault, false, func(m *Manager, i int) error {
 			if err := m.SetVXLANPeers(peers(benchPeers, 1<<19+i)); err != nil {
 				return err
 			}
@@ -128,7 +128,7 @@ func BenchmarkAllowlist(b *testing.B) {
 		})
 	})
 	b.Run("no-change-apply", func(b *testing.B) {
-		steady(b, rules.BackendDefault, false, func(m *Manager, _ int) error {
+		steady(b, firewall.BackendDefault, false, func(m *Manager, _ int) error {
 			if err := m.SetVXLANPeers(peers(benchPeers, 0)); err != nil {
 				return err
 			}
@@ -146,10 +146,10 @@ func BenchmarkAllowlist(b *testing.B) {
 		}
 		return err
 	}
-	for _, backend := range []string{rules.BackendNFT, rules.BackendLegacy} {
+	for _, backend := range []string{firewall.BackendNFT, firewall.BackendLegacy} {
 		b.Run("check-no-drift/"+backend, func(b *testing.B) { steady(b, backend, true, check) })
 	}
-	b.Run("check-no-drift-5-peers/"+rules.BackendNFT, func(b *testing.B) { steadyN(b, rules.BackendNFT, 5, true, check) })
+	b.Run("check-no-drift-5-peers/"+firewall.BackendNFT, func(b *testing.B) { steadyN(b, firewall.BackendNFT, 5, true, check) })
 }
 
 // steadyN measures op with n VXLAN peers after a full Apply and, with

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/routelet/routelet/internal/netiptest"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/ipsettest"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -22,13 +22,13 @@ var pfx = netiptest.Prefixes
 
 // kernelLike makes the fake ipset kernel refuse, as the real one does, to
 // destroy a set that a rule in one of the fake tables still names.
-func kernelLike(k *ipsettest.Fake, tables ...*rules.FakeTable) {
+func kernelLike(k *ipsettest.Fake, tables ...*firewall.FakeTable) {
 	k.Inject = func(op, name string) error {
 		if op != "destroy" {
 			return nil
 		}
 		for _, t := range tables {
-			for _, ch := range []string{rules.InputChain, rules.ForwardChain} {
+			for _, ch := range []string{firewall.InputChain, firewall.ForwardChain} {
 				r, _ := t.Rules("filter", ch)
 				for _, spec := range r {
 					if strings.Contains(spec, " "+name+" ") {
@@ -36,7 +36,7 @@ func kernelLike(k *ipsettest.Fake, tables ...*rules.FakeTable) {
 					}
 				}
 			}
-			r, _ := t.Rules("nat", rules.PostroutingChain)
+			r, _ := t.Rules("nat", firewall.PostroutingChain)
 			for _, spec := range r {
 				if strings.Contains(spec, " "+name+" ") {
 					return fmt.Errorf("destroy %q: %w", name, ipset.ErrReferenced)
@@ -47,12 +47,12 @@ func kernelLike(k *ipsettest.Fake, tables ...*rules.FakeTable) {
 	}
 }
 
-func setup(t *testing.T) (*ipsettest.Fake, *rules.FakeTable, *rules.FakeTable, *Manager) {
+func setup(t *testing.T) (*ipsettest.Fake, *firewall.FakeTable, *firewall.FakeTable, *Manager) {
 	t.Helper()
-	k, v4, v6 := ipsettest.NewFake(), rules.NewFakeTable(), rules.NewFakeTable()
+	k, v4, v6 := ipsettest.NewFake(), firewall.NewFakeTable(), firewall.NewFakeTable()
 	kernelLike(k, v4, v6)
 	m := New(k, v4, v6, quiet)
-	if err := m.SetConfig(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true}); err != nil {
+	if err := m.SetConfig(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}); err != nil {
 		t.Fatal(err)
 	}
 	peers := pfx("192.0.2.1/32", "192.0.2.2/32", "2001:db8::1/128")
@@ -98,10 +98,10 @@ func TestManagerApply(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		tab *rules.FakeTable
+		tab *firewall.FakeTable
 		f   ipset.Family
 	}{{v4, ipset.IPv4}, {v6, ipset.IPv6}} {
-		for _, ch := range rules.Render(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true}, tc.f) {
+		for _, ch := range firewall.Render(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}, tc.f) {
 			got, ok := tc.tab.Rules(ch.Table, ch.Name)
 			if ch.OnlyWhileHookCanDrop && tc.f == ipset.IPv6 {
 				if ok {
@@ -133,12 +133,12 @@ func TestManagerDisableIPIPOrder(t *testing.T) {
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.SetConfig(rules.Config{VXLAN: true, NATOutgoing: true}); err != nil {
+	if err := m.SetConfig(firewall.Config{VXLAN: true, NATOutgoing: true}); err != nil {
 		t.Fatal(err)
 	}
 	v4.Inject = func(method, table, chain string) error {
 		if method == "Append" {
-			return &rules.FakeExitError{Status: 4, Msg: "injected"}
+			return &firewall.FakeExitError{Status: 4, Msg: "injected"}
 		}
 		return nil
 	}
@@ -155,8 +155,8 @@ func TestManagerDisableIPIPOrder(t *testing.T) {
 	if _, ok := k.Snapshot()[ipset.IPIPPeers]; ok {
 		t.Fatal("IPIP set still present after IPIP was disabled")
 	}
-	if r, _ := v4.Rules("filter", rules.InputChain); slices.ContainsFunc(r, func(s string) bool { return strings.Contains(s, "-p 4") }) {
-		t.Fatalf("IPIP rules still in %s: %q", rules.InputChain, r)
+	if r, _ := v4.Rules("filter", firewall.InputChain); slices.ContainsFunc(r, func(s string) bool { return strings.Contains(s, "-p 4") }) {
+		t.Fatalf("IPIP rules still in %s: %q", firewall.InputChain, r)
 	}
 }
 
@@ -164,7 +164,7 @@ func TestManagerDisableIPIPOrder(t *testing.T) {
 // (and a crash's scratch set) go on the first Apply; foreign sets stay.
 func TestManagerPrunesLeftovers(t *testing.T) {
 	k, _, _, m := setup(t)
-	if err := m.SetConfig(rules.Config{VXLAN: true}); err != nil {
+	if err := m.SetConfig(firewall.Config{VXLAN: true}); err != nil {
 		t.Fatal(err)
 	}
 	k.Put(ipset.IPIPPeers, "", ipset.IPv4)
@@ -195,7 +195,7 @@ func TestManagerCheckRepairs(t *testing.T) {
 	}
 	k.Inject = nil
 	_ = k.Destroy(ipset.Pools)
-	v4.SetRules("filter", rules.InputChain)
+	v4.SetRules("filter", firewall.InputChain)
 	n, err := m.Check()
 	if err != nil || n != 2 {
 		t.Fatalf("Check = %d, %v; want 2 repairs (a set and a chain)", n, err)
@@ -247,18 +247,18 @@ func TestManagerCleanCheckExecs(t *testing.T) {
 
 func TestManagerRejectsBadInput(t *testing.T) {
 	k := ipsettest.NewFake()
-	m := New(k, rules.NewFakeTable(), nil, quiet)
+	m := New(k, firewall.NewFakeTable(), nil, quiet)
 	if err := m.SetPools([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}); err == nil || !strings.Contains(err.Error(), "0.0.0.0/0") {
 		t.Fatalf("SetPools(/0) = %v, want an error naming it", err)
 	}
-	if err := m.SetConfig(rules.Config{VXLANPort: 99999}); err == nil || !strings.Contains(err.Error(), "99999") {
+	if err := m.SetConfig(firewall.Config{VXLANPort: 99999}); err == nil || !strings.Contains(err.Error(), "99999") {
 		t.Fatalf("SetConfig(port 99999) = %v, want an error naming it", err)
 	}
 	// IPv4-only manager: v6 peers are ignored, no -v6 set appears. A nil
 	// *FakeTable (typed nil) means "no IPv6" just like a nil interface.
-	var noV6 *rules.FakeTable
-	m = New(k, rules.NewFakeTable(), noV6, quiet)
-	_ = m.SetConfig(rules.Config{VXLAN: true})
+	var noV6 *firewall.FakeTable
+	m = New(k, firewall.NewFakeTable(), noV6, quiet)
+	_ = m.SetConfig(firewall.Config{VXLAN: true})
 	_ = m.SetVXLANPeers(pfx("2001:db8::1/128", "192.0.2.1/32"))
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func TestCleanup(t *testing.T) {
 	if got := k.Snapshot(); len(got) != 1 {
 		t.Fatalf("sets after Cleanup = %v, want only kube-ipvs", got)
 	}
-	for _, tab := range []*rules.FakeTable{v4, v6} {
+	for _, tab := range []*firewall.FakeTable{v4, v6} {
 		if r, _ := tab.Rules("filter", "INPUT"); len(r) != 0 {
 			t.Fatalf("INPUT after Cleanup = %q", r)
 		}

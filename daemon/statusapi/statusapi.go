@@ -1,4 +1,4 @@
-// Package debugapi is the shape of routeletd's local state endpoint: a
+// Package statusapi is the shape of routeletd's local state endpoint: a
 // unix socket in the state directory (SocketName, mode 0600) serving, over
 // HTTP, the running daemon's desired state next to what the kernel holds
 // (State as JSON at StatePath). `routeletd status` renders it; any tool on
@@ -9,7 +9,7 @@
 // Compatibility: fields are only ever added; a reader must ignore fields it
 // does not know. Times are UTC (RFC 3339 in JSON); a zero time means
 // "never" or "unknown".
-package debugapi
+package statusapi
 
 import (
 	"path/filepath"

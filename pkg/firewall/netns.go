@@ -1,4 +1,4 @@
-package rules
+package firewall
 
 import (
 	"github.com/containernetworking/plugins/pkg/ns"

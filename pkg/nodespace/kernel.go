@@ -1,4 +1,4 @@
-package netguard
+package nodespace
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ func ReadHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 func readHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, error) {
 	links, err := h.LinkList()
 	if err != nil {
-		return Host{}, fmt.Errorf("netguard: list links: %w", err)
+		return Host{}, fmt.Errorf("nodespace: list links: %w", err)
 	}
 	var out Host
 	skip := map[int]bool{}
@@ -42,7 +42,7 @@ func readHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 	}
 	addrs, err := h.AddrList(nil, unix.AF_UNSPEC)
 	if err != nil {
-		return Host{}, fmt.Errorf("netguard: list addresses: %w", err)
+		return Host{}, fmt.Errorf("nodespace: list addresses: %w", err)
 	}
 	for _, a := range addrs {
 		if p, ok := nlutil.Prefix(a.IPNet); ok && !skip[a.LinkIndex] {
@@ -51,7 +51,7 @@ func readHost(h *netlink.Handle, ownProto int, owned func(Link) bool) (Host, err
 	}
 	routes, err := h.RouteListFiltered(unix.AF_UNSPEC, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return Host{}, fmt.Errorf("netguard: list routes: %w", err)
+		return Host{}, fmt.Errorf("nodespace: list routes: %w", err)
 	}
 	seen := map[string]bool{}
 	for _, r := range routes {

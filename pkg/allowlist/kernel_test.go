@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/firewall"
 	"github.com/routelet/routelet/pkg/ipset"
-	"github.com/routelet/routelet/pkg/ipset/rules"
 )
 
 // TestManagerKernel runs the Manager against the real kernel in a fresh
@@ -22,15 +22,15 @@ func TestManagerKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	ipt4, err := rules.NewIPTables(ipset.IPv4, rules.BackendDefault)
+	ipt4, err := firewall.NewIPTables(ipset.IPv4, firewall.BackendDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ipt6, err := rules.NewIPTables(ipset.IPv6, rules.BackendDefault)
+	ipt6, err := firewall.NewIPTables(ipset.IPv6, firewall.BackendDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v4, v6 := rules.NetNS{T: ipt4, Path: n.Path()}, rules.NetNS{T: ipt6, Path: n.Path()}
+	v4, v6 := firewall.NetNS{T: ipt4, Path: n.Path()}, firewall.NetNS{T: ipt6, Path: n.Path()}
 	run := func(name string, args ...string) string {
 		t.Helper()
 		out, err := netnstest.Exec(context.Background(), n, name, args...)
@@ -41,23 +41,23 @@ func TestManagerKernel(t *testing.T) {
 	}
 
 	m := New(k, v4, v6, quiet)
-	_ = m.SetConfig(rules.Config{VXLAN: true, IPIP: true, NATOutgoing: true})
+	_ = m.SetConfig(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true})
 	_ = m.SetVXLANPeers(pfx("192.0.2.1/32", "2001:db8::1/128"))
 	_ = m.SetIPIPPeers(pfx("192.0.2.1/32"))
 	_ = m.SetPools(pfx("10.244.0.0/16", "fd00:10:244::/48"))
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if out := run("iptables", "-S", rules.InputChain); !strings.Contains(out, "routelet-ipip-peers") {
+	if out := run("iptables", "-S", firewall.InputChain); !strings.Contains(out, "routelet-ipip-peers") {
 		t.Fatalf("IPIP rule missing:\n%s", out)
 	}
-	if out := run("ip6tables", "-t", "nat", "-S", rules.PostroutingChain); !strings.Contains(out, "routelet-pools-v6") {
+	if out := run("ip6tables", "-t", "nat", "-S", firewall.PostroutingChain); !strings.Contains(out, "routelet-pools-v6") {
 		t.Fatalf("IPv6 masquerade rule missing:\n%s", out)
 	}
 
 	// IPIP off: the rule goes first, then the set (the kernel would refuse
 	// the other order).
-	_ = m.SetConfig(rules.Config{VXLAN: true, NATOutgoing: true})
+	_ = m.SetConfig(firewall.Config{VXLAN: true, NATOutgoing: true})
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}

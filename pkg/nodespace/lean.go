@@ -1,4 +1,4 @@
-package netguard
+package nodespace
 
 import (
 	"encoding/binary"
@@ -24,7 +24,7 @@ import (
 func ReadHostAt(ns netns.NsHandle, ownProto int, owned func(Link) bool) (Host, error) {
 	c, err := nlutil.Dial(unix.NETLINK_ROUTE, ns)
 	if err != nil {
-		return Host{}, fmt.Errorf("netguard: %w", err)
+		return Host{}, fmt.Errorf("nodespace: %w", err)
 	}
 	defer c.Close()
 	// The kernel then dumps only the main table's routes (not the local
@@ -72,7 +72,7 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 		return nil
 	})
 	if err != nil {
-		return Host{}, fmt.Errorf("netguard: list links: %w", err)
+		return Host{}, fmt.Errorf("nodespace: list links: %w", err)
 	}
 
 	req = nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
@@ -103,7 +103,7 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 		return nil
 	})
 	if err != nil {
-		return Host{}, fmt.Errorf("netguard: list addresses: %w", err)
+		return Host{}, fmt.Errorf("nodespace: list addresses: %w", err)
 	}
 
 	req = nl.NewNetlinkRequest(unix.RTM_GETROUTE, unix.NLM_F_DUMP)
@@ -167,7 +167,7 @@ func readHostLean(c *nlutil.Conn, ownProto int, owned func(Link) bool) (Host, er
 		return nil
 	})
 	if err != nil {
-		return Host{}, fmt.Errorf("netguard: list routes: %w", err)
+		return Host{}, fmt.Errorf("nodespace: list routes: %w", err)
 	}
 	return out, nil
 }
