@@ -16,6 +16,7 @@ import (
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/overlay/overlaytest"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -99,7 +100,7 @@ func testConfig(t testing.TB, args ...string) *config.Config {
 
 // underlay is the fake overlay netlink: up0 holding the node IP.
 func (n *fakeStatusNode) underlay() overlay.Netlink {
-	f := overlay.NewFakeNetlink()
+	f := overlaytest.NewFakeNetlink()
 	f.AddUnderlay("up0", 1500, netip.MustParsePrefix("192.0.2.10/24"))
 	return f
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/overlay/overlaytest"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -74,9 +75,9 @@ var quiet = slog.New(slog.DiscardHandler)
 
 // setup returns a fake kernel with eth0 (10.0.0.1/24, fd00::1/64), a manager
 // for node a in mode, and its tables by family.
-func setup(t *testing.T, mode overlay.Mode, blocks ...string) (*overlay.FakeNetlink, *Manager, map[int]*fakeTable) {
+func setup(t *testing.T, mode overlay.Mode, blocks ...string) (*overlaytest.FakeNetlink, *Manager, map[int]*fakeTable) {
 	t.Helper()
-	nl := overlay.NewFakeNetlink()
+	nl := overlaytest.NewFakeNetlink()
 	nl.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("fd00::1/64"))
 	tables := map[int]*fakeTable{}
 	var bs []netip.Prefix
@@ -122,7 +123,7 @@ func peerRecords() []*state.Node {
 	}
 }
 
-func neighbours(t *testing.T, nl *overlay.FakeNetlink, dev string, family int) []string {
+func neighbours(t *testing.T, nl *overlaytest.FakeNetlink, dev string, family int) []string {
 	t.Helper()
 	l := nl.Link(dev)
 	if l == nil {
@@ -225,7 +226,7 @@ func TestDeviceRecreatedRoutesReread(t *testing.T) {
 }
 
 func TestModeNoneRemovesVXLAN(t *testing.T) {
-	nl := overlay.NewFakeNetlink()
+	nl := overlaytest.NewFakeNetlink()
 	nl.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"))
 	// A device of an earlier VXLAN run.
 	if err := nl.LinkAdd(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vxlan.calico", HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 1}}, VxlanId: 4096}); err != nil {

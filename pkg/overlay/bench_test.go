@@ -1,4 +1,4 @@
-package overlay
+package overlay_test
 
 import (
 	"net"
@@ -9,13 +9,14 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/routes"
 )
 
 // benchNode is a namespace with eth0 (10.0.0.1/16, one end of a veth) and
 // a Kernel seam bound to it, plus 1,000 peers on 10.0.0.0/16 with one /26
 // block each.
-func benchNode(b *testing.B) (*netnsT, *Kernel, []Peer) {
+func benchNode(b *testing.B) (*netnsT, *overlay.Kernel, []overlay.Peer) {
 	b.Helper()
 	n := newNetns(b)
 	if err := n.h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", MTU: 1500}, PeerName: "eth0p"}); err != nil {
@@ -24,20 +25,20 @@ func benchNode(b *testing.B) (*netnsT, *Kernel, []Peer) {
 	n.up(n.link("eth0"))
 	n.up(n.link("eth0p"))
 	n.addr("eth0", "10.0.0.1/16")
-	var k *Kernel
+	var k *overlay.Kernel
 	if err := n.ns.Do(func(ns.NetNS) error {
 		var err error
-		k, err = NewKernel()
+		k, err = overlay.NewKernel()
 		return err
 	}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { k.Close() })
 
-	peers := make([]Peer, 1000)
+	peers := make([]overlay.Peer, 1000)
 	for i := range peers {
 		block := netip.AddrFrom4([4]byte{10, byte(128 + i/4), byte(i % 4 * 64), 0})
-		peers[i] = Peer{
+		peers[i] = overlay.Peer{
 			Name:     "node-" + netip.AddrFrom4([4]byte{0, 0, byte(i >> 8), byte(i)}).String(),
 			HostIP:   netip.AddrFrom4([4]byte{10, 0, byte(1 + i/250), byte(2 + i%250)}),
 			VTEPMAC:  net.HardwareAddr{0x02, 0xbe, 0, 0, byte(i >> 8), byte(i)},
@@ -78,16 +79,16 @@ func programRoutes(b *testing.B, n *netnsT, byIface map[string][]routes.Target) 
 // computed block routes. Target: ≤ 0.5 s per op.
 func BenchmarkVXLAN1000Peers(b *testing.B) {
 	n, k, peers := benchNode(b)
-	in := RouteInput{Mode: ModeVXLAN, IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}, MTU: 1450, Peers: peers}
+	in := overlay.RouteInput{Mode: overlay.ModeVXLAN, IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}, MTU: 1450, Peers: peers}
 	for b.Loop() {
 		b.StopTimer()
-		if err := RemoveVXLAN(k, DeviceVXLAN); err != nil {
+		if err := overlay.RemoveVXLAN(k, overlay.DeviceVXLAN); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 
 		benchVXLAN(b, k, peers)
-		byIface, problems := Routes(in)
+		byIface, problems := overlay.Routes(in)
 		if len(problems) != 0 {
 			b.Fatal(problems)
 		}
@@ -118,7 +119,7 @@ func BenchmarkVXLANCheck1000Peers(b *testing.B) {
 // checkBenchL2 fails unless the device holds exactly want permanent ARP
 // entries and want unicast FDB entries.
 func checkBenchL2(b *testing.B, n *netnsT, want int) {
-	idx := n.link(DeviceVXLAN).Attrs().Index
+	idx := n.link(overlay.DeviceVXLAN).Attrs().Index
 	neighs, err := n.h.NeighList(idx, netlink.FAMILY_V4)
 	if err != nil {
 		b.Fatal(err)
@@ -139,9 +140,9 @@ func checkBenchL2(b *testing.B, n *netnsT, want int) {
 }
 
 // benchVXLAN creates the bench node's VXLAN device with peers programmed.
-func benchVXLAN(b *testing.B, k *Kernel, peers []Peer) *VXLAN {
+func benchVXLAN(b *testing.B, k *overlay.Kernel, peers []overlay.Peer) *overlay.VXLAN {
 	b.Helper()
-	m, err := NewVXLAN(k, VXLANConfig{HostIP: netip.MustParseAddr("10.0.0.1"), NodeName: "bench", TunnelAddr: netip.MustParseAddr("10.127.0.0"), Logger: quiet})
+	m, err := overlay.NewVXLAN(k, overlay.VXLANConfig{HostIP: netip.MustParseAddr("10.0.0.1"), NodeName: "bench", TunnelAddr: netip.MustParseAddr("10.127.0.0"), Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,8 +23,8 @@
 //
 // Kernel access goes through one narrow seam, Netlink, with a real
 // implementation (Kernel: vishvananda/netlink plus the ethtool ioctl for the
-// TX checksum) and an in-memory fake (FakeNetlink) with per-call failure
-// injection for tests that need no root.
+// TX checksum) and an in-memory fake (overlaytest.FakeNetlink) with
+// per-call failure injection for tests that need no root.
 //
 // See docs/overlay.md for the operator's view.
 package overlay

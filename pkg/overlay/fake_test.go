@@ -1,4 +1,4 @@
-package overlay
+package overlay_test
 
 import (
 	"errors"
@@ -12,6 +12,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/overlay/overlaytest"
 )
 
 var (
@@ -21,19 +24,19 @@ var (
 	tunA    = netip.MustParseAddr("10.244.1.0")
 	macB    = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x0b}
 	macC    = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x0c}
-	peerB   = Peer{Name: "b", HostIP: hostB, VTEPMAC: macB, TunnelIP: netip.MustParseAddr("10.244.2.0"), Blocks: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/26")}}
-	peerC   = Peer{Name: "c", HostIP: hostC, VTEPMAC: macC, TunnelIP: netip.MustParseAddr("10.244.3.0"), Blocks: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/26"), netip.MustParsePrefix("10.244.4.0/26")}}
+	peerB   = overlay.Peer{Name: "b", HostIP: hostB, VTEPMAC: macB, TunnelIP: netip.MustParseAddr("10.244.2.0"), Blocks: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/26")}}
+	peerC   = overlay.Peer{Name: "c", HostIP: hostC, VTEPMAC: macC, TunnelIP: netip.MustParseAddr("10.244.3.0"), Blocks: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/26"), netip.MustParsePrefix("10.244.4.0/26")}}
 	errBoom = errors.New("boom")
 	quiet   = slog.New(slog.DiscardHandler)
 )
 
 // newFakeVXLAN returns a fake with eth0 (10.0.0.1/24, MTU 1500) and a VXLAN
 // manager for node "a" on it.
-func newFakeVXLAN(t *testing.T) (*FakeNetlink, *VXLAN) {
+func newFakeVXLAN(t *testing.T) (*overlaytest.FakeNetlink, *overlay.VXLAN) {
 	t.Helper()
-	f := NewFakeNetlink()
+	f := overlaytest.NewFakeNetlink()
 	f.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"))
-	m, err := NewVXLAN(f, VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: tunA, TXChecksum: TXChecksumOff, Logger: quiet})
+	m, err := overlay.NewVXLAN(f, overlay.VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: tunA, TXChecksum: overlay.TXChecksumOff, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +45,7 @@ func newFakeVXLAN(t *testing.T) (*FakeNetlink, *VXLAN) {
 
 // dump renders the fake's view of one device and its entries as lines, the
 // way `ip -d link`, `ip addr`, `ip neigh` and `bridge fdb` would show them.
-func dump(f *FakeNetlink, name string) string {
+func dump(f *overlaytest.FakeNetlink, name string) string {
 	l := f.Link(name)
 	if l == nil {
 		return "no " + name
@@ -89,7 +92,7 @@ func TestVXLANCreatesDevice(t *testing.T) {
 	f, m := newFakeVXLAN(t)
 	mustApply(t, m)
 	want := fmt.Sprintf("vxlan vxlan.calico id 4096 dstport 4789 dev 1 local 10.0.0.1 learning false mac %s mtu 1450 up txcsum false\n"+
-		"addr 10.244.1.0/32\n", VTEPMAC("a", 4))
+		"addr 10.244.1.0/32\n", overlay.VTEPMAC("a", 4))
 	if got := dump(f, "vxlan.calico"); got != want {
 		t.Fatalf("device after first Apply:\n%s\nwant:\n%s", got, want)
 	}
@@ -111,20 +114,20 @@ func TestVXLANCreatesDevice(t *testing.T) {
 }
 
 func TestVXLANv6Device(t *testing.T) {
-	f := NewFakeNetlink()
+	f := overlaytest.NewFakeNetlink()
 	f.AddUnderlay("eth0", 9000, netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("fd00::1/64"))
-	m, err := NewVXLAN(f, VXLANConfig{IPVersion: 6, HostIP: netip.MustParseAddr("fd00::1"), NodeName: "a",
-		TunnelAddr: netip.MustParseAddr("fd10:1::"), TXChecksum: TXChecksumKeep, Logger: quiet})
+	m, err := overlay.NewVXLAN(f, overlay.VXLANConfig{IPVersion: 6, HostIP: netip.MustParseAddr("fd00::1"), NodeName: "a",
+		TunnelAddr: netip.MustParseAddr("fd10:1::"), TXChecksum: overlay.TXChecksumKeep, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustApply(t, m)
 	want := fmt.Sprintf("vxlan vxlan-v6.calico id 4096 dstport 4789 dev 1 local fd00::1 learning false mac %s mtu 8930 up txcsum true\n"+
-		"addr fd10:1::/128\n", VTEPMAC("a", 6))
+		"addr fd10:1::/128\n", overlay.VTEPMAC("a", 6))
 	if got := dump(f, "vxlan-v6.calico"); got != want {
 		t.Fatalf("v6 device:\n%s\nwant:\n%s", got, want)
 	}
-	if VTEPMAC("a", 6).String() == VTEPMAC("a", 4).String() {
+	if overlay.VTEPMAC("a", 6).String() == overlay.VTEPMAC("a", 4).String() {
 		t.Fatal("v4 and v6 devices share a MAC")
 	}
 }
@@ -143,7 +146,7 @@ func TestVXLANRecreatesOnImmutableChange(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f, m := newFakeVXLAN(t)
-			m.SetPeers([]Peer{peerB})
+			m.SetPeers([]overlay.Peer{peerB})
 			mustApply(t, m)
 			want := dump(f, "vxlan.calico")
 
@@ -179,17 +182,17 @@ func TestVXLANRecreatesOnImmutableChange(t *testing.T) {
 func TestVXLANReassertsInPlace(t *testing.T) {
 	tests := []struct {
 		name   string
-		tamper func(f *FakeNetlink)
+		tamper func(f *overlaytest.FakeNetlink)
 	}{
-		{"mtu", func(f *FakeNetlink) { f.SetLinkMTU("vxlan.calico", 1300) }},
-		{"mac", func(f *FakeNetlink) { f.SetLinkMAC("vxlan.calico", net.HardwareAddr{2, 9, 9, 9, 9, 9}) }},
-		{"down", func(f *FakeNetlink) { f.SetLinkDown("vxlan.calico") }},
-		{"extra address", func(f *FakeNetlink) { f.AddAddr("vxlan.calico", netip.MustParsePrefix("192.168.9.9/24")) }},
-		{"address gone", func(f *FakeNetlink) {
+		{"mtu", func(f *overlaytest.FakeNetlink) { f.SetLinkMTU("vxlan.calico", 1300) }},
+		{"mac", func(f *overlaytest.FakeNetlink) { f.SetLinkMAC("vxlan.calico", net.HardwareAddr{2, 9, 9, 9, 9, 9}) }},
+		{"down", func(f *overlaytest.FakeNetlink) { f.SetLinkDown("vxlan.calico") }},
+		{"extra address", func(f *overlaytest.FakeNetlink) { f.AddAddr("vxlan.calico", netip.MustParsePrefix("192.168.9.9/24")) }},
+		{"address gone", func(f *overlaytest.FakeNetlink) {
 			l := f.Link("vxlan.calico")
 			f.AddrDel(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.244.1.0"), Mask: net.CIDRMask(32, 32)}})
 		}},
-		{"tx checksum on", func(f *FakeNetlink) { f.SetTXChecksum("vxlan.calico", true) }},
+		{"tx checksum on", func(f *overlaytest.FakeNetlink) { f.SetTXChecksum("vxlan.calico", true) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,7 +220,7 @@ func TestVXLANFollowsConfigAndParent(t *testing.T) {
 	mustApply(t, m)
 
 	// Tunnel address changes: the new one replaces the old.
-	if err := m.SetConfig(VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: netip.MustParseAddr("10.244.9.0"), TXChecksum: TXChecksumOff, Logger: quiet}); err != nil {
+	if err := m.SetConfig(overlay.VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: netip.MustParseAddr("10.244.9.0"), TXChecksum: overlay.TXChecksumOff, Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
 	mustApply(t, m)
@@ -239,7 +242,7 @@ func TestVXLANFollowsConfigAndParent(t *testing.T) {
 	}
 
 	// Configured MTU wins.
-	if err := m.SetConfig(VXLANConfig{HostIP: hostA, NodeName: "a", MTU: 1400, TXChecksum: TXChecksumOff, Logger: quiet}); err != nil {
+	if err := m.SetConfig(overlay.VXLANConfig{HostIP: hostA, NodeName: "a", MTU: 1400, TXChecksum: overlay.TXChecksumOff, Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
 	mustApply(t, m)
@@ -254,21 +257,21 @@ func TestVXLANFollowsConfigAndParent(t *testing.T) {
 func TestVXLANConfigErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  VXLANConfig
+		cfg  overlay.VXLANConfig
 		want string
 	}{
-		{"no host ip", VXLANConfig{NodeName: "a"}, "host IP"},
-		{"family mismatch", VXLANConfig{IPVersion: 6, HostIP: hostA, NodeName: "a"}, "10.0.0.1"},
-		{"bad vni", VXLANConfig{HostIP: hostA, NodeName: "a", VNI: 1 << 24}, "16777216"},
-		{"bad port", VXLANConfig{HostIP: hostA, NodeName: "a", Port: 70000}, "70000"},
-		{"no mac source", VXLANConfig{HostIP: hostA}, "node name"},
-		{"multicast mac", VXLANConfig{HostIP: hostA, MAC: net.HardwareAddr{1, 0, 0, 0, 0, 1}}, "01:00:00:00:00:01"},
-		{"long name", VXLANConfig{HostIP: hostA, NodeName: "a", Device: "a-very-long-device-name"}, "a-very-long-device-name"},
-		{"tunnel family", VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: netip.MustParseAddr("fd00::1")}, "fd00::1"},
+		{"no host ip", overlay.VXLANConfig{NodeName: "a"}, "host IP"},
+		{"family mismatch", overlay.VXLANConfig{IPVersion: 6, HostIP: hostA, NodeName: "a"}, "10.0.0.1"},
+		{"bad vni", overlay.VXLANConfig{HostIP: hostA, NodeName: "a", VNI: 1 << 24}, "16777216"},
+		{"bad port", overlay.VXLANConfig{HostIP: hostA, NodeName: "a", Port: 70000}, "70000"},
+		{"no mac source", overlay.VXLANConfig{HostIP: hostA}, "node name"},
+		{"multicast mac", overlay.VXLANConfig{HostIP: hostA, MAC: net.HardwareAddr{1, 0, 0, 0, 0, 1}}, "01:00:00:00:00:01"},
+		{"long name", overlay.VXLANConfig{HostIP: hostA, NodeName: "a", Device: "a-very-long-device-name"}, "a-very-long-device-name"},
+		{"tunnel family", overlay.VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: netip.MustParseAddr("fd00::1")}, "fd00::1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewVXLAN(NewFakeNetlink(), tc.cfg)
+			_, err := overlay.NewVXLAN(overlaytest.NewFakeNetlink(), tc.cfg)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one naming %q", err, tc.want)
 			}
@@ -276,8 +279,8 @@ func TestVXLANConfigErrors(t *testing.T) {
 	}
 
 	t.Run("no parent", func(t *testing.T) {
-		f := NewFakeNetlink()
-		m, err := NewVXLAN(f, VXLANConfig{HostIP: hostA, NodeName: "a"})
+		f := overlaytest.NewFakeNetlink()
+		m, err := overlay.NewVXLAN(f, overlay.VXLANConfig{HostIP: hostA, NodeName: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +296,7 @@ func TestVXLANConfigErrors(t *testing.T) {
 
 func TestVXLANL2Entries(t *testing.T) {
 	f, m := newFakeVXLAN(t)
-	m.SetPeers([]Peer{peerB, peerC})
+	m.SetPeers([]overlay.Peer{peerB, peerC})
 	mustApply(t, m)
 	base := dump(f, "vxlan.calico")
 	want := base[:strings.Index(base, "addr")] + "addr 10.244.1.0/32\n" +
@@ -309,7 +312,7 @@ func TestVXLANL2Entries(t *testing.T) {
 	// FDB holds the new MAC and not the old one.
 	b2 := peerB
 	b2.VTEPMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 0xbb}
-	m.SetPeers([]Peer{b2, peerC})
+	m.SetPeers([]overlay.Peer{b2, peerC})
 	mustApply(t, m)
 	got := dump(f, "vxlan.calico")
 	if !strings.Contains(got, "neigh 10.244.2.0 lladdr 02:00:00:00:00:bb") || !strings.Contains(got, "fdb 02:00:00:00:00:bb dst 10.0.0.2") ||
@@ -320,14 +323,14 @@ func TestVXLANL2Entries(t *testing.T) {
 	// Peer C moves to another host IP: the FDB entry follows.
 	c2 := peerC
 	c2.HostIP = netip.MustParseAddr("10.1.0.33")
-	m.SetPeers([]Peer{b2, c2})
+	m.SetPeers([]overlay.Peer{b2, c2})
 	mustApply(t, m)
 	if got := dump(f, "vxlan.calico"); !strings.Contains(got, "fdb 02:00:00:00:00:0c dst 10.1.0.33\n") || strings.Contains(got, "10.1.0.3\n") {
 		t.Fatalf("after host IP change:\n%s", got)
 	}
 
 	// Peer B removed: its entries go, C's stay.
-	m.SetPeers([]Peer{c2})
+	m.SetPeers([]overlay.Peer{c2})
 	mustApply(t, m)
 	if got := dump(f, "vxlan.calico"); strings.Contains(got, "10.244.2.0") || strings.Contains(got, ":bb") || !strings.Contains(got, "10.244.3.0") {
 		t.Fatalf("after removing peer b:\n%s", got)
@@ -349,13 +352,13 @@ func TestVXLANL2Entries(t *testing.T) {
 
 func TestVXLANL2SkipsIncompletePeersAndDuplicates(t *testing.T) {
 	f, m := newFakeVXLAN(t)
-	noMAC := Peer{Name: "d", HostIP: netip.MustParseAddr("10.0.0.4"), TunnelIP: netip.MustParseAddr("10.244.5.0")}
-	v6 := Peer{Name: "e", HostIP: netip.MustParseAddr("fd00::5"), VTEPMAC: macC, TunnelIP: netip.MustParseAddr("fd10::")}
+	noMAC := overlay.Peer{Name: "d", HostIP: netip.MustParseAddr("10.0.0.4"), TunnelIP: netip.MustParseAddr("10.244.5.0")}
+	v6 := overlay.Peer{Name: "e", HostIP: netip.MustParseAddr("fd00::5"), VTEPMAC: macC, TunnelIP: netip.MustParseAddr("fd10::")}
 	dupMAC := peerC
 	dupMAC.Name = "z" // claims C's MAC; C wins by name order
 	dupMAC.HostIP = netip.MustParseAddr("10.0.0.99")
 	dupMAC.TunnelIP = netip.MustParseAddr("10.244.99.0")
-	m.SetPeers([]Peer{dupMAC, noMAC, v6, peerC})
+	m.SetPeers([]overlay.Peer{dupMAC, noMAC, v6, peerC})
 	mustApply(t, m)
 	got := dump(f, "vxlan.calico")
 	if strings.Count(got, "neigh ") != 1 || strings.Count(got, "fdb ") != 1 || !strings.Contains(got, "fdb 02:00:00:00:00:0c dst 10.1.0.3") {
@@ -369,7 +372,7 @@ func TestVXLANL2SkipsIncompletePeersAndDuplicates(t *testing.T) {
 func TestVXLANFailureConverges(t *testing.T) {
 	golden := func() string {
 		f, m := newFakeVXLAN(t)
-		m.SetPeers([]Peer{peerB, peerC})
+		m.SetPeers([]overlay.Peer{peerB, peerC})
 		mustApply(t, m)
 		return dump(f, "vxlan.calico")
 	}()
@@ -379,7 +382,7 @@ func TestVXLANFailureConverges(t *testing.T) {
 		for _, times := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s x%d", method, times), func(t *testing.T) {
 				f, m := newFakeVXLAN(t)
-				m.SetPeers([]Peer{peerB, peerC})
+				m.SetPeers([]overlay.Peer{peerB, peerC})
 				switch method {
 				case "LinkSetHardwareAddr", "LinkSetMTU":
 					// Only called when the MAC or MTU differs: start
@@ -415,9 +418,9 @@ func TestVXLANFailureConverges(t *testing.T) {
 	t.Run("stale deletes", func(t *testing.T) {
 		for _, method := range []string{"NeighDel", "AddrDel", "LinkDel"} {
 			f, m := newFakeVXLAN(t)
-			m.SetPeers([]Peer{peerB, peerC})
+			m.SetPeers([]overlay.Peer{peerB, peerC})
 			mustApply(t, m)
-			m.SetPeers([]Peer{peerB})
+			m.SetPeers([]overlay.Peer{peerB})
 			f.AddAddr("vxlan.calico", netip.MustParsePrefix("192.168.1.1/24"))
 			if method == "LinkDel" {
 				v := f.Link("vxlan.calico").(*netlink.Vxlan)
@@ -446,17 +449,17 @@ func TestVXLANFailureConverges(t *testing.T) {
 func TestRemoveVXLAN(t *testing.T) {
 	f, m := newFakeVXLAN(t)
 	mustApply(t, m)
-	if err := RemoveVXLAN(f, "vxlan.calico"); err != nil {
+	if err := overlay.RemoveVXLAN(f, "vxlan.calico"); err != nil {
 		t.Fatal(err)
 	}
 	if f.Link("vxlan.calico") != nil {
 		t.Fatal("device still there")
 	}
-	if err := RemoveVXLAN(f, "vxlan.calico"); err != nil {
+	if err := overlay.RemoveVXLAN(f, "vxlan.calico"); err != nil {
 		t.Fatalf("removing an absent device: %v", err)
 	}
 	f.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "vxlan.calico"}})
-	if err := RemoveVXLAN(f, "vxlan.calico"); err == nil || f.Link("vxlan.calico") == nil {
+	if err := overlay.RemoveVXLAN(f, "vxlan.calico"); err == nil || f.Link("vxlan.calico") == nil {
 		t.Fatalf("a dummy named vxlan.calico was deleted or not reported (err %v)", err)
 	}
 }
@@ -464,22 +467,22 @@ func TestRemoveVXLAN(t *testing.T) {
 // TestVXLANLeavesBridge: a device someone enslaved to a bridge is taken out
 // of it by the next Apply, and the repair is reported.
 func TestVXLANLeavesBridge(t *testing.T) {
-	f := NewFakeNetlink()
+	f := overlaytest.NewFakeNetlink()
 	f.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"))
 	br := f.AddUnderlay("br0", 1500)
 	var repairs []string
-	m, err := NewVXLAN(f, VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: tunA, TXChecksum: TXChecksumOff, Logger: quiet,
+	m, err := overlay.NewVXLAN(f, overlay.VXLANConfig{HostIP: hostA, NodeName: "a", TunnelAddr: tunA, TXChecksum: overlay.TXChecksumOff, Logger: quiet,
 		OnRepair: func(o string) { repairs = append(repairs, o) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustApply(t, m)
-	if err := f.SetMaster(DeviceVXLAN, br); err != nil {
+	if err := f.SetMaster(overlay.DeviceVXLAN, br); err != nil {
 		t.Fatal(err)
 	}
-	m.OnLinkUpdate(DeviceVXLAN)
+	m.OnLinkUpdate(overlay.DeviceVXLAN)
 	mustApply(t, m)
-	if got := f.Link(DeviceVXLAN).Attrs().MasterIndex; got != 0 {
+	if got := f.Link(overlay.DeviceVXLAN).Attrs().MasterIndex; got != 0 {
 		t.Fatalf("master index %d after Apply, want none", got)
 	}
 	if !slices.Equal(repairs, []string{"master"}) {

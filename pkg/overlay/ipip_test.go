@@ -1,4 +1,4 @@
-package overlay
+package overlay_test
 
 import (
 	"errors"
@@ -7,13 +7,16 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/overlay/overlaytest"
 )
 
-func newFakeIPIP(t *testing.T) (*FakeNetlink, *IPIP) {
+func newFakeIPIP(t *testing.T) (*overlaytest.FakeNetlink, *overlay.IPIP) {
 	t.Helper()
-	f := NewFakeNetlink()
+	f := overlaytest.NewFakeNetlink()
 	f.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"))
-	m, err := NewIPIP(f, IPIPConfig{HostIP: hostA, TunnelAddr: tunA, Logger: quiet})
+	m, err := overlay.NewIPIP(f, overlay.IPIPConfig{HostIP: hostA, TunnelAddr: tunA, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +55,7 @@ func TestIPIPDevice(t *testing.T) {
 	}
 
 	// Configured MTU and a new tunnel address.
-	if err := m.SetConfig(IPIPConfig{MTU: 1400, TunnelAddr: netip.MustParseAddr("10.244.5.0"), Logger: quiet}); err != nil {
+	if err := m.SetConfig(overlay.IPIPConfig{MTU: 1400, TunnelAddr: netip.MustParseAddr("10.244.5.0"), Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
 	mustApply(t, m)
@@ -63,10 +66,10 @@ func TestIPIPDevice(t *testing.T) {
 
 func TestIPIPExistingFallbackDevice(t *testing.T) {
 	// tunl0 already there (ipip module loaded): adopted, not recreated.
-	f := NewFakeNetlink()
+	f := overlaytest.NewFakeNetlink()
 	f.AddUnderlay("eth0", 1500, netip.MustParsePrefix("10.0.0.1/24"))
 	f.LinkAdd(&netlink.Iptun{LinkAttrs: netlink.LinkAttrs{Name: "tunl0", MTU: 1480}})
-	m, err := NewIPIP(f, IPIPConfig{HostIP: hostA, TunnelAddr: tunA, Logger: quiet})
+	m, err := overlay.NewIPIP(f, overlay.IPIPConfig{HostIP: hostA, TunnelAddr: tunA, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,14 +135,14 @@ func TestIPIPFailureConverges(t *testing.T) {
 
 func TestIPIPConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
-		cfg  IPIPConfig
+		cfg  overlay.IPIPConfig
 		want string
 	}{
-		{IPIPConfig{HostIP: netip.MustParseAddr("fd00::1")}, "fd00::1"},
-		{IPIPConfig{MTU: 1400, TunnelAddr: netip.MustParseAddr("fd10::")}, "fd10::"},
-		{IPIPConfig{}, "neither an MTU nor a host IP"},
+		{overlay.IPIPConfig{HostIP: netip.MustParseAddr("fd00::1")}, "fd00::1"},
+		{overlay.IPIPConfig{MTU: 1400, TunnelAddr: netip.MustParseAddr("fd10::")}, "fd10::"},
+		{overlay.IPIPConfig{}, "neither an MTU nor a host IP"},
 	} {
-		if _, err := NewIPIP(NewFakeNetlink(), tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := overlay.NewIPIP(overlaytest.NewFakeNetlink(), tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewIPIP(%+v): %v, want an error naming %q", tc.cfg, err, tc.want)
 		}
 	}
@@ -153,7 +156,7 @@ func TestParseKernelVersion(t *testing.T) {
 	}{
 		{"6.1.0-18-amd64", 6, 1, true}, {"4.18.0-553.el8_10.x86_64", 4, 18, true}, {"5.7", 5, 7, true}, {"garbage", 0, 0, false},
 	} {
-		major, minor, ok := parseKernelVersion(tc.release)
+		major, minor, ok := overlay.ParseKernelVersion(tc.release)
 		if major != tc.major || minor != tc.minor || ok != tc.ok {
 			t.Errorf("parseKernelVersion(%q) = %d, %d, %v", tc.release, major, minor, ok)
 		}

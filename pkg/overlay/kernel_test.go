@@ -1,4 +1,4 @@
-package overlay
+package overlay_test
 
 import (
 	"fmt"
@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/routes"
 )
 
@@ -126,8 +127,8 @@ type testNode struct {
 	block, block6   netip.Prefix
 	pod, pod6       netip.Addr
 	subnet, subnet6 netip.Prefix
-	k               *Kernel
-	vx, vx6         *VXLAN
+	k               *overlay.Kernel
+	vx, vx6         *overlay.VXLAN
 }
 
 // underlay is three bare node namespaces: a and b on 10.0.0.0/24, c on
@@ -200,7 +201,7 @@ func newUnderlay(t testing.TB) *underlay {
 
 		err = n.ns.Do(func(ns.NetNS) error {
 			var err error
-			n.k, err = NewKernel()
+			n.k, err = overlay.NewKernel()
 			return err
 		})
 		if err != nil {
@@ -217,15 +218,15 @@ func newUnderlay(t testing.TB) *underlay {
 func (n *testNode) startVXLAN(t testing.TB) {
 	t.Helper()
 	var err error
-	n.vx, err = NewVXLAN(n.k, VXLANConfig{HostIP: n.host, NodeName: n.nodeName, TunnelAddr: n.block.Addr(), TXChecksum: TXChecksumOff, Logger: quiet})
+	n.vx, err = overlay.NewVXLAN(n.k, overlay.VXLANConfig{HostIP: n.host, NodeName: n.nodeName, TunnelAddr: n.block.Addr(), TXChecksum: overlay.TXChecksumOff, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.vx6, err = NewVXLAN(n.k, VXLANConfig{IPVersion: 6, HostIP: n.host6, NodeName: n.nodeName, TunnelAddr: n.block6.Addr(), Logger: quiet})
+	n.vx6, err = overlay.NewVXLAN(n.k, overlay.VXLANConfig{IPVersion: 6, HostIP: n.host6, NodeName: n.nodeName, TunnelAddr: n.block6.Addr(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []*VXLAN{n.vx, n.vx6} {
+	for _, m := range []*overlay.VXLAN{n.vx, n.vx6} {
 		if err := m.Apply(); err != nil {
 			t.Fatalf("node %s: %v", n.nodeName, err)
 		}
@@ -233,16 +234,16 @@ func (n *testNode) startVXLAN(t testing.TB) {
 }
 
 // peer returns n as its peers see it, for one family.
-func (n *testNode) peer(ipVersion int) Peer {
+func (n *testNode) peer(ipVersion int) overlay.Peer {
 	if ipVersion == 6 {
-		return Peer{Name: n.nodeName, HostIP: n.host6, VTEPMAC: VTEPMAC(n.nodeName, 6), TunnelIP: n.block6.Addr(), Blocks: []netip.Prefix{n.block6}}
+		return overlay.Peer{Name: n.nodeName, HostIP: n.host6, VTEPMAC: overlay.VTEPMAC(n.nodeName, 6), TunnelIP: n.block6.Addr(), Blocks: []netip.Prefix{n.block6}}
 	}
-	return Peer{Name: n.nodeName, HostIP: n.host, VTEPMAC: VTEPMAC(n.nodeName, 4), TunnelIP: n.block.Addr(), Blocks: []netip.Prefix{n.block}}
+	return overlay.Peer{Name: n.nodeName, HostIP: n.host, VTEPMAC: overlay.VTEPMAC(n.nodeName, 4), TunnelIP: n.block.Addr(), Blocks: []netip.Prefix{n.block}}
 }
 
 // peersOf returns every other node as a peer.
-func (c *underlay) peersOf(self *testNode, ipVersion int) []Peer {
-	var ps []Peer
+func (c *underlay) peersOf(self *testNode, ipVersion int) []overlay.Peer {
+	var ps []overlay.Peer
 	for _, o := range c.nodes {
 		if o != self {
 			ps = append(ps, o.peer(ipVersion))
@@ -254,15 +255,15 @@ func (c *underlay) peersOf(self *testNode, ipVersion int) []Peer {
 // program computes n's overlay routes for mode and installs them directly
 // with netlink (standing in for the RouteTable), replacing what it
 // installed before. It returns the computed routes.
-func (c *underlay) program(t testing.TB, n *testNode, mode Mode, ipVersion int) map[string][]routes.Target {
+func (c *underlay) program(t testing.TB, n *testNode, mode overlay.Mode, ipVersion int) map[string][]routes.Target {
 	t.Helper()
-	in := RouteInput{Mode: mode, IPVersion: ipVersion, Parent: "eth0", Peers: c.peersOf(n, ipVersion)}
+	in := overlay.RouteInput{Mode: mode, IPVersion: ipVersion, Parent: "eth0", Peers: c.peersOf(n, ipVersion)}
 	if ipVersion == 4 {
 		in.ParentSubnets, in.LocalBlocks, in.MTU = []netip.Prefix{n.subnet}, []netip.Prefix{n.block}, 1450
 	} else {
 		in.ParentSubnets, in.LocalBlocks, in.MTU = []netip.Prefix{n.subnet6}, []netip.Prefix{n.block6}, 1430
 	}
-	byIface, _ := Routes(in)
+	byIface, _ := overlay.Routes(in)
 	for iface, targets := range byIface {
 		if len(targets) == 0 {
 			continue
@@ -310,7 +311,7 @@ func (n *testNode) l2(t testing.TB, device string, ipVersion int) string {
 	t.Helper()
 	link := n.link(device)
 	var lines []string
-	neighs, err := n.h.NeighList(link.Attrs().Index, nlFamily(ipVersion))
+	neighs, err := n.h.NeighList(link.Attrs().Index, overlay.NLFamily(ipVersion))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +334,7 @@ func (n *testNode) l2(t testing.TB, device string, ipVersion int) string {
 }
 
 // wantL2 is what l2 should show on n for the given peers.
-func wantL2(peers []Peer) string {
+func wantL2(peers []overlay.Peer) string {
 	var lines []string
 	for _, p := range peers {
 		lines = append(lines, fmt.Sprintf("neigh %s lladdr %s", p.TunnelIP, p.VTEPMAC), fmt.Sprintf("fdb %s dst %s", p.VTEPMAC, p.HostIP))
@@ -346,7 +347,7 @@ func wantL2(peers []Peer) string {
 // pod reaches every pod it should (IPv4 and IPv6), over the path the mode
 // promises, with exactly the expected ARP/NDP and FDB entries.
 func TestKernelOverlayModes(t *testing.T) {
-	for _, mode := range []Mode{ModeVXLAN, ModeVXLANCrossSubnet, ModeNone} {
+	for _, mode := range []overlay.Mode{overlay.ModeVXLAN, overlay.ModeVXLANCrossSubnet, overlay.ModeNone} {
 		t.Run(string(mode), func(t *testing.T) {
 			c := newUnderlay(t)
 			for _, n := range c.nodes {
@@ -363,19 +364,19 @@ func TestKernelOverlayModes(t *testing.T) {
 			for _, n := range c.nodes {
 				if mode.VXLAN() {
 					for _, fam := range []int{4, 6} {
-						dev, m := DeviceVXLAN, n.vx
+						dev, m := overlay.DeviceVXLAN, n.vx
 						if fam == 6 {
-							dev, m = DeviceVXLANv6, n.vx6
+							dev, m = overlay.DeviceVXLANv6, n.vx6
 						}
 						if got, want := n.l2(t, dev, fam), wantL2(c.peersOf(n, fam)); got != want {
 							t.Errorf("node %s %s entries:\n%s\nwant:\n%s", n.nodeName, dev, got, want)
 						}
 						d := m.Device()
-						if d.MTU != 1500-Overhead(mode, fam == 6) {
+						if d.MTU != 1500-overlay.Overhead(mode, fam == 6) {
 							t.Errorf("node %s %s MTU %d", n.nodeName, dev, d.MTU)
 						}
 					}
-					if on, err := n.k.TXChecksum(DeviceVXLAN); err != nil || on {
+					if on, err := n.k.TXChecksum(overlay.DeviceVXLAN); err != nil || on {
 						t.Errorf("node %s: TX checksum offload on=%v (%v), want off", n.nodeName, on, err)
 					}
 				}
@@ -383,7 +384,7 @@ func TestKernelOverlayModes(t *testing.T) {
 					if o == n {
 						continue
 					}
-					reachable := mode != ModeNone || n.subnet == o.subnet
+					reachable := mode != overlay.ModeNone || n.subnet == o.subnet
 					if !reachable {
 						// Mode none across the router: no route is computed, so
 						// the packet follows the default route to a router
@@ -410,10 +411,10 @@ func TestKernelOverlayModes(t *testing.T) {
 						}
 						l, _ := n.h.LinkByIndex(rs[0].LinkIndex)
 						want := "eth0"
-						if mode == ModeVXLAN || mode == ModeVXLANCrossSubnet && n.subnet != o.subnet {
-							want = DeviceVXLAN
+						if mode == overlay.ModeVXLAN || mode == overlay.ModeVXLANCrossSubnet && n.subnet != o.subnet {
+							want = overlay.DeviceVXLAN
 							if dst.Is6() {
-								want = DeviceVXLANv6
+								want = overlay.DeviceVXLANv6
 							}
 						}
 						if l.Attrs().Name != want {
@@ -435,12 +436,12 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	for _, n := range []*testNode{a, b} {
 		n.startVXLAN(t)
 	}
-	a.vx.SetPeers([]Peer{b.peer(4)})
-	b.vx.SetPeers([]Peer{a.peer(4)})
+	a.vx.SetPeers([]overlay.Peer{b.peer(4)})
+	b.vx.SetPeers([]overlay.Peer{a.peer(4)})
 	mustApply(t, a.vx)
 	mustApply(t, b.vx)
-	c.program(t, a, ModeVXLAN, 4)
-	c.program(t, b, ModeVXLAN, 4)
+	c.program(t, a, overlay.ModeVXLAN, 4)
+	c.program(t, b, overlay.ModeVXLAN, 4)
 	if err := a.ping(a.pod, b.pod); err != nil {
 		t.Fatal(err)
 	}
@@ -457,30 +458,30 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	})
 
 	t.Run("device deleted", func(t *testing.T) {
-		if err := a.h.LinkDel(a.link(DeviceVXLAN)); err != nil {
+		if err := a.h.LinkDel(a.link(overlay.DeviceVXLAN)); err != nil {
 			t.Fatal(err)
 		}
-		if !a.vx.OnLinkUpdate(DeviceVXLAN) {
+		if !a.vx.OnLinkUpdate(overlay.DeviceVXLAN) {
 			t.Fatal("event for the device ignored")
 		}
 		mustApply(t, a.vx)
 		if a.vx.Device().Created != 2 {
 			t.Fatalf("Created = %d, want 2", a.vx.Device().Created)
 		}
-		if got, want := a.l2(t, DeviceVXLAN, 4), wantL2([]Peer{b.peer(4)}); got != want {
+		if got, want := a.l2(t, overlay.DeviceVXLAN, 4), wantL2([]overlay.Peer{b.peer(4)}); got != want {
 			t.Fatalf("entries after recreate:\n%s\nwant:\n%s", got, want)
 		}
-		c.program(t, a, ModeVXLAN, 4) // the kernel dropped the device's routes
+		c.program(t, a, overlay.ModeVXLAN, 4) // the kernel dropped the device's routes
 		if err := a.ping(a.pod, b.pod); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("mtu changed by hand", func(t *testing.T) {
-		a.mustIP(t, []string{"link", "set", DeviceVXLAN, "mtu", "1300"})
-		a.vx.OnLinkUpdate(DeviceVXLAN)
+		a.mustIP(t, []string{"link", "set", overlay.DeviceVXLAN, "mtu", "1300"})
+		a.vx.OnLinkUpdate(overlay.DeviceVXLAN)
 		mustApply(t, a.vx)
-		if mtu := a.link(DeviceVXLAN).Attrs().MTU; mtu != 1450 {
+		if mtu := a.link(overlay.DeviceVXLAN).Attrs().MTU; mtu != 1450 {
 			t.Fatalf("MTU %d after repair, want 1450", mtu)
 		}
 		if a.vx.Device().Created != 2 {
@@ -489,13 +490,13 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	})
 
 	t.Run("enslaved to a bridge", func(t *testing.T) {
-		a.mustIP(t, []string{"link", "add", "br0", "type", "bridge"}, []string{"link", "set", DeviceVXLAN, "master", "br0"})
-		if a.link(DeviceVXLAN).Attrs().MasterIndex == 0 {
+		a.mustIP(t, []string{"link", "add", "br0", "type", "bridge"}, []string{"link", "set", overlay.DeviceVXLAN, "master", "br0"})
+		if a.link(overlay.DeviceVXLAN).Attrs().MasterIndex == 0 {
 			t.Fatal("setup: device not enslaved")
 		}
-		a.vx.OnLinkUpdate(DeviceVXLAN)
+		a.vx.OnLinkUpdate(overlay.DeviceVXLAN)
 		mustApply(t, a.vx)
-		if m := a.link(DeviceVXLAN).Attrs().MasterIndex; m != 0 {
+		if m := a.link(overlay.DeviceVXLAN).Attrs().MasterIndex; m != 0 {
 			t.Fatalf("device still enslaved (master index %d)", m)
 		}
 		if a.vx.Device().Created != 2 {
@@ -508,15 +509,15 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 
 	t.Run("down, extra address, foreign entries", func(t *testing.T) {
 		a.mustIP(t,
-			[]string{"link", "set", DeviceVXLAN, "down"},
-			[]string{"addr", "add", "192.168.77.1/24", "dev", DeviceVXLAN},
-			[]string{"neigh", "add", "10.244.77.0", "lladdr", "02:77:77:77:77:77", "dev", DeviceVXLAN, "nud", "permanent"})
-		if out, err := a.run("bridge", "fdb", "append", "00:00:00:00:00:00", "dev", DeviceVXLAN, "dst", "10.1.0.99"); err != nil {
+			[]string{"link", "set", overlay.DeviceVXLAN, "down"},
+			[]string{"addr", "add", "192.168.77.1/24", "dev", overlay.DeviceVXLAN},
+			[]string{"neigh", "add", "10.244.77.0", "lladdr", "02:77:77:77:77:77", "dev", overlay.DeviceVXLAN, "nud", "permanent"})
+		if out, err := a.run("bridge", "fdb", "append", "00:00:00:00:00:00", "dev", overlay.DeviceVXLAN, "dst", "10.1.0.99"); err != nil {
 			t.Logf("bridge fdb append (skipped): %v: %s", err, out)
 		}
 		a.vx.QueueCheck()
 		mustApply(t, a.vx)
-		l := a.link(DeviceVXLAN)
+		l := a.link(overlay.DeviceVXLAN)
 		if l.Attrs().Flags&net.FlagUp == 0 {
 			t.Fatal("device left down")
 		}
@@ -524,10 +525,10 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 		if len(addrs) != 1 || !addrs[0].IP.Equal(net.IP(a.block.Addr().AsSlice())) {
 			t.Fatalf("addresses %v, want only %s", addrs, a.block.Addr())
 		}
-		if got, want := a.l2(t, DeviceVXLAN, 4), wantL2([]Peer{b.peer(4)}); got != want {
+		if got, want := a.l2(t, overlay.DeviceVXLAN, 4), wantL2([]overlay.Peer{b.peer(4)}); got != want {
 			t.Fatalf("entries:\n%s\nwant:\n%s", got, want)
 		}
-		c.program(t, a, ModeVXLAN, 4) // down dropped the routes
+		c.program(t, a, overlay.ModeVXLAN, 4) // down dropped the routes
 		if err := a.ping(a.pod, b.pod); err != nil {
 			t.Fatal(err)
 		}
@@ -535,18 +536,18 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 
 	t.Run("recreated on immutable attribute", func(t *testing.T) {
 		// Someone rebuilt the device with learning on and another VNI.
-		if err := a.h.LinkDel(a.link(DeviceVXLAN)); err != nil {
+		if err := a.h.LinkDel(a.link(overlay.DeviceVXLAN)); err != nil {
 			t.Fatal(err)
 		}
-		a.mustIP(t, []string{"link", "add", DeviceVXLAN, "type", "vxlan", "id", "7", "dstport", "4789", "dev", "eth0", "learning"})
-		a.vx.OnLinkUpdate(DeviceVXLAN)
+		a.mustIP(t, []string{"link", "add", overlay.DeviceVXLAN, "type", "vxlan", "id", "7", "dstport", "4789", "dev", "eth0", "learning"})
+		a.vx.OnLinkUpdate(overlay.DeviceVXLAN)
 		mustApply(t, a.vx)
-		v, ok := a.link(DeviceVXLAN).(*netlink.Vxlan)
-		if !ok || v.VxlanId != DefaultVNI || v.Learning || !v.SrcAddr.Equal(net.IP(a.host.AsSlice())) || v.Port != DefaultPort ||
-			v.VtepDevIndex != a.link("eth0").Attrs().Index || v.HardwareAddr.String() != VTEPMAC("a", 4).String() {
-			t.Fatalf("device not rebuilt as configured: %+v", a.link(DeviceVXLAN))
+		v, ok := a.link(overlay.DeviceVXLAN).(*netlink.Vxlan)
+		if !ok || v.VxlanId != overlay.DefaultVNI || v.Learning || !v.SrcAddr.Equal(net.IP(a.host.AsSlice())) || v.Port != overlay.DefaultPort ||
+			v.VtepDevIndex != a.link("eth0").Attrs().Index || v.HardwareAddr.String() != overlay.VTEPMAC("a", 4).String() {
+			t.Fatalf("device not rebuilt as configured: %+v", a.link(overlay.DeviceVXLAN))
 		}
-		c.program(t, a, ModeVXLAN, 4)
+		c.program(t, a, overlay.ModeVXLAN, 4)
 		if err := a.ping(a.pod, b.pod); err != nil {
 			t.Fatal(err)
 		}
@@ -554,15 +555,15 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 
 	t.Run("peer MAC changed", func(t *testing.T) {
 		newMAC := net.HardwareAddr{0x02, 0xcc, 0, 0, 0, 0x01}
-		if err := b.vx.SetConfig(VXLANConfig{HostIP: b.host, MAC: newMAC, TunnelAddr: b.block.Addr(), Logger: quiet}); err != nil {
+		if err := b.vx.SetConfig(overlay.VXLANConfig{HostIP: b.host, MAC: newMAC, TunnelAddr: b.block.Addr(), Logger: quiet}); err != nil {
 			t.Fatal(err)
 		}
 		mustApply(t, b.vx)
 		pb := b.peer(4)
 		pb.VTEPMAC = newMAC
-		a.vx.SetPeers([]Peer{pb})
+		a.vx.SetPeers([]overlay.Peer{pb})
 		mustApply(t, a.vx)
-		if got, want := a.l2(t, DeviceVXLAN, 4), wantL2([]Peer{pb}); got != want {
+		if got, want := a.l2(t, overlay.DeviceVXLAN, 4), wantL2([]overlay.Peer{pb}); got != want {
 			t.Fatalf("entries after MAC change:\n%s\nwant:\n%s", got, want)
 		}
 		if err := a.ping(a.pod, b.pod); err != nil {
@@ -571,25 +572,25 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	})
 
 	t.Run("ipv6 underlay", func(t *testing.T) {
-		a.vx6.SetPeers([]Peer{b.peer(6)})
-		b.vx6.SetPeers([]Peer{a.peer(6)})
+		a.vx6.SetPeers([]overlay.Peer{b.peer(6)})
+		b.vx6.SetPeers([]overlay.Peer{a.peer(6)})
 		mustApply(t, a.vx6)
 		mustApply(t, b.vx6)
-		c.program(t, a, ModeVXLAN, 6)
-		c.program(t, b, ModeVXLAN, 6)
+		c.program(t, a, overlay.ModeVXLAN, 6)
+		c.program(t, b, overlay.ModeVXLAN, 6)
 		// 1382 + 8 (ICMPv6) + 40 (IPv6) = 1430, the device MTU (1500 - 70).
 		if err := a.ping(a.pod6, b.pod6, "-M", "do", "-s", "1382"); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.h.LinkDel(a.link(DeviceVXLANv6)); err != nil {
+		if err := a.h.LinkDel(a.link(overlay.DeviceVXLANv6)); err != nil {
 			t.Fatal(err)
 		}
-		a.vx6.OnLinkUpdate(DeviceVXLANv6)
+		a.vx6.OnLinkUpdate(overlay.DeviceVXLANv6)
 		mustApply(t, a.vx6)
-		if got, want := a.l2(t, DeviceVXLANv6, 6), wantL2([]Peer{b.peer(6)}); got != want {
+		if got, want := a.l2(t, overlay.DeviceVXLANv6, 6), wantL2([]overlay.Peer{b.peer(6)}); got != want {
 			t.Fatalf("v6 entries after recreate:\n%s\nwant:\n%s", got, want)
 		}
-		c.program(t, a, ModeVXLAN, 6)
+		c.program(t, a, overlay.ModeVXLAN, 6)
 		if err := a.ping(a.pod6, b.pod6); err != nil {
 			t.Fatal(err)
 		}
@@ -598,7 +599,7 @@ func TestKernelVXLANRepairAndPeers(t *testing.T) {
 	t.Run("peer removed", func(t *testing.T) {
 		a.vx.SetPeers(nil)
 		mustApply(t, a.vx)
-		if got := a.l2(t, DeviceVXLAN, 4); got != "" {
+		if got := a.l2(t, overlay.DeviceVXLAN, 4); got != "" {
 			t.Fatalf("entries left after the peer went:\n%s", got)
 		}
 	})
@@ -612,26 +613,26 @@ func TestKernelIPIP(t *testing.T) {
 	c := newUnderlay(t)
 	a, b := c.nodes[0], c.nodes[2]
 	for _, n := range []*testNode{a, b} {
-		m, err := NewIPIP(n.k, IPIPConfig{HostIP: n.host, TunnelAddr: n.block.Addr(), Logger: quiet})
+		m, err := overlay.NewIPIP(n.k, overlay.IPIPConfig{HostIP: n.host, TunnelAddr: n.block.Addr(), Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustApply(t, m)
-		l := n.link(DeviceIPIP)
+		l := n.link(overlay.DeviceIPIP)
 		if l.Attrs().MTU != 1480 || l.Attrs().Flags&net.FlagUp == 0 {
 			t.Fatalf("node %s tunl0: mtu %d flags %v", n.nodeName, l.Attrs().MTU, l.Attrs().Flags)
 		}
 		n.sysctl("net/ipv4/conf/all/rp_filter", "0")
 		n.sysctl("net/ipv4/conf/tunl0/rp_filter", "0")
-		var ps []Peer
+		var ps []overlay.Peer
 		for _, o := range []*testNode{a, b} {
 			if o != n {
 				ps = append(ps, o.peer(4))
 			}
 		}
-		in := RouteInput{Mode: ModeIPIP, IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{n.subnet}, MTU: 1480, Peers: ps}
-		byIface, _ := Routes(in)
-		for _, tg := range byIface[DeviceIPIP] {
+		in := overlay.RouteInput{Mode: overlay.ModeIPIP, IPVersion: 4, Parent: "eth0", ParentSubnets: []netip.Prefix{n.subnet}, MTU: 1480, Peers: ps}
+		byIface, _ := overlay.Routes(in)
+		for _, tg := range byIface[overlay.DeviceIPIP] {
 			r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: net.IP(tg.CIDR.Addr().AsSlice()), Mask: net.CIDRMask(tg.CIDR.Bits(), 32)},
 				Gw: net.IP(tg.Gateway.AsSlice()), Flags: int(netlink.FLAG_ONLINK), MTU: tg.MTU, Protocol: routes.DefaultProtocol}
 			if err := n.h.RouteReplace(r); err != nil {

@@ -17,8 +17,9 @@ import (
 var ErrLinkNotFound = errors.New("link not found")
 
 // Netlink is the narrow kernel seam of this package: exactly the calls the
-// managers make. Kernel is the real implementation, FakeNetlink the in-memory
-// one. All calls act on the network namespace the implementation is bound to.
+// managers make. Kernel is the real implementation, overlaytest.FakeNetlink
+// the in-memory one. All calls act on the network namespace the
+// implementation is bound to.
 type Netlink interface {
 	// LinkByName and LinkByIndex return ErrLinkNotFound (wrapped) when absent.
 	LinkByName(name string) (netlink.Link, error)
@@ -55,8 +56,8 @@ type Netlink interface {
 }
 
 // Closer is optional for a Netlink that holds kernel sockets (Kernel;
-// FakeNetlink holds none): whoever owns the Netlink closes it when done
-// with it (overlaymgr's Manager.Close, routeletd status).
+// overlaytest.FakeNetlink holds none): whoever owns the Netlink closes it
+// when done with it (overlaymgr's Manager.Close, routeletd status).
 type Closer = io.Closer
 
 var (

@@ -1,17 +1,18 @@
-package overlay
+package overlay_test
 
 import (
 	"testing"
 
 	"github.com/routelet/routelet/pkg/nodespace"
+	"github.com/routelet/routelet/pkg/overlay"
 )
 
 // TestOwnedLinks: pod veths by prefix and type, the overlay devices by
 // their configured names and kind; the default names when none are given;
 // a link of another kind under a device's name is not routelet's.
 func TestOwnedLinks(t *testing.T) {
-	configured := OwnedLinks("cali", Devices{VXLAN: "vx4", VXLANv6: "vx6", IPIP: "ipip0"})
-	defaults := OwnedLinks("cali", Devices{})
+	configured := overlay.OwnedLinks("cali", overlay.Devices{VXLAN: "vx4", VXLANv6: "vx6", IPIP: "ipip0"})
+	defaults := overlay.OwnedLinks("cali", overlay.Devices{})
 	for _, tc := range []struct {
 		link                 nodespace.Link
 		configured, defaults bool
@@ -24,10 +25,10 @@ func TestOwnedLinks(t *testing.T) {
 		{nodespace.Link{Name: "ipip0", Type: "ipip"}, true, false},
 		{nodespace.Link{Name: "vx4", Type: "dummy"}, false, false},
 		{nodespace.Link{Name: "ipip0", Type: "vxlan"}, false, false},
-		{nodespace.Link{Name: DeviceVXLAN, Type: "vxlan"}, false, true},
-		{nodespace.Link{Name: DeviceVXLANv6, Type: "vxlan"}, false, true},
-		{nodespace.Link{Name: DeviceIPIP, Type: "ipip"}, false, true},
-		{nodespace.Link{Name: DeviceIPIP, Type: "gre"}, false, false},
+		{nodespace.Link{Name: overlay.DeviceVXLAN, Type: "vxlan"}, false, true},
+		{nodespace.Link{Name: overlay.DeviceVXLANv6, Type: "vxlan"}, false, true},
+		{nodespace.Link{Name: overlay.DeviceIPIP, Type: "ipip"}, false, true},
+		{nodespace.Link{Name: overlay.DeviceIPIP, Type: "gre"}, false, false},
 	} {
 		if got := configured(tc.link); got != tc.configured {
 			t.Errorf("configured names: %s (%s) owned = %v, want %v", tc.link.Name, tc.link.Type, got, tc.configured)

@@ -1,4 +1,4 @@
-package overlay
+package overlaytest
 
 import (
 	"bytes"
@@ -13,15 +13,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/fakekernel"
+	"github.com/routelet/routelet/internal/nlutil"
+	"github.com/routelet/routelet/pkg/overlay"
 )
 
-var _ Netlink = (*FakeNetlink)(nil)
+var _ overlay.Netlink = (*FakeNetlink)(nil)
 
-// FakeNetlink is an in-memory Netlink for tests that need no root. It keeps
-// links, addresses, neighbour and FDB entries, mimics the kernel's answers
-// (ErrLinkNotFound, EEXIST, ENOENT, EADDRNOTAVAIL, replace semantics of the
-// VXLAN FDB) and can fail chosen calls: Fail queues errors per method name,
-// each consumed by one call. It is safe for concurrent use.
+// FakeNetlink is an in-memory overlay.Netlink for tests that need no root.
+// It keeps links, addresses, neighbour and FDB entries, mimics the
+// kernel's answers (overlay.ErrLinkNotFound, EEXIST, ENOENT,
+// EADDRNOTAVAIL, replace semantics of the VXLAN FDB) and can fail chosen
+// calls: Fail queues errors per method name, each consumed by one call. It
+// is safe for concurrent use.
 type FakeNetlink struct {
 	mu        sync.Mutex
 	links     map[int]*fakeLink
@@ -147,29 +150,29 @@ func (f *FakeNetlink) target(link netlink.Link) (*fakeLink, error) {
 	return nil, unix.ENODEV
 }
 
-// LinkByName implements Netlink.
+// LinkByName implements overlay.Netlink.
 func (f *FakeNetlink) LinkByName(name string) (netlink.Link, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "LinkByName", func() (netlink.Link, error) {
 		l := f.byName(name)
 		if l == nil {
-			return nil, fmt.Errorf("link %s: %w", name, ErrLinkNotFound)
+			return nil, fmt.Errorf("link %s: %w", name, overlay.ErrLinkNotFound)
 		}
 		return cloneLink(l.link), nil
 	})
 }
 
-// LinkByIndex implements Netlink.
+// LinkByIndex implements overlay.Netlink.
 func (f *FakeNetlink) LinkByIndex(index int) (netlink.Link, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "LinkByIndex", func() (netlink.Link, error) {
 		l, ok := f.links[index]
 		if !ok {
-			return nil, fmt.Errorf("link index %d: %w", index, ErrLinkNotFound)
+			return nil, fmt.Errorf("link index %d: %w", index, overlay.ErrLinkNotFound)
 		}
 		return cloneLink(l.link), nil
 	})
 }
 
-// LinkList implements Netlink.
+// LinkList implements overlay.Netlink.
 func (f *FakeNetlink) LinkList() ([]netlink.Link, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "LinkList", func() ([]netlink.Link, error) {
 		var out []netlink.Link
@@ -180,9 +183,10 @@ func (f *FakeNetlink) LinkList() ([]netlink.Link, error) {
 	})
 }
 
-// LinkAdd implements Netlink. A VXLAN device without a MAC gets a fixed one;
-// its MTU defaults to 1500 when not given. As in the kernel, a second VXLAN
-// device with the VNI and port of an existing one is refused with EEXIST.
+// LinkAdd implements overlay.Netlink. A VXLAN device without a MAC gets a
+// fixed one; its MTU defaults to 1500 when not given. As in the kernel, a
+// second VXLAN device with the VNI and port of an existing one is refused
+// with EEXIST.
 func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
 	return f.write("LinkAdd", func() error {
 		if f.byName(link.Attrs().Name) != nil {
@@ -193,7 +197,7 @@ func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
 				return unix.ENODEV
 			}
 			for _, l := range f.links {
-				if o, ok := l.link.(*netlink.Vxlan); ok && o.VxlanId == v.VxlanId && o.Port == v.Port && VXLANFamily(o) == VXLANFamily(v) {
+				if o, ok := l.link.(*netlink.Vxlan); ok && o.VxlanId == v.VxlanId && o.Port == v.Port && overlay.VXLANFamily(o) == overlay.VXLANFamily(v) {
 					return unix.EEXIST
 				}
 			}
@@ -210,7 +214,7 @@ func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
 	})
 }
 
-// LinkDel implements Netlink.
+// LinkDel implements overlay.Netlink.
 func (f *FakeNetlink) LinkDel(link netlink.Link) error {
 	return f.write("LinkDel", func() error {
 		l, err := f.target(link)
@@ -222,22 +226,22 @@ func (f *FakeNetlink) LinkDel(link netlink.Link) error {
 	})
 }
 
-// LinkSetMTU implements Netlink.
+// LinkSetMTU implements overlay.Netlink.
 func (f *FakeNetlink) LinkSetMTU(link netlink.Link, mtu int) error {
 	return f.modify("LinkSetMTU", link, func(l *fakeLink) { l.link.Attrs().MTU = mtu })
 }
 
-// LinkSetUp implements Netlink.
+// LinkSetUp implements overlay.Netlink.
 func (f *FakeNetlink) LinkSetUp(link netlink.Link) error {
 	return f.modify("LinkSetUp", link, func(l *fakeLink) { l.link.Attrs().Flags |= net.FlagUp })
 }
 
-// LinkSetHardwareAddr implements Netlink.
+// LinkSetHardwareAddr implements overlay.Netlink.
 func (f *FakeNetlink) LinkSetHardwareAddr(link netlink.Link, hw net.HardwareAddr) error {
 	return f.modify("LinkSetHardwareAddr", link, func(l *fakeLink) { l.link.Attrs().HardwareAddr = bytes.Clone(hw) })
 }
 
-// LinkSetNoMaster implements Netlink.
+// LinkSetNoMaster implements overlay.Netlink.
 func (f *FakeNetlink) LinkSetNoMaster(link netlink.Link) error {
 	return f.modify("LinkSetNoMaster", link, func(l *fakeLink) { l.link.Attrs().MasterIndex = 0 })
 }
@@ -253,7 +257,7 @@ func (f *FakeNetlink) SetMaster(name string, master int) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("fake: link %s: %w", name, ErrLinkNotFound)
+	return fmt.Errorf("fake: link %s: %w", name, overlay.ErrLinkNotFound)
 }
 
 // modify runs change on the stored link after the failure check.
@@ -354,7 +358,7 @@ func (f *FakeNetlink) TXChecksumOn(name string) bool {
 	return l != nil && l.txcsum
 }
 
-// AddrList implements Netlink.
+// AddrList implements overlay.Netlink.
 func (f *FakeNetlink) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "AddrList", func() ([]netlink.Addr, error) {
 		var ls []*fakeLink
@@ -372,7 +376,7 @@ func (f *FakeNetlink) AddrList(link netlink.Link, family int) ([]netlink.Addr, e
 		var out []netlink.Addr
 		for _, l := range ls {
 			for _, p := range l.addrs {
-				if nlFamily(familyOf(p.Addr())) != family && family != netlink.FAMILY_ALL {
+				if addrFamily(p.Addr()) != family && family != netlink.FAMILY_ALL {
 					continue
 				}
 				out = append(out, netlink.Addr{
@@ -393,7 +397,7 @@ func (f *FakeNetlink) addrWrite(op string, link netlink.Link, addr *netlink.Addr
 		if err != nil {
 			return err
 		}
-		pfx, ok := addrPrefix(*addr)
+		pfx, ok := nlutil.Prefix(addr.IPNet)
 		if !ok {
 			return unix.EINVAL
 		}
@@ -401,7 +405,7 @@ func (f *FakeNetlink) addrWrite(op string, link netlink.Link, addr *netlink.Addr
 	})
 }
 
-// AddrReplace implements Netlink.
+// AddrReplace implements overlay.Netlink.
 func (f *FakeNetlink) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
 	return f.addrWrite("AddrReplace", link, addr, func(l *fakeLink, pfx netip.Prefix) error {
 		l.addrs = slices.DeleteFunc(l.addrs, func(p netip.Prefix) bool { return p.Addr() == pfx.Addr() })
@@ -410,7 +414,7 @@ func (f *FakeNetlink) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
 	})
 }
 
-// AddrDel implements Netlink.
+// AddrDel implements overlay.Netlink.
 func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
 	return f.addrWrite("AddrDel", link, addr, func(l *fakeLink, pfx netip.Prefix) error {
 		n := len(l.addrs)
@@ -422,7 +426,7 @@ func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
 	})
 }
 
-// NeighList implements Netlink.
+// NeighList implements overlay.Netlink.
 func (f *FakeNetlink) NeighList(linkIndex, family int) ([]netlink.Neigh, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "NeighList", func() ([]netlink.Neigh, error) {
 		l, ok := f.links[linkIndex]
@@ -436,8 +440,8 @@ func (f *FakeNetlink) NeighList(linkIndex, family int) ([]netlink.Neigh, error) 
 			}
 			return out, nil
 		}
-		for _, ip := range sortedAddrs(l.neighs) {
-			if nlFamily(familyOf(ip)) == family {
+		for _, ip := range slices.SortedFunc(maps.Keys(l.neighs), netip.Addr.Compare) {
+			if addrFamily(ip) == family {
 				out = append(out, cloneNeigh(l.neighs[ip]))
 			}
 		}
@@ -445,9 +449,9 @@ func (f *FakeNetlink) NeighList(linkIndex, family int) ([]netlink.Neigh, error) 
 	})
 }
 
-// NeighSet implements Netlink: an ARP/NDP entry is replaced by IP; an FDB
-// entry for a known MAC has its first remote replaced, as the VXLAN driver
-// does with NLM_F_REPLACE.
+// NeighSet implements overlay.Netlink: an ARP/NDP entry is replaced by IP;
+// an FDB entry for a known MAC has its first remote replaced, as the VXLAN
+// driver does with NLM_F_REPLACE.
 func (f *FakeNetlink) NeighSet(neigh *netlink.Neigh) error {
 	return f.write("NeighSet", func() error {
 		l, ok := f.links[neigh.LinkIndex]
@@ -478,8 +482,8 @@ func (f *FakeNetlink) NeighSet(neigh *netlink.Neigh) error {
 	})
 }
 
-// NeighDel implements Netlink: ENOENT when no such entry exists; an FDB
-// delete without IP removes every remote of the MAC.
+// NeighDel implements overlay.Netlink: ENOENT when no such entry exists;
+// an FDB delete without IP removes every remote of the MAC.
 func (f *FakeNetlink) NeighDel(neigh *netlink.Neigh) error {
 	return f.write("NeighDel", func() error {
 		l, ok := f.links[neigh.LinkIndex]
@@ -508,7 +512,7 @@ func (f *FakeNetlink) NeighDel(neigh *netlink.Neigh) error {
 	})
 }
 
-// TXChecksum implements Netlink. New links start with offload on.
+// TXChecksum implements overlay.Netlink. New links start with offload on.
 func (f *FakeNetlink) TXChecksum(name string) (bool, error) {
 	return fakekernel.Get(&f.calls, &f.mu, "TXChecksum", func() (bool, error) {
 		l := f.byName(name)
@@ -519,7 +523,7 @@ func (f *FakeNetlink) TXChecksum(name string) (bool, error) {
 	})
 }
 
-// SetTXChecksum implements Netlink.
+// SetTXChecksum implements overlay.Netlink.
 func (f *FakeNetlink) SetTXChecksum(name string, on bool) error {
 	return f.write("SetTXChecksum", func() error {
 		l := f.byName(name)
@@ -535,4 +539,12 @@ func cloneNeigh(n netlink.Neigh) netlink.Neigh {
 	n.IP = bytes.Clone(n.IP)
 	n.HardwareAddr = bytes.Clone(n.HardwareAddr)
 	return n
+}
+
+// addrFamily is netlink's family constant of a.
+func addrFamily(a netip.Addr) int {
+	if a.Unmap().Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
 }
