@@ -143,6 +143,8 @@ func TestLayerRule(t *testing.T) {
 		{"pkg/firewall", "pkg/podnet", false},
 		{"pkg/allowlist", "pkg/firewall", true},
 		{"pkg/ipset/ipsettest", "pkg/overlay", false},
+		{"pkg/firewall/firewalltest", "pkg/ipset", true},
+		{"pkg/firewall/firewalltest", "pkg/overlay", false},
 		{"pkg/defaults", "internal/nlutil", false},
 		{"daemon/config", "daemon/periods", true},
 		{"daemon/config", "pkg/overlay", true},

@@ -17,6 +17,7 @@ import (
 	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/pkg/allowlist"
 	"github.com/routelet/routelet/pkg/firewall"
+	"github.com/routelet/routelet/pkg/firewall/firewalltest"
 	"github.com/routelet/routelet/pkg/ipset/ipsettest"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
@@ -32,13 +33,13 @@ var pfx = netiptest.Prefixes
 // fixture is a Manager over the real allowlist on fake kernels.
 type fixture struct {
 	k      *ipsettest.Fake
-	v4, v6 *firewall.FakeTable
+	v4, v6 *firewalltest.FakeTable
 	m      *Manager
 }
 
 func newFixture(t *testing.T, opts Options) *fixture {
 	t.Helper()
-	f := &fixture{k: ipsettest.NewFake(), v4: firewall.NewFakeTable(), v6: firewall.NewFakeTable()}
+	f := &fixture{k: ipsettest.NewFake(), v4: firewalltest.NewFakeTable(), v6: firewalltest.NewFakeTable()}
 	var err error
 	f.m, err = New(allowlist.New(f.k, f.v4, f.v6, quiet), opts, quiet)
 	if err != nil {
@@ -234,7 +235,7 @@ func TestCheck(t *testing.T) {
 
 // TestBadRules: an invalid rule configuration is refused by New.
 func TestBadRules(t *testing.T) {
-	_, err := New(allowlist.New(ipsettest.NewFake(), firewall.NewFakeTable(), nil, quiet),
+	_, err := New(allowlist.New(ipsettest.NewFake(), firewalltest.NewFakeTable(), nil, quiet),
 		Options{Rules: firewall.Config{VXLAN: true, VXLANPort: 70000}}, quiet)
 	if err == nil || !strings.Contains(err.Error(), "70000") {
 		t.Errorf("New with VXLAN port 70000: err %v", err)

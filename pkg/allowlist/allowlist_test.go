@@ -11,6 +11,7 @@ import (
 
 	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/pkg/firewall"
+	"github.com/routelet/routelet/pkg/firewall/firewalltest"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/ipset/ipsettest"
 )
@@ -22,7 +23,7 @@ var pfx = netiptest.Prefixes
 
 // kernelLike makes the fake ipset kernel refuse, as the real one does, to
 // destroy a set that a rule in one of the fake tables still names.
-func kernelLike(k *ipsettest.Fake, tables ...*firewall.FakeTable) {
+func kernelLike(k *ipsettest.Fake, tables ...*firewalltest.FakeTable) {
 	k.Inject = func(op, name string) error {
 		if op != "destroy" {
 			return nil
@@ -47,9 +48,9 @@ func kernelLike(k *ipsettest.Fake, tables ...*firewall.FakeTable) {
 	}
 }
 
-func setup(t *testing.T) (*ipsettest.Fake, *firewall.FakeTable, *firewall.FakeTable, *Manager) {
+func setup(t *testing.T) (*ipsettest.Fake, *firewalltest.FakeTable, *firewalltest.FakeTable, *Manager) {
 	t.Helper()
-	k, v4, v6 := ipsettest.NewFake(), firewall.NewFakeTable(), firewall.NewFakeTable()
+	k, v4, v6 := ipsettest.NewFake(), firewalltest.NewFakeTable(), firewalltest.NewFakeTable()
 	kernelLike(k, v4, v6)
 	m := New(k, v4, v6, quiet)
 	if err := m.SetConfig(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}); err != nil {
@@ -98,7 +99,7 @@ func TestManagerApply(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		tab *firewall.FakeTable
+		tab *firewalltest.FakeTable
 		f   ipset.Family
 	}{{v4, ipset.IPv4}, {v6, ipset.IPv6}} {
 		for _, ch := range firewall.Render(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}, tc.f) {
@@ -138,7 +139,7 @@ func TestManagerDisableIPIPOrder(t *testing.T) {
 	}
 	v4.Inject = func(method, table, chain string) error {
 		if method == "Append" {
-			return &firewall.FakeExitError{Status: 4, Msg: "injected"}
+			return &firewalltest.FakeExitError{Status: 4, Msg: "injected"}
 		}
 		return nil
 	}
@@ -247,7 +248,7 @@ func TestManagerCleanCheckExecs(t *testing.T) {
 
 func TestManagerRejectsBadInput(t *testing.T) {
 	k := ipsettest.NewFake()
-	m := New(k, firewall.NewFakeTable(), nil, quiet)
+	m := New(k, firewalltest.NewFakeTable(), nil, quiet)
 	if err := m.SetPools([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}); err == nil || !strings.Contains(err.Error(), "0.0.0.0/0") {
 		t.Fatalf("SetPools(/0) = %v, want an error naming it", err)
 	}
@@ -256,8 +257,8 @@ func TestManagerRejectsBadInput(t *testing.T) {
 	}
 	// IPv4-only manager: v6 peers are ignored, no -v6 set appears. A nil
 	// *FakeTable (typed nil) means "no IPv6" just like a nil interface.
-	var noV6 *firewall.FakeTable
-	m = New(k, firewall.NewFakeTable(), noV6, quiet)
+	var noV6 *firewalltest.FakeTable
+	m = New(k, firewalltest.NewFakeTable(), noV6, quiet)
 	_ = m.SetConfig(firewall.Config{VXLAN: true})
 	_ = m.SetVXLANPeers(pfx("2001:db8::1/128", "192.0.2.1/32"))
 	if err := m.Apply(); err != nil {
@@ -281,7 +282,7 @@ func TestCleanup(t *testing.T) {
 	if got := k.Snapshot(); len(got) != 1 {
 		t.Fatalf("sets after Cleanup = %v, want only kube-ipvs", got)
 	}
-	for _, tab := range []*firewall.FakeTable{v4, v6} {
+	for _, tab := range []*firewalltest.FakeTable{v4, v6} {
 		if r, _ := tab.Rules("filter", "INPUT"); len(r) != 0 {
 			t.Fatalf("INPUT after Cleanup = %q", r)
 		}

@@ -1,4 +1,4 @@
-package firewall
+package firewall_test
 
 import (
 	"errors"
@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/routelet/routelet/pkg/firewall"
+	"github.com/routelet/routelet/pkg/firewall/firewalltest"
 	"github.com/routelet/routelet/pkg/ipset"
 )
 
 // quiet discards the logs of the code under test.
 var quiet = slog.New(slog.DiscardHandler)
 
-var fullCfg = Config{VXLAN: true, IPIP: true, NATOutgoing: true}
+var fullCfg = firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}
 
 // wantInstalled fails unless the fake holds exactly the rendered chains of
 // cfg, each jumped to once, first in its built-in chain, and the built-in
@@ -22,9 +24,9 @@ var fullCfg = Config{VXLAN: true, IPIP: true, NATOutgoing: true}
 // An OnlyWhileHookCanDrop chain is wanted only where others holds a rule in
 // its built-in chain or that chain's policy is not ACCEPT; otherwise it and
 // its jump must be absent.
-func wantInstalled(t *testing.T, f *FakeTable, cfg Config, family ipset.Family, others map[string][]string) {
+func wantInstalled(t *testing.T, f *firewalltest.FakeTable, cfg firewall.Config, family ipset.Family, others map[string][]string) {
 	t.Helper()
-	for _, ch := range Render(cfg, family) {
+	for _, ch := range firewall.Render(cfg, family) {
 		hook, _ := f.Rules(ch.Table, ch.Hook)
 		foreign := others[ch.Table+"/"+ch.Hook]
 		if ch.OnlyWhileHookCanDrop && len(foreign) == 0 && f.Policy(ch.Table, ch.Hook) == "ACCEPT" {
@@ -48,9 +50,9 @@ func wantInstalled(t *testing.T, f *FakeTable, cfg Config, family ipset.Family, 
 }
 
 func TestChainsApplyThenNoChange(t *testing.T) {
-	f := NewFakeTable()
+	f := firewalltest.NewFakeTable()
 	f.SetRules("filter", "INPUT", "-p tcp --dport 22 -j ACCEPT") // someone else's rule
-	c := New(f, ipset.IPv4, quiet)
+	c := firewall.New(f, ipset.IPv4, quiet)
 	if err := c.SetConfig(fullCfg); err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +87,13 @@ func TestChainsApplyThenNoChange(t *testing.T) {
 	// read, once each, and only those chains rewritten; the jumps, known
 	// good, are not touched.
 	f.ResetCalls()
-	if err := c.SetConfig(Config{VXLAN: true, NATOutgoing: true}); err != nil {
+	if err := c.SetConfig(firewall.Config{VXLAN: true, NATOutgoing: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	wantInstalled(t, f, Config{VXLAN: true, NATOutgoing: true}, ipset.IPv4, others)
+	wantInstalled(t, f, firewall.Config{VXLAN: true, NATOutgoing: true}, ipset.IPv4, others)
 	if f.Calls("ListTable") != 2 || f.Calls("Insert") != 0 {
 		t.Fatalf("config change: %d table reads, %d Inserts; want 2 (filter and nat, each once) and 0", f.Calls("ListTable"), f.Calls("Insert"))
 	}
@@ -108,10 +110,10 @@ func TestChainsCheckRepairsTampering(t *testing.T) {
 
 func testChainsCheckRepairsTampering(t *testing.T, nft bool) {
 	docker := "-o docker0 -j DOCKER"
-	f := NewFakeTable()
+	f := firewalltest.NewFakeTable()
 	f.NFT = nft
 	f.SetRules("filter", "FORWARD", docker)
-	c := New(f, ipset.IPv4, quiet)
+	c := firewall.New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
@@ -120,25 +122,25 @@ func testChainsCheckRepairsTampering(t *testing.T, nft bool) {
 		name string
 		do   func()
 	}{
-		{"ROUTELET-INPUT flushed", func() { f.SetRules("filter", InputChain) }},
+		{"ROUTELET-INPUT flushed", func() { f.SetRules("filter", firewall.InputChain) }},
 		{"rule added to ROUTELET-FORWARD", func() {
-			r, _ := f.Rules("filter", ForwardChain)
-			f.SetRules("filter", ForwardChain, append(r, "-j DROP")...)
+			r, _ := f.Rules("filter", firewall.ForwardChain)
+			f.SetRules("filter", firewall.ForwardChain, append(r, "-j DROP")...)
 		}},
 		{"ROUTELET-POSTROUTING reordered", func() {
-			r, _ := f.Rules("nat", PostroutingChain)
+			r, _ := f.Rules("nat", firewall.PostroutingChain)
 			slices.Reverse(r)
-			f.SetRules("nat", PostroutingChain, r...)
+			f.SetRules("nat", firewall.PostroutingChain, r...)
 		}},
 		{"jump deleted", func() { f.SetRules("filter", "INPUT") }},
-		{"rule put above the jump", func() { f.SetRules("filter", "FORWARD", docker, "-j "+ForwardChain) }},
+		{"rule put above the jump", func() { f.SetRules("filter", "FORWARD", docker, "-j "+firewall.ForwardChain) }},
 		{"duplicate jumps", func() {
-			_ = f.Append("nat", "POSTROUTING", "-j", PostroutingChain)
-			_ = f.Append("nat", "POSTROUTING", "-j", PostroutingChain)
+			_ = f.Append("nat", "POSTROUTING", "-j", firewall.PostroutingChain)
+			_ = f.Append("nat", "POSTROUTING", "-j", firewall.PostroutingChain)
 		}},
 		{"chain deleted with its jump", func() {
 			f.SetRules("filter", "INPUT")
-			f.RemoveChain("filter", InputChain)
+			f.RemoveChain("filter", firewall.InputChain)
 		}},
 	} {
 		if n, err := c.Check(); n != 0 || err != nil {
@@ -167,7 +169,7 @@ func TestChainsCheckExecs(t *testing.T) {
 		later int
 	}{{nft: false, later: 3}, {nft: true, later: 0}} {
 		t.Run(fmt.Sprintf("nft=%v", tc.nft), func(t *testing.T) {
-			f := NewFakeTable()
+			f := firewalltest.NewFakeTable()
 			f.NFT = tc.nft
 			var tables []string
 			f.Inject = func(method, table, chain string) error {
@@ -176,7 +178,7 @@ func TestChainsCheckExecs(t *testing.T) {
 				}
 				return nil
 			}
-			c := New(f, ipset.IPv4, quiet)
+			c := firewall.New(f, ipset.IPv4, quiet)
 			_ = c.SetConfig(fullCfg)
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
@@ -205,13 +207,13 @@ func TestChainsCheckExecs(t *testing.T) {
 			// A flushed chain and its deleted jump: still one read of
 			// the table; the repair appends the rules and inserts the
 			// jump.
-			f.SetRules("filter", InputChain)
+			f.SetRules("filter", firewall.InputChain)
 			f.SetRules("filter", "INPUT")
 			f.ResetCalls()
 			if n, err := c.Check(); n != 2 || err != nil {
 				t.Fatalf("Check = %d, %v; want 2 repairs", n, err)
 			}
-			in := Render(fullCfg, ipset.IPv4)[slices.IndexFunc(Render(fullCfg, ipset.IPv4), func(c Chain) bool { return c.Name == InputChain })]
+			in := firewall.Render(fullCfg, ipset.IPv4)[slices.IndexFunc(firewall.Render(fullCfg, ipset.IPv4), func(c firewall.Chain) bool { return c.Name == firewall.InputChain })]
 			if f.Calls("ListTable") != 3 || f.Calls("Append") != len(in.Rules) || f.Calls("Insert") != 1 || f.Execs() != 3+len(in.Rules)+1 {
 				t.Fatalf("repairing Check: %d table reads, %d appends, %d inserts, %d execs; want 3, %d, 1, %d",
 					f.Calls("ListTable"), f.Calls("Append"), f.Calls("Insert"), f.Execs(), len(in.Rules), 3+len(in.Rules)+1)
@@ -231,9 +233,9 @@ func TestChainsCheckExecs(t *testing.T) {
 // while nothing could have changed: a config change, an Apply or an
 // unreadable generation make the next Check read the tables.
 func TestChainsCheckGenerationShortcut(t *testing.T) {
-	f := NewFakeTable()
+	f := firewalltest.NewFakeTable()
 	f.NFT = true
-	c := New(f, ipset.IPv4, quiet)
+	c := firewall.New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
@@ -256,7 +258,7 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 
 	// New config, kernel unchanged: Apply rewrites the chains, and even
 	// when nothing would need writing the next Check reads.
-	cfg := Config{VXLAN: true, NATOutgoing: true}
+	cfg := firewall.Config{VXLAN: true, NATOutgoing: true}
 	_ = c.SetConfig(cfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
@@ -271,7 +273,7 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 
 	f.Inject = func(method, table, chain string) error {
 		if method == "Generation" {
-			return &FakeExitError{1, "injected: no netlink"}
+			return &firewalltest.FakeExitError{Status: 1, Msg: "injected: no netlink"}
 		}
 		return nil
 	}
@@ -286,8 +288,8 @@ func TestChainsCheckGenerationShortcut(t *testing.T) {
 // (once, naming the table), leaves the chains dirty, and the chains of the
 // other table are still checked.
 func TestChainsCheckReadFailure(t *testing.T) {
-	f := NewFakeTable()
-	c := New(f, ipset.IPv4, quiet)
+	f := firewalltest.NewFakeTable()
+	c := firewall.New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
@@ -295,7 +297,7 @@ func TestChainsCheckReadFailure(t *testing.T) {
 	f.SetRules("nat", "POSTROUTING") // jump deleted
 	f.Inject = func(method, table, chain string) error {
 		if method == "ListTable" && table == "filter" {
-			return &FakeExitError{4, "injected: filter unreadable"}
+			return &firewalltest.FakeExitError{Status: 4, Msg: "injected: filter unreadable"}
 		}
 		return nil
 	}
@@ -313,77 +315,18 @@ func TestChainsCheckReadFailure(t *testing.T) {
 	wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
 }
 
-// TestSplitTable parses `iptables -S` of a whole table as both backends
-// print it into what `iptables -S <chain>` prints for each chain.
-func TestSplitTable(t *testing.T) {
-	out := []string{
-		"-P INPUT DROP",
-		"-P FORWARD ACCEPT",
-		"-P OUTPUT ACCEPT",
-		"-N DOCKER",
-		"-N ROUTELET-FORWARD",
-		"-N ROUTELET-INPUT",
-		"-A INPUT -j ROUTELET-INPUT",
-		"-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
-		"-A FORWARD -j ROUTELET-FORWARD",
-		"-A FORWARD -o docker0 -j DOCKER",
-		"-A ROUTELET-FORWARD -i cali+ -j ACCEPT",
-		"-A ROUTELET-INPUT -p ipencap -j DROP",
-	}
-	got := splitTable(out)
-	want := map[string][]string{
-		"INPUT":            {"-P INPUT DROP", "-A INPUT -j ROUTELET-INPUT", "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT"},
-		"FORWARD":          {"-P FORWARD ACCEPT", "-A FORWARD -j ROUTELET-FORWARD", "-A FORWARD -o docker0 -j DOCKER"},
-		"OUTPUT":           {"-P OUTPUT ACCEPT"},
-		"DOCKER":           {"-N DOCKER"},
-		"ROUTELET-FORWARD": {"-N ROUTELET-FORWARD", "-A ROUTELET-FORWARD -i cali+ -j ACCEPT"},
-		"ROUTELET-INPUT":   {"-N ROUTELET-INPUT", "-A ROUTELET-INPUT -p ipencap -j DROP"},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("splitTable: %d chains %q, want %d", len(got), got, len(want))
-	}
-	for ch, w := range want {
-		if !slices.Equal(got[ch], w) {
-			t.Fatalf("chain %s = %q, want %q", ch, got[ch], w)
-		}
-	}
-	if len(splitTable(nil)) != 0 {
-		t.Fatal("empty listing has chains")
-	}
-}
-
-// TestWaitArgs: the lock-wait arguments are those go-iptables appends for
-// the same version.
-func TestWaitArgs(t *testing.T) {
-	for _, tc := range []struct {
-		v    [3]int
-		want []string
-	}{
-		{[3]int{1, 8, 9}, []string{"--wait", "5"}},
-		{[3]int{1, 6, 0}, []string{"--wait", "5"}},
-		{[3]int{1, 4, 21}, []string{"--wait"}},
-		{[3]int{1, 4, 20}, []string{"--wait"}},
-		{[3]int{1, 4, 19}, nil},
-	} {
-		if got := waitArgs(tc.v[0], tc.v[1], tc.v[2]); !slices.Equal(got, tc.want) {
-			t.Errorf("waitArgs(%v) = %q, want %q", tc.v, got, tc.want)
-		}
-	}
-}
-
 // TestChainsStaleJumpRaceIsSafe: INPUT holds [ACCEPT, jump]; routelet
 // inserts a jump first and would delete the stale one at position 3. Another
 // program rewrites INPUT in between, so position 3 now holds its ACCEPT:
 // routelet must notice and not delete it.
 func TestChainsStaleJumpRaceIsSafe(t *testing.T) {
-	f := NewFakeTable()
-	f.SetRules("filter", "INPUT", "-j ACCEPT", "-j "+InputChain)
-	c := New(f, ipset.IPv4, quiet)
+	f := firewalltest.NewFakeTable()
+	f.SetRules("filter", "INPUT", "-j ACCEPT", "-j "+firewall.InputChain)
+	c := firewall.New(f, ipset.IPv4, quiet)
 	f.Inject = func(method, table, chain string) error {
 		if method == "Insert" && chain == "INPUT" {
 			f.Inject = nil
-			// Runs with the fake's lock held: write the map directly.
-			f.chains["filter/INPUT"] = []string{"-j " + InputChain, "-j ACCEPT", "-j LOG"}
+			f.SetRulesInInject("filter", "INPUT", "-j "+firewall.InputChain, "-j ACCEPT", "-j LOG")
 		}
 		return nil
 	}
@@ -399,7 +342,7 @@ func TestChainsStaleJumpRaceIsSafe(t *testing.T) {
 		t.Fatalf("retry: %v", err)
 	}
 	r, _ = f.Rules("filter", "INPUT")
-	if want := []string{"-j " + InputChain, "-j ACCEPT", "-j LOG"}; !slices.Equal(r, want) {
+	if want := []string{"-j " + firewall.InputChain, "-j ACCEPT", "-j LOG"}; !slices.Equal(r, want) {
 		t.Fatalf("INPUT after retry = %q, want %q", r, want)
 	}
 }
@@ -408,11 +351,11 @@ func TestChainsStaleJumpRaceIsSafe(t *testing.T) {
 // in turn (on a table with stale state to repair): Apply reports it and stays
 // dirty, and the next Apply converges.
 func TestChainsFailureMatrixConverges(t *testing.T) {
-	setup := func() (*FakeTable, *Chains) {
-		f := NewFakeTable()
-		f.SetRules("filter", "FORWARD", "-j DOCKER-USER", "-j "+ForwardChain, "-j "+ForwardChain)
-		f.SetRules("filter", ForwardChain, "-j DROP")
-		c := New(f, ipset.IPv4, quiet)
+	setup := func() (*firewalltest.FakeTable, *firewall.Chains) {
+		f := firewalltest.NewFakeTable()
+		f.SetRules("filter", "FORWARD", "-j DOCKER-USER", "-j "+firewall.ForwardChain, "-j "+firewall.ForwardChain)
+		f.SetRules("filter", firewall.ForwardChain, "-j DROP")
+		c := firewall.New(f, ipset.IPv4, quiet)
 		_ = c.SetConfig(fullCfg)
 		return f, c
 	}
@@ -430,7 +373,7 @@ func TestChainsFailureMatrixConverges(t *testing.T) {
 			f.Inject = func(method, table, chain string) error {
 				n++
 				if n == i {
-					return &FakeExitError{4, "injected failure of " + method + " " + table + "/" + chain}
+					return &firewalltest.FakeExitError{Status: 4, Msg: "injected failure of " + method + " " + table + "/" + chain}
 				}
 				return nil
 			}
@@ -450,18 +393,18 @@ func TestChainsFailureMatrixConverges(t *testing.T) {
 }
 
 func TestCleanup(t *testing.T) {
-	f := NewFakeTable()
+	f := firewalltest.NewFakeTable()
 	f.SetRules("nat", "POSTROUTING", "-j KUBE-POSTROUTING")
-	c := New(f, ipset.IPv4, quiet)
+	c := firewall.New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	_ = f.Append("filter", "INPUT", "-j", InputChain) // a duplicate too
-	if err := Cleanup(f, quiet); err != nil {
+	_ = f.Append("filter", "INPUT", "-j", firewall.InputChain) // a duplicate too
+	if err := firewall.Cleanup(f, quiet); err != nil {
 		t.Fatal(err)
 	}
-	for _, ch := range Render(fullCfg, ipset.IPv4) {
+	for _, ch := range firewall.Render(fullCfg, ipset.IPv4) {
 		if _, ok := f.Rules(ch.Table, ch.Name); ok {
 			t.Fatalf("chain %s/%s still present", ch.Table, ch.Name)
 		}
@@ -472,7 +415,7 @@ func TestCleanup(t *testing.T) {
 	if r, _ := f.Rules("nat", "POSTROUTING"); !slices.Equal(r, []string{"-j KUBE-POSTROUTING"}) {
 		t.Fatalf("POSTROUTING = %q, want only the foreign rule", r)
 	}
-	if err := Cleanup(f, quiet); err != nil {
+	if err := firewall.Cleanup(f, quiet); err != nil {
 		t.Fatalf("second Cleanup: %v", err)
 	}
 }
@@ -484,18 +427,18 @@ func TestCleanup(t *testing.T) {
 func TestChainsNATOffLeavesNATTableAlone(t *testing.T) {
 	for _, nft := range []bool{true, false} {
 		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) {
-			f := NewFakeTable()
+			f := firewalltest.NewFakeTable()
 			f.NFT = nft
-			f.DropTable(TableNAT)
+			f.DropTable(firewall.TableNAT)
 			var touched []string
 			f.Inject = func(method, table, chain string) error {
-				if table == TableNAT && method != "HasTable" {
+				if table == firewall.TableNAT && method != "HasTable" {
 					touched = append(touched, method)
 				}
 				return nil
 			}
-			c := New(f, ipset.IPv4, quiet)
-			cfg := Config{VXLAN: true}
+			c := firewall.New(f, ipset.IPv4, quiet)
+			cfg := firewall.Config{VXLAN: true}
 			_ = c.SetConfig(cfg)
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
@@ -505,7 +448,7 @@ func TestChainsNATOffLeavesNATTableAlone(t *testing.T) {
 					t.Fatalf("clean Check = %d, %v", n, err)
 				}
 			}
-			if ok, _ := f.HasTable(TableNAT); ok || len(touched) > 0 {
+			if ok, _ := f.HasTable(firewall.TableNAT); ok || len(touched) > 0 {
 				t.Fatalf("NAT off: nat table exists %v, calls on it %q; want none", ok, touched)
 			}
 			wantInstalled(t, f, cfg, ipset.IPv4, nil)
@@ -531,43 +474,43 @@ func TestChainsNATSwitchedOff(t *testing.T) {
 		{"legacy", false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := NewFakeTable()
+			f := firewalltest.NewFakeTable()
 			f.NFT = tc.nft
 			if tc.foreign {
-				f.SetRules(TableNAT, "PREROUTING", "-j KUBE-SERVICES")
+				f.SetRules(firewall.TableNAT, "PREROUTING", "-j KUBE-SERVICES")
 			}
-			c := New(f, ipset.IPv4, quiet)
-			_ = c.SetConfig(Config{VXLAN: true, NATOutgoing: true})
+			c := firewall.New(f, ipset.IPv4, quiet)
+			_ = c.SetConfig(firewall.Config{VXLAN: true, NATOutgoing: true})
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
 			}
-			off := Config{VXLAN: true}
+			off := firewall.Config{VXLAN: true}
 			_ = c.SetConfig(off)
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := f.Rules(TableNAT, PostroutingChain); ok {
+			if _, ok := f.Rules(firewall.TableNAT, firewall.PostroutingChain); ok {
 				t.Fatal("ROUTELET-POSTROUTING still there with NAT off")
 			}
-			if r, _ := f.Rules(TableNAT, "POSTROUTING"); len(r) != 0 {
+			if r, _ := f.Rules(firewall.TableNAT, "POSTROUTING"); len(r) != 0 {
 				t.Fatalf("nat POSTROUTING = %q, want no jump", r)
 			}
-			if ok, _ := f.HasTable(TableNAT); ok != tc.wantTable {
+			if ok, _ := f.HasTable(firewall.TableNAT); ok != tc.wantTable {
 				t.Fatalf("nat table exists = %v, want %v", ok, tc.wantTable)
 			}
-			if r, _ := f.Rules(TableNAT, "PREROUTING"); tc.foreign && !slices.Equal(r, []string{"-j KUBE-SERVICES"}) {
+			if r, _ := f.Rules(firewall.TableNAT, "PREROUTING"); tc.foreign && !slices.Equal(r, []string{"-j KUBE-SERVICES"}) {
 				t.Fatalf("someone else's nat rule = %q, want it kept", r)
 			}
 			wantInstalled(t, f, off, ipset.IPv4, nil)
 
 			// Someone recreates the chain and the jump: the next Check
 			// removes both.
-			f.SetRules(TableNAT, PostroutingChain, "-j MASQUERADE")
-			f.SetRules(TableNAT, "POSTROUTING", "-j "+PostroutingChain)
+			f.SetRules(firewall.TableNAT, firewall.PostroutingChain, "-j MASQUERADE")
+			f.SetRules(firewall.TableNAT, "POSTROUTING", "-j "+firewall.PostroutingChain)
 			if n, err := c.Check(); n != 1 || err != nil {
 				t.Fatalf("Check = %d, %v; want the recreated chain removed (1 repair)", n, err)
 			}
-			if _, ok := f.Rules(TableNAT, PostroutingChain); ok {
+			if _, ok := f.Rules(firewall.TableNAT, firewall.PostroutingChain); ok {
 				t.Fatal("recreated ROUTELET-POSTROUTING survived a Check with NAT off")
 			}
 		})
@@ -577,13 +520,13 @@ func TestChainsNATSwitchedOff(t *testing.T) {
 // TestCleanupLeavesMissingTablesAlone: cleanup does not create a table it
 // has nothing to remove from.
 func TestCleanupLeavesMissingTablesAlone(t *testing.T) {
-	f := NewFakeTable()
-	f.DropTable(TableNAT)
-	f.DropTable(TableRaw)
-	if err := Cleanup(f, quiet); err != nil {
+	f := firewalltest.NewFakeTable()
+	f.DropTable(firewall.TableNAT)
+	f.DropTable(firewall.TableRaw)
+	if err := firewall.Cleanup(f, quiet); err != nil {
 		t.Fatal(err)
 	}
-	for _, table := range []string{TableNAT, TableRaw} {
+	for _, table := range []string{firewall.TableNAT, firewall.TableRaw} {
 		if ok, _ := f.HasTable(table); ok {
 			t.Fatalf("cleanup created table %s", table)
 		}
@@ -594,39 +537,39 @@ func TestCleanupLeavesMissingTablesAlone(t *testing.T) {
 // tables that held nothing but routelet's chains (raw: an older routelet's
 // ROUTELET-PREROUTING) and keeps a table with someone else's rule.
 func TestCleanupDropsTablesItEmptied(t *testing.T) {
-	f := NewFakeTable()
+	f := firewalltest.NewFakeTable()
 	f.NFT = true
-	f.SetRules(TableFilter, "INPUT", "-p tcp --dport 22 -j ACCEPT")
+	f.SetRules(firewall.TableFilter, "INPUT", "-p tcp --dport 22 -j ACCEPT")
 	olderPrerouting(f)
-	if err := Cleanup(f, quiet); err != nil {
+	if err := firewall.Cleanup(f, quiet); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := f.HasTable(TableRaw); ok {
+	if ok, _ := f.HasTable(firewall.TableRaw); ok {
 		t.Errorf("after cleanup the raw table of an older routelet's chain exists")
 	}
-	c := New(f, ipset.IPv4, quiet)
+	c := firewall.New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Cleanup(f, quiet); err != nil {
+	if err := firewall.Cleanup(f, quiet); err != nil {
 		t.Fatal(err)
 	}
-	for table, want := range map[string]bool{TableRaw: false, TableNAT: false, TableFilter: true} {
+	for table, want := range map[string]bool{firewall.TableRaw: false, firewall.TableNAT: false, firewall.TableFilter: true} {
 		if ok, _ := f.HasTable(table); ok != want {
 			t.Errorf("after cleanup table %s exists = %v, want %v", table, ok, want)
 		}
 	}
-	if r, _ := f.Rules(TableFilter, "INPUT"); !slices.Equal(r, []string{"-p tcp --dport 22 -j ACCEPT"}) {
+	if r, _ := f.Rules(firewall.TableFilter, "INPUT"); !slices.Equal(r, []string{"-p tcp --dport 22 -j ACCEPT"}) {
 		t.Errorf("filter INPUT = %q, want someone else's rule kept", r)
 	}
 }
 
 // olderPrerouting gives f the raw-table anti-spoofing chain of earlier
 // routelet versions and both forms of their jump.
-func olderPrerouting(f *FakeTable) {
-	f.SetRules(TableRaw, PreroutingChain, "-i cali+ -m rpfilter --invert -j DROP", "-i cali+ -p udp -m udp --dport 4789 -j DROP")
-	f.SetRules(TableRaw, "PREROUTING", "-i cali+ -j "+PreroutingChain, "-j "+PreroutingChain)
+func olderPrerouting(f *firewalltest.FakeTable) {
+	f.SetRules(firewall.TableRaw, firewall.PreroutingChain, "-i cali+ -m rpfilter --invert -j DROP", "-i cali+ -p udp -m udp --dport 4789 -j DROP")
+	f.SetRules(firewall.TableRaw, "PREROUTING", "-i cali+ -j "+firewall.PreroutingChain, "-j "+firewall.PreroutingChain)
 }
 
 // TestChainsRemoveOlderPrerouting: on a node upgraded from a routelet that
@@ -636,13 +579,13 @@ func olderPrerouting(f *FakeTable) {
 // else's rule stays.
 func TestChainsRemoveOlderPrerouting(t *testing.T) {
 	for _, other := range []bool{false, true} {
-		f := NewFakeTable()
+		f := firewalltest.NewFakeTable()
 		f.NFT = true
 		olderPrerouting(f)
 		if other {
-			f.SetRules(TableRaw, "PREROUTING", "-i cali+ -j "+PreroutingChain, "-s 192.0.2.1/32 -j DROP", "-j "+PreroutingChain)
+			f.SetRules(firewall.TableRaw, "PREROUTING", "-i cali+ -j "+firewall.PreroutingChain, "-s 192.0.2.1/32 -j DROP", "-j "+firewall.PreroutingChain)
 		}
-		c := New(f, ipset.IPv4, quiet)
+		c := firewall.New(f, ipset.IPv4, quiet)
 		if err := c.SetConfig(fullCfg); err != nil {
 			t.Fatal(err)
 		}
@@ -650,22 +593,22 @@ func TestChainsRemoveOlderPrerouting(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ch := range c.Rendered() {
-			if ch.Table == TableRaw {
+			if ch.Table == firewall.TableRaw {
 				t.Errorf("rendered a raw chain: %+v", ch)
 			}
 		}
-		exists, _ := f.HasTable(TableRaw)
+		exists, _ := f.HasTable(firewall.TableRaw)
 		if exists != other {
 			t.Fatalf("with someone else's rule %v: raw table exists %v after Apply", other, exists)
 		}
 		if !other {
 			continue
 		}
-		if hook, _ := f.Rules(TableRaw, "PREROUTING"); !slices.Equal(hook, []string{"-s 192.0.2.1/32 -j DROP"}) {
+		if hook, _ := f.Rules(firewall.TableRaw, "PREROUTING"); !slices.Equal(hook, []string{"-s 192.0.2.1/32 -j DROP"}) {
 			t.Errorf("raw PREROUTING = %q, want only the other rule", hook)
 		}
-		if _, ok := f.Rules(TableRaw, PreroutingChain); ok {
-			t.Errorf("%s still exists", PreroutingChain)
+		if _, ok := f.Rules(firewall.TableRaw, firewall.PreroutingChain); ok {
+			t.Errorf("%s still exists", firewall.PreroutingChain)
 		}
 	}
 }
@@ -683,20 +626,20 @@ func TestChainsForwardOnlyWhereItCanDrop(t *testing.T) {
 }
 
 func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
-	f := NewFakeTable()
+	f := firewalltest.NewFakeTable()
 	f.NFT = nft
 	var logs strings.Builder
-	c := New(f, ipset.IPv4, slog.New(slog.NewTextHandler(&logs, nil)))
+	c := firewall.New(f, ipset.IPv4, slog.New(slog.NewTextHandler(&logs, nil)))
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
 	wantGone := func(what string, baseDeleted bool) {
 		t.Helper()
-		if _, ok := f.Rules(TableFilter, ForwardChain); ok {
-			t.Fatalf("%s: %s exists", what, ForwardChain)
+		if _, ok := f.Rules(firewall.TableFilter, firewall.ForwardChain); ok {
+			t.Fatalf("%s: %s exists", what, firewall.ForwardChain)
 		}
-		r, exists := f.Rules(TableFilter, "FORWARD")
+		r, exists := f.Rules(firewall.TableFilter, "FORWARD")
 		if len(r) != 0 {
 			t.Fatalf("%s: FORWARD = %q, want it empty", what, r)
 		}
@@ -734,22 +677,22 @@ func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
 	wantGone("policy ACCEPT, FORWARD empty", false)
 	steady("policy ACCEPT")
 
-	flip("policy DROP", func() { f.SetPolicy(TableFilter, "FORWARD", "DROP") })
+	flip("policy DROP", func() { f.SetPolicy(firewall.TableFilter, "FORWARD", "DROP") })
 	wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
 	steady("policy DROP")
 
-	flip("policy ACCEPT again", func() { f.SetPolicy(TableFilter, "FORWARD", "ACCEPT") })
+	flip("policy ACCEPT again", func() { f.SetPolicy(firewall.TableFilter, "FORWARD", "ACCEPT") })
 	wantGone("policy ACCEPT again", nft)
 	steady("policy ACCEPT again")
 
 	docker := "-o docker0 -j DOCKER"
-	flip("someone else's rule", func() { f.SetRules(TableFilter, "FORWARD", docker) })
+	flip("someone else's rule", func() { f.SetRules(firewall.TableFilter, "FORWARD", docker) })
 	wantInstalled(t, f, fullCfg, ipset.IPv4, map[string][]string{"filter/FORWARD": {docker}})
 	steady("someone else's rule")
 
 	flip("that rule deleted", func() {
-		r, _ := f.Rules(TableFilter, "FORWARD")
-		f.SetRules(TableFilter, "FORWARD", slices.DeleteFunc(r, func(s string) bool { return s == docker })...)
+		r, _ := f.Rules(firewall.TableFilter, "FORWARD")
+		f.SetRules(firewall.TableFilter, "FORWARD", slices.DeleteFunc(r, func(s string) bool { return s == docker })...)
 	})
 	wantGone("that rule deleted", nft)
 	steady("that rule deleted")
@@ -773,19 +716,19 @@ func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
 func TestChainsForwardUpgrade(t *testing.T) {
 	for _, nft := range []bool{true, false} {
 		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) {
-			f := NewFakeTable()
+			f := firewalltest.NewFakeTable()
 			f.NFT = nft
-			f.SetRules(TableFilter, ForwardChain, "-i cali+ -j ACCEPT", "-o cali+ -j ACCEPT")
-			f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
-			c := New(f, ipset.IPv4, quiet)
+			f.SetRules(firewall.TableFilter, firewall.ForwardChain, "-i cali+ -j ACCEPT", "-o cali+ -j ACCEPT")
+			f.SetRules(firewall.TableFilter, "FORWARD", "-j "+firewall.ForwardChain)
+			c := firewall.New(f, ipset.IPv4, quiet)
 			_ = c.SetConfig(fullCfg)
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := f.Rules(TableFilter, ForwardChain); ok {
-				t.Fatalf("%s kept with nothing in FORWARD that can drop", ForwardChain)
+			if _, ok := f.Rules(firewall.TableFilter, firewall.ForwardChain); ok {
+				t.Fatalf("%s kept with nothing in FORWARD that can drop", firewall.ForwardChain)
 			}
-			if r, exists := f.Rules(TableFilter, "FORWARD"); len(r) != 0 || exists == nft {
+			if r, exists := f.Rules(firewall.TableFilter, "FORWARD"); len(r) != 0 || exists == nft {
 				t.Fatalf("FORWARD = %q, exists %v; want it empty, and deleted with nf_tables", r, exists)
 			}
 			wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
@@ -793,30 +736,30 @@ func TestChainsForwardUpgrade(t *testing.T) {
 	}
 	// The ruleset changes between the re-read and the deletion: nothing
 	// is deleted then, and the next Check tries again.
-	f := NewFakeTable()
+	f := firewalltest.NewFakeTable()
 	f.NFT = true
-	f.SetRules(TableFilter, ForwardChain, "-i cali+ -j ACCEPT")
-	f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
+	f.SetRules(firewall.TableFilter, firewall.ForwardChain, "-i cali+ -j ACCEPT")
+	f.SetRules(firewall.TableFilter, "FORWARD", "-j "+firewall.ForwardChain)
 	raced := false
 	f.Inject = func(method, table, chain string) error {
 		if method == "DeleteBaseChain" && !raced {
 			raced = true
-			f.changed() // runs with the fake's lock held
+			f.ChangeInInject()
 		}
 		return nil
 	}
-	c := New(f, ipset.IPv4, quiet)
+	c := firewall.New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if _, exists := f.Rules(TableFilter, "FORWARD"); !exists || !raced {
+	if _, exists := f.Rules(firewall.TableFilter, "FORWARD"); !exists || !raced {
 		t.Fatalf("FORWARD deleted although the ruleset changed under the deletion (raced %v)", raced)
 	}
 	if _, err := c.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if _, exists := f.Rules(TableFilter, "FORWARD"); exists {
+	if _, exists := f.Rules(firewall.TableFilter, "FORWARD"); exists {
 		t.Fatal("the next Check did not delete the empty FORWARD base chain")
 	}
 
@@ -824,12 +767,12 @@ func TestChainsForwardUpgrade(t *testing.T) {
 	// routelet's chain and again in the next one, which writes nothing:
 	// nothing is deleted then, and the Check after tries again although
 	// the ruleset did not change since.
-	f = NewFakeTable()
+	f = firewalltest.NewFakeTable()
 	f.NFT = true
-	f.SetRules(TableFilter, "FORWARD", "-o docker0 -j DOCKER")
+	f.SetRules(firewall.TableFilter, "FORWARD", "-o docker0 -j DOCKER")
 	reads, armed, failed := 0, false, false
 	f.Inject = func(method, table, chain string) error {
-		if armed && method == "ListTable" && table == TableFilter {
+		if armed && method == "ListTable" && table == firewall.TableFilter {
 			// Each Check reads to decide, then re-reads before the
 			// deletion.
 			if reads++; reads == 2 || reads == 4 {
@@ -839,25 +782,25 @@ func TestChainsForwardUpgrade(t *testing.T) {
 		}
 		return nil
 	}
-	c = New(f, ipset.IPv4, quiet)
+	c = firewall.New(f, ipset.IPv4, quiet)
 	_ = c.SetConfig(fullCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	f.SetRules(TableFilter, "FORWARD", "-j "+ForwardChain)
+	f.SetRules(firewall.TableFilter, "FORWARD", "-j "+firewall.ForwardChain)
 	armed = true
 	for range 2 {
 		if _, err := c.Check(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, exists := f.Rules(TableFilter, "FORWARD"); !exists || !failed || reads != 4 {
+	if _, exists := f.Rules(firewall.TableFilter, "FORWARD"); !exists || !failed || reads != 4 {
 		t.Fatalf("FORWARD deleted although its re-read failed (failed %v, %d reads)", failed, reads)
 	}
 	if _, err := c.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if _, exists := f.Rules(TableFilter, "FORWARD"); exists {
+	if _, exists := f.Rules(firewall.TableFilter, "FORWARD"); exists {
 		t.Fatal("the next Check, the ruleset unchanged, did not delete the empty FORWARD base chain")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,6 +16,11 @@ import (
 	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/ipset"
 )
+
+// quiet discards the logs of the code under test.
+var quiet = slog.New(slog.DiscardHandler)
+
+var fullCfg = Config{VXLAN: true, IPIP: true, NATOutgoing: true}
 
 // nsTable is the NetNS Table of a test namespace, with the packet counters
 // read through the same go-iptables handle.

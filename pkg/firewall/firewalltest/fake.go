@@ -1,4 +1,4 @@
-package firewall
+package firewalltest
 
 import (
 	"errors"
@@ -10,11 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/fakekernel"
+	"github.com/routelet/routelet/pkg/firewall"
 )
 
-// FakeTable is an in-memory Table for tests: tables of chains of rule specs,
-// listed the way `iptables -S` prints them. It counts calls per method and
-// can fail chosen calls. The raw, filter and nat tables exist from the
+// FakeTable is an in-memory firewall.Table for tests: tables of chains of
+// rule specs, listed the way `iptables -S` prints them. It counts calls
+// per method and can fail chosen calls. The raw, filter and nat tables exist from the
 // start, their built-in chains with policy ACCEPT (SetPolicy changes one);
 // DropTable removes a table, and any call naming a missing table but
 // HasTable creates it again, as iptables-legacy does (so a test sees
@@ -41,11 +42,11 @@ type FakeTable struct {
 	// ("ListTable", "Append", "Generation", …), table and chain ("" where
 	// the method has none); a non-nil result fails the call unchanged. It
 	// runs with the FakeTable's lock held, so it must not call the
-	// FakeTable.
+	// FakeTable but for its …InInject methods.
 	Inject func(method, table, chain string) error
 }
 
-var _ Table = (*FakeTable)(nil)
+var _ firewall.Table = (*FakeTable)(nil)
 
 // FakeExitError is the error FakeTable returns where iptables would exit
 // with a status: 1 for a missing chain or rule.
@@ -71,7 +72,7 @@ func NewFakeTable() *FakeTable {
 	for _, k := range builtinChains {
 		f.builtin[k] = true
 	}
-	for _, t := range []string{TableRaw, TableFilter, TableNAT} {
+	for _, t := range []string{firewall.TableRaw, firewall.TableFilter, firewall.TableNAT} {
 		f.instantiate(t)
 	}
 	return f
@@ -113,8 +114,8 @@ func (f *FakeTable) DropTable(table string) {
 	f.changed()
 }
 
-// DeleteTable implements Table: with NFT and gen current it removes the
-// table; it is counted as a call.
+// DeleteTable implements firewall.Table: with NFT and gen current it
+// removes the table; it is counted as a call.
 func (f *FakeTable) DeleteTable(table string, gen uint32) error {
 	return f.calls.Do(&f.mu, "DeleteTable", func() error {
 		if err := f.inject("DeleteTable", table, ""); err != nil {
@@ -124,7 +125,7 @@ func (f *FakeTable) DeleteTable(table string, gen uint32) error {
 			return fmt.Errorf("fake legacy cannot remove table %s: %w", table, errors.ErrUnsupported)
 		}
 		if gen != f.gen {
-			return ErrGenerationChanged
+			return firewall.ErrGenerationChanged
 		}
 		for k := range f.chains {
 			if t, _, _ := strings.Cut(k, "/"); t == table {
@@ -137,8 +138,8 @@ func (f *FakeTable) DeleteTable(table string, gen uint32) error {
 	})
 }
 
-// DeleteBaseChain implements Table: with NFT and gen current it removes
-// the built-in chain unless it holds a rule (EBUSY, as the kernel
+// DeleteBaseChain implements firewall.Table: with NFT and gen current it
+// removes the built-in chain unless it holds a rule (EBUSY, as the kernel
 // answers); a missing chain is success. It is counted as a call.
 func (f *FakeTable) DeleteBaseChain(table, chain string, gen uint32) error {
 	return f.calls.Do(&f.mu, "DeleteBaseChain", func() error {
@@ -149,7 +150,7 @@ func (f *FakeTable) DeleteBaseChain(table, chain string, gen uint32) error {
 			return fmt.Errorf("fake legacy cannot remove built-in chain %s/%s: %w", table, chain, errors.ErrUnsupported)
 		}
 		if gen != f.gen {
-			return ErrGenerationChanged
+			return firewall.ErrGenerationChanged
 		}
 		k := table + "/" + chain
 		r, ok := f.chains[k]
@@ -182,7 +183,8 @@ func (f *FakeTable) SetPolicy(table, chain, policy string) {
 	f.changed()
 }
 
-// HasTable implements Table. It is not counted as a call: it is no exec.
+// HasTable implements firewall.Table. It is not counted as a call: it is
+// no exec.
 func (f *FakeTable) HasTable(table string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -228,6 +230,18 @@ func (f *FakeTable) SetRules(table, chain string, rules ...string) {
 	f.changed()
 }
 
+// SetRulesInInject is SetRules for Inject, which runs with the lock held:
+// another program rewriting table/chain between two of the calls.
+func (f *FakeTable) SetRulesInInject(table, chain string, rules ...string) {
+	f.chains[table+"/"+chain] = slices.Clone(rules)
+	f.changed()
+}
+
+// ChangeInInject, for Inject, which runs with the lock held, changes the
+// generation as another program's write between two of the calls would,
+// leaving the rules as they are.
+func (f *FakeTable) ChangeInInject() { f.changed() }
+
 // RemoveChain deletes table/chain directly.
 func (f *FakeTable) RemoveChain(table, chain string) {
 	f.mu.Lock()
@@ -262,7 +276,8 @@ func (f *FakeTable) do(method, table, chain string, fn func() error) error {
 // changed something, as a committed nf_tables transaction would.
 func (f *FakeTable) changed() { f.gen++ }
 
-// Generation implements Table. It is not counted as a call: it is no exec.
+// Generation implements firewall.Table. It is not counted as a call: it
+// is no exec.
 func (f *FakeTable) Generation() (uint32, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -285,7 +300,7 @@ func (f *FakeTable) get(table, chain string) ([]string, error) {
 	return r, nil
 }
 
-// ListTable implements Table. It prints the table the way `iptables -t
+// ListTable implements firewall.Table. It prints the table the way `iptables -t
 // table -S` does: the built-in chains' policies, the other chains' -N lines,
 // then every chain's rules, chains in the same order (built-in chains in
 // their kernel order, then the others sorted by name).
@@ -332,7 +347,7 @@ func (f *FakeTable) listTable(table string) []string {
 	return out
 }
 
-// ListById implements Table.
+// ListById implements firewall.Table.
 func (f *FakeTable) ListById(table, chain string, id int) (rule string, err error) {
 	err = f.do("ListById", table, chain, func() error {
 		r, err := f.get(table, chain)
@@ -348,7 +363,7 @@ func (f *FakeTable) ListById(table, chain string, id int) (rule string, err erro
 	return rule, err
 }
 
-// NewChain implements Table.
+// NewChain implements firewall.Table.
 func (f *FakeTable) NewChain(table, chain string) error {
 	return f.do("NewChain", table, chain, func() error {
 		if _, ok := f.chains[table+"/"+chain]; ok {
@@ -360,7 +375,7 @@ func (f *FakeTable) NewChain(table, chain string) error {
 	})
 }
 
-// Append implements Table.
+// Append implements firewall.Table.
 func (f *FakeTable) Append(table, chain string, rulespec ...string) error {
 	return f.do("Append", table, chain, func() error {
 		r, err := f.get(table, chain)
@@ -373,7 +388,7 @@ func (f *FakeTable) Append(table, chain string, rulespec ...string) error {
 	})
 }
 
-// Insert implements Table.
+// Insert implements firewall.Table.
 func (f *FakeTable) Insert(table, chain string, pos int, rulespec ...string) error {
 	return f.do("Insert", table, chain, func() error {
 		r, err := f.get(table, chain)
@@ -389,7 +404,7 @@ func (f *FakeTable) Insert(table, chain string, pos int, rulespec ...string) err
 	})
 }
 
-// DeleteById implements Table.
+// DeleteById implements firewall.Table.
 func (f *FakeTable) DeleteById(table, chain string, id int) error {
 	return f.do("DeleteById", table, chain, func() error {
 		r, err := f.get(table, chain)
@@ -405,7 +420,7 @@ func (f *FakeTable) DeleteById(table, chain string, id int) error {
 	})
 }
 
-// ClearChain implements Table.
+// ClearChain implements firewall.Table.
 func (f *FakeTable) ClearChain(table, chain string) error {
 	return f.do("ClearChain", table, chain, func() error {
 		f.chains[table+"/"+chain] = []string{}
@@ -414,7 +429,7 @@ func (f *FakeTable) ClearChain(table, chain string) error {
 	})
 }
 
-// DeleteChain implements Table.
+// DeleteChain implements firewall.Table.
 func (f *FakeTable) DeleteChain(table, chain string) error {
 	return f.do("DeleteChain", table, chain, func() error {
 		r, err := f.get(table, chain)
