@@ -12,6 +12,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/inspect"
+	"github.com/routelet/routelet/daemon/inspect/inspecttest"
 	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/ipset"
 	"github.com/routelet/routelet/pkg/nodespace"
@@ -29,7 +30,7 @@ var statusNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 type fakeStatusNode struct {
 	cfg    *config.Config
 	store  *state.Store
-	kernel *inspect.Fake
+	kernel *inspecttest.Fake
 	pods   int
 	peers  []string
 }
@@ -124,7 +125,7 @@ func (n *fakeStatusNode) status(t testing.TB, r inspect.Reader) *statusapi.State
 // FDB entry and allowlist member.
 func (n *fakeStatusNode) program(t testing.TB) {
 	t.Helper()
-	n.kernel = &inspect.Fake{
+	n.kernel = &inspecttest.Fake{
 		LinkList: []inspect.Link{{Index: 1, Name: "lo", Kind: "device", Up: true, MTU: 65536},
 			{Index: 2, Name: "up0", Kind: "veth", Up: true, MTU: 1500, MAC: "02:00:00:00:0a:01"},
 			{Index: 3, Name: "vxlan.calico", Kind: "vxlan", Up: true, MTU: 1450, MAC: overlay.VTEPMAC("node-a", 4).String()}},

@@ -7,8 +7,9 @@
 // without a daemon derives it from the state directory's records. Kernel is one read of everything the
 // comparison needs (links, the main table's routes of both families, the
 // neighbour and FDB entries of the overlay devices, the allowlist sets),
-// through a Reader: Netlink on the real kernel, Fake in tests, Counting to
-// count the reads. Compare joins the two; it never touches the kernel.
+// through a Reader: Netlink on the real kernel, inspecttest.Fake in tests,
+// Counting to count the reads. Compare joins the two; it never touches the
+// kernel.
 //
 // The Reader is also every read `routeletd diagnose` shares with status
 // (links, routes, neighbours, FDB, ipsets, sysctls, a pod's link):

@@ -436,53 +436,6 @@ func (c *Counting) PodLink(netnsPath, ifName string) (Link, error) {
 	return c.R.PodLink(netnsPath, ifName)
 }
 
-// Fake is a Reader over fixed contents (tests).
-type Fake struct {
-	LinkList  []Link
-	RouteList [2][]Route
-	NeighList map[int][]Neigh // by link index
-	FDBList   map[int][]FDBEntry
-	SetList   map[string][]netip.Prefix
-	// Sysctls are the keys that read; every other key does not exist.
-	Sysctls map[string]string
-	// PodLinks are the pods' links by "netnsPath/ifName".
-	PodLinks map[string]Link
-}
-
-// Links implements Reader.
-func (f *Fake) Links() ([]Link, error) { return f.LinkList, nil }
-
-// Routes implements Reader.
-func (f *Fake) Routes(v int) ([]Route, error) { return f.RouteList[famIndex(v)], nil }
-
-// Neighs implements Reader.
-func (f *Fake) Neighs(index, _ int) ([]Neigh, error) { return f.NeighList[index], nil }
-
-// FDB implements Reader.
-func (f *Fake) FDB(index int) ([]FDBEntry, error) { return f.FDBList[index], nil }
-
-// SetMembers implements Reader.
-func (f *Fake) SetMembers(name string) ([]netip.Prefix, bool, error) {
-	m, ok := f.SetList[name]
-	return m, ok, nil
-}
-
-// Sysctl implements Reader.
-func (f *Fake) Sysctl(key string) (string, error) {
-	if v, ok := f.Sysctls[key]; ok {
-		return v, nil
-	}
-	return "", fmt.Errorf("sysctl %s: %w", key, ErrNotExist)
-}
-
-// PodLink implements Reader.
-func (f *Fake) PodLink(netnsPath, ifName string) (Link, error) {
-	if l, ok := f.PodLinks[netnsPath+"/"+ifName]; ok {
-		return l, nil
-	}
-	return Link{}, fmt.Errorf("link %s in netns %s: %w", ifName, netnsPath, ErrNotExist)
-}
-
 // famIndex maps IP version 4 or 6 to the index of [2] arrays.
 func famIndex(v int) int {
 	if v == 6 {
