@@ -82,7 +82,8 @@ type Served struct {
 	All bool
 	// Changed are the keys of the records read again or whose routed
 	// addresses were decided again, both families. Every manager is
-	// handed the same map: it is read only.
+	// handed the same map: it is read only, and valid until the next
+	// OnWorkloads (the loop reuses it).
 	Changed map[string]struct{}
 	src     *workloadRoutes
 }

@@ -53,6 +53,7 @@ type workloadRoutes struct {
 	graceWait    time.Duration              // > 0: apply again after this (a table's grace period ends)
 	servedAll    bool                       // every record changed for the other managers (a full read) since takeServed
 	servedKeys   map[string]struct{}        // else the keys that did (noteDesired)
+	servedSpare  map[string]struct{}        // the Changed handed out last (takeServed swaps the two)
 	badNodes     func() int                 // the unreadable peer records of the last full read (routelet_bad_records)
 }
 
@@ -73,6 +74,7 @@ func newWorkloadRoutes(opts *Options, d Deps, metrics *health.Metrics, log *slog
 		winners:      map[netip.Addr]string{},
 		superseded:   map[string]string{},
 		servedKeys:   map[string]struct{}{},
+		servedSpare:  map[string]struct{}{},
 		badNodes:     func() int { return 0 },
 	}
 }
@@ -133,13 +135,15 @@ func (r *workloadRoutes) takeApply() bool {
 }
 
 // takeServed returns what changed for the other managers since the last
-// call, and whether anything did.
+// call, and whether anything did. The Changed map it returns is reused
+// (cleared) by the next call: valid for one OnWorkloads round.
 func (r *workloadRoutes) takeServed() (Served, bool) {
 	if !r.servedAll && len(r.servedKeys) == 0 {
 		return Served{}, false
 	}
 	s := Served{All: r.servedAll, Changed: r.servedKeys, src: r}
-	r.servedAll, r.servedKeys = false, map[string]struct{}{}
+	clear(r.servedSpare)
+	r.servedAll, r.servedKeys, r.servedSpare = false, r.servedSpare, r.servedKeys
 	return s, true
 }
 
