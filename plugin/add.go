@@ -46,19 +46,25 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if e != nil {
 		return e
 	}
-	host, e := guardedHost(c, int(node.proto), node.devices)
+	// The pod side is read while the node's links are read for the trust
+	// checks; both only read, and the checks' answer comes first.
+	type podRead struct {
+		pv  *podnet.PodView
+		err error
+	}
+	podc := make(chan podRead, 1)
+	go func() {
+		pv, err := dp.InspectPod(args.Netns, args.IfName)
+		podc <- podRead{pv, err}
+	}()
+	e = checkNode(c, node)
+	pod := <-podc
 	if e != nil {
 		return e
 	}
-	if c.Delegate == "" && len(c.Blocks) > 0 {
-		dropTunnelAddrs(&host, node.daemonBlocks)
-		if e := checkBlocks(host, c.Blocks); e != nil {
-			return e
-		}
-	}
 	// A second ADD for a live attachment must fail before it touches
 	// anything: its rollback would otherwise release the live pod's address.
-	if pv, err := dp.InspectPod(args.Netns, args.IfName); err != nil {
+	if pv, err := pod.pv, pod.err; err != nil {
 		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_NETNS %q: %v", args.Netns, err)
 	} else if pv.Exists {
 		return cniErr(types.ErrInternal, "interface %s already exists in netns %s (ADD without DEL?)", args.IfName, args.Netns)
@@ -206,6 +212,24 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	if err = res.PrintTo(stdout); err != nil {
 		return cniErr(types.ErrIOFailure, "print result: %v", err)
+	}
+	return nil
+}
+
+// checkNode reads the node's addresses and links and runs the trust checks
+// of ADD on them: the interfacePrefix, and conflist ipam.blocks against the
+// node's own address space (the node's tunnel addresses, routelet's, left
+// out).
+func checkNode(c *config, node *nodeSettings) *types.Error {
+	host, e := guardedHost(c, int(node.proto), node.devices)
+	if e != nil {
+		return e
+	}
+	if c.Delegate == "" && len(c.Blocks) > 0 {
+		dropTunnelAddrs(&host, node.daemonBlocks)
+		if e := checkBlocks(host, c.Blocks); e != nil {
+			return e
+		}
 	}
 	return nil
 }

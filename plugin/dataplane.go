@@ -70,34 +70,44 @@ func (kernel) RemoveGuard(hostIface string) error {
 }
 
 // withGuards runs f with the pod guards of the plugin's namespace, over one
-// nf_tables socket for all of f's requests. The socket is closed in the
-// background (see guardCloses): after a commit, the kernel's release of an
-// nf_tables socket waits, under the namespace's nf_tables mutex, for the
-// committed transaction's cleanup (an RCU grace period), and the command
-// need not wait for that before its next steps.
+// nf_tables socket for all of f's requests. The socket stays open until the
+// command ends (waitGuardCloses): the kernel's release of an nf_tables
+// socket waits, holding the namespace's nf_tables mutex, until the cleanup
+// of every committed transaction still queued has run (after an RCU grace
+// period); by the end of the command the cleanup of the guard's commit
+// has normally been taken up, so the release neither waits for it nor
+// holds up the commits of concurrent commands while it does.
 func withGuards(f func(*podguard.Guards) error) error {
 	g, err := podguard.New(nftables.AsLasting())
 	if err != nil {
 		return err
 	}
 	err = f(g)
-	guardCloses.Add(1)
-	go func() {
-		defer guardCloses.Done()
-		if cerr := g.Close(); cerr != nil {
-			slog.Debug("close nf_tables socket", "err", cerr)
-		}
-	}()
+	openGuards.Lock()
+	openGuards.g = append(openGuards.g, g)
+	openGuards.Unlock()
 	return err
 }
 
-// guardCloses tracks the background closes of withGuards; a command waits
-// for them before it returns (waitGuardCloses).
-var guardCloses sync.WaitGroup
+// openGuards are the connections withGuards opened that the command has
+// not closed yet.
+var openGuards struct {
+	sync.Mutex
+	g []*podguard.Guards
+}
 
-// waitGuardCloses waits until every nf_tables socket withGuards opened is
-// closed.
-func waitGuardCloses() { guardCloses.Wait() }
+// waitGuardCloses closes every nf_tables socket withGuards opened; a
+// command calls it before it returns.
+func waitGuardCloses() {
+	openGuards.Lock()
+	defer openGuards.Unlock()
+	for _, g := range openGuards.g {
+		if err := g.Close(); err != nil {
+			slog.Debug("close nf_tables socket", "err", err)
+		}
+	}
+	openGuards.g = nil
+}
 
 func (kernel) Host(ownProto int, owned func(nodespace.Link) bool) (nodespace.Host, error) {
 	return nodespace.ReadHost(nil, ownProto, owned)

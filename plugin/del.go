@@ -31,10 +31,23 @@ func cmdDel(args *skel.CmdArgs) error {
 	if e != nil {
 		return e
 	}
-	store, host, e := openForRemoval(c)
+	store, e := c.openStore()
 	if e != nil {
 		return e
 	}
+	// The node's links are read for the interfacePrefix check while the
+	// record is read, the veth name locked and the records naming it
+	// scanned: all reads, or undone when the check refuses (the lock).
+	// Nothing is deleted before the check has passed.
+	type hostRead struct {
+		host nodespace.Host
+		e    *types.Error
+	}
+	read := make(chan hostRead, 1)
+	go func() {
+		host, e := guardedHost(c, routes.DefaultProtocol, daemonDevices(daemonStatus(store)))
+		read <- hostRead{host, e}
+	}()
 	rec, err := store.GetWorkload(args.ContainerID, args.IfName)
 	if err != nil {
 		if !errors.Is(err, state.ErrNotFound) {
@@ -48,11 +61,20 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 	lk, err := lockVeth(c.StateDir, hostIf, "DEL", args.ContainerID+"/"+args.IfName, vethLockWait)
 	if err != nil {
+		if hr := <-read; hr.e != nil {
+			return hr.e
+		}
 		return lockErr(err, hostIf)
+	}
+	owner := claimedBy(store, hostIf, args.ContainerID, args.IfName)
+	hr := <-read
+	if hr.e != nil {
+		lk.release()
+		return hr.e
 	}
 
 	var errs []error
-	if err := deleteHostVeth(store, host, c.Prefix, hostIf, args.ContainerID, args.IfName); err != nil {
+	if err := deleteHostVeth(owner, hr.host, c.Prefix, hostIf, args.ContainerID, args.IfName); err != nil {
 		errs = append(errs, err)
 	}
 	if err := releaseAddrs(c, store, args.StdinData, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
@@ -70,7 +92,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	return nil
 }
 
-// openForRemoval is the start DEL and GC share: the state directory opened
+// openForRemoval is the start of GC: the state directory opened
 // and the node's links read, the interfacePrefix checked against them.
 func openForRemoval(c *config) (*state.Store, nodespace.Host, *types.Error) {
 	store, e := c.openStore()
@@ -84,15 +106,16 @@ func openForRemoval(c *config) (*state.Store, nodespace.Host, *types.Error) {
 	return store, host, nil
 }
 
-// deleteHostVeth deletes hostIf unless another attachment's record claims it
-// or it is not routelet's to delete (see removeLink). Host names derived
+// deleteHostVeth deletes hostIf unless owner, another attachment's record
+// naming it (claimedBy), claims it or it is not routelet's to delete (see
+// removeLink). Host names derived
 // from the pod name are used by successive sandboxes of one pod: when a new
 // sandbox's ADD already replaced the veth, the old sandbox's DEL must leave
 // the new veth alone. Names derived from the container ID are checked too:
 // with a long interfacePrefix few hash digits remain, and the DEL after an
 // ADD refused for a name clash must not delete the other attachment's veth.
-func deleteHostVeth(store *state.Store, host nodespace.Host, prefix, hostIf, containerID, ifName string) error {
-	if owner := claimedBy(store, hostIf, containerID, ifName); owner != nil {
+func deleteHostVeth(owner *state.Workload, host nodespace.Host, prefix, hostIf, containerID, ifName string) error {
+	if owner != nil {
 		slog.Info("host veth belongs to another attachment; leaving it", "iface", hostIf, "owner", owner.ContainerID)
 		return nil
 	}

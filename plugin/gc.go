@@ -24,6 +24,7 @@ import (
 // removes nothing: only an explicit list, even an empty one, says what is
 // garbage.
 func cmdGC(args *skel.CmdArgs) error {
+	defer waitGuardCloses()
 	c, e := loadConfig(args.StdinData)
 	if e != nil {
 		return e

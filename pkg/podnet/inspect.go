@@ -7,6 +7,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/internal/nlutil"
 )
@@ -95,7 +96,7 @@ func InspectPod(netnsPath, ifName string) (*PodView, error) {
 		return nil, fmt.Errorf("open netns %s: %w", netnsPath, err)
 	}
 	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
+	h, err := netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in netns %s: %w", netnsPath, err)
 	}
@@ -131,7 +132,7 @@ func InspectPod(netnsPath, ifName string) (*PodView, error) {
 // InspectHost reads the host veth hostIface in the calling thread's namespace.
 // A missing link gives Exists=false and no error.
 func InspectHost(hostIface string) (*HostView, error) {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in node netns: %w", err)
 	}
@@ -151,7 +152,7 @@ func InspectHost(hostIface string) (*HostView, error) {
 // the routes (a dump of the main table filtered here) would cost more with
 // every pod on the node.
 func LookupHost(hostIface string) (*HostView, error) {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in node netns: %w", err)
 	}

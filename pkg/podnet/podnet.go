@@ -74,12 +74,12 @@ func Setup(spec Spec) (*Attached, error) {
 	if same, err := isCurrent(nsh); err == nil && same {
 		return nil, fmt.Errorf("netns %s is the node's own namespace", spec.Netns)
 	}
-	host, err := netlink.NewHandle()
+	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in node netns: %w", err)
 	}
 	defer host.Close()
-	cont, err := netlink.NewHandleAt(nsh)
+	cont, err := netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in netns %s: %w", spec.Netns, err)
 	}
@@ -257,7 +257,7 @@ func podRoutes(cont *netlink.Handle, idx int, spec Spec) error {
 // differs from its own). It replaces a route to the same destination that
 // points elsewhere: the address now belongs to this pod.
 func AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink handle in node netns: %w", err)
 	}
@@ -317,7 +317,7 @@ func addOwnRoute(h *netlink.Handle, r *netlink.Route) error {
 // host routes with it). A missing link is success; a link of that name that is
 // not a veth is left alone and reported, since routelet did not make it.
 func Teardown(hostIface string) error {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink handle in node netns: %w", err)
 	}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -655,5 +656,45 @@ func TestWorkloadsWithHostIface(t *testing.T) {
 	}
 	if got := s.WorkloadsWithHostIface("calinone"); len(got) != 0 {
 		t.Errorf("records for a veth nobody names: %v", got)
+	}
+}
+
+// TestDirScanRead reads what ReadFileNoFollow reads and refuses what it
+// refuses: a symlink, a file that is not regular, a file over
+// MaxRecordSize; a file larger than its buffer is read whole.
+func TestDirScanRead(t *testing.T) {
+	dir := t.TempDir()
+	small := []byte(`{"a": 1}`)
+	big := bytes.Repeat([]byte("x"), 100_000)
+	for name, data := range map[string][]byte{"small.json": small, "big.json": big, "empty.json": nil} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("small.json", filepath.Join(dir, "link.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "huge.json"), make([]byte, MaxRecordSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := openDirScan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, name := range []string{"small.json", "big.json", "empty.json", "small.json"} {
+		want, _ := ReadFileNoFollow(dir, name)
+		got, err := d.read(name)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("read %s: %d bytes, %v; want the file's %d bytes", name, len(got), err, len(want))
+		}
+	}
+	for _, name := range []string{"link.json", "fifo.json", "huge.json", "missing.json", "../x"} {
+		if _, err := d.read(name); err == nil {
+			t.Errorf("read %s succeeded, want refusal", name)
+		}
 	}
 }

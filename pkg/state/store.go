@@ -234,7 +234,8 @@ func (s *Store) ListWorkloads() (good []*Workload, bad []error) {
 
 // WorkloadsWithHostIface returns the valid records whose HostIface is name,
 // in file name order: what ListWorkloads would give, filtered, but only the
-// files whose bytes hold name as a JSON string are decoded. Records are
+// files whose bytes hold name as a JSON string are decoded (each file read
+// with one openat, fstat and read: see dirScan). Records are
 // written with encoding/json, which writes the characters of a valid
 // interface name as they are, so a record naming it always holds that
 // string. Files that cannot be read or decoded are skipped.
@@ -247,6 +248,11 @@ func (s *Store) WorkloadsWithHostIface(name string) []*Workload {
 	if err != nil {
 		return nil
 	}
+	scan, err := openDirScan(dir)
+	if err != nil {
+		return nil
+	}
+	defer scan.Close()
 	needle := []byte(`"` + name + `"`)
 	var out []*Workload
 	for _, e := range entries {
@@ -254,7 +260,7 @@ func (s *Store) WorkloadsWithHostIface(name string) []*Workload {
 		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, recordExt) {
 			continue
 		}
-		data, err := ReadFileNoFollow(dir, n)
+		data, err := scan.read(n)
 		if err != nil || !bytes.Contains(data, needle) {
 			continue
 		}
