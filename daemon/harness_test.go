@@ -37,8 +37,8 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	if spec := os.Getenv(squatEnv); spec != "" {
-		return squatMain(spec) // a helper process of a test, not the tests
+	if code, ok := netnstest.SquatMain(); ok {
+		return code // a helper process of a test, not the tests
 	}
 	defer netnstest.RemoveBins()
 	names := []string{netnstest.Routeletd}

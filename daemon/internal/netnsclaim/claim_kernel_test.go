@@ -1,16 +1,12 @@
 package netnsclaim
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -18,14 +14,6 @@ import (
 
 	"github.com/routelet/routelet/internal/netnstest"
 )
-
-// squatEnv makes this test binary a squatter: it binds the abstract
-// socket named (and listens on it with listenEnv set), prints "bound" and
-// holds it until stdin closes.
-const squatEnv = "ROUTELET_NETNSCLAIM_SQUAT"
-
-// listenEnv makes the squatter listen on its socket.
-const listenEnv = "ROUTELET_NETNSCLAIM_LISTEN"
 
 // askEnv makes this test binary a client: it prints what the socket named
 // answers.
@@ -44,76 +32,10 @@ func TestMain(m *testing.M) {
 		_, _ = io.Copy(os.Stdout, os.NewFile(uintptr(fd), name))
 		os.Exit(0)
 	}
-	if name := os.Getenv(squatEnv); name != "" {
-		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-		if err == nil {
-			err = unix.Bind(fd, &unix.SockaddrUnix{Name: name})
-		}
-		if err == nil && os.Getenv(listenEnv) != "" {
-			err = unix.Listen(fd, 1)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "squat:", err)
-			os.Exit(1)
-		}
-		fmt.Println("bound")
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
+	if code, ok := netnstest.SquatMain(); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
-}
-
-// squat runs a copy of this binary as uid 65534 in n, holding @name; it
-// returns the process's pid and a stop function (also run at cleanup).
-// env is added to the copy's environment.
-func squat(t *testing.T, n ns.NetNS, name string, env ...string) (int, func()) {
-	t.Helper()
-	cmd := unprivileged(t, append(env, squatEnv+"=@"+name)...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
-		t.Fatal(err)
-	}
-	stop := func() { stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	t.Cleanup(stop)
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "bound\n" {
-		t.Fatalf("squatter did not bind @%s: %q, %v", name, line, err)
-	}
-	return cmd.Process.Pid, stop
-}
-
-// unprivileged is a copy of this binary to run as uid 65534 with env.
-func unprivileged(t *testing.T, env ...string) *exec.Cmd {
-	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "routelet-squat-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	data, err := os.ReadFile(self)
-	if err == nil {
-		err = os.Chmod(dir, 0o755)
-	}
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, "squat"), data, 0o755)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(dir, "squat"))
-	cmd.Dir, cmd.Env, cmd.Stderr = "/", env, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, NoSetGroups: true}, Pdeathsig: syscall.SIGKILL}
-	return cmd
 }
 
 // takeIn runs Take inside n.
@@ -141,7 +63,7 @@ func TestTakeKernel(t *testing.T) {
 				diag = func(func(string) bool) ([]socket, error) { return nil, errors.New("no sock_diag") }
 				t.Cleanup(func() { diag = diagSockets })
 			}
-			pid, stop := squat(t, n, Name)
+			sq := netnstest.Squat(t, n, "@"+Name, false)
 			c, err := takeIn(t, n)
 			if err != nil {
 				t.Fatalf("Take with a squatter: %v", err)
@@ -150,15 +72,15 @@ func TestTakeKernel(t *testing.T) {
 			if h == nil || !strings.HasPrefix(c.Name, "@routeletd/") {
 				t.Fatalf("Take with a squatter: name %s, squatter %v", c.Name, h)
 			}
-			if (viaProc && h.UID != -1) || (!viaProc && h.UID != 65534) || len(h.Procs) != 1 || h.Procs[0].PID != pid || h.Procs[0].EUID != 65534 {
-				t.Errorf("squatter = %+v, want uid 65534, pid %d", *h, pid)
+			if (viaProc && h.UID != -1) || (!viaProc && h.UID != 65534) || len(h.Procs) != 1 || h.Procs[0].PID != sq.PID() || h.Procs[0].EUID != 65534 {
+				t.Errorf("squatter = %+v, want uid 65534, pid %d", *h, sq.PID())
 			}
 			self := "pid " + strconv.Itoa(os.Getpid())
 			for _, when := range []string{"while the squatter holds the name", "after the squatter is gone"} {
 				if _, err := takeIn(t, n); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), c.Name) || !strings.Contains(err.Error(), self) {
 					t.Errorf("second Take %s: %v, want ErrRunning naming %s and %s", when, err, c.Name, self)
 				}
-				stop()
+				sq.Stop()
 			}
 			c.Release()
 
@@ -202,7 +124,7 @@ func TestDialKernel(t *testing.T) {
 	if _, err := dialIn(t, n); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("Dial in an empty namespace: %v, want ErrNotHeld", err)
 	}
-	_, stop := squat(t, n, Name, listenEnv+"=1")
+	sq := netnstest.Squat(t, n, "@"+Name, true)
 	if _, err := dialIn(t, n); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("Dial with only a squatter listening: %v, want ErrNotHeld", err)
 	}
@@ -215,7 +137,7 @@ func TestDialKernel(t *testing.T) {
 		t.Errorf("Dial with a squatter on @%s and the claim on %s: %q, %v; want the claim's answer", Name, c.Name, got, err)
 	}
 	c.Release()
-	stop()
+	sq.Stop()
 
 	c, err = takeIn(t, n)
 	if err != nil || c.Name != "@"+Name {
@@ -226,7 +148,7 @@ func TestDialKernel(t *testing.T) {
 	if got, err := dialIn(t, n); err != nil || got != "claim" {
 		t.Errorf("Dial: %q, %v; want the claim's answer", got, err)
 	}
-	ask := unprivileged(t, askEnv+"=@"+Name)
+	ask := netnstest.Unprivileged(t, askEnv+"=@"+Name)
 	var out []byte
 	var askErr error
 	if err := n.Do(func(ns.NetNS) error { out, askErr = ask.Output(); return nil }); err != nil {
