@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/routelet/routelet/internal/filetest"
 	"github.com/routelet/routelet/internal/netnstest"
 )
 
@@ -30,16 +29,7 @@ func TestDaemonRemovesStaleTemps(t *testing.T) {
 		}
 	}
 	old := time.Now().Add(-time.Hour)
-	mk := func(path string, mtime time.Time) string {
-		t.Helper()
-		if err := os.WriteFile(path, []byte("c1\neth0\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, mtime, mtime); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	mk := func(path string, mtime time.Time) string { return filetest.Aged(t, path, "c1\neth0\n", mtime) }
 	gone := func(paths ...string) func() error {
 		return func() error {
 			for _, p := range paths {
@@ -74,14 +64,7 @@ func TestDaemonRemovesStaleTemps(t *testing.T) {
 	// not temp files, then killed writers' ones: once those are gone, a
 	// collection ran with all of them there.
 	locked := mk(filepath.Join(ipamDir, "attachments", ".tmp-2001"), old)
-	f, err := os.Open(locked)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	unlock := filetest.Locked(t, locked)
 	young := mk(filepath.Join(ipamDir, "addrs", ".tmp-2002"), time.Now())
 	other := mk(filepath.Join(ipamDir, ".tmp-x2003"), old)
 	dir := filepath.Join(ipamDir, ".tmp-2004")
@@ -100,7 +83,7 @@ func TestDaemonRemovesStaleTemps(t *testing.T) {
 	stays("another name", other)
 
 	// The writer dies: its file goes at the next collection.
-	f.Close()
+	unlock()
 	netnstest.WaitFor(t, 10*time.Second, "the temp file removed once its writer's lock is gone", gone(locked))
 	stays("a young temp file", young)
 	stays("a symlink", link)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/routelet/routelet/internal/filetest"
 )
 
 // TestRemoveStaleTemps: killed writers' temp files go from the IPAM
@@ -22,29 +22,13 @@ func TestRemoveStaleTemps(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
-	mk := func(path string, mtime time.Time) string {
-		t.Helper()
-		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, mtime, mtime); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	mk := func(path string, mtime time.Time) string { return filetest.Aged(t, path, "x", mtime) }
 	var stale []string
 	for _, sub := range []string{".", addrsSubdir, attachmentsSubdir, blocksSubdir} {
 		stale = append(stale, mk(filepath.Join(a.dir, sub, ".tmp-77"), old))
 	}
 	locked := mk(filepath.Join(a.dir, addrsSubdir, ".tmp-78"), old)
-	f, err := os.Open(locked)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	filetest.Locked(t, locked)
 	young := mk(filepath.Join(a.dir, attachmentsSubdir, ".tmp-79"), time.Now().Add(-time.Minute))
 	removed, err := RemoveStaleTemps(a.dir, StaleTempAge)
 	if err != nil {

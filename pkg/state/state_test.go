@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/internal/filetest"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -476,27 +478,11 @@ func TestRemoveStaleTemps(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Minute)
-	mk := func(path string, age time.Time) string {
-		t.Helper()
-		if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, age, age); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	mk := func(path string, mtime time.Time) string { return filetest.Aged(t, path, "{", mtime) }
 	w, n := s.WorkloadsDir(), s.NodesDir()
 	stale := []string{mk(filepath.Join(w, ".tmp-1"), old), mk(filepath.Join(n, ".tmp-22"), old), mk(filepath.Join(s.Root(), ".tmp-333"), old)}
 	locked := mk(filepath.Join(w, ".tmp-4"), old)
-	f, err := os.Open(locked)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	filetest.Locked(t, locked)
 	target := mk(filepath.Join(t.TempDir(), "target"), old)
 	link := filepath.Join(w, ".tmp-5")
 	if err := os.Symlink(target, link); err != nil {
