@@ -17,6 +17,7 @@ import (
 
 	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/ipset"
+	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 )
 
@@ -70,16 +71,7 @@ func (r Route) Mismatch(t routes.Target, proto int) string {
 	if r.Dst.Addr().Is6() {
 		v = 6
 	}
-	k := netlink.Route{Type: r.Type, Protocol: netlink.RouteProtocol(r.Protocol), Scope: r.Scope, MTU: r.MTU}
-	if r.Gateway.IsValid() {
-		k.Gw = r.Gateway.AsSlice()
-	}
-	if r.Src.IsValid() {
-		k.Src = r.Src.AsSlice()
-	}
-	if r.OnLink {
-		k.Flags = int(netlink.FLAG_ONLINK)
-	}
+	k := podnet.Route{Dst: r.Dst, Type: r.Type, Protocol: r.Protocol, Scope: r.Scope, Gw: r.Gateway, OnLink: r.OnLink, Src: r.Src, MTU: r.MTU}.Netlink()
 	return routes.Spec{IPVersion: v, Protocol: proto}.Mismatch(&k, t)
 }
 
