@@ -1,28 +1,34 @@
 package main
 
 import (
+	"io"
+	"log/slog"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/routelet/routelet/daemon/config"
-	"github.com/routelet/routelet/daemon/hostread"
+	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// TestDaemonStatusNamesDevices: daemon.json carries the configured VXLAN
-// device name and the default IPv6 VXLAN and IPIP names.
-func TestDaemonStatusNamesDevices(t *testing.T) {
+// TestNotReadyStatusNamesDevices: the daemon.json routeletd writes before
+// its loop runs carries the configured VXLAN device name and the default
+// IPv6 VXLAN and IPIP names, as the loop's does (the agent's tests), so
+// the plugin judges the node's links by them from the start.
+func TestNotReadyStatusNamesDevices(t *testing.T) {
 	store, err := state.Open(filepath.Join(t.TempDir(), "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := &config.Config{IfacePrefix: "cali", VXLANDevice: "vx-custom"}
-	if err := (deviceStatus{store, hostread.OverlayDevices(cfg)}).WriteDaemonStatus(&state.DaemonStatus{Ready: true}); err != nil {
-		t.Fatal(err)
-	}
+	notReady(cfg, store, health.NewStatus(time.Minute), "starting", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	st, err := store.ReadDaemonStatus()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st.Ready || st.Reason != "starting" {
+		t.Errorf("daemon.json ready %v, reason %q; want not ready, starting", st.Ready, st.Reason)
 	}
 	if st.VXLANDevice != "vx-custom" || st.VXLANDeviceV6 != "vxlan-v6.calico" || st.IPIPDevice != "tunl0" {
 		t.Errorf("daemon.json devices = %q, %q, %q", st.VXLANDevice, st.VXLANDeviceV6, st.IPIPDevice)

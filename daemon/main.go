@@ -346,9 +346,9 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol, VXLANPort: cfg.VXLANPort,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
-		StaticARP: true, NodeSpace: host, OnReady: onReady,
+		StaticARP: true, NodeSpace: host, OnReady: onReady, Devices: hostread.OverlayDevices(cfg),
 	}, agent.Deps{
-		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: deviceStatus{store, hostread.OverlayDevices(cfg)},
+		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: store,
 		RT4: rt4, RT6: rt6, Releaser: ipamReleaser{alloc}, Host: agent.KernelHost{},
 		Managers: []agent.Manager{allow, om, agent.NewKeeperManager(keeper, agent.KeeperOptions{
 			KeepPeriod:  cfg.DeviceCheckPeriod,
@@ -513,24 +513,11 @@ func waitBlocks(ctx context.Context, ds datastore.Datastore, waiting func(reason
 // in /readyz and daemon.json.
 func notReady(cfg *config.Config, store *state.Store, status *health.Status, reason string, log *slog.Logger) {
 	status.SetReady(false, reason)
-	w := deviceStatus{store, hostread.OverlayDevices(cfg)}
-	if err := w.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(), Updated: time.Now().UTC()}); err != nil {
+	devs := hostread.OverlayDevices(cfg)
+	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(),
+		VXLANDevice: devs.VXLAN, VXLANDeviceV6: devs.VXLANv6, IPIPDevice: devs.IPIP, Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}
-}
-
-// deviceStatus writes daemon.json to store with the overlay device names
-// devs filled in: they are configuration, not the loop's state, and the
-// plugin reads them there for its owned-link rule (overlay.OwnedLinks).
-type deviceStatus struct {
-	store *state.Store
-	devs  overlay.Devices
-}
-
-// WriteDaemonStatus writes st with the device names.
-func (w deviceStatus) WriteDaemonStatus(st *state.DaemonStatus) error {
-	st.VXLANDevice, st.VXLANDeviceV6, st.IPIPDevice = w.devs.VXLAN, w.devs.VXLANv6, w.devs.IPIP
-	return w.store.WriteDaemonStatus(st)
 }
 
 func addrString(a netip.Addr) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/pkg/nodespace"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
@@ -138,14 +139,17 @@ const (
 
 // Options configure an Agent. Zero durations take the defaults noted.
 type Options struct {
-	NodeName        string
-	Self            peers.Record   // this node's record, built once; published through the PeerSource
-	LocalBlocks     []netip.Prefix // blackholed; also published in daemon.json
-	PodMTU          int
-	Version         string
-	IfacePrefix     string        // default podnet.DefaultPrefix
-	RouteProtocol   int           // default routes.DefaultProtocol
-	VXLANPort       int           // published in daemon.json for the plugin's pod guards; 0: podguard.DefaultVXLANPort
+	NodeName      string
+	Self          peers.Record   // this node's record, built once; published through the PeerSource
+	LocalBlocks   []netip.Prefix // blackholed; also published in daemon.json
+	PodMTU        int
+	Version       string
+	IfacePrefix   string // default podnet.DefaultPrefix
+	RouteProtocol int    // default routes.DefaultProtocol
+	VXLANPort     int    // published in daemon.json for the plugin's pod guards; 0: podguard.DefaultVXLANPort
+	// Devices are the overlay devices' names, published in daemon.json for
+	// the plugin's owned-link rule (overlay.OwnedLinks).
+	Devices         overlay.Devices
 	ResyncPeriod    time.Duration // default DefaultResyncPeriod
 	TickPeriod      time.Duration // liveness and leak checks; default DefaultTickPeriod
 	LeakGracePeriod time.Duration // default DefaultLeakGracePeriod
@@ -727,6 +731,9 @@ func (a *Agent) writeStatus(reason string) {
 		Blocks:        blocks,
 		RouteProtocol: a.opts.RouteProtocol,
 		VXLANPort:     a.opts.VXLANPort,
+		VXLANDevice:   a.opts.Devices.VXLAN,
+		VXLANDeviceV6: a.opts.Devices.VXLANv6,
+		IPIPDevice:    a.opts.Devices.IPIP,
 		DaemonVersion: a.opts.Version,
 		LastSyncError: a.ready.lastErr,
 		Updated:       a.now().UTC(),

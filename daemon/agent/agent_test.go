@@ -24,6 +24,7 @@ import (
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/workloads"
 	"github.com/routelet/routelet/pkg/nodespace"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
@@ -191,6 +192,7 @@ func newFixture(t testing.TB) *fixture {
 		Self:        peers.Record{Name: "node-a", HostIPv4: "192.0.2.10", Blocks: []string{"10.244.1.0/24", "fd00:1::/120"}},
 		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1::/120")},
 		PodMTU:      1450, Version: "test", StaticARP: true, LeakGracePeriod: time.Minute,
+		Devices: overlay.Devices{VXLAN: "vx-custom"}.WithDefaults(),
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ds := datastore.Peers{DS: file.New(s, opts.LocalBlocks, log), V: peers.New(peers.Options{Self: peers.Self{Name: "node-a"}, Logger: log})}
@@ -305,6 +307,9 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	ds, err := f.store.ReadDaemonStatus()
 	if err != nil || !ds.Ready || ds.PodMTU != 1450 || len(ds.Blocks) != 2 || ds.DaemonVersion != "test" || ds.RouteProtocol != 80 {
 		t.Fatalf("daemon.json = %+v, %v", ds, err)
+	}
+	if ds.VXLANDevice != "vx-custom" || ds.VXLANDeviceV6 != "vxlan-v6.calico" || ds.IPIPDevice != "tunl0" {
+		t.Errorf("daemon.json devices = %q, %q, %q, want the configured VXLAN device and the default IPv6 VXLAN and IPIP names", ds.VXLANDevice, ds.VXLANDeviceV6, ds.IPIPDevice)
 	}
 	if len(f.rt4.cidrs("cali1")) != 1 {
 		t.Error("ready before the record was served")
