@@ -125,7 +125,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	opts.Daemon, opts.DaemonDown = askDaemon(ctx, cfg.StateDir)
 	cancel()
-	k, closeK, err := diagnose.NewKernel(diagnose.KernelOptions{RouteProtocol: cfg.RouteProtocol, Owned: hostread.PeerOwned(cfg)})
+	k, closeK, err := diagnose.NewKernel(diagnose.KernelOptions{RouteProtocol: cfg.RouteProtocol, Owned: hostread.OwnLink(cfg)})
 	if err != nil {
 		fmt.Fprintf(stderr, "routeletd diagnose: %s\n", esc(err.Error()))
 		return ExitFail

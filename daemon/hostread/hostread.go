@@ -85,10 +85,6 @@ func OverlayDevices(cfg *config.Config) overlay.Devices {
 	return overlay.Devices{VXLAN: cfg.VXLANDevice}.WithDefaults()
 }
 
-// PeerOwned reports the links whose addresses are not the node's own
-// space for the peer check: routelet's own links, OwnLink.
-func PeerOwned(cfg *config.Config) func(nodespace.Link) bool { return OwnLink(cfg) }
-
 // Reader reads the node's own address space for the peer validator
 // (nodespace.ReadHost: every link, address and main-table route). The read
 // a host change asks for runs beside the loop, so that no pass (and no pod
@@ -118,7 +114,7 @@ type hostRead struct {
 // New returns the reader of the node's space for cfg; reads
 // beside the loop stop with ctx.
 func New(ctx context.Context, cfg *config.Config) *Reader {
-	owned := PeerOwned(cfg)
+	owned := OwnLink(cfg)
 	return &Reader{ctx: ctx, read: func() (nodespace.Host, error) { return nodespace.ReadHost(nil, cfg.RouteProtocol, owned) }}
 }
 
@@ -192,10 +188,10 @@ type Watch struct {
 
 // Interest asks for host changes; routes of routelet's protocol are not
 // the node's own, and neither is anything on routelet's own links
-// (PeerOwned: the node's space read leaves them out), so that a pod's
+// (OwnLink: the node's space read leaves them out), so that a pod's
 // veth coming or going causes no read.
 func (Watch) Interest(cfg *config.Config) netwatch.Interest {
-	owned := PeerOwned(cfg)
+	owned := OwnLink(cfg)
 	return netwatch.Interest{Host: true, OwnProtocols: []int{cfg.RouteProtocol},
 		HostIgnores: func(name, kind string) bool { return owned(nodespace.Link{Name: name, Type: kind}) }}
 }

@@ -7,12 +7,12 @@ import (
 	"github.com/routelet/routelet/pkg/nodespace"
 )
 
-// TestOwnedLinksByConfiguredNames: the daemon's owned-link rule and the
-// peer check's are one (overlay.OwnedLinks), by the configured VXLAN
-// device name and the overlay devices' kind.
+// TestOwnedLinksByConfiguredNames: the daemon's owned-link rule (the
+// node-space check's and the peer check's, overlay.OwnedLinks) goes by the
+// configured VXLAN device name and the overlay devices' kind.
 func TestOwnedLinksByConfiguredNames(t *testing.T) {
 	cfg := &config.Config{IfacePrefix: "cali", VXLANDevice: "vx-custom"}
-	own, peer := OwnLink(cfg), PeerOwned(cfg)
+	own := OwnLink(cfg)
 	for _, tc := range []struct {
 		link nodespace.Link
 		want bool
@@ -27,9 +27,6 @@ func TestOwnedLinksByConfiguredNames(t *testing.T) {
 	} {
 		if got := own(tc.link); got != tc.want {
 			t.Errorf("OwnLink(%s %s) = %v, want %v", tc.link.Name, tc.link.Type, got, tc.want)
-		}
-		if got := peer(tc.link); got != tc.want {
-			t.Errorf("PeerOwned(%s %s) = %v, want %v", tc.link.Name, tc.link.Type, got, tc.want)
 		}
 	}
 }
