@@ -263,9 +263,7 @@ func TestStatus(t *testing.T) {
 	}
 	mustContain(t, "STATUS message", o.cniErr.Msg, "waiting for node record")
 
-	if err := os.WriteFile(filepath.Join(n.stateDir, "daemon.json"), []byte("{garbage"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n.writeDaemonStatus("{garbage")
 	o = status()
 	if o.exitCode == 0 || o.cniErr.Code != 50 {
 		t.Fatalf("STATUS with garbage daemon.json: exit %d %s, want code 50", o.exitCode, o.stdout)

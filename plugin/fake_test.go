@@ -209,6 +209,18 @@ func unitNode(t testing.TB) (*node, []byte) {
 	return n, n.conf("1.0.0", nil)
 }
 
+// writeDaemonStatus writes content as the node's daemon.json, as a
+// routeletd would, in a state directory made if need be.
+func (n *node) writeDaemonStatus(content string) {
+	n.t.Helper()
+	if _, err := state.Open(n.stateDir); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.stateDir, "daemon.json"), []byte(content), 0o600); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 // TestAddFailureMatrix fails each step of ADD in turn and checks that the
 // address, the veth, the pod guard, the record and the host routes are all undone and the
 // error names the failed step. It needs no root: the kernel is faked, the
@@ -331,12 +343,7 @@ func TestHostRouteProtocolFromDaemonStatus(t *testing.T) {
 			f, out := useFake(t)
 			n, conf := unitNode(t)
 			if tc.status != "" {
-				if _, err := state.Open(n.stateDir); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(n.stateDir, "daemon.json"), []byte(tc.status), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				n.writeDaemonStatus(tc.status)
 			}
 			args := &skel.CmdArgs{ContainerID: "proto", Netns: "/run/netns/pod", IfName: "eth0", StdinData: conf}
 			if err := cmdAdd(args); err != nil {
@@ -382,12 +389,7 @@ func TestOverlayDevicesFromDaemonStatus(t *testing.T) {
 			f, _ := useFake(t)
 			n, conf := unitNode(t)
 			if tc.status != "" {
-				if _, err := state.Open(n.stateDir); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(n.stateDir, "daemon.json"), []byte(tc.status), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				n.writeDaemonStatus(tc.status)
 			}
 			other := "vx-custom"
 			if tc.vxlan == other {
