@@ -1,6 +1,6 @@
-// Package defaults holds the names and the port routelet's dataplane uses
-// on every node unless configured otherwise: the overlay devices, the
-// VXLAN port and the host veth prefix. pkg/overlay creates the devices,
+// Package defaults holds the names and the ports routelet's dataplane uses
+// on every node unless configured otherwise: the overlay and WireGuard
+// devices, the VXLAN and WireGuard ports and the host veth prefix. pkg/overlay creates the devices,
 // pkg/podnet names the veths, pkg/podguard and pkg/firewall match on
 // them; each reads the defaults here, so the packages that only match on
 // a name need not import the package that creates it. It imports nothing.
@@ -17,4 +17,9 @@ const (
 	VXLANPort = 4789
 	// VethPrefix is the name prefix of host-side pod veths.
 	VethPrefix = "cali"
+	// DeviceWireGuard is the WireGuard device carrying pod traffic
+	// between nodes when encryption is on (both IP families).
+	DeviceWireGuard = "wireguard.cali"
+	// WireGuardPort is the WireGuard UDP listen port (Calico's).
+	WireGuardPort = 51820
 )
