@@ -16,7 +16,7 @@ import (
 // quiet discards the logs of the code under test.
 var quiet = slog.New(slog.DiscardHandler)
 
-var fullCfg = firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}
+var fullCfg = firewall.Config{VXLAN: true, IPIP: true, WireGuard: true, NATOutgoing: true}
 
 // wantInstalled fails unless the fake holds exactly the rendered chains of
 // cfg, each jumped to once, first in its built-in chain, and the built-in

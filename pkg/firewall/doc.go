@@ -7,7 +7,9 @@
 //     (UDP to the configured port) from the peers set (and not from a pod
 //     interface) and drop all other VXLAN this node would receive,
 //     broadcast and multicast included; the same for IPIP (IPv4 protocol
-//     4). Rules exist only for the enabled encapsulations.
+//     4) and, with encryption, for WireGuard (UDP to its port, from the
+//     WireGuard peers set). Rules exist only for the enabled
+//     encapsulations and encryption.
 //   - ROUTELET-FORWARD (filter, from FORWARD): accept traffic from and to
 //     pod interfaces (cali+) and the enabled overlay devices, so pods are
 //     forwarded even when the FORWARD policy is DROP. Only while FORWARD

@@ -20,7 +20,7 @@ import (
 // quiet discards the logs of the code under test.
 var quiet = slog.New(slog.DiscardHandler)
 
-var fullCfg = Config{VXLAN: true, IPIP: true, NATOutgoing: true}
+var fullCfg = Config{VXLAN: true, IPIP: true, WireGuard: true, NATOutgoing: true}
 
 // nsTable is the NetNS Table of a test namespace, with the packet counters
 // read through the same go-iptables handle.

@@ -38,6 +38,12 @@ type Config struct {
 	// (IPv4 only).
 	IPIP       bool
 	IPIPDevice string
+	// WireGuard enables the WireGuard allow/drop rules (both families):
+	// UDP to WireGuardPort only from the WireGuard peers set. The device
+	// is not an overlay device here: pod traffic through it is forwarded
+	// by the pod interface rules.
+	WireGuard     bool
+	WireGuardPort int
 	// NATOutgoing masquerades traffic from the NAT pools (ipset.NATPools)
 	// to destinations outside every pool (ipset.Pools). Without it the
 	// nat chain is not rendered at all: routelet then keeps no chain and
@@ -51,6 +57,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.VXLANPort == 0 {
 		c.VXLANPort = defaults.VXLANPort
+	}
+	if c.WireGuardPort == 0 {
+		c.WireGuardPort = defaults.WireGuardPort
 	}
 	if c.VXLANDevice == "" {
 		c.VXLANDevice = defaults.DeviceVXLAN
@@ -71,8 +80,16 @@ func (c Config) withDefaults() Config {
 // through an update.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if c.VXLANPort < 1 || c.VXLANPort > 65535 {
-		return fmt.Errorf("rules config: VXLAN port %d out of range 1..65535", c.VXLANPort)
+	for _, p := range []struct {
+		what string
+		port int
+	}{{"VXLAN", c.VXLANPort}, {"WireGuard", c.WireGuardPort}} {
+		if p.port < 1 || p.port > 65535 {
+			return fmt.Errorf("rules config: %s port %d out of range 1..65535", p.what, p.port)
+		}
+	}
+	if c.VXLAN && c.WireGuard && c.VXLANPort == c.WireGuardPort {
+		return fmt.Errorf("rules config: WireGuard port %d is the VXLAN port", c.WireGuardPort)
 	}
 	for _, d := range []struct{ what, name string }{
 		{"VXLAN device", c.VXLANDevice}, {"IPv6 VXLAN device", c.VXLANDeviceV6}, {"IPIP device", c.IPIPDevice}, {"interface prefix", c.InterfacePrefix},
@@ -128,6 +145,9 @@ func (c Chain) Lines() []string {
 // way `iptables -S` prints them (including the implicit "-m udp"), so a
 // read-back compares equal.
 //
+// ROUTELET-INPUT holds an accept/drop pair per enabled peer protocol
+// (VXLAN, IPIP, WireGuard; see peerRules).
+//
 // The pod source check (a pod's packets with a source it was not given,
 // and VXLAN or IPIP from a pod) is not an iptables rule: it runs on each
 // pod veth's own ingress hook (pkg/podguard), before any prerouting hook.
@@ -137,7 +157,6 @@ func Render(cfg Config, family ipset.Family) []Chain {
 	cfg = cfg.withDefaults()
 	v6 := family == ipset.IPv6
 	pods := cfg.InterfacePrefix + "+"
-	port := strconv.Itoa(cfg.VXLANPort)
 
 	// The accept rules take a peer's unicast only (the packet type the
 	// driver set from the frame: one compare, no FIB lookup) and exclude
@@ -147,16 +166,10 @@ func Render(cfg Config, family ipset.Family) []Chain {
 	// broadcast and multicast included: the kernel hands a broadcast
 	// datagram to every socket bound to the port, the VXLAN device's too.
 	var input []string
-	if cfg.VXLAN {
-		peers := ipset.Name(ipset.VXLANPeers, family)
+	for _, r := range peerRules(cfg, family) {
 		input = append(input,
-			"! -i "+pods+" -p udp -m udp --dport "+port+" -m pkttype --pkt-type unicast -m set --match-set "+peers+" src -j ACCEPT",
-			"-p udp -m udp --dport "+port+" -j DROP")
-	}
-	if cfg.IPIP && !v6 {
-		input = append(input,
-			"! -i "+pods+" -p 4 -m pkttype --pkt-type unicast -m set --match-set "+ipset.IPIPPeers+" src -j ACCEPT",
-			"-p 4 -j DROP")
+			"! -i "+pods+" "+r.match+" -m pkttype --pkt-type unicast -m set --match-set "+ipset.Name(r.set, family)+" src -j ACCEPT",
+			r.match+" -j DROP")
 	}
 
 	forward := []string{"-i " + pods + " -j ACCEPT", "-o " + pods + " -j ACCEPT"}
@@ -176,6 +189,41 @@ func Render(cfg Config, family ipset.Family) []Chain {
 		pools, nat := ipset.Name(ipset.Pools, family), ipset.Name(ipset.NATPools, family)
 		post = append(post, "-m set --match-set "+nat+" src -m set ! --match-set "+pools+" dst -j MASQUERADE")
 		out = append(out, Chain{Table: TableNAT, Name: PostroutingChain, Hook: "POSTROUTING", Rules: post})
+	}
+	return out
+}
+
+// peerRule is one protocol ROUTELET-INPUT takes from the members of a
+// peers set only: a member's unicast is accepted, everything else this
+// node would deliver to it dropped.
+type peerRule struct {
+	set   string // base name of the peers set
+	match string // the protocol match, as `iptables -S` prints it
+}
+
+// peerRules returns the enabled peer rules of family, in chain order:
+// VXLAN, IPIP (IPv4 only), WireGuard. cfg has its defaults.
+func peerRules(cfg Config, family ipset.Family) []peerRule {
+	udp := func(port int) string { return "-p udp -m udp --dport " + strconv.Itoa(port) }
+	var out []peerRule
+	if cfg.VXLAN {
+		out = append(out, peerRule{ipset.VXLANPeers, udp(cfg.VXLANPort)})
+	}
+	if cfg.IPIP && family == ipset.IPv4 {
+		out = append(out, peerRule{ipset.IPIPPeers, "-p 4"})
+	}
+	if cfg.WireGuard {
+		out = append(out, peerRule{ipset.WireGuardPeers, udp(cfg.WireGuardPort)})
+	}
+	return out
+}
+
+// PeerSets returns the base names of every peers set a Config can use,
+// in chain order.
+func PeerSets() []string {
+	var out []string
+	for _, r := range peerRules(Config{VXLAN: true, IPIP: true, WireGuard: true}.withDefaults(), ipset.IPv4) {
+		out = append(out, r.set)
 	}
 	return out
 }
@@ -211,11 +259,8 @@ func overlayDevices(cfg Config, v6 bool) []string {
 // Sets returns the base names of the ipsets the rendered rules use.
 func Sets(cfg Config, family ipset.Family) []string {
 	var out []string
-	if cfg.VXLAN {
-		out = append(out, ipset.VXLANPeers)
-	}
-	if cfg.IPIP && family == ipset.IPv4 {
-		out = append(out, ipset.IPIPPeers)
+	for _, r := range peerRules(cfg.withDefaults(), family) {
+		out = append(out, r.set)
 	}
 	if cfg.NATOutgoing {
 		out = append(out, ipset.Pools, ipset.NATPools)

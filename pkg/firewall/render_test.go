@@ -42,6 +42,9 @@ func TestRenderGolden(t *testing.T) {
 		{"ipip-v6", Config{IPIP: true, NATOutgoing: true}, ipset.IPv6},
 		{"both-nat-v4", Config{VXLAN: true, IPIP: true, NATOutgoing: true}, ipset.IPv4},
 		{"custom-v4", Config{VXLAN: true, VXLANPort: 8472, VXLANDevice: "flannel.1", InterfacePrefix: "veth", NATOutgoing: true}, ipset.IPv4},
+		{"wireguard-v4", Config{WireGuard: true}, ipset.IPv4},
+		{"wireguard-ipip-nat-v6", Config{WireGuard: true, IPIP: true, NATOutgoing: true}, ipset.IPv6},
+		{"wireguard-vxlan-ipip-v4", Config{WireGuard: true, WireGuardPort: 51000, VXLAN: true, IPIP: true}, ipset.IPv4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := dump(Render(tc.cfg, tc.family))
@@ -75,14 +78,22 @@ func TestConfigValidate(t *testing.T) {
 		{Config{VXLANDevice: "a-very-long-device-name"}, `"a-very-long-device-name"`},
 		{Config{InterfacePrefix: "cali+"}, `interface prefix "cali+"`},
 		{Config{IPIPDevice: "tun 0"}, `"tun 0"`},
+		{Config{WireGuardPort: 65536}, "WireGuard port 65536"},
+		{Config{WireGuardPort: -5}, "WireGuard port -5"},
+		{Config{WireGuard: true, VXLAN: true, WireGuardPort: 4789}, "WireGuard port 4789 is the VXLAN port"},
+		{Config{WireGuard: true, VXLAN: true, VXLANPort: 51820}, "WireGuard port 51820 is the VXLAN port"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.inErr) {
 			t.Errorf("Validate(%+v) = %v, want it to mention %s", tc.cfg, err, tc.inErr)
 		}
 	}
-	if err := (Config{VXLAN: true, IPIP: true, NATOutgoing: true}).Validate(); err != nil {
+	if err := (Config{VXLAN: true, IPIP: true, WireGuard: true, NATOutgoing: true}).Validate(); err != nil {
 		t.Fatalf("defaults rejected: %v", err)
+	}
+	// Without VXLAN rules its port is no WireGuard port's rival.
+	if err := (Config{WireGuard: true, WireGuardPort: 4789}).Validate(); err != nil {
+		t.Fatalf("WireGuard on the VXLAN port without VXLAN rejected: %v", err)
 	}
 }
 
@@ -90,5 +101,13 @@ func TestSetsUsed(t *testing.T) {
 	got := strings.Join(Sets(Config{VXLAN: true, IPIP: true, NATOutgoing: true}, ipset.IPv6), ",")
 	if got != "routelet-vxlan-peers,routelet-pools,routelet-nat-pools" {
 		t.Fatalf("Sets(v6) = %s, want vxlan peers, pools and NAT pools (no IPIP in IPv6)", got)
+	}
+	for _, f := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
+		if got := strings.Join(Sets(Config{WireGuard: true}, f), ","); got != "routelet-wireguard-peers" {
+			t.Errorf("Sets(WireGuard, %s) = %s, want the WireGuard peers alone", f, got)
+		}
+	}
+	if got := strings.Join(PeerSets(), ","); got != "routelet-vxlan-peers,routelet-ipip-peers,routelet-wireguard-peers" {
+		t.Errorf("PeerSets() = %s, want VXLAN, IPIP and WireGuard peers", got)
 	}
 }

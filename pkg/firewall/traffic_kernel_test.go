@@ -249,6 +249,76 @@ func testAllowlistTraffic(t *testing.T, backend string) {
 	}
 }
 
+// TestWireGuardAllowlistTraffic: with encryption on, UDP to the WireGuard
+// port from an address not in the WireGuard peers set is dropped and
+// counted, broadcast included, and reaches no listener on the port; once
+// the sender is a member it is accepted; removed, it is dropped again.
+func TestWireGuardAllowlistTraffic(t *testing.T) {
+	for _, backend := range []string{BackendNFT, BackendLegacy} {
+		t.Run(backend, func(t *testing.T) { testWireGuardAllowlistTraffic(t, backend) })
+	}
+}
+
+func testWireGuardAllowlistTraffic(t *testing.T, backend string) {
+	const port = "51821" // not the default: the configured port is the one guarded
+	cfg := Config{WireGuard: true, WireGuardPort: 51821}
+	f := newFixture(t, backend, ipset.IPv4, cfg, map[string][]string{ipset.WireGuardPeers: {"10.99.0.3/32"}})
+	node := f.n
+	sender := newNS(t)
+	link(t, node, "eth0", "10.99.0.1/24", sender, "eth0", "10.99.0.2/24")
+
+	c := New(f.tab, ipset.IPv4, quiet)
+	if err := c.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wg := listenUDP(t, node, "0.0.0.0:"+port)
+	other := listenUDP(t, node, "0.0.0.0:51820")
+	const (
+		wgAccept = iota
+		wgDrop
+	)
+
+	// Not a member: dropped and counted, unicast and broadcast.
+	sendUDP(t, sender, "10.99.0.1:"+port, "wg-1")
+	waitPackets(t, f.tab, "filter", InputChain, wgDrop, 1)
+	if p, _, ok := recv(t, wg, 200*time.Millisecond); ok {
+		t.Fatalf("listener on %s received %q from a non-member", port, p)
+	}
+	sendBroadcast(t, sender, "10.99.0.2", "255.255.255.255:"+port, "wg-bcast")
+	waitPackets(t, f.tab, "filter", InputChain, wgDrop, 2)
+	if p, _, ok := recv(t, wg, 200*time.Millisecond); ok {
+		t.Fatalf("listener on %s received %q, broadcast by a non-member", port, p)
+	}
+	// Another port is not the rule's business.
+	mustDeliver(t, sender, "10.99.0.1:51820", other, "not-wg", "10.99.0.2", "UDP to a port other than the WireGuard port")
+
+	// A member: accepted.
+	if err := f.sets.Set(ipset.WireGuardPeers, ipset.IPv4, []netip.Prefix{mustPrefix(t, "10.99.0.3/32"), mustPrefix(t, "10.99.0.2/32")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sets.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	mustDeliver(t, sender, "10.99.0.1:"+port, wg, "wg-2", "10.99.0.2", "member's WireGuard")
+	waitPackets(t, f.tab, "filter", InputChain, wgAccept, 1)
+
+	// Removed again: dropped again.
+	if err := f.sets.Set(ipset.WireGuardPeers, ipset.IPv4, []netip.Prefix{mustPrefix(t, "10.99.0.3/32")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sets.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	sendUDP(t, sender, "10.99.0.1:"+port, "wg-3")
+	waitPackets(t, f.tab, "filter", InputChain, wgDrop, 3)
+	if p, _, ok := recv(t, wg, 200*time.Millisecond); ok {
+		t.Fatalf("listener received %q after the member was removed", p)
+	}
+}
+
 // sendBroadcast sends one datagram from inside n, from local address src,
 // to the broadcast address dst.
 func sendBroadcast(t *testing.T, n ns.NetNS, src, dst, payload string) {

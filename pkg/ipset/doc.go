@@ -2,7 +2,7 @@
 // the members the daemon wants, over netlink.
 //
 // The sets are hash:net sets named with the "routelet-" prefix (VXLANPeers,
-// IPIPPeers, Pools and their "-v6" twins). A [Sets] holds the desired members
+// IPIPPeers, WireGuardPeers, Pools, NATPools and their "-v6" twins). A [Sets] holds the desired members
 // in memory: setters never touch the kernel, [Sets.Apply] reconciles the sets
 // marked dirty and [Sets.Check] re-reads every set from the kernel and
 // repairs drift (a deleted member, a destroyed set, a foreign member).

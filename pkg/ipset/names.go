@@ -16,6 +16,10 @@ const (
 	VXLANPeers = "routelet-vxlan-peers"
 	// IPIPPeers holds the underlay addresses allowed to send IPIP.
 	IPIPPeers = "routelet-ipip-peers"
+	// WireGuardPeers holds the underlay addresses allowed to send to the
+	// WireGuard port: peer host IPs. Its IPv6 twin, with the scratch
+	// suffix, is exactly MaxNameLen long.
+	WireGuardPeers = "routelet-wireguard-peers"
 	// Pools holds every pod CIDR of the cluster; NAT outgoing leaves
 	// traffic between two of them alone.
 	Pools = "routelet-pools"

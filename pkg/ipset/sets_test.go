@@ -127,6 +127,27 @@ func TestSetsValidation(t *testing.T) {
 	}
 }
 
+// TestSetNamesFit: every set routelet uses, in both families, is a name Set
+// accepts (its scratch set within the kernel's limit) and Apply creates.
+func TestSetNamesFit(t *testing.T) {
+	k := ipsettest.NewFake()
+	s := ipset.NewSets(k, quiet)
+	want := map[string][]netip.Prefix{}
+	for _, base := range []string{ipset.VXLANPeers, ipset.IPIPPeers, ipset.WireGuardPeers, ipset.Pools, ipset.NATPools} {
+		for _, f := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
+			name := ipset.Name(base, f)
+			if err := s.Set(name, f, nil); err != nil {
+				t.Errorf("Set(%q): %v", name, err)
+			}
+			want[name] = nil
+		}
+	}
+	if err := s.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	wantSnapshot(t, k, want)
+}
+
 func TestSetsLargeDifferenceSwapsAtomically(t *testing.T) {
 	f := ipsettest.NewFake()
 	old := make([]netip.Prefix, 100)
