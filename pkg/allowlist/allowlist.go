@@ -23,11 +23,12 @@ type Manager struct {
 
 	mu sync.Mutex
 	// cfg, peers and pools are the desired state; guarded by mu.
-	cfg        firewall.Config
-	vxlanPeers []netip.Prefix
-	ipipPeers  []netip.Prefix
-	pools      []netip.Prefix
-	natPools   []netip.Prefix
+	cfg firewall.Config
+	// peers are the members of each peers set (firewall.PeerSets), by
+	// base name.
+	peers    map[string][]netip.Prefix
+	pools    []netip.Prefix
+	natPools []netip.Prefix
 	// placed lists the set names handed to sets, to know which ones to
 	// remove when the Config no longer needs them; guarded by mu.
 	placed map[string]bool
@@ -51,6 +52,7 @@ func New(k ipset.Kernel, v4, v6 firewall.Table, log *slog.Logger) *Manager {
 		sets:    ipset.NewSets(k, log),
 		chains:  map[ipset.Family]*firewall.Chains{ipset.IPv4: firewall.New(v4, ipset.IPv4, log)},
 		log:     log,
+		peers:   map[string][]netip.Prefix{},
 		placed:  map[string]bool{},
 		changed: true,
 	}
@@ -100,19 +102,38 @@ func (m *Manager) SetConfig(cfg firewall.Config) error {
 // to send VXLAN to this node: the other nodes' host IPs and any configured
 // external node CIDRs.
 func (m *Manager) SetVXLANPeers(peers []netip.Prefix) error {
-	return m.setList(&m.vxlanPeers, "VXLAN peer", peers)
+	return m.SetPeers(ipset.VXLANPeers, peers)
 }
 
-// SetIPIPPeers sets the IPv4 underlay addresses or CIDRs allowed to send
-// IPIP; IPv6 entries are ignored (IPIP is IPv4 only).
+// SetIPIPPeers sets the underlay addresses or CIDRs allowed to send IPIP;
+// IPv6 entries are never used (IPIP is IPv4 only: its set has no twin).
 func (m *Manager) SetIPIPPeers(peers []netip.Prefix) error {
-	var v4 []netip.Prefix
+	return m.SetPeers(ipset.IPIPPeers, peers)
+}
+
+// SetWireGuardPeers sets the underlay addresses or CIDRs (either family)
+// allowed to send to the WireGuard port: the other nodes' host IPs.
+func (m *Manager) SetWireGuardPeers(peers []netip.Prefix) error {
+	return m.SetPeers(ipset.WireGuardPeers, peers)
+}
+
+// SetPeers sets the members of the peers set called set (a base name of
+// firewall.PeerSets), either family: who may send that set's protocol to
+// this node.
+func (m *Manager) SetPeers(set string, peers []netip.Prefix) error {
+	if !slices.Contains(firewall.PeerSets(), set) {
+		return fmt.Errorf("allowlist: %q is not a peers set (want one of %q)", set, firewall.PeerSets())
+	}
 	for _, p := range peers {
-		if p.Addr().Is4() {
-			v4 = append(v4, p)
+		if err := checkPrefix(set+" member", p); err != nil {
+			return err
 		}
 	}
-	return m.setList(&m.ipipPeers, "IPIP peer", v4)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.peers[set] = slices.Clone(peers)
+	m.changed = true
+	return nil
 }
 
 // SetPools sets every pod CIDR of the cluster (either family): NAT outgoing
@@ -127,11 +148,19 @@ func (m *Manager) SetNATPools(pools []netip.Prefix) error {
 	return m.setList(&m.natPools, "NAT pool", pools)
 }
 
+// checkPrefix refuses a prefix no set can hold, naming it as what.
+func checkPrefix(what string, p netip.Prefix) error {
+	if !p.IsValid() || p.Bits() == 0 || p.Addr().Is4In6() {
+		return fmt.Errorf("allowlist: %s %v: want an IPv4 or IPv6 prefix longer than /0", what, p)
+	}
+	return nil
+}
+
 // setList validates ps and stores a copy in dst.
 func (m *Manager) setList(dst *[]netip.Prefix, what string, ps []netip.Prefix) error {
 	for _, p := range ps {
-		if !p.IsValid() || p.Bits() == 0 || p.Addr().Is4In6() {
-			return fmt.Errorf("allowlist: %s %v: want an IPv4 or IPv6 prefix longer than /0", what, p)
+		if err := checkPrefix(what, p); err != nil {
+			return err
 		}
 	}
 	m.mu.Lock()
@@ -143,12 +172,8 @@ func (m *Manager) setList(dst *[]netip.Prefix, what string, ps []netip.Prefix) e
 
 // members returns the desired members of set base for family f.
 func (m *Manager) members(base string, f ipset.Family) []netip.Prefix {
-	var src []netip.Prefix
+	src := m.peers[base]
 	switch base {
-	case ipset.VXLANPeers:
-		src = m.vxlanPeers
-	case ipset.IPIPPeers:
-		src = m.ipipPeers
 	case ipset.Pools:
 		src = m.pools
 	case ipset.NATPools:
@@ -250,7 +275,7 @@ func (m *Manager) removeUnneeded(names []string, chainsOK, prune bool) error {
 func (m *Manager) candidates() []string {
 	var out []string
 	for _, f := range m.families() {
-		for _, base := range []string{ipset.VXLANPeers, ipset.IPIPPeers, ipset.Pools, ipset.NATPools} {
+		for _, base := range append(firewall.PeerSets(), ipset.Pools, ipset.NATPools) {
 			name := ipset.Name(base, f)
 			out = append(out, name, name+ipset.TmpSuffix)
 		}

@@ -48,12 +48,18 @@ func kernelLike(k *ipsettest.Fake, tables ...*firewalltest.FakeTable) {
 	}
 }
 
+// setupCfg is what setup configures: every rule on.
+var setupCfg = firewall.Config{VXLAN: true, IPIP: true, WireGuard: true, NATOutgoing: true}
+
 func setup(t *testing.T) (*ipsettest.Fake, *firewalltest.FakeTable, *firewalltest.FakeTable, *Manager) {
 	t.Helper()
 	k, v4, v6 := ipsettest.NewFake(), firewalltest.NewFakeTable(), firewalltest.NewFakeTable()
 	kernelLike(k, v4, v6)
 	m := New(k, v4, v6, quiet)
-	if err := m.SetConfig(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}); err != nil {
+	if err := m.SetConfig(setupCfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetWireGuardPeers(pfx("192.0.2.2/32", "2001:db8::1/128")); err != nil {
 		t.Fatal(err)
 	}
 	peers := pfx("192.0.2.1/32", "192.0.2.2/32", "2001:db8::1/128")
@@ -81,13 +87,15 @@ func TestManagerApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]netip.Prefix{
-		"routelet-vxlan-peers":    pfx("192.0.2.1/32", "192.0.2.2/32"),
-		"routelet-vxlan-peers-v6": pfx("2001:db8::1/128"),
-		"routelet-ipip-peers":     pfx("192.0.2.1/32", "192.0.2.2/32"),
-		"routelet-pools":          pfx("10.244.0.0/16"),
-		"routelet-pools-v6":       pfx("fd00:10:244::/48"),
-		"routelet-nat-pools":      pfx("10.244.0.0/16"),
-		"routelet-nat-pools-v6":   pfx("fd00:10:244::/48"),
+		"routelet-vxlan-peers":        pfx("192.0.2.1/32", "192.0.2.2/32"),
+		"routelet-vxlan-peers-v6":     pfx("2001:db8::1/128"),
+		"routelet-ipip-peers":         pfx("192.0.2.1/32", "192.0.2.2/32"),
+		"routelet-wireguard-peers":    pfx("192.0.2.2/32"),
+		"routelet-wireguard-peers-v6": pfx("2001:db8::1/128"),
+		"routelet-pools":              pfx("10.244.0.0/16"),
+		"routelet-pools-v6":           pfx("fd00:10:244::/48"),
+		"routelet-nat-pools":          pfx("10.244.0.0/16"),
+		"routelet-nat-pools-v6":       pfx("fd00:10:244::/48"),
 	}
 	if got := k.Snapshot(); len(got) != len(want) {
 		t.Fatalf("sets = %v, want %v", got, want)
@@ -102,7 +110,7 @@ func TestManagerApply(t *testing.T) {
 		tab *firewalltest.FakeTable
 		f   ipset.Family
 	}{{v4, ipset.IPv4}, {v6, ipset.IPv6}} {
-		for _, ch := range firewall.Render(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}, tc.f) {
+		for _, ch := range firewall.Render(setupCfg, tc.f) {
 			got, ok := tc.tab.Rules(ch.Table, ch.Name)
 			if ch.OnlyWhileHookCanDrop && tc.f == ipset.IPv6 {
 				if ok {
@@ -134,7 +142,7 @@ func TestManagerDisableIPIPOrder(t *testing.T) {
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.SetConfig(firewall.Config{VXLAN: true, NATOutgoing: true}); err != nil {
+	if err := m.SetConfig(firewall.Config{VXLAN: true, WireGuard: true, NATOutgoing: true}); err != nil {
 		t.Fatal(err)
 	}
 	v4.Inject = func(method, table, chain string) error {
@@ -161,6 +169,42 @@ func TestManagerDisableIPIPOrder(t *testing.T) {
 	}
 }
 
+// TestManagerEncryptionOff: with the WireGuard rules switched off both
+// families' WireGuard rules go and then both WireGuard sets; the other
+// sets and rules stay.
+func TestManagerEncryptionOff(t *testing.T) {
+	k, v4, v6, m := setup(t)
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	off := setupCfg
+	off.WireGuard = false
+	if err := m.SetConfig(off); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	got := k.Snapshot()
+	for _, name := range []string{ipset.WireGuardPeers, ipset.WireGuardPeers + ipset.V6Suffix} {
+		if _, ok := got[name]; ok {
+			t.Errorf("set %s still present with the WireGuard rules off", name)
+		}
+	}
+	if _, ok := got[ipset.VXLANPeers]; !ok {
+		t.Errorf("sets = %v: the VXLAN peers went too", got)
+	}
+	for _, tc := range []struct {
+		tab *firewalltest.FakeTable
+		f   ipset.Family
+	}{{v4, ipset.IPv4}, {v6, ipset.IPv6}} {
+		r, _ := tc.tab.Rules("filter", firewall.InputChain)
+		if want := firewall.Render(off, tc.f)[0].Rules; !slices.Equal(r, want) {
+			t.Errorf("%s %s = %q, want %q", tc.f, firewall.InputChain, r, want)
+		}
+	}
+}
+
 // TestManagerPrunesLeftovers: sets an earlier run or configuration left
 // (and a crash's scratch set) go on the first Apply; foreign sets stay.
 func TestManagerPrunesLeftovers(t *testing.T) {
@@ -169,6 +213,7 @@ func TestManagerPrunesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.Put(ipset.IPIPPeers, "", ipset.IPv4)
+	k.Put(ipset.WireGuardPeers+ipset.V6Suffix+ipset.TmpSuffix, "", ipset.IPv6)
 	k.Put(ipset.Pools+ipset.V6Suffix, "", ipset.IPv6)
 	k.Put(ipset.VXLANPeers+ipset.TmpSuffix, "", ipset.IPv4)
 	k.Put("kube-proxy-set", "", ipset.IPv4)
@@ -254,6 +299,15 @@ func TestManagerRejectsBadInput(t *testing.T) {
 	}
 	if err := m.SetConfig(firewall.Config{VXLANPort: 99999}); err == nil || !strings.Contains(err.Error(), "99999") {
 		t.Fatalf("SetConfig(port 99999) = %v, want an error naming it", err)
+	}
+	if err := m.SetConfig(firewall.Config{WireGuard: true, WireGuardPort: 70000}); err == nil || !strings.Contains(err.Error(), "WireGuard port 70000") {
+		t.Fatalf("SetConfig(WireGuard port 70000) = %v, want an error naming it", err)
+	}
+	if err := m.SetWireGuardPeers(pfx("192.0.2.1/32", "::/0")); err == nil || !strings.Contains(err.Error(), "::/0") {
+		t.Fatalf("SetWireGuardPeers(::/0) = %v, want an error naming it", err)
+	}
+	if err := m.SetPeers(ipset.Pools, pfx("192.0.2.1/32")); err == nil || !strings.Contains(err.Error(), `"routelet-pools" is not a peers set`) {
+		t.Fatalf("SetPeers(%s) = %v, want it refused, named", ipset.Pools, err)
 	}
 	// IPv4-only manager: v6 peers are ignored, no -v6 set appears. A nil
 	// *FakeTable (typed nil) means "no IPv6" just like a nil interface.

@@ -41,9 +41,10 @@ func TestManagerKernel(t *testing.T) {
 	}
 
 	m := New(k, v4, v6, quiet)
-	_ = m.SetConfig(firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true})
+	_ = m.SetConfig(firewall.Config{VXLAN: true, IPIP: true, WireGuard: true, NATOutgoing: true})
 	_ = m.SetVXLANPeers(pfx("192.0.2.1/32", "2001:db8::1/128"))
 	_ = m.SetIPIPPeers(pfx("192.0.2.1/32"))
+	_ = m.SetWireGuardPeers(pfx("192.0.2.1/32", "2001:db8::1/128"))
 	_ = m.SetPools(pfx("10.244.0.0/16", "fd00:10:244::/48"))
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
@@ -53,6 +54,20 @@ func TestManagerKernel(t *testing.T) {
 	}
 	if out := run("ip6tables", "-t", "nat", "-S", firewall.PostroutingChain); !strings.Contains(out, "routelet-pools-v6") {
 		t.Fatalf("IPv6 masquerade rule missing:\n%s", out)
+	}
+	// The longest name routelet uses (its scratch set is at the kernel's
+	// limit): created, used by the IPv6 WireGuard rule, a flushed member
+	// put back by the check.
+	const wg6 = ipset.WireGuardPeers + ipset.V6Suffix
+	if out := run("ip6tables", "-S", firewall.InputChain); !strings.Contains(out, "--dport 51820 -m pkttype --pkt-type unicast -m set --match-set "+wg6+" src -j ACCEPT") {
+		t.Fatalf("IPv6 WireGuard rule missing:\n%s", out)
+	}
+	run("ipset", "flush", wg6)
+	if n, err := m.Check(); n != 1 || err != nil {
+		t.Fatalf("Check after flushing %s = %d, %v; want 1 repair", wg6, n, err)
+	}
+	if out := run("ipset", "list", wg6); !strings.Contains(out, "2001:db8::1") {
+		t.Fatalf("%s not repaired:\n%s", wg6, out)
 	}
 
 	// IPIP off: the rule goes first, then the set (the kernel would refuse
