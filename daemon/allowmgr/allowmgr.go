@@ -21,6 +21,7 @@ type Allowlist interface {
 	SetConfig(cfg firewall.Config) error
 	SetVXLANPeers(peers []netip.Prefix) error
 	SetIPIPPeers(peers []netip.Prefix) error
+	SetWireGuardPeers(peers []netip.Prefix) error
 	SetPools(pools []netip.Prefix) error
 	SetNATPools(pools []netip.Prefix) error
 	Apply() error
@@ -36,7 +37,7 @@ type Options struct {
 	// interface prefix, NAT outgoing).
 	Rules firewall.Config
 	// ExternalNodeCIDRs may send VXLAN and IPIP although they are not
-	// nodes (external-node-cidr).
+	// nodes (external-node-cidr); not WireGuard: only a node has a key.
 	ExternalNodeCIDRs []netip.Prefix
 	// LocalBlocks are this node's pod CIDRs: pools even before the node's
 	// own record has been read.
@@ -66,9 +67,11 @@ type Manager struct {
 
 	// What was last handed to al, to skip unchanged lists, and the
 	// lists the next OnNodes builds in (al keeps copies of its own).
-	peers, pools           []netip.Prefix
-	handed                 bool
-	spareHosts, sparePools []netip.Prefix
+	// wgPeers is nil without WireGuard rules, peers itself without
+	// external CIDRs, else its own list (and spareWG its spare).
+	peers, pools, wgPeers           []netip.Prefix
+	handed                          bool
+	spareHosts, sparePools, spareWG []netip.Prefix
 
 	applied   bool   // the first Apply ran: the desired members are known
 	checkDue  bool   // QueueCheck was called: the next Apply checks
@@ -145,24 +148,39 @@ var (
 func (m *Manager) OnWorkloads(agent.Served) {}
 
 // OnNodes derives the desired set members from the validated peers
-// (memory only): their host IPs may send overlay traffic, their blocks and
-// ours are the pools. The peers were checked where their records entered
-// the daemon (pkg/peers), so nothing is parsed here.
+// (memory only): their host IPs (and the external CIDRs) may send overlay
+// traffic, their host IPs alone WireGuard, their blocks and ours are the
+// pools. The peers were checked where their records entered the daemon
+// (pkg/peers), so nothing is parsed here.
 func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	hosts, pools := appendMembers(m.spareHosts[:0], m.sparePools[:0], nodes, m.opts.LocalBlocks, m.opts.ExternalNodeCIDRs)
-	if m.handed && slices.Equal(hosts, m.peers) && slices.Equal(pools, m.pools) {
-		m.spareHosts, m.sparePools = hosts, pools // a peer change that moved neither allocates nothing
+	var wg []netip.Prefix
+	ownWG := m.opts.Rules.WireGuard && len(m.opts.ExternalNodeCIDRs) > 0
+	switch {
+	case ownWG:
+		wg = normalize(appendHosts(m.spareWG[:0], nodes))
+	case m.opts.Rules.WireGuard:
+		wg = hosts
+	}
+	if m.handed && slices.Equal(hosts, m.peers) && slices.Equal(pools, m.pools) && slices.Equal(wg, m.wgPeers) {
+		m.spareHosts, m.sparePools = hosts, pools // a peer change that moved none allocates nothing
+		if ownWG {
+			m.spareWG = wg
+		}
 		return
 	}
 	// The setters only fail on prefixes normalize already dropped.
-	for _, err := range []error{m.al.SetVXLANPeers(hosts), m.al.SetIPIPPeers(hosts), m.al.SetPools(pools)} {
+	for _, err := range []error{m.al.SetVXLANPeers(hosts), m.al.SetIPIPPeers(hosts), m.al.SetWireGuardPeers(wg), m.al.SetPools(pools)} {
 		if err != nil {
 			m.log.Error("allowlist: cannot set members", "err", err)
 		}
 	}
 	m.spareHosts, m.sparePools = m.peers, m.pools
-	m.peers, m.pools, m.handed = hosts, pools, true
-	m.log.Debug("allowlist members", "peers", len(hosts), "pools", len(pools))
+	if ownWG {
+		m.spareWG = m.wgPeers
+	}
+	m.peers, m.pools, m.wgPeers, m.handed = hosts, pools, wg, true
+	m.log.Debug("allowlist members", "peers", len(hosts), "pools", len(pools), "wireguardPeers", len(wg))
 }
 
 // Members derives the desired set members from validated peers: every
@@ -184,15 +202,22 @@ func appendMembers(hosts, pools []netip.Prefix, nodes []peers.NodeInfo, local, e
 	}
 	pools = append(pools, local...)
 	for _, n := range nodes {
+		pools = append(pools, n.Blocks...)
+	}
+	hosts = append(appendHosts(hosts, nodes), external...)
+	return normalize(hosts), normalize(pools)
+}
+
+// appendHosts appends every peer's host IPs, as host prefixes, to hosts.
+func appendHosts(hosts []netip.Prefix, nodes []peers.NodeInfo) []netip.Prefix {
+	for _, n := range nodes {
 		for _, a := range [2]netip.Addr{n.IPv4.HostIP, n.IPv6.HostIP} {
 			if a.IsValid() {
 				hosts = append(hosts, netip.PrefixFrom(a, a.BitLen()))
 			}
 		}
-		pools = append(pools, n.Blocks...)
 	}
-	hosts = append(hosts, external...)
-	return normalize(hosts), normalize(pools)
+	return hosts
 }
 
 // normalize sorts ps, drops duplicates and prefixes no set can hold (/0,

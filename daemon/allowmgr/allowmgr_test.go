@@ -102,6 +102,14 @@ func TestMembersFromNodes(t *testing.T) {
 			"routelet-nat-pools":    {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
 			"routelet-nat-pools-v6": {"fd00:1::/120", "fd00:2::/120"},
 		}},
+		// WireGuard: the peers' host IPs only; an external CIDR has no
+		// key, so no WireGuard peer entry to reach.
+		{"wireguard", firewall.Config{WireGuard: true, VXLAN: true}, map[string][]string{
+			"routelet-vxlan-peers":        {"192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/28"},
+			"routelet-vxlan-peers-v6":     {"2001:db8::11/128"},
+			"routelet-wireguard-peers":    {"192.0.2.11/32", "192.0.2.12/32"},
+			"routelet-wireguard-peers-v6": {"2001:db8::11/128"},
+		}},
 		{"none", firewall.Config{}, map[string][]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,9 +165,20 @@ func TestBadRecordValuesSkipped(t *testing.T) {
 }
 
 // TestUnchangedNodesNoKernelCall: the loop hands over the same records on
-// every resync; that makes no kernel call at all.
+// every resync; that makes no kernel call at all, and with the WireGuard
+// peers a list of their own (external CIDRs configured) no allocation.
 func TestUnchangedNodesNoKernelCall(t *testing.T) {
-	f := newFixture(t, Options{Rules: firewall.Config{VXLAN: true, NATOutgoing: true}})
+	for _, opts := range []Options{
+		{Rules: firewall.Config{VXLAN: true, NATOutgoing: true}},
+		{Rules: firewall.Config{VXLAN: true, WireGuard: true}, ExternalNodeCIDRs: pfx("198.51.100.0/28")},
+		{Rules: firewall.Config{WireGuard: true}},
+	} {
+		t.Run(fmt.Sprintf("%+v", opts.Rules), func(t *testing.T) { testUnchangedNodesNoKernelCall(t, opts) })
+	}
+}
+
+func testUnchangedNodesNoKernelCall(t *testing.T, opts Options) {
+	f := newFixture(t, opts)
 	f.m.OnNodes(valid(node("b", "192.0.2.11", "", "10.244.2.0/24")))
 	if err := f.m.Apply(); err != nil {
 		t.Fatal(err)
@@ -173,6 +192,16 @@ func TestUnchangedNodesNoKernelCall(t *testing.T) {
 	}
 	if n := f.k.Writes() + f.k.Calls("list") + f.k.Calls("listnames") + f.v4.Execs() + f.v6.Execs(); n != 0 {
 		t.Errorf("unchanged records made %d kernel calls, want 0", n)
+	}
+	nodes := valid(node("b", "192.0.2.11", "", "10.244.2.0/24"))
+	f.m.OnNodes(nodes) // the spare lists hold enough room from here on
+	if n := testing.AllocsPerRun(20, func() { f.m.OnNodes(nodes) }); n != 0 {
+		t.Errorf("OnNodes with unchanged records allocates %.0f times, want 0", n)
+	}
+	if opts.Rules.WireGuard {
+		if got := f.members()["routelet-wireguard-peers"]; !reflect.DeepEqual(got, []string{"192.0.2.11/32"}) {
+			t.Errorf("WireGuard peers %v, want b's host IP alone", got)
+		}
 	}
 }
 

@@ -3,8 +3,9 @@
 //
 // Manager implements agent.Manager: OnNodes turns validated peers into the
 // desired members of routelet's ipsets (peers' host IPs plus the configured
-// external node CIDRs may send VXLAN or IPIP; every node's blocks are the
-// pod pools that NAT outgoing leaves alone) and Apply hands them to the
+// external node CIDRs may send VXLAN or IPIP, peers' host IPs alone to the
+// WireGuard port; every node's blocks are the pod pools that NAT outgoing
+// leaves alone) and Apply hands them to the
 // allowlist, which changes the kernel only by difference. Both run on the
 // loop goroutine.
 //
