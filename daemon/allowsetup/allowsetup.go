@@ -26,11 +26,18 @@ func Backend(b string) string {
 	return b
 }
 
-// Rules are the rules cfg asks for.
+// Rules are the rules cfg asks for: the encapsulation's peer rules, and
+// with encryption the WireGuard port's.
 func Rules(cfg *config.Config) firewall.Config {
 	return firewall.Config{
-		VXLAN: cfg.Encapsulation == config.EncapVXLAN, VXLANPort: cfg.VXLANPort, VXLANDevice: cfg.VXLANDevice,
-		IPIP: cfg.Encapsulation == config.EncapIPIP, NATOutgoing: cfg.NATOutgoing, InterfacePrefix: cfg.IfacePrefix,
+		VXLAN:           cfg.Encapsulation == config.EncapVXLAN,
+		VXLANPort:       cfg.VXLANPort,
+		VXLANDevice:     cfg.VXLANDevice,
+		IPIP:            cfg.Encapsulation == config.EncapIPIP,
+		WireGuard:       cfg.Encryption == config.EncryptionWireGuard,
+		WireGuardPort:   cfg.WireGuardPort,
+		NATOutgoing:     cfg.NATOutgoing,
+		InterfacePrefix: cfg.IfacePrefix,
 	}
 }
 
@@ -73,7 +80,7 @@ func New(cfg *config.Config, blocks []netip.Prefix, metrics *health.Metrics, rep
 		closeAll()
 		return nil, nil, fmt.Errorf("allowlist: %w", err)
 	}
-	log.Info("allowlist enabled", "vxlan", rc.VXLAN, "ipip", rc.IPIP, "natOutgoing", rc.NATOutgoing, "natOutgoingPools", cfg.NATOutgoingPools,
+	log.Info("allowlist enabled", "vxlan", rc.VXLAN, "ipip", rc.IPIP, "wireguard", rc.WireGuard, "natOutgoing", rc.NATOutgoing, "natOutgoingPools", cfg.NATOutgoingPools,
 		"iptablesBackend", cfg.IptablesBackend, "ipv6", v6 != nil, "checkPeriod", cfg.AllowlistCheckPeriod)
 	return m, closeAll, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/internal/readlimit"
+	routedefaults "github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -31,6 +32,12 @@ const (
 	EncapVXLAN = "vxlan"
 	EncapIPIP  = "ipip"
 	EncapNone  = "none"
+)
+
+// Encryption modes.
+const (
+	EncryptionNone      = "none"
+	EncryptionWireGuard = "wireguard"
 )
 
 // iptables backends.
@@ -60,6 +67,8 @@ type Config struct {
 	VXLANVNI      int    // vxlan-vni
 	VXLANPort     int    // vxlan-port
 	VXLANDevice   string // vxlan-device
+	Encryption    string // encryption: none | wireguard
+	WireGuardPort int    // wireguard-port: WireGuard UDP listen port
 	MTU           int    // mtu: pod MTU, 0 = host interface MTU minus encapsulation overhead
 	NATOutgoing   bool   // nat-outgoing
 	// NATOutgoingPools are the pod CIDRs NAT outgoing masquerades
@@ -222,6 +231,12 @@ func keys() []key {
 			}
 			c.VXLANDevice = v[0]
 			return nil
+		}},
+		{name: "encryption", help: "encryption of pod traffic between nodes: none | wireguard", def: []string{EncryptionNone}, set: func(c *Config, v []string) error {
+			return oneOf(&c.Encryption, v[0], EncryptionNone, EncryptionWireGuard)
+		}},
+		{name: "wireguard-port", help: "WireGuard UDP listen port", def: []string{strconv.Itoa(routedefaults.WireGuardPort)}, set: func(c *Config, v []string) error {
+			return parseInt(&c.WireGuardPort, v[0], 1, 65535)
 		}},
 		{name: "mtu", help: "pod MTU; 0 = host interface MTU minus encapsulation overhead", def: []string{"0"}, set: func(c *Config, v []string) error {
 			if err := parseInt(&c.MTU, v[0], 0, 65535); err != nil {
