@@ -2,6 +2,7 @@ package allowlist
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -174,4 +175,71 @@ func testOverlayAllowlistIPv6(t *testing.T, backend string) {
 	put("intruder", attackerIP, attackerIP6, "10.244.66.0/24")
 	netnstest.Eventually(t, 5*time.Second, "attacker "+attackerIP6+" in "+set, hasMember(attackerIP6))
 	expect(c.attacker, attackerIP6, true)
+}
+
+// TestWireGuardAllowlist: with encryption on, UDP to the WireGuard port
+// (here the configured 51821) from an attacker that is no node is dropped
+// and counted and reaches nothing on the node, a peer's is accepted; a
+// record for the attacker makes it a member of routelet-wireguard-peers,
+// deleting the record drops its traffic again.
+func TestWireGuardAllowlist(t *testing.T) { eachBackend(t, testWireGuardAllowlist) }
+
+func testWireGuardAllowlist(t *testing.T, backend string) {
+	const set, port = "routelet-wireguard-peers", "51821"
+	c := newLAN(t, backend)
+	c.writeNode("node-b", peerIP, peerBlock)
+	c.startDaemon("--encapsulation=none", "--encryption=wireguard", "--wireguard-port="+port)
+	hasMember := func(ip string) func() bool {
+		return func() bool {
+			m, _ := c.setMembers(set)
+			return slices.Contains(m, ip+"/32")
+		}
+	}
+	netnstest.Eventually(t, 5*time.Second, "peer "+peerIP+" in "+set, hasMember(peerIP))
+	raw := listenRaw(t, c.node.NS, "17")
+
+	n := 0
+	expect := func(host ns.NetNS, src string, accepted bool) {
+		t.Helper()
+		n++
+		marker := fmt.Sprintf("routelet-test-wireguard-%d", n)
+		a0, d0, err := c.dropAcceptCounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netnstest.SendUDP(host, net.JoinHostPort(nodeIP, port), marker); err != nil {
+			t.Fatal(err)
+		}
+		if accepted {
+			if !raw.sawFrom(t, src, marker, 5*time.Second) {
+				t.Fatalf("UDP to the WireGuard port from %s (%s) did not reach the node", src, marker)
+			}
+			if a, _, _ := c.dropAcceptCounts(); a <= a0 {
+				t.Errorf("ACCEPT counter of %s stayed at %d after UDP from %s", set, a, src)
+			}
+			return
+		}
+		netnstest.Eventually(t, 5*time.Second, "DROP counter moves for UDP to the WireGuard port from "+src, func() bool {
+			_, d, err := c.dropAcceptCounts()
+			return err == nil && d > d0
+		})
+		if raw.sawFrom(t, src, marker, 200*time.Millisecond) {
+			t.Fatalf("UDP to the WireGuard port from non-peer %s (%s) reached the node", src, marker)
+		}
+	}
+
+	expect(c.attacker, attackerIP, false)
+	expect(c.peer, peerIP, true)
+
+	c.writeNode("intruder", attackerIP, "10.244.66.0/24")
+	netnstest.Eventually(t, 5*time.Second, "attacker "+attackerIP+" in "+set+" after its record was written", hasMember(attackerIP))
+	expect(c.attacker, attackerIP, true)
+
+	if err := c.store.DeleteNode("intruder"); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, 5*time.Second, "attacker "+attackerIP+" out of "+set+" after its record was deleted",
+		func() bool { return !hasMember(attackerIP)() })
+	expect(c.attacker, attackerIP, false)
+	expect(c.peer, peerIP, true)
 }

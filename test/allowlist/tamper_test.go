@@ -156,9 +156,22 @@ func testTamperRepair(t *testing.T, backend string) {
 // jumps, the ROUTELET-* chains (IPv4 and IPv6), the routelet- sets and a
 // pod's guard (the netdev table), and leaves everyone else's rules, chains
 // and sets exactly as they were.
-func TestCleanup(t *testing.T) { eachBackend(t, testCleanup) }
+func TestCleanup(t *testing.T) {
+	eachBackend(t, func(t *testing.T, backend string) { testCleanup(t, backend, nil, nil) })
+}
 
-func testCleanup(t *testing.T, backend string) {
+// TestCleanupWireGuard: the same with encryption on, whose WireGuard
+// peers sets (both families) and rules cleanup removes too.
+func TestCleanupWireGuard(t *testing.T) {
+	eachBackend(t, func(t *testing.T, backend string) {
+		testCleanup(t, backend, []string{"--encryption=wireguard"}, []string{"# set routelet-wireguard-peers: [" + peerIP + "/32]", "# set routelet-wireguard-peers-v6:",
+			"--dport 51820 -m pkttype --pkt-type unicast -m set --match-set routelet-wireguard-peers src -j ACCEPT"})
+	})
+}
+
+// testCleanup runs the cleanup scenario with routeletd given the extra
+// flags, wanting every line of want set up besides the usual ones.
+func testCleanup(t *testing.T, backend string, extra, want []string) {
 	c := newLAN(t, backend)
 	ctx := context.Background()
 	// Someone else's state: rules in the built-in chains (one jumping to
@@ -181,11 +194,11 @@ func testCleanup(t *testing.T, backend string) {
 	before := c.snapshot()
 
 	c.writeNode("node-b", peerIP, peerBlock)
-	d := c.startDaemon("--encapsulation=vxlan")
+	d := c.startDaemon(append([]string{"--encapsulation=vxlan"}, extra...)...)
 	c.addPod(t, "cleaned")
 	during := c.snapshot()
-	for _, s := range []string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING",
-		"# set routelet-pools:", "# set routelet-nat-pools:", "# set routelet-vxlan-peers-v6:", "# pod guards: [cali"} {
+	for _, s := range append([]string{"-A INPUT -j ROUTELET-INPUT", "-N ROUTELET-FORWARD", "-A POSTROUTING -j ROUTELET-POSTROUTING",
+		"# set routelet-pools:", "# set routelet-nat-pools:", "# set routelet-vxlan-peers-v6:", "# pod guards: [cali"}, want...) {
 		if !strings.Contains(during, s) {
 			t.Fatalf("routeletd did not set up %q:\n%s", s, during)
 		}
