@@ -518,3 +518,35 @@ func kernelHasWireGuard(t *testing.T) bool {
 	}
 	return err == nil
 }
+
+// TestRouteletdRunsTheDatapath: routeletd's hidden subcommand is the
+// datapath a Device starts by default (`routeletd wireguard-datapath
+// --device NAME --mtu N`), and it exits once its TUN link is deleted,
+// removing its socket.
+func TestRouteletdRunsTheDatapath(t *testing.T) {
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, TUN devices and datapath processes")
+	bin := netnstest.Bins(t, netnstest.Routeletd)
+	n := newNode(t, "x", 3)
+	n.cfg.Datapath = []string{filepath.Join(bin, netnstest.Routeletd), DatapathCommand, "--device", n.name, "--mtu", "1420"}
+	n.dev = n.newDevice(t)
+	n.apply(t)
+	s := n.dev.Status()
+	if s.Impl != ImplUserspace || !s.Up || s.MTU != 1420 || s.PublicKey != n.key.PublicKey() {
+		t.Errorf("status %+v", s)
+	}
+	pid := n.pid(t)
+	if !isDatapath(pid, n.name) {
+		t.Fatalf("pid file names %d, not a datapath of %s", pid, n.name)
+	}
+	if err := n.ns.Handle.LinkDel(n.link(t)); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, 5*time.Second, "routeletd's datapath to exit", func() bool { return !isDatapath(pid, n.name) })
+	if _, err := os.Stat(socketPath(n.name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket %s left: %v", socketPath(n.name), err)
+	}
+	logged, err := os.ReadFile(filepath.Join(n.cfg.RunDir, n.name+".log"))
+	if err != nil || !strings.Contains(string(logged), "wireguard datapath running") || !strings.Contains(string(logged), "TUN link was deleted") {
+		t.Errorf("datapath log (%v):\n%s", err, logged)
+	}
+}
