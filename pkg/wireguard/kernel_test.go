@@ -270,6 +270,20 @@ func TestDevicesCarryTraffic(t *testing.T) {
 		t.Errorf("datapath stdin %q (%v), want %s", in, err, os.DevNull)
 	}
 
+	// Another peer added: the session with B is not touched.
+	other := Peer{PublicKey: genKey(t).PublicKey(), Endpoint: netip.MustParseAddrPort("192.0.2.9:51820"), AllowedIPs: prefixes("10.200.9.0/26")}
+	a.dev.SetPeers([]Peer{b.peerOf(), other})
+	a.apply(t)
+	s2 := a.dev.Status()
+	if len(s2.Peers) != 2 {
+		t.Errorf("peers after adding one: %+v", s2.Peers)
+	}
+	for _, p := range s2.Peers {
+		if p.PublicKey == b.key.PublicKey() && (!p.LastHandshake.Equal(s.Peers[0].LastHandshake) || p.TxBytes < s.Peers[0].TxBytes) {
+			t.Errorf("the session with B was reset by adding another peer: before %+v, after %+v", s.Peers[0], p)
+		}
+	}
+
 	wrong := b.peerOf()
 	wrong.PublicKey = genKey(t).PublicKey()
 	a.dev.SetPeers([]Peer{wrong})

@@ -284,42 +284,43 @@ func (d *Device) resetClient() {
 	}
 }
 
-// wgCall runs f with the client, giving up after wgTimeout: the userspace
+// wgCall runs f with d's client, giving up after wgTimeout: the userspace
 // implementation's socket has no deadline, so a stopped datapath would
 // block the caller for good. A call that gave up goes on in its goroutine
 // until the datapath answers or goes away; meanwhile every further call
 // fails at once, so at most one goroutine waits.
-func (d *Device) wgCall(f func(c wgClient) error) error {
+func wgCall[T any](d *Device, f func(c wgClient) (T, error)) (T, error) {
+	var zero T
 	c, err := d.client()
 	if err != nil {
-		return err
+		return zero, err
 	}
 	if !d.wgBusy.CompareAndSwap(false, true) {
-		return errors.New("an earlier request to the device is still unanswered")
+		return zero, errors.New("an earlier request to the device is still unanswered")
 	}
-	done := make(chan error, 1)
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		defer d.wgBusy.Store(false)
-		done <- f(c)
+		v, err := f(c)
+		d.wgBusy.Store(false) // before the answer: the caller's next call may follow at once
+		done <- result{v, err}
 	}()
 	t := time.NewTimer(wgTimeout)
 	defer t.Stop()
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		return r.v, r.err
 	case <-t.C:
-		return fmt.Errorf("no answer within %v", wgTimeout)
+		return zero, fmt.Errorf("no answer within %v", wgTimeout)
 	}
 }
 
 // wgDevice reads the device's WireGuard configuration.
 func (d *Device) wgDevice() (*wgtypes.Device, error) {
-	var dev *wgtypes.Device
-	err := d.wgCall(func(c wgClient) error {
-		var err error
-		dev, err = c.Device(d.cfg.Name)
-		return err
-	})
+	dev, err := wgCall(d, func(c wgClient) (*wgtypes.Device, error) { return c.Device(d.cfg.Name) })
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no WireGuard device %s answers: %w", d.cfg.Name, err)
 	}
@@ -328,7 +329,8 @@ func (d *Device) wgDevice() (*wgtypes.Device, error) {
 
 // wgConfigure applies cfg to the device.
 func (d *Device) wgConfigure(cfg wgtypes.Config) error {
-	return d.wgCall(func(c wgClient) error { return c.ConfigureDevice(d.cfg.Name, cfg) })
+	_, err := wgCall(d, func(c wgClient) (struct{}, error) { return struct{}{}, c.ConfigureDevice(d.cfg.Name, cfg) })
+	return err
 }
 
 // answers reports nil when the device's configuration interface answers.
