@@ -293,3 +293,21 @@ func TestConfigDefaultsAndRefusals(t *testing.T) {
 		t.Errorf("the kernel implementation needs no run directory: %v", err)
 	}
 }
+
+func TestDatapathRefusesBadArguments(t *testing.T) {
+	for _, args := range [][]string{{"--bogus"}, {"--device", "x", "extra"}, {"--mtu", "many"}} {
+		if code := DatapathMain(args); code != 2 {
+			t.Errorf("DatapathMain(%q) = %d, want 2", args, code)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		mtu  int
+		want string
+	}{{"a/b", 1420, `"a/b"`}, {"", 1420, `""`}, {"wg0", 10, "MTU 10"}} {
+		err := RunDatapath(t.Context(), c.name, c.mtu, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("RunDatapath(%q, %d): %v, want an error naming %s", c.name, c.mtu, err, c.want)
+		}
+	}
+}

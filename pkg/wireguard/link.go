@@ -320,7 +320,14 @@ func wgCall[T any](d *Device, f func(c wgClient) (T, error)) (T, error) {
 
 // wgDevice reads the device's WireGuard configuration.
 func (d *Device) wgDevice() (*wgtypes.Device, error) {
-	dev, err := wgCall(d, func(c wgClient) (*wgtypes.Device, error) { return c.Device(d.cfg.Name) })
+	get := func(c wgClient) (*wgtypes.Device, error) { return c.Device(d.cfg.Name) }
+	dev, err := wgCall(d, get)
+	if errors.Is(err, os.ErrNotExist) && d.impl == ImplKernel {
+		// A client opened before the kernel's WireGuard was loaded has no
+		// generic netlink family for it: open another.
+		d.resetClient()
+		dev, err = wgCall(d, get)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no WireGuard device %s answers: %w", d.cfg.Name, err)
 	}
