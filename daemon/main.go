@@ -55,6 +55,7 @@ import (
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
+	"github.com/routelet/routelet/pkg/wireguard"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -76,9 +77,18 @@ var commands = map[string]func(args []string) int{
 	"leave":    cli.Leave,
 }
 
+// internalCommands are subcommands routeletd starts itself, left out of
+// the help: the userspace WireGuard datapath (pkg/wireguard).
+var internalCommands = map[string]func(args []string) int{
+	wireguard.DatapathCommand: wireguard.DatapathMain,
+}
+
 func run(args []string) int {
 	if len(args) > 0 {
 		if c, ok := commands[args[0]]; ok {
+			return c(args[1:])
+		}
+		if c, ok := internalCommands[args[0]]; ok {
 			return c(args[1:])
 		}
 	}
