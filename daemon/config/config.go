@@ -88,6 +88,11 @@ type Config struct {
 	// keys, config_goruntime.go).
 	GoRuntime GoRuntime
 
+	// Encryption is encryption: none | wireguard (config_wireguard.go);
+	// WireGuard the wireguard-* keys.
+	Encryption string
+	WireGuard  WireGuard
+
 	HealthAddr string // health-addr: serves /healthz, /readyz, /metrics; "" disables
 	LogLevel   string // log-level: debug | info | warn | error
 	LogFormat  string // log-format: text | json
@@ -310,6 +315,7 @@ func keys() []key {
 	ks = append(ks, etcdKeys()...)
 	ks = append(ks, kubernetesKeys()...)
 	ks = append(ks, goRuntimeKeys()...)
+	ks = append(ks, wireguardKeys()...)
 	return ks
 }
 
@@ -465,6 +471,9 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		if err := c.CheckEtcd(); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.checkWireGuard(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

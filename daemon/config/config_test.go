@@ -48,6 +48,7 @@ func TestDefaults(t *testing.T) {
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
 		CNIConfName: DefaultCNIConfName,
 		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second, Etcd: Etcd{Prefix: "/routelet"}, GoRuntime: GoRuntime{GCPercent: 40},
+		Encryption: "none", WireGuard: WireGuard{Port: 51820, Device: "wireguard.cali", Implementation: "auto"},
 	}
 	got := *c
 	got.sources = nil
@@ -170,6 +171,7 @@ func TestEveryKey(t *testing.T) {
 	}
 	cases = append(cases, etcdKeyCases...)
 	cases = append(cases, goRuntimeKeyCases...)
+	cases = append(cases, wireguardKeyCases...)
 	covered := map[string]bool{}
 	for _, tc := range cases {
 		covered[tc.key] = true
