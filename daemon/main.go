@@ -515,7 +515,7 @@ func notReady(cfg *config.Config, store *state.Store, status *health.Status, rea
 	status.SetReady(false, reason)
 	devs := hostread.OverlayDevices(cfg)
 	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(),
-		VXLANDevice: devs.VXLAN, VXLANDeviceV6: devs.VXLANv6, IPIPDevice: devs.IPIP, Updated: time.Now().UTC()}); err != nil {
+		VXLANDevice: devs.VXLAN, VXLANDeviceV6: devs.VXLANv6, IPIPDevice: devs.IPIP, WireGuardDevice: devs.WireGuard, Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}
 }

@@ -80,9 +80,14 @@ func OwnLink(cfg *config.Config) func(nodespace.Link) bool {
 }
 
 // OverlayDevices are the overlay device names cfg gives (only the IPv4
-// VXLAN device's is configurable), as daemon.json publishes them.
+// VXLAN device's is configurable), and the WireGuard device's when
+// encryption is on, as daemon.json publishes them.
 func OverlayDevices(cfg *config.Config) overlay.Devices {
-	return overlay.Devices{VXLAN: cfg.VXLANDevice}.WithDefaults()
+	d := overlay.Devices{VXLAN: cfg.VXLANDevice}.WithDefaults()
+	if cfg.Encrypted() {
+		d.WireGuard = cfg.WireGuard.Device
+	}
+	return d
 }
 
 // Reader reads the node's own address space for the peer validator
