@@ -597,7 +597,7 @@ type cachedNode struct {
 	// annotation[i] is the value of Annotations[i], present when bit i of
 	// annotated is set.
 	annotation       [8]string
-	annotated        uint8
+	annotated        uint16 // room for len(annotation) bits
 	networkAvailable bool
 }
 
