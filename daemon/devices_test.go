@@ -33,4 +33,12 @@ func TestNotReadyStatusNamesDevices(t *testing.T) {
 	if st.VXLANDevice != "vx-custom" || st.VXLANDeviceV6 != "vxlan-v6.calico" || st.IPIPDevice != "tunl0" {
 		t.Errorf("daemon.json devices = %q, %q, %q", st.VXLANDevice, st.VXLANDeviceV6, st.IPIPDevice)
 	}
+	if st.WireGuardDevice != "" {
+		t.Errorf("daemon.json wireguardDevice = %q without encryption, want none", st.WireGuardDevice)
+	}
+	cfg.Encryption, cfg.WireGuard.Device = config.EncryptionWireGuard, "wg-pods"
+	notReady(cfg, store, health.NewStatus(time.Minute), "starting", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if st, err := store.ReadDaemonStatus(); err != nil || st.WireGuardDevice != "wg-pods" {
+		t.Errorf("daemon.json = %+v, %v; want wireguardDevice wg-pods with encryption", st, err)
+	}
 }

@@ -278,13 +278,13 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	if err := checkBlocks(host, blocks); err != nil {
 		return err
 	}
-	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation)
+	podMTU := nodeid.PodMTU(cfg.MTU, id, cfg.Encapsulation, cfg.Encrypted())
 	om, err := newOverlay(cfg, id, blocks, status, metrics, ep.repairs, log)
 	if err != nil {
 		return err
 	}
 	defer om.Close()
-	if mtu := om.PodMTU(); mtu > 0 {
+	if mtu := om.PodMTU(); mtu > 0 && !cfg.Encrypted() { // encrypted: WireGuard's overhead, not the overlay's
 		podMTU = mtu
 	}
 	log.Info("node identity", "hostIPv4", addrString(id.IPv4), "hostIPv6", addrString(id.IPv6), "iface", id.Iface, "podMTU", podMTU)
@@ -525,7 +525,7 @@ func notReady(cfg *config.Config, store *state.Store, status *health.Status, rea
 	status.SetReady(false, reason)
 	devs := hostread.OverlayDevices(cfg)
 	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(),
-		VXLANDevice: devs.VXLAN, VXLANDeviceV6: devs.VXLANv6, IPIPDevice: devs.IPIP, Updated: time.Now().UTC()}); err != nil {
+		VXLANDevice: devs.VXLAN, VXLANDeviceV6: devs.VXLANv6, IPIPDevice: devs.IPIP, WireGuardDevice: devs.WireGuard, Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	delegated "github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/vishvananda/netlink"
 
+	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -390,15 +391,20 @@ func guardPort(st *state.DaemonStatus) uint16 {
 	return uint16(st.VXLANPort)
 }
 
-// daemonDevices are the names of the node's overlay devices, whose
-// addresses and routes are not the node's own space: the ones routeletd
-// publishes in daemon.json, else (no daemon.json, or one from a daemon
-// that predates the fields) the defaults.
+// daemonDevices are the names of the node's overlay devices and its
+// WireGuard device, whose addresses and routes are not the node's own
+// space: the ones routeletd publishes in daemon.json, else (no daemon.json,
+// or one from a daemon that predates the fields or runs without
+// encryption) the defaults, wireguard.cali included.
 func daemonDevices(st *state.DaemonStatus) overlay.Devices {
 	if st == nil {
-		return overlay.Devices{}.WithDefaults()
+		st = &state.DaemonStatus{}
 	}
-	return overlay.Devices{VXLAN: st.VXLANDevice, VXLANv6: st.VXLANDeviceV6, IPIP: st.IPIPDevice}.WithDefaults()
+	d := overlay.Devices{VXLAN: st.VXLANDevice, VXLANv6: st.VXLANDeviceV6, IPIP: st.IPIPDevice, WireGuard: st.WireGuardDevice}.WithDefaults()
+	if d.WireGuard == "" {
+		d.WireGuard = defaults.DeviceWireGuard
+	}
+	return d
 }
 
 // cidrs renders addresses as host CIDRs (/32, /128) for the record.

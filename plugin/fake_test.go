@@ -372,18 +372,21 @@ func TestHostRouteProtocolFromDaemonStatus(t *testing.T) {
 }
 
 // TestOverlayDevicesFromDaemonStatus: ADD and DEL count the overlay
-// devices daemon.json names as routelet's links (not the node's space),
-// and the default names without daemon.json or with one from a daemon
-// that predates the fields.
+// devices and the WireGuard device daemon.json names as routelet's links
+// (not the node's space), and the default names without daemon.json or
+// with one from a daemon that predates the fields; the WireGuard device as
+// the kernel's (kind wireguard) or the userspace datapath's (kind tun).
 func TestOverlayDevicesFromDaemonStatus(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		status string // daemon.json content; "" for none
-		vxlan  string // the IPv4 VXLAN device routelet owns
+		name      string
+		status    string // daemon.json content; "" for none
+		vxlan     string // the IPv4 VXLAN device routelet owns
+		wireguard string // the WireGuard device routelet owns
 	}{
-		{name: "no daemon.json", vxlan: "vxlan.calico"},
-		{name: "older daemon.json", status: `{"version": 1, "ready": true}`, vxlan: "vxlan.calico"},
-		{name: "configured device", status: `{"version": 1, "ready": true, "vxlanDevice": "vx-custom"}`, vxlan: "vx-custom"},
+		{name: "no daemon.json", vxlan: "vxlan.calico", wireguard: "wireguard.cali"},
+		{name: "older daemon.json", status: `{"version": 1, "ready": true}`, vxlan: "vxlan.calico", wireguard: "wireguard.cali"},
+		{name: "configured device", status: `{"version": 1, "ready": true, "vxlanDevice": "vx-custom"}`, vxlan: "vx-custom", wireguard: "wireguard.cali"},
+		{name: "configured WireGuard device", status: `{"version": 1, "ready": true, "wireguardDevice": "wg-pods"}`, vxlan: "vxlan.calico", wireguard: "wg-pods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, _ := useFake(t)
@@ -407,13 +410,20 @@ func TestOverlayDevicesFromDaemonStatus(t *testing.T) {
 				if f.owned == nil {
 					t.Fatalf("%s read no host", cmd.name)
 				}
-				for _, l := range []nodespace.Link{{Name: tc.vxlan, Type: "vxlan"}, {Name: "vxlan-v6.calico", Type: "vxlan"}, {Name: "tunl0", Type: "ipip"}} {
+				for _, l := range []nodespace.Link{{Name: tc.vxlan, Type: "vxlan"}, {Name: "vxlan-v6.calico", Type: "vxlan"}, {Name: "tunl0", Type: "ipip"},
+					{Name: tc.wireguard, Type: "wireguard"}, {Name: tc.wireguard, Type: "tun"}} {
 					if !f.owned(l) {
 						t.Errorf("%s: %s (%s) is not routelet's", cmd.name, l.Name, l.Type)
 					}
 				}
-				if l := (nodespace.Link{Name: other, Type: "vxlan"}); f.owned(l) {
-					t.Errorf("%s: %s (%s) is routelet's", cmd.name, l.Name, l.Type)
+				otherWG := "wg-pods"
+				if tc.wireguard == otherWG {
+					otherWG = "wireguard.cali"
+				}
+				for _, l := range []nodespace.Link{{Name: other, Type: "vxlan"}, {Name: otherWG, Type: "wireguard"}, {Name: tc.wireguard, Type: "dummy"}} {
+					if f.owned(l) {
+						t.Errorf("%s: %s (%s) is routelet's", cmd.name, l.Name, l.Type)
+					}
 				}
 			}
 		})

@@ -725,18 +725,19 @@ func (a *Agent) writeStatus(reason string) {
 		blocks = append(blocks, b.String())
 	}
 	st := &state.DaemonStatus{
-		Ready:         a.ready.ready && reason == "",
-		Reason:        reason,
-		PodMTU:        a.opts.PodMTU,
-		Blocks:        blocks,
-		RouteProtocol: a.opts.RouteProtocol,
-		VXLANPort:     a.opts.VXLANPort,
-		VXLANDevice:   a.opts.Devices.VXLAN,
-		VXLANDeviceV6: a.opts.Devices.VXLANv6,
-		IPIPDevice:    a.opts.Devices.IPIP,
-		DaemonVersion: a.opts.Version,
-		LastSyncError: a.ready.lastErr,
-		Updated:       a.now().UTC(),
+		Ready:           a.ready.ready && reason == "",
+		Reason:          reason,
+		PodMTU:          a.opts.PodMTU,
+		Blocks:          blocks,
+		RouteProtocol:   a.opts.RouteProtocol,
+		VXLANPort:       a.opts.VXLANPort,
+		VXLANDevice:     a.opts.Devices.VXLAN,
+		VXLANDeviceV6:   a.opts.Devices.VXLANv6,
+		IPIPDevice:      a.opts.Devices.IPIP,
+		WireGuardDevice: a.opts.Devices.WireGuard,
+		DaemonVersion:   a.opts.Version,
+		LastSyncError:   a.ready.lastErr,
+		Updated:         a.now().UTC(),
 	}
 	if err := a.statusW.WriteDaemonStatus(st); err != nil {
 		a.log.Error("cannot write daemon status", "err", err)

@@ -192,7 +192,7 @@ func newFixture(t testing.TB) *fixture {
 		Self:        peers.Record{Name: "node-a", HostIPv4: "192.0.2.10", Blocks: []string{"10.244.1.0/24", "fd00:1::/120"}},
 		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1::/120")},
 		PodMTU:      1450, Version: "test", StaticARP: true, LeakGracePeriod: time.Minute,
-		Devices: overlay.Devices{VXLAN: "vx-custom"}.WithDefaults(),
+		Devices: overlay.Devices{VXLAN: "vx-custom", WireGuard: "wg-pods"}.WithDefaults(),
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ds := datastore.Peers{DS: file.New(s, opts.LocalBlocks, log), V: peers.New(peers.Options{Self: peers.Self{Name: "node-a"}, Logger: log})}
@@ -310,6 +310,9 @@ func TestRunReadinessStatusAndEvents(t *testing.T) {
 	}
 	if ds.VXLANDevice != "vx-custom" || ds.VXLANDeviceV6 != "vxlan-v6.calico" || ds.IPIPDevice != "tunl0" {
 		t.Errorf("daemon.json devices = %q, %q, %q, want the configured VXLAN device and the default IPv6 VXLAN and IPIP names", ds.VXLANDevice, ds.VXLANDeviceV6, ds.IPIPDevice)
+	}
+	if ds.WireGuardDevice != "wg-pods" {
+		t.Errorf("daemon.json wireguardDevice = %q, want wg-pods", ds.WireGuardDevice)
 	}
 	if len(f.rt4.cidrs("cali1")) != 1 {
 		t.Error("ready before the record was served")

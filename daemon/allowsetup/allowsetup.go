@@ -35,7 +35,7 @@ func Rules(cfg *config.Config) firewall.Config {
 		VXLANDevice:     cfg.VXLANDevice,
 		IPIP:            cfg.Encapsulation == config.EncapIPIP,
 		WireGuard:       cfg.Encryption == config.EncryptionWireGuard,
-		WireGuardPort:   cfg.WireGuardPort,
+		WireGuardPort:   cfg.WireGuard.Port,
 		NATOutgoing:     cfg.NATOutgoing,
 		InterfacePrefix: cfg.IfacePrefix,
 	}

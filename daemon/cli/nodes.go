@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,7 +24,8 @@ import (
 const nodesUsage = `usage: routeletd nodes list [--output text|json] [daemon flags]
        routeletd nodes show NAME [--output text|json] [daemon flags]
        routeletd nodes add NAME --host-ipv4 IP [--host-ipv6 IP] --block CIDR... [--vtep-mac MAC] [--vtep-mac-v6 MAC]
-                           [--tunnel-ipv4 IP] [--tunnel-ipv6 IP] [--replace] [daemon flags]
+                           [--tunnel-ipv4 IP] [--tunnel-ipv6 IP] [--wireguard-public-key KEY [--wireguard-listen-port PORT]]
+                           [--replace] [daemon flags]
        routeletd nodes add --from FILE [--replace] [daemon flags]   (a record as another node's nodes/<name>.json; - for stdin)
        routeletd nodes remove NAME [daemon flags]
 
@@ -39,8 +41,11 @@ pod-cidr, config, …) say which node's state directory this is.
 var nodesFlags = map[string]bool{
 	"from": false, "replace": true,
 	"host-ipv4": false, "host-ipv6": false, "block": false, "vtep-mac": false, "vtep-mac-v6": false,
-	"tunnel-ipv4": false, "tunnel-ipv6": false,
+	"tunnel-ipv4": false, "tunnel-ipv6": false, "wireguard-public-key": false, "wireguard-listen-port": false,
 }
+
+// recordFlags are the value flags of nodes add, the record's fields.
+var recordFlags = []string{"host-ipv4", "host-ipv6", "block", "vtep-mac", "vtep-mac-v6", "tunnel-ipv4", "tunnel-ipv6", "wireguard-public-key", "wireguard-listen-port"}
 
 // Nodes lists, shows, adds or removes peer records of the file
 // datastore.
@@ -147,7 +152,7 @@ func checkRecords(store *state.Store, cfg *config.Config, ns []*state.Node, extr
 	for _, n := range ns {
 		if n.Name == cfg.NodeName {
 			own, _ := peers.Parse(peers.FromState(n))
-			self.IPv4, self.IPv6 = own.IPv4, own.IPv6
+			self.IPv4, self.IPv6, self.WireGuardKey = own.IPv4, own.IPv6, own.WireGuard.PublicKey
 			continue
 		}
 		if extra != nil && n.Name == extra.Name {
@@ -187,17 +192,29 @@ func listNodes(w io.Writer, store *state.Store, cfg *config.Config, output strin
 	// Every value is a record's (or a file name's): escaped, so none can
 	// put a control character on the terminal or a tab into the table.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOST IPv4\tHOST IPv6\tBLOCKS\tVTEP MAC\tUPDATED\tSTATE")
+	fmt.Fprintln(tw, "NAME\tHOST IPv4\tHOST IPv6\tBLOCKS\tVTEP MAC\tWIREGUARD\tUPDATED\tSTATE")
 	for _, r := range rows {
 		n := r.Record
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", esc(n.Name), esc(orDash(n.HostIPv4)), esc(orDash(n.HostIPv6)), esc(orDash(strings.Join(n.Blocks, ","))),
-			esc(orDash(n.VTEPMAC)), n.Updated.UTC().Format(time.RFC3339), rowState(r))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", esc(n.Name), esc(orDash(n.HostIPv4)), esc(orDash(n.HostIPv6)), esc(orDash(strings.Join(n.Blocks, ","))),
+			esc(orDash(n.VTEPMAC)), esc(wireguardColumn(n)), n.Updated.UTC().Format(time.RFC3339), rowState(r))
 	}
 	tw.Flush()
 	for _, e := range bad {
 		fmt.Fprintf(w, "unreadable: %s\n", esc(e.Error()))
 	}
 	return nil
+}
+
+// wireguardColumn is a record's WIREGUARD column: its public key and, when
+// not the default, :port; "-" without a key.
+func wireguardColumn(n *state.Node) string {
+	switch {
+	case n.WireGuardPublicKey == "" && n.WireGuardPort == 0:
+		return "-"
+	case n.WireGuardPort == 0:
+		return n.WireGuardPublicKey
+	}
+	return fmt.Sprintf("%s:%d", orDash(n.WireGuardPublicKey), n.WireGuardPort)
 }
 
 // rowState is a record's STATE column.
@@ -309,7 +326,7 @@ func addNode(store *state.Store, cfg *config.Config, name string, got map[string
 // recordFromArgs builds the record from --from or from the value flags.
 func recordFromArgs(name string, got map[string][]string) (*state.Node, error) {
 	if from := lastValue(got, "from", ""); from != "" {
-		for _, f := range []string{"host-ipv4", "host-ipv6", "block", "vtep-mac", "vtep-mac-v6", "tunnel-ipv4", "tunnel-ipv6"} {
+		for _, f := range recordFlags {
 			if len(got[f]) > 0 {
 				return nil, usageError{fmt.Sprintf("--from and --%s: the record comes from one of them", f)}
 			}
@@ -345,7 +362,18 @@ func recordFromArgs(name string, got map[string][]string) (*state.Node, error) {
 	}
 	n := &state.Node{Name: name, HostIPv4: lastValue(got, "host-ipv4", ""), HostIPv6: lastValue(got, "host-ipv6", ""),
 		VTEPMAC: lastValue(got, "vtep-mac", ""), VTEPMACv6: lastValue(got, "vtep-mac-v6", ""),
-		TunnelIPv4: lastValue(got, "tunnel-ipv4", ""), TunnelIPv6: lastValue(got, "tunnel-ipv6", ""), Blocks: []string{}}
+		TunnelIPv4: lastValue(got, "tunnel-ipv4", ""), TunnelIPv6: lastValue(got, "tunnel-ipv6", ""), Blocks: []string{},
+		WireGuardPublicKey: lastValue(got, "wireguard-public-key", "")}
+	if port := lastValue(got, "wireguard-listen-port", ""); port != "" {
+		if n.WireGuardPublicKey == "" {
+			return nil, usageError{"--wireguard-listen-port without --wireguard-public-key: a port is only used with a key"}
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p > 65535 {
+			return nil, usageError{fmt.Sprintf("--wireguard-listen-port %q is not a port (1-65535)", port)}
+		}
+		n.WireGuardPort = p
+	}
 	for _, v := range got["block"] {
 		for _, b := range strings.Split(v, ",") {
 			if b = strings.TrimSpace(b); b != "" {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/routelet/routelet/daemon/periods"
 	"github.com/routelet/routelet/internal/readlimit"
-	routedefaults "github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/podnet"
@@ -32,12 +31,6 @@ const (
 	EncapVXLAN = "vxlan"
 	EncapIPIP  = "ipip"
 	EncapNone  = "none"
-)
-
-// Encryption modes.
-const (
-	EncryptionNone      = "none"
-	EncryptionWireGuard = "wireguard"
 )
 
 // iptables backends.
@@ -67,8 +60,6 @@ type Config struct {
 	VXLANVNI      int    // vxlan-vni
 	VXLANPort     int    // vxlan-port
 	VXLANDevice   string // vxlan-device
-	Encryption    string // encryption: none | wireguard
-	WireGuardPort int    // wireguard-port: WireGuard UDP listen port
 	MTU           int    // mtu: pod MTU, 0 = host interface MTU minus encapsulation overhead
 	NATOutgoing   bool   // nat-outgoing
 	// NATOutgoingPools are the pod CIDRs NAT outgoing masquerades
@@ -96,6 +87,11 @@ type Config struct {
 	// GoRuntime is the Go runtime's GC percent and memory limit (the go-*
 	// keys, config_goruntime.go).
 	GoRuntime GoRuntime
+
+	// Encryption is encryption: none | wireguard (config_wireguard.go);
+	// WireGuard the wireguard-* keys.
+	Encryption string
+	WireGuard  WireGuard
 
 	HealthAddr string // health-addr: serves /healthz, /readyz, /metrics; "" disables
 	LogLevel   string // log-level: debug | info | warn | error
@@ -232,12 +228,6 @@ func keys() []key {
 			c.VXLANDevice = v[0]
 			return nil
 		}},
-		{name: "encryption", help: "encryption of pod traffic between nodes: none | wireguard", def: []string{EncryptionNone}, set: func(c *Config, v []string) error {
-			return oneOf(&c.Encryption, v[0], EncryptionNone, EncryptionWireGuard)
-		}},
-		{name: "wireguard-port", help: "WireGuard UDP listen port", def: []string{strconv.Itoa(routedefaults.WireGuardPort)}, set: func(c *Config, v []string) error {
-			return parseInt(&c.WireGuardPort, v[0], 1, 65535)
-		}},
 		{name: "mtu", help: "pod MTU; 0 = host interface MTU minus encapsulation overhead", def: []string{"0"}, set: func(c *Config, v []string) error {
 			if err := parseInt(&c.MTU, v[0], 0, 65535); err != nil {
 				return err
@@ -325,6 +315,7 @@ func keys() []key {
 	ks = append(ks, etcdKeys()...)
 	ks = append(ks, kubernetesKeys()...)
 	ks = append(ks, goRuntimeKeys()...)
+	ks = append(ks, wireguardKeys()...)
 	return ks
 }
 
@@ -480,6 +471,9 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		if err := c.CheckEtcd(); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.checkWireGuard(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

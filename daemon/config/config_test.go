@@ -43,12 +43,12 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		NodeName: "n1", StateDir: "/run/routelet", Datastore: "file", Encapsulation: "vxlan",
 		VXLANVNI: 4096, VXLANPort: 4789, VXLANDevice: "vxlan.calico", RouteProtocol: 80,
-		Encryption: "none", WireGuardPort: 51820,
 		IfacePrefix: "cali", ResyncPeriod: 90 * time.Second, DeviceCheckPeriod: 10 * time.Second,
 		GracePeriod: 10 * time.Second, LeakGracePeriod: 15 * time.Minute,
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
 		CNIConfName: DefaultCNIConfName,
 		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second, Etcd: Etcd{Prefix: "/routelet"}, GoRuntime: GoRuntime{GCPercent: 40},
+		Encryption: "none", WireGuard: WireGuard{Port: 51820, Device: "wireguard.cali", Implementation: "auto"},
 	}
 	got := *c
 	got.sources = nil
@@ -144,7 +144,7 @@ func TestEveryKey(t *testing.T) {
 		{"vxlan-vni", "42", func(c *Config) bool { return c.VXLANVNI == 42 }, "16777216"},
 		{"vxlan-port", "8472", func(c *Config) bool { return c.VXLANPort == 8472 }, "0"},
 		{"encryption", "wireguard", func(c *Config) bool { return c.Encryption == "wireguard" }, "ipsec"},
-		{"wireguard-port", "51821", func(c *Config) bool { return c.WireGuardPort == 51821 }, "65536"},
+		{"wireguard-port", "51821", func(c *Config) bool { return c.WireGuard.Port == 51821 }, "65536"},
 		{"vxlan-device", "vxlan.rl", func(c *Config) bool { return c.VXLANDevice == "vxlan.rl" }, "this-name-is-too-long"},
 		{"mtu", "1400", func(c *Config) bool { return c.MTU == 1400 }, "100"},
 		{"nat-outgoing", "0", func(c *Config) bool { return !c.NATOutgoing }, "yes please"},
@@ -173,6 +173,7 @@ func TestEveryKey(t *testing.T) {
 	}
 	cases = append(cases, etcdKeyCases...)
 	cases = append(cases, goRuntimeKeyCases...)
+	cases = append(cases, wireguardKeyCases...)
 	covered := map[string]bool{}
 	for _, tc := range cases {
 		covered[tc.key] = true

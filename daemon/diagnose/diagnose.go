@@ -308,7 +308,7 @@ func (w *world) loadPeers(st State, daemon *statusapi.State) error {
 		w.notes = append(w.notes, fmt.Sprintf("peer claim ledger unreadable (values count as first seen together): %v", err))
 	}
 	w.res = peers.Resolve(peers.Input{
-		Self: peers.Self{Name: w.cfg.NodeName, IPv4: w.self.IPv4, IPv6: w.self.IPv6, Blocks: w.local},
+		Self: peers.Self{Name: w.cfg.NodeName, IPv4: w.self.IPv4, IPv6: w.self.IPv6, Blocks: w.local, WireGuardKey: w.self.WireGuard.PublicKey},
 		Host: w.host, Records: others, Seen: seen, Now: w.cfg.Now, Retain: peers.DefaultRetain,
 	})
 	return nil

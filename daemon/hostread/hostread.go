@@ -25,7 +25,8 @@ import (
 
 // NewPeerValidator builds the check every peer record passes before the
 // overlay and the allowlists see it: against self (this node's published
-// record: host IPs, VTEP MACs, tunnel addresses, blocks) and the node's
+// record: host IPs, VTEP MACs, tunnel addresses, WireGuard public key,
+// blocks; a rotated key is set with the Validator's SetWireGuardKey) and the node's
 // own address space, read from the kernel (host.Read) at the first check
 // and again after Watch heard of a change (and at every full resync).
 // routelet's own links (pod veths, overlay devices) and routes of its
@@ -34,7 +35,7 @@ import (
 func NewPeerValidator(cfg *config.Config, self peers.Record, blocks []netip.Prefix, host *Reader, metrics *health.Metrics, log *slog.Logger) (*peers.Validator, error) {
 	own, _ := peers.Parse(self)
 	v := peers.New(peers.Options{
-		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: blocks},
+		Self:     peers.Self{Name: cfg.NodeName, IPv4: own.IPv4, IPv6: own.IPv6, Blocks: blocks, WireGuardKey: own.WireGuard.PublicKey},
 		ReadHost: host.Read,
 		StateDir: cfg.StateDir,
 		Logger:   log,
@@ -80,9 +81,14 @@ func OwnLink(cfg *config.Config) func(nodespace.Link) bool {
 }
 
 // OverlayDevices are the overlay device names cfg gives (only the IPv4
-// VXLAN device's is configurable), as daemon.json publishes them.
+// VXLAN device's is configurable), and the WireGuard device's when
+// encryption is on, as daemon.json publishes them.
 func OverlayDevices(cfg *config.Config) overlay.Devices {
-	return overlay.Devices{VXLAN: cfg.VXLANDevice}.WithDefaults()
+	d := overlay.Devices{VXLAN: cfg.VXLANDevice}.WithDefaults()
+	if cfg.Encrypted() {
+		d.WireGuard = cfg.WireGuard.Device
+	}
+	return d
 }
 
 // Reader reads the node's own address space for the peer validator

@@ -36,6 +36,7 @@ var SettingKeys = map[string]bool{
 	"mtu": false, "nat-outgoing": true, "nat-outgoing-pool": false, "external-node-cidr": false,
 	"iptables-backend": false, "route-protocol": false, "interface-prefix": false,
 	"etcd-endpoints": false, "etcd-ca-file": false, "etcd-cert-file": false, "etcd-key-file": false, "etcd-prefix": false,
+	"encryption": false, "wireguard-port": false, "wireguard-device": false, "wireguard-implementation": false,
 }
 
 // Settings renders cfg's values of SettingKeys, one string per value of a
@@ -61,6 +62,8 @@ func Settings(cfg *config.Config) map[string][]string {
 		"route-protocol": one(strconv.Itoa(cfg.RouteProtocol)), "interface-prefix": one(cfg.IfacePrefix),
 		"etcd-endpoints": append([]string{}, cfg.Etcd.Endpoints...), "etcd-ca-file": one(cfg.Etcd.CAFile),
 		"etcd-cert-file": one(cfg.Etcd.CertFile), "etcd-key-file": one(cfg.Etcd.KeyFile), "etcd-prefix": one(cfg.Etcd.Prefix),
+		"encryption": one(cfg.Encryption), "wireguard-port": one(strconv.Itoa(cfg.WireGuard.Port)),
+		"wireguard-device": one(cfg.WireGuard.Device), "wireguard-implementation": one(cfg.WireGuard.Implementation),
 	}
 }
 

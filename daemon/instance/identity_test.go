@@ -34,6 +34,7 @@ func TestIdentityRoundTrip(t *testing.T) {
 			"--iptables-backend=legacy", "--route-protocol=81", "--interface-prefix=rlt", "--log-level=debug"},
 		{"--node-name=node-e", "--datastore=etcd", "--etcd-endpoints=https://etcd-1:2379", "--etcd-endpoints=https://etcd-2:2379",
 			"--etcd-ca-file=/etc/etcd/ca.pem", "--etcd-cert-file=/etc/etcd/c.pem", "--etcd-key-file=/etc/etcd/k.pem", "--etcd-prefix=/rl"},
+		{"--node-name=node-w", "--encryption=wireguard", "--wireguard-port=51900", "--wireguard-device=wg-pods", "--wireguard-implementation=userspace"},
 	} {
 		cfg := load(t, args...)
 		data, err := json.Marshal(Describe(cfg, "v1.2.3"))

@@ -261,9 +261,11 @@ func firstGlobal(nl Netlink, l netlink.Link, fam int) (netip.Addr, error) {
 
 // PodMTU returns configured when non-zero, else overlay.PodMTU of the
 // identity's interface MTU (1500 assumed when the interface is unknown) for
-// encap over the identity's underlay family. It returns 0 when that would be
-// below the minimum MTU: the overlay refuses such an underlay and says why.
-func PodMTU(configured int, id Identity, encap string) int {
+// encap over the identity's underlay family; with encrypted (encryption
+// wireguard) overlay.WireGuardPodMTU instead, whatever encap. It returns 0
+// when that would be below the minimum MTU: the overlay (or the WireGuard
+// device) refuses such an underlay and says why.
+func PodMTU(configured int, id Identity, encap string, encrypted bool) int {
 	if configured != 0 {
 		return configured
 	}
@@ -271,11 +273,18 @@ func PodMTU(configured int, id Identity, encap string) int {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	mode, err := overlay.ParseMode(encap, false)
-	if err != nil {
-		mode = overlay.ModeNone
+	underlayV6 := !id.IPv4.IsValid() && id.IPv6.IsValid()
+	var pod int
+	var err error
+	if encrypted {
+		pod, err = overlay.WireGuardPodMTU(0, mtu, underlayV6)
+	} else {
+		mode, perr := overlay.ParseMode(encap, false)
+		if perr != nil {
+			mode = overlay.ModeNone
+		}
+		pod, err = overlay.PodMTU(0, mtu, mode, underlayV6)
 	}
-	pod, err := overlay.PodMTU(0, mtu, mode, !id.IPv4.IsValid() && id.IPv6.IsValid())
 	if err != nil {
 		return 0
 	}

@@ -138,17 +138,23 @@ func TestDetectFake(t *testing.T) {
 func TestPodMTU(t *testing.T) {
 	v4 := Identity{IPv4: netip.MustParseAddr("10.0.0.1"), MTU: 1500}
 	v6 := Identity{IPv6: netip.MustParseAddr("2001:db8::1"), MTU: 1500}
+	dual := Identity{IPv4: netip.MustParseAddr("10.0.0.1"), IPv6: netip.MustParseAddr("2001:db8::1"), MTU: 9000}
 	for _, tc := range []struct {
-		cfg   int
-		id    Identity
-		encap string
-		want  int
+		cfg       int
+		id        Identity
+		encap     string
+		encrypted bool
+		want      int
 	}{
-		{0, v4, "vxlan", 1450}, {0, v6, "vxlan", 1430}, {0, v4, "ipip", 1480},
-		{0, v4, "none", 1500}, {1400, v4, "vxlan", 1400}, {0, Identity{}, "none", 1500},
+		{0, v4, "vxlan", false, 1450}, {0, v6, "vxlan", false, 1430}, {0, v4, "ipip", false, 1480},
+		{0, v4, "none", false, 1500}, {1400, v4, "vxlan", false, 1400}, {0, Identity{}, "none", false, 1500},
+		// WireGuard's overhead replaces the overlay's, in every mode.
+		{0, v4, "vxlan", true, 1440}, {0, v4, "none", true, 1440}, {0, v4, "ipip", true, 1440},
+		{0, v6, "vxlan", true, 1420}, {0, dual, "vxlan", true, 8940}, {0, Identity{}, "none", true, 1440},
+		{1400, v4, "vxlan", true, 1400},
 	} {
-		if got := PodMTU(tc.cfg, tc.id, tc.encap); got != tc.want {
-			t.Errorf("PodMTU(%d, %+v, %s) = %d, want %d", tc.cfg, tc.id, tc.encap, got, tc.want)
+		if got := PodMTU(tc.cfg, tc.id, tc.encap, tc.encrypted); got != tc.want {
+			t.Errorf("PodMTU(%d, %+v, %s, encrypted %v) = %d, want %d", tc.cfg, tc.id, tc.encap, tc.encrypted, got, tc.want)
 		}
 	}
 }

@@ -10,6 +10,23 @@ const (
 	OverheadIPIP    = 20
 )
 
+// WireGuard's overhead in bytes, which replaces the overlay's for pod
+// traffic when encryption is on: outer IP header (20 or 40) + UDP (8) +
+// WireGuard's data header (16) and authentication tag (16).
+const (
+	OverheadWireGuardv4 = 60
+	OverheadWireGuardv6 = 80
+)
+
+// WireGuardOverhead returns WireGuard's overhead on an IPv4 (underlayV6
+// false) or IPv6 underlay.
+func WireGuardOverhead(underlayV6 bool) int {
+	if underlayV6 {
+		return OverheadWireGuardv6
+	}
+	return OverheadWireGuardv4
+}
+
 // Overhead returns the bytes the mode's encapsulation adds to a packet on an
 // IPv4 (underlayV6 false) or IPv6 underlay. Cross-subnet modes count the
 // encapsulated case, since some peers are still reached through the tunnel.
@@ -31,17 +48,29 @@ func Overhead(mode Mode, underlayV6 bool) int {
 // names the values when the result would be below the IPv4 minimum of 68 (or
 // 1280 for an IPv6 underlay, whose VXLAN device carries IPv6 pods).
 func PodMTU(configured, parentMTU int, mode Mode, underlayV6 bool) (int, error) {
+	return podMTU(configured, parentMTU, Overhead(mode, underlayV6), string(mode), underlayV6)
+}
+
+// WireGuardPodMTU is PodMTU with encryption on: the MTU for pod
+// interfaces and the WireGuard device, configured when positive, else the
+// parent's MTU minus WireGuard's overhead (WireGuardOverhead), whatever
+// the encapsulation (WireGuard carries all pod traffic between nodes).
+func WireGuardPodMTU(configured, parentMTU int, underlayV6 bool) (int, error) {
+	return podMTU(configured, parentMTU, WireGuardOverhead(underlayV6), "WireGuard", underlayV6)
+}
+
+func podMTU(configured, parentMTU, overhead int, what string, underlayV6 bool) (int, error) {
 	if configured > 0 {
 		return configured, nil
 	}
-	mtu := parentMTU - Overhead(mode, underlayV6)
+	mtu := parentMTU - overhead
 	floor := 68
 	if underlayV6 {
 		floor = 1280
 	}
 	if mtu < floor {
 		return 0, fmt.Errorf("mtu: parent MTU %d minus %s overhead %d is %d, below the minimum %d",
-			parentMTU, mode, Overhead(mode, underlayV6), mtu, floor)
+			parentMTU, what, overhead, mtu, floor)
 	}
 	return mtu, nil
 }

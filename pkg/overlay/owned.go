@@ -5,11 +5,13 @@ import "github.com/routelet/routelet/pkg/nodespace"
 // Devices names a node's overlay devices; an empty name means the default
 // (DeviceVXLAN, DeviceVXLANv6, DeviceIPIP). The daemon takes them from its
 // configuration and publishes them in daemon.json, where the CNI plugin
-// reads them.
+// reads them. WireGuard is the WireGuard device (encryption on), which
+// has no default here: "" is none.
 type Devices struct {
-	VXLAN   string
-	VXLANv6 string
-	IPIP    string
+	VXLAN     string
+	VXLANv6   string
+	IPIP      string
+	WireGuard string
 }
 
 // WithDefaults returns d with every empty name set to its default.
@@ -26,9 +28,13 @@ func (d Devices) WithDefaults() Devices {
 	return d
 }
 
-// Names lists the device names, defaults filled in.
+// Names lists the device names, defaults filled in (the WireGuard device
+// when there is one).
 func (d Devices) Names() []string {
 	d = d.WithDefaults()
+	if d.WireGuard != "" {
+		return []string{d.VXLAN, d.VXLANv6, d.IPIP, d.WireGuard}
+	}
 	return []string{d.VXLAN, d.VXLANv6, d.IPIP}
 }
 
@@ -36,7 +42,9 @@ func (d Devices) Names() []string {
 // that its addresses and routes are routelet's and not the node's own: a
 // pod veth (a name with prefix and type veth, nodespace.Owned) or one of the
 // overlay devices devs names, by name and kind (a link of another kind
-// under such a name is someone else's).
+// under such a name is someone else's): "vxlan", "ipip", and for the
+// WireGuard device "wireguard" (the kernel's) or "tun" (the userspace
+// datapath's).
 func OwnedLinks(prefix string, devs Devices) func(nodespace.Link) bool {
 	devs = devs.WithDefaults()
 	return func(l nodespace.Link) bool {
@@ -47,6 +55,8 @@ func OwnedLinks(prefix string, devs Devices) func(nodespace.Link) bool {
 			return l.Type == "vxlan"
 		case l.Name == devs.IPIP:
 			return l.Type == "ipip"
+		case devs.WireGuard != "" && l.Name == devs.WireGuard:
+			return l.Type == "wireguard" || l.Type == "tun"
 		}
 		return false
 	}

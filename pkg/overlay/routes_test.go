@@ -220,6 +220,30 @@ func TestPodMTU(t *testing.T) {
 	}
 }
 
+// TestWireGuardPodMTU: with encryption on the pod MTU is the parent's
+// minus 60 over IPv4 and 80 over an IPv6-only underlay, a configured MTU
+// wins, and a parent too small for the minimum is an error naming it.
+func TestWireGuardPodMTU(t *testing.T) {
+	for _, tc := range []struct {
+		configured, parent int
+		v6                 bool
+		want               int
+	}{
+		{0, 1500, false, 1440},
+		{0, 1500, true, 1420},
+		{0, 9001, false, 8941},
+		{1380, 1500, false, 1380},
+	} {
+		got, err := overlay.WireGuardPodMTU(tc.configured, tc.parent, tc.v6)
+		if err != nil || got != tc.want {
+			t.Errorf("WireGuardPodMTU(%d, %d, v6=%v) = %d, %v; want %d", tc.configured, tc.parent, tc.v6, got, err, tc.want)
+		}
+	}
+	if _, err := overlay.WireGuardPodMTU(0, 1350, true); err == nil || !strings.Contains(err.Error(), "1350") || !strings.Contains(err.Error(), "WireGuard") {
+		t.Errorf("WireGuardPodMTU below the IPv6 minimum: %v, want an error naming 1350 and WireGuard", err)
+	}
+}
+
 func TestVTEPMACAndTunnelAddress(t *testing.T) {
 	a, b := overlay.VTEPMAC("node-a", 4), overlay.VTEPMAC("node-b", 4)
 	if a.String() == b.String() {

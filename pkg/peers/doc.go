@@ -11,14 +11,16 @@
 //     right family and not special (loopback, link-local, multicast,
 //     unspecified), each VTEP MAC a 6-byte unicast MAC, each block a masked
 //     prefix that can be a pod block at all (nodespace.CheckBlock: never /0,
-//     loopback, link-local, multicast).
+//     loopback, link-local, multicast), the WireGuard public key 32 bytes
+//     of base64 and not all zero, the WireGuard port 1–65535 (absent: the
+//     default 51820; refused: the node gets no WireGuard).
 //   - Resolve checks the records against this node and against each other.
-//     A record carrying one of our host IPs, our VTEP MAC or our tunnel
-//     address is refused whole. A block overlapping the node's own
+//     A record carrying one of our host IPs, our VTEP MAC, our tunnel
+//     address or our WireGuard public key is refused whole. A block overlapping the node's own
 //     addresses or connected subnets (nodespace.Host), our own blocks, or
 //     any peer's host IP is refused. Conflicts between peers (two claims of
-//     overlapping blocks, a block covering a host IP, one host IP, VTEP MAC
-//     or tunnel address claimed twice) are decided for the established
+//     overlapping blocks, a block covering a host IP, one host IP, VTEP
+//     MAC, tunnel address or WireGuard key claimed twice) are decided for the established
 //     claim: the value this daemon saw first keeps it, the newcomer's value
 //     is refused.
 //

@@ -179,7 +179,7 @@ func (e *resolver) pass(self Self, host nodespace.Host, records []Record, seen m
 		st := &vrec{rec: *r, gen: e.gen}
 		st.rec.Blocks = slices.Clone(r.Blocks)
 		var n NodeInfo
-		n, st.parsed = Parse(*r)
+		n, st.parsed = parse(*r)
 		if st.name = n.Name; st.name != "" {
 			st.items = claims(n, &st.rec.Updated)
 			st.whole = wholeRecord(self, host, n)

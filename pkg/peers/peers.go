@@ -5,8 +5,12 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -23,6 +27,9 @@ const (
 	FieldTunnelIPv4 = "tunnelIPv4"
 	FieldTunnelIPv6 = "tunnelIPv6"
 	FieldBlock      = "block"
+
+	FieldWireGuardPublicKey = "wireguardPublicKey"
+	FieldWireGuardPort      = "wireguardPort"
 )
 
 // Record is a node record as a datastore delivers it, before validation:
@@ -33,6 +40,9 @@ type Record struct {
 	Blocks                 []string
 	VTEPMAC, VTEPMACv6     string
 	TunnelIPv4, TunnelIPv6 string
+	// WireGuardPublicKey is the node's WireGuard public key (base64);
+	// WireGuardPort its listen port in decimal, "" for the default.
+	WireGuardPublicKey, WireGuardPort string
 	// Updated is the record's own time stamp. It only orders values that
 	// are first seen in the same pass; it never overrides what this
 	// daemon saw first.
@@ -53,7 +63,21 @@ type NodeInfo struct {
 	Name       string
 	IPv4, IPv6 Endpoint
 	Blocks     []netip.Prefix
+	WireGuard  WireGuardPeer
 }
+
+// WireGuardPeer is what the WireGuard manager needs of a node besides its
+// host IPs (the endpoint is the host IPv4 at Port, else the host IPv6). A
+// zero PublicKey means none: the record carried no key, or its key or
+// port was refused. Port is set whenever PublicKey is (the record's
+// absent port is the default, defaults.WireGuardPort).
+type WireGuardPeer struct {
+	PublicKey wgtypes.Key
+	Port      uint16
+}
+
+// Valid reports whether w is a peer WireGuard can configure.
+func (w WireGuardPeer) Valid() bool { return w.PublicKey != (wgtypes.Key{}) && w.Port != 0 }
 
 // Endpoint returns the endpoint of family v (4 or 6).
 func (n NodeInfo) Endpoint(v int) Endpoint {
@@ -107,29 +131,51 @@ func (r Refusal) Error() string {
 func (r Record) Equal(o Record) bool {
 	return r.Name == o.Name && r.HostIPv4 == o.HostIPv4 && r.HostIPv6 == o.HostIPv6 && slices.Equal(r.Blocks, o.Blocks) &&
 		r.VTEPMAC == o.VTEPMAC && r.VTEPMACv6 == o.VTEPMACv6 && r.TunnelIPv4 == o.TunnelIPv4 && r.TunnelIPv6 == o.TunnelIPv6 &&
-		r.Updated.Equal(o.Updated)
+		r.WireGuardPublicKey == o.WireGuardPublicKey && r.WireGuardPort == o.WireGuardPort && r.Updated.Equal(o.Updated)
 }
 
-// FromState converts a file-datastore record.
+// FromState converts a file-datastore record (a port of 0, the JSON
+// field absent, is "": the default).
 func FromState(n *state.Node) Record {
-	return Record{
+	r := Record{
 		Name: n.Name, HostIPv4: n.HostIPv4, HostIPv6: n.HostIPv6, Blocks: slices.Clone(n.Blocks),
 		VTEPMAC: n.VTEPMAC, VTEPMACv6: n.VTEPMACv6, TunnelIPv4: n.TunnelIPv4, TunnelIPv6: n.TunnelIPv6,
-		Updated: n.Updated,
+		WireGuardPublicKey: n.WireGuardPublicKey, Updated: n.Updated,
 	}
+	if n.WireGuardPort != 0 {
+		r.WireGuardPort = strconv.Itoa(n.WireGuardPort)
+	}
+	return r
 }
 
 // ToState is the record as the file datastore (and etcd) store it; its
-// time stamp is left for the writer to set.
+// time stamp is left for the writer to set. It is for this node's own
+// record, whose port is "" or a number: anything else is stored as 0 (the
+// default).
 func ToState(r Record) state.Node {
+	port, _ := strconv.Atoi(r.WireGuardPort)
 	return state.Node{Name: r.Name, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, Blocks: slices.Clone(r.Blocks),
-		VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6}
+		VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6,
+		WireGuardPublicKey: r.WireGuardPublicKey, WireGuardPort: port}
 }
 
 // Parse checks one record on its own (see the package doc) and returns the
 // values that passed. An unusable name refuses the whole record; any other
-// bad value is dropped and reported.
+// bad value is dropped and reported. A refused WireGuard port leaves the
+// node without WireGuard (a zero WireGuard), though its key is valid.
 func Parse(r Record) (NodeInfo, []Refusal) {
+	n, refused := parse(r)
+	if n.WireGuard.Port == 0 {
+		n.WireGuard = WireGuardPeer{}
+	}
+	return n, refused
+}
+
+// parse is Parse, but keeps a valid key whose port was refused (Port 0):
+// Resolve still checks that key against this node's and the other peers'
+// (a record carrying our key is refused whole, whatever its port), then
+// leaves it out.
+func parse(r Record) (NodeInfo, []Refusal) {
 	n := NodeInfo{Name: r.Name}
 	if err := state.ValidateNodeName(r.Name); err != nil {
 		return NodeInfo{}, []Refusal{{Node: r.Name, Field: FieldRecord, Value: r.Name, Reason: err.Error()}}
@@ -178,7 +224,49 @@ func Parse(r Record) (NodeInfo, []Refusal) {
 		n.Blocks = append(n.Blocks, p)
 	}
 	sortPrefixes(n.Blocks)
+	if r.WireGuardPublicKey != "" {
+		k, err := ParseWireGuardKey(r.WireGuardPublicKey)
+		if err != nil {
+			refuse(FieldWireGuardPublicKey, r.WireGuardPublicKey, err.Error())
+		} else {
+			n.WireGuard.PublicKey = k
+			n.WireGuard.Port = defaults.WireGuardPort
+			if r.WireGuardPort != "" {
+				p, err := parseWireGuardPort(r.WireGuardPort)
+				if err != nil {
+					refuse(FieldWireGuardPort, r.WireGuardPort, err.Error())
+				}
+				n.WireGuard.Port = p
+			}
+		}
+	} else if r.WireGuardPort != "" {
+		if _, err := parseWireGuardPort(r.WireGuardPort); err != nil {
+			refuse(FieldWireGuardPort, r.WireGuardPort, err.Error())
+		}
+	}
 	return n, refused
+}
+
+// ParseWireGuardKey parses a WireGuard public key in base64, refusing the
+// all-zero key (no node can have it). The error does not repeat the value.
+func ParseWireGuardKey(s string) (wgtypes.Key, error) {
+	k, err := wgtypes.ParseKey(s)
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("not a WireGuard key (32 bytes in base64)")
+	}
+	if k == (wgtypes.Key{}) {
+		return wgtypes.Key{}, fmt.Errorf("the all-zero key is not a WireGuard key")
+	}
+	return k, nil
+}
+
+// parseWireGuardPort parses a listen port: decimal, 1–65535; 0 on error.
+func parseWireGuardPort(s string) (uint16, error) {
+	p, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || p == 0 {
+		return 0, fmt.Errorf("not a port (1-65535)")
+	}
+	return uint16(p), nil
 }
 
 // parseAddr parses an address of family v that can be a node's host or

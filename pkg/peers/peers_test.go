@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
 	"github.com/routelet/routelet/internal/netiptest"
 	"github.com/routelet/routelet/pkg/nodespace"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // pfx parses CIDRs.
@@ -33,10 +36,20 @@ func mac(s string) net.HardwareAddr {
 // self is node a: 10.0.1.10 on 10.0.1.0/24 (and fd00:1::10/64), blocks
 // 10.244.1.0/24 and fd00:244:1::/120.
 var self = Self{
-	Name:   "a",
-	IPv4:   Endpoint{HostIP: netip.MustParseAddr("10.0.1.10"), VTEPMAC: mac("02:aa:00:00:00:04"), TunnelAddr: netip.MustParseAddr("10.244.1.0")},
-	IPv6:   Endpoint{HostIP: netip.MustParseAddr("fd00:1::10"), VTEPMAC: mac("02:aa:00:00:00:06"), TunnelAddr: netip.MustParseAddr("fd00:244:1::")},
-	Blocks: pfx("10.244.1.0/24", "fd00:244:1::/120"),
+	Name:         "a",
+	IPv4:         Endpoint{HostIP: netip.MustParseAddr("10.0.1.10"), VTEPMAC: mac("02:aa:00:00:00:04"), TunnelAddr: netip.MustParseAddr("10.244.1.0")},
+	IPv6:         Endpoint{HostIP: netip.MustParseAddr("fd00:1::10"), VTEPMAC: mac("02:aa:00:00:00:06"), TunnelAddr: netip.MustParseAddr("fd00:244:1::")},
+	Blocks:       pfx("10.244.1.0/24", "fd00:244:1::/120"),
+	WireGuardKey: wgKey(0xaa),
+}
+
+// wgKey is a WireGuard key of 32 bytes b (any non-zero 32 bytes is one).
+func wgKey(b byte) wgtypes.Key {
+	var k wgtypes.Key
+	for i := range k {
+		k[i] = b
+	}
+	return k
 }
 
 var host = nodespace.Host{
@@ -538,9 +551,12 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
 	record := func(name string) Record {
 		r := Record{Name: name, HostIPv4: pick("", "10.0.3.1", "10.0.3.2", "10.9.0.5", "10.244.50.7", "10.0.1.10", "10.0.1.99"),
-			HostIPv6:   pick("", "", "fd00:3::1", "fd00:3::2"),
-			VTEPMAC:    pick("", "02:00:00:00:00:01", "02:00:00:00:00:02", "02:aa:00:00:00:04", "bogus"),
-			TunnelIPv4: pick("", "10.244.50.0", "10.244.51.0"), Updated: t0.Add(time.Duration(rng.IntN(3)) * time.Hour)}
+			HostIPv6:           pick("", "", "fd00:3::1", "fd00:3::2"),
+			VTEPMAC:            pick("", "02:00:00:00:00:01", "02:00:00:00:00:02", "02:aa:00:00:00:04", "bogus"),
+			TunnelIPv4:         pick("", "10.244.50.0", "10.244.51.0"),
+			WireGuardPublicKey: pick("", "", wgKey(1).String(), wgKey(2).String(), self.WireGuardKey.String(), "bogus"),
+			WireGuardPort:      pick("", "", "51821", "0"),
+			Updated:            t0.Add(time.Duration(rng.IntN(3)) * time.Hour)}
 		for range rng.IntN(3) {
 			r.Blocks = append(r.Blocks, pick("10.244.50.0/24", "10.244.50.0/25", "10.244.50.128/26", "10.244.51.0/24", "10.244.0.0/16",
 				"10.9.0.0/24", "10.244.1.0/26", "fd00:3::/120", "fd00:3::/64", "10.244.52.0/24", "0.0.0.0/0", "172.31.1.0/24"))
@@ -702,7 +718,7 @@ func nodeEqual(x, y NodeInfo) bool {
 	ep := func(a, b Endpoint) bool {
 		return a.HostIP == b.HostIP && a.TunnelAddr == b.TunnelAddr && bytes.Equal(a.VTEPMAC, b.VTEPMAC)
 	}
-	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks)
+	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks) && x.WireGuard == y.WireGuard
 }
 
 // BenchmarkResolve1000: 1,000 established dual-stack peers re-validated,
@@ -767,5 +783,155 @@ func BenchmarkValidateChange1000(b *testing.B) {
 			b.Fatalf("%d peers", len(ps))
 		}
 		v.Flush()
+	}
+}
+
+// TestResolveWireGuard: a peer's WireGuard key and port as the WireGuard
+// manager gets them, or why they are refused: a malformed or all-zero key
+// is refused alone, a key claimed by two peers stays with the established
+// one, our own key refuses the record whole, an absent port is the
+// default and a bad one leaves the peer without WireGuard.
+func TestResolveWireGuard(t *testing.T) {
+	bKey := wgKey(0xbb)
+	bw := b
+	bw.WireGuardPublicKey = bKey.String()
+	xKey := wgKey(0x77)
+	for _, tc := range []struct {
+		name        string
+		key, port   string
+		field       string // refused field of x ("" none)
+		value       string
+		reason      string
+		want        WireGuardPeer // x's WireGuard
+		wholeRecord bool
+	}{
+		{name: "key, default port", key: xKey.String(), want: WireGuardPeer{xKey, 51820}},
+		{name: "key and port", key: xKey.String(), port: "51900", want: WireGuardPeer{xKey, 51900}},
+		{name: "highest port", key: xKey.String(), port: "65535", want: WireGuardPeer{xKey, 65535}},
+		{name: "no WireGuard", want: WireGuardPeer{}},
+		{name: "malformed key", key: "not-a-key", field: FieldWireGuardPublicKey, value: "not-a-key", reason: "not a WireGuard key"},
+		{name: "short key", key: "AAAA", field: FieldWireGuardPublicKey, value: "AAAA", reason: "not a WireGuard key"},
+		{name: "all-zero key", key: wgtypes.Key{}.String(), field: FieldWireGuardPublicKey, value: wgtypes.Key{}.String(), reason: "all-zero"},
+		{name: "port 0", key: xKey.String(), port: "0", field: FieldWireGuardPort, value: "0", reason: "not a port"},
+		{name: "port too high", key: xKey.String(), port: "65536", field: FieldWireGuardPort, value: "65536", reason: "not a port"},
+		{name: "negative port", key: xKey.String(), port: "-1", field: FieldWireGuardPort, value: "-1", reason: "not a port"},
+		{name: "port not a number", key: xKey.String(), port: "wg", field: FieldWireGuardPort, value: "wg", reason: "not a port"},
+		{name: "bad port without a key", port: "70000", field: FieldWireGuardPort, value: "70000", reason: "not a port"},
+		{name: "b's key", key: bKey.String(), field: FieldWireGuardPublicKey, value: bKey.String(), reason: "node b's established WireGuard public key"},
+		{name: "our key", key: self.WireGuardKey.String(), field: FieldRecord, value: "x", reason: "this node's", wholeRecord: true},
+		{name: "our key with a bad port", key: self.WireGuardKey.String(), port: "0", field: FieldRecord, value: "x", reason: "this node's", wholeRecord: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := Resolve(Input{Self: self, Host: host, Records: []Record{bw, c}, Now: t0}).Seen
+			x := newcomer(func(r *Record) { r.WireGuardPublicKey, r.WireGuardPort = tc.key, tc.port })
+			res := Resolve(Input{Self: self, Host: host, Records: []Record{bw, c, x}, Seen: seen, Now: t0.Add(time.Hour)})
+			var got []Refusal
+			for _, r := range res.Refused {
+				if r.Node == "x" {
+					got = append(got, r)
+				} else {
+					t.Errorf("established peer's value refused: %v", r)
+				}
+			}
+			if tc.wholeRecord { // and perhaps its bad port too
+				got = slices.DeleteFunc(got, func(r Refusal) bool { return r.Field == FieldWireGuardPort })
+			}
+			switch {
+			case tc.field == "" && len(got) > 0:
+				t.Errorf("refused %v, want nothing", got)
+			case tc.field != "" && (len(got) != 1 || got[0].Field != tc.field || got[0].Value != tc.value || !strings.Contains(got[0].Reason, tc.reason)):
+				t.Errorf("refused %v, want one refusal of %s %q because %q", got, tc.field, tc.value, tc.reason)
+			}
+			if n, _ := find(res.Peers, "b"); n.WireGuard != (WireGuardPeer{bKey, 51820}) {
+				t.Errorf("established b's WireGuard = %+v, want its key at 51820", n.WireGuard)
+			}
+			n, ok := find(res.Peers, "x")
+			if tc.wholeRecord {
+				if ok {
+					t.Errorf("record refused whole is still a peer: %+v", n)
+				}
+				return
+			}
+			if !ok || n.WireGuard != tc.want || n.WireGuard.Valid() != (tc.want != WireGuardPeer{}) {
+				t.Errorf("x = %+v, %v; want WireGuard %+v", n, ok, tc.want)
+			}
+			if !slices.Equal(n.Blocks, pfx("10.244.77.0/24")) {
+				t.Errorf("x's blocks = %v: a WireGuard refusal took more than its field", n.Blocks)
+			}
+			// Parse alone agrees on what a record carries.
+			if p, _ := Parse(x); tc.field != FieldWireGuardPublicKey && p.WireGuard != tc.want {
+				t.Errorf("Parse(x).WireGuard = %+v, want %+v", p.WireGuard, tc.want)
+			}
+		})
+	}
+}
+
+// TestValidatorWireGuardKeyLedger: the peer that first claimed a WireGuard
+// key keeps it after a restart (a new Validator on the same ledger), even
+// against a newcomer whose record sorts and dates first; when our own key
+// rotates to a peer's key, that peer's record is refused whole.
+func TestValidatorWireGuardKeyLedger(t *testing.T) {
+	dir := t.TempDir()
+	now := t0
+	clock := func() time.Time { now = now.Add(time.Second); return now }
+	k := wgKey(0x42)
+	bw := b
+	bw.WireGuardPublicKey = k.String()
+	intruder := Record{Name: "a0", HostIPv4: "10.0.1.78", Blocks: []string{"10.244.78.0/24"}, WireGuardPublicKey: k.String(),
+		Updated: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	v := New(Options{Self: self, StateDir: dir, Now: clock, Logger: slog.New(slog.DiscardHandler)})
+	v.Validate([]Record{bw})
+	v.Flush()
+	v.Validate([]Record{intruder, bw})
+	v.Flush()
+	v2 := New(Options{Self: self, StateDir: dir, Now: clock, Logger: slog.New(slog.DiscardHandler)})
+	ps := v2.Validate([]Record{intruder, bw})
+	if n, _ := find(ps, "b"); n.WireGuard.PublicKey != k {
+		t.Errorf("after a restart b = %+v, want its key", n.WireGuard)
+	}
+	if n, _ := find(ps, "a0"); n.WireGuard != (WireGuardPeer{}) {
+		t.Errorf("after a restart newcomer a0 has WireGuard %+v, want none", n.WireGuard)
+	}
+	if r := v2.Refused(); len(r) != 1 || r[0].Node != "a0" || r[0].Field != FieldWireGuardPublicKey || r[0].Value != k.String() {
+		t.Errorf("after a restart refused %v, want a0's key", r)
+	}
+	v2.SetWireGuardKey(k)
+	ps = v2.Validate([]Record{intruder, bw})
+	if len(ps) != 0 {
+		t.Errorf("with our key rotated to theirs, peers = %+v; want both refused whole", ps)
+	}
+	if r := v2.Refused(); len(r) != 2 || r[0].Field != FieldRecord || r[1].Field != FieldRecord {
+		t.Errorf("refused %v, want both records whole", r)
+	}
+	v2.SetWireGuardKey(self.WireGuardKey)
+	if ps := v2.Validate([]Record{intruder, bw}); len(ps) != 2 {
+		t.Errorf("with our key back, peers = %+v; want both", ps)
+	}
+}
+
+// TestRecordWireGuardState: the key and port convert between a
+// datastore's node record and a Record, the default port as "".
+func TestRecordWireGuardState(t *testing.T) {
+	n := state.Node{Name: "b", WireGuardPublicKey: wgKey(3).String(), WireGuardPort: 51821}
+	r := FromState(&n)
+	if r.WireGuardPublicKey != n.WireGuardPublicKey || r.WireGuardPort != "51821" {
+		t.Errorf("FromState = %+v", r)
+	}
+	if back := ToState(r); !state.SameNode(&back, &n) {
+		t.Errorf("ToState(FromState(n)) = %+v, want %+v", back, n)
+	}
+	n.WireGuardPort = 0
+	if r := FromState(&n); r.WireGuardPort != "" {
+		t.Errorf("FromState of the default port = %q, want \"\"", r.WireGuardPort)
+	}
+	o := r
+	o.WireGuardPort = "51822"
+	if r.Equal(o) {
+		t.Error("Equal ignores the WireGuard port")
+	}
+	o = r
+	o.WireGuardPublicKey = ""
+	if r.Equal(o) {
+		t.Error("Equal ignores the WireGuard key")
 	}
 }

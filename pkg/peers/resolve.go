@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
 	"github.com/routelet/routelet/pkg/nodespace"
 )
 
@@ -19,6 +21,9 @@ type Self struct {
 	Name       string
 	IPv4, IPv6 Endpoint
 	Blocks     []netip.Prefix
+	// WireGuardKey is this node's WireGuard public key (zero: none); a
+	// record carrying it is refused whole.
+	WireGuardKey wgtypes.Key
 }
 
 // Claim identifies one value one record claims.
@@ -82,8 +87,10 @@ func fieldOrder(field string) int {
 		return 4
 	case FieldTunnelIPv6:
 		return 5
+	case FieldWireGuardPublicKey:
+		return 6
 	}
-	return 6
+	return 7
 }
 
 // item is one claimed value on its way through Resolve.
@@ -93,6 +100,7 @@ type item struct {
 	updated *time.Time // the record's time stamp
 	addr    netip.Addr // a host or tunnel address
 	mac     net.HardwareAddr
+	wg      WireGuardPeer // a WireGuard key (Port 0: its port was refused)
 	// space is the address space claimed (the block, or the host IP as a
 	// single-address prefix); invalid for MACs and tunnel addresses.
 	space netip.Prefix
@@ -192,7 +200,7 @@ func Resolve(in Input) Result {
 	byName := make(map[string]bool, len(recs))
 	for i := range recs {
 		r := &recs[i]
-		n, refused := Parse(*r)
+		n, refused := parse(*r)
 		res.Refused = append(res.Refused, refused...)
 		if n.Name == "" {
 			continue
@@ -316,7 +324,7 @@ func related(a, b *item) bool {
 // claims lists the values a parsed record claims (one allocation for the
 // items, one for the pointers).
 func claims(n NodeInfo, updated *time.Time) []*item {
-	count := len(n.Blocks)
+	count := len(n.Blocks) + 1
 	for _, ep := range []Endpoint{n.IPv4, n.IPv6} {
 		for _, set := range []bool{ep.HostIP.IsValid(), ep.VTEPMAC != nil, ep.TunnelAddr.IsValid()} {
 			if set {
@@ -345,6 +353,9 @@ func claims(n NodeInfo, updated *time.Time) []*item {
 			add(f.tunnel, a.String(), item{addr: a})
 		}
 	}
+	if n.WireGuard.PublicKey != (wgtypes.Key{}) {
+		add(FieldWireGuardPublicKey, n.WireGuard.PublicKey.String(), item{wg: n.WireGuard})
+	}
 	for _, b := range n.Blocks {
 		add(FieldBlock, b.String(), item{space: b})
 	}
@@ -361,7 +372,7 @@ const sameName = "a second record with the same name"
 
 // wholeRecord returns why a parsed record is refused whole, or "": it
 // carries this node's name, one of its addresses as a host IP, its VTEP
-// MAC or its tunnel address. (A second record with a name already seen
+// MAC, its tunnel address or its WireGuard public key. (A second record with a name already seen
 // is refused whole too; that is the caller's to check.)
 func wholeRecord(self Self, host nodespace.Host, n NodeInfo) string {
 	if n.Name == self.Name {
@@ -388,6 +399,9 @@ func wholeRecord(self Self, host nodespace.Host, n NodeInfo) string {
 		if a.IsValid() && (a == self.IPv4.TunnelAddr || a == self.IPv6.TunnelAddr) {
 			return fmt.Sprintf("its tunnel address %s is this node's tunnel address", a)
 		}
+	}
+	if k := n.WireGuard.PublicKey; k != (wgtypes.Key{}) && k == self.WireGuardKey {
+		return fmt.Sprintf("its WireGuard public key %s is this node's", k)
 	}
 	return ""
 }
@@ -461,6 +475,10 @@ func conflict(host nodespace.Host, sp *space, taken map[string]map[string]string
 		if node, ok := taken[it.Field][it.Value]; ok {
 			return fmt.Sprintf("is node %s's established VTEP MAC", node)
 		}
+	case FieldWireGuardPublicKey:
+		if node, ok := taken[it.Field][it.Value]; ok {
+			return fmt.Sprintf("is node %s's established WireGuard public key", node)
+		}
 	}
 	return ""
 }
@@ -495,5 +513,9 @@ func fill(n *NodeInfo, it *item) {
 		n.IPv4.TunnelAddr = it.addr
 	case FieldTunnelIPv6:
 		n.IPv6.TunnelAddr = it.addr
+	case FieldWireGuardPublicKey:
+		if it.wg.Port != 0 { // else its port was refused: no WireGuard
+			n.WireGuard = it.wg
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/state"
@@ -142,6 +143,16 @@ func (v *Validator) Validate(records []Record) []NodeInfo {
 
 // sightings returns the first-seen times as Resolve takes them.
 func (v *Validator) sightings() map[Claim]Sighting { return expandSightings(v.seen) }
+
+// SetWireGuardKey sets this node's WireGuard public key (Self.WireGuardKey,
+// zero for none), after a key rotation: the next Validate checks every
+// record against it again.
+func (v *Validator) SetWireGuardKey(k wgtypes.Key) {
+	if v.opts.Self.WireGuardKey != k {
+		v.opts.Self.WireGuardKey = k
+		v.res.ok = false // every record's whole-record check changes
+	}
+}
 
 // HostChanged says the node's own address space may have changed: the
 // next Validate reads it again. Safe to call from any goroutine (netlink

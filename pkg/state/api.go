@@ -52,16 +52,21 @@ func (s *Store) WorkloadsDir() string { return s.dir(workloadsSubdir) }
 
 // Node is one node's record: what peers need to reach its pods.
 type Node struct {
-	Version    int       `json:"version"`
-	Name       string    `json:"name"`
-	HostIPv4   string    `json:"hostIPv4,omitempty"`
-	HostIPv6   string    `json:"hostIPv6,omitempty"`
-	Blocks     []string  `json:"blocks"`               // pod CIDRs owned by the node
-	VTEPMAC    string    `json:"vtepMAC,omitempty"`    // VXLAN device MAC
-	VTEPMACv6  string    `json:"vtepMACv6,omitempty"`  // vxlan-v6 device MAC
-	TunnelIPv4 string    `json:"tunnelIPv4,omitempty"` // VXLAN/IPIP device address
-	TunnelIPv6 string    `json:"tunnelIPv6,omitempty"` // vxlan-v6 device address
-	Updated    time.Time `json:"updated"`
+	Version    int      `json:"version"`
+	Name       string   `json:"name"`
+	HostIPv4   string   `json:"hostIPv4,omitempty"`
+	HostIPv6   string   `json:"hostIPv6,omitempty"`
+	Blocks     []string `json:"blocks"`               // pod CIDRs owned by the node
+	VTEPMAC    string   `json:"vtepMAC,omitempty"`    // VXLAN device MAC
+	VTEPMACv6  string   `json:"vtepMACv6,omitempty"`  // vxlan-v6 device MAC
+	TunnelIPv4 string   `json:"tunnelIPv4,omitempty"` // VXLAN/IPIP device address
+	TunnelIPv6 string   `json:"tunnelIPv6,omitempty"` // vxlan-v6 device address
+	// WireGuardPublicKey is the node's WireGuard public key (base64), ""
+	// when encryption is off; WireGuardPort its listen port, 0 for the
+	// default (51820). The endpoint is HostIPv4 at that port, else HostIPv6.
+	WireGuardPublicKey string    `json:"wireguardPublicKey,omitempty"`
+	WireGuardPort      int       `json:"wireguardPort,omitempty"`
+	Updated            time.Time `json:"updated"`
 }
 
 // NodesDir returns the directory holding node records (for watchers).
@@ -76,17 +81,21 @@ func (s *Store) NodesDir() string { return s.dir(nodesSubdir) }
 // version bump: a file from an older daemon has none (0, ""), which
 // readers take as the defaults (80, 4789, overlay's default names).
 type DaemonStatus struct {
-	Version       int       `json:"version"`
-	Ready         bool      `json:"ready"`
-	Reason        string    `json:"reason,omitempty"` // why not ready
-	PodMTU        int       `json:"podMTU,omitempty"`
-	Blocks        []string  `json:"blocks,omitempty"`        // local blocks (CIDRs) for the built-in IPAM
-	RouteProtocol int       `json:"routeProtocol,omitempty"` // protocol the daemon stamps on (and owns) routes; 0 = default 80
-	VXLANPort     int       `json:"vxlanPort,omitempty"`     // UDP port the pod guards drop; 0 = default 4789
-	VXLANDevice   string    `json:"vxlanDevice,omitempty"`   // IPv4 VXLAN device; "" = default vxlan.calico
-	VXLANDeviceV6 string    `json:"vxlanDeviceV6,omitempty"` // IPv6 VXLAN device; "" = default vxlan-v6.calico
-	IPIPDevice    string    `json:"ipipDevice,omitempty"`    // IPIP device; "" = default tunl0
-	DaemonVersion string    `json:"daemonVersion,omitempty"`
-	LastSyncError string    `json:"lastSyncError,omitempty"`
-	Updated       time.Time `json:"updated"`
+	Version       int      `json:"version"`
+	Ready         bool     `json:"ready"`
+	Reason        string   `json:"reason,omitempty"` // why not ready
+	PodMTU        int      `json:"podMTU,omitempty"`
+	Blocks        []string `json:"blocks,omitempty"`        // local blocks (CIDRs) for the built-in IPAM
+	RouteProtocol int      `json:"routeProtocol,omitempty"` // protocol the daemon stamps on (and owns) routes; 0 = default 80
+	VXLANPort     int      `json:"vxlanPort,omitempty"`     // UDP port the pod guards drop; 0 = default 4789
+	VXLANDevice   string   `json:"vxlanDevice,omitempty"`   // IPv4 VXLAN device; "" = default vxlan.calico
+	VXLANDeviceV6 string   `json:"vxlanDeviceV6,omitempty"` // IPv6 VXLAN device; "" = default vxlan-v6.calico
+	IPIPDevice    string   `json:"ipipDevice,omitempty"`    // IPIP device; "" = default tunl0
+	// WireGuardDevice is the WireGuard device when encryption is on; ""
+	// = default wireguard.cali (whose kind "wireguard" or "tun" the
+	// plugin then takes as routelet's).
+	WireGuardDevice string    `json:"wireguardDevice,omitempty"`
+	DaemonVersion   string    `json:"daemonVersion,omitempty"`
+	LastSyncError   string    `json:"lastSyncError,omitempty"`
+	Updated         time.Time `json:"updated"`
 }

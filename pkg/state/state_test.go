@@ -684,3 +684,75 @@ func TestDirScanRead(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeWireGuardFields: the WireGuard key and port round-trip through
+// the file datastore and the etcd encoding under their documented JSON
+// names, are left out when unset, and count for SameNode.
+func TestNodeWireGuardFields(t *testing.T) {
+	s := openTemp(t)
+	n := &Node{Name: "node-1", HostIPv4: "192.0.2.10", Blocks: []string{"10.244.1.0/26"},
+		WireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", WireGuardPort: 51821}
+	if err := s.PutNode(n); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(s.NodesDir(), "node-1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"wireguardPublicKey": "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="`, `"wireguardPort": 51821`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("record lacks %s:\n%s", want, data)
+		}
+	}
+	got, err := s.GetNode("node-1")
+	if err != nil || got.WireGuardPublicKey != n.WireGuardPublicKey || got.WireGuardPort != 51821 || !SameNode(got, n) {
+		t.Fatalf("GetNode = %+v, %v; want the WireGuard key and port back", got, err)
+	}
+	enc, err := EncodeNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := DecodeNode(enc)
+	if err != nil || !SameNode(dec, n) {
+		t.Fatalf("DecodeNode(EncodeNode) = %+v, %v", dec, err)
+	}
+	for name, mutate := range map[string]func(*Node){
+		"key":  func(m *Node) { m.WireGuardPublicKey = "" },
+		"port": func(m *Node) { m.WireGuardPort = 0 },
+	} {
+		m := *n
+		mutate(&m)
+		if SameNode(&m, n) {
+			t.Errorf("SameNode ignores a changed WireGuard %s", name)
+		}
+	}
+	plain, err := EncodeNode(&Node{Name: "node-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(plain), "wireguard") {
+		t.Errorf("a record without WireGuard encodes WireGuard fields: %s", plain)
+	}
+}
+
+// TestDaemonStatusWireGuardDevice: the WireGuard device name round-trips
+// and an older daemon.json reads as "" (the default).
+func TestDaemonStatusWireGuardDevice(t *testing.T) {
+	s := openTemp(t)
+	if err := s.WriteDaemonStatus(&DaemonStatus{Ready: true, WireGuardDevice: "wg-pods"}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(s.Root(), "daemon.json"))
+	if err != nil || !strings.Contains(string(data), `"wireguardDevice": "wg-pods"`) {
+		t.Fatalf("daemon.json = %s, %v; want wireguardDevice", data, err)
+	}
+	if st, err := s.ReadDaemonStatus(); err != nil || st.WireGuardDevice != "wg-pods" {
+		t.Fatalf("ReadDaemonStatus = %+v, %v", st, err)
+	}
+	if err := s.WriteDaemonStatus(&DaemonStatus{Ready: true}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.ReadDaemonStatus(); err != nil || st.WireGuardDevice != "" {
+		t.Fatalf("ReadDaemonStatus = %+v, %v; want no WireGuard device", st, err)
+	}
+}

@@ -158,6 +158,8 @@ func (n *Node) validate() error {
 	if err := validateMAC("VTEP MAC", n.VTEPMAC); err != nil {
 		return err
 	}
+	// The WireGuard key and port are left to pkg/peers, which refuses a
+	// bad one alone and keeps the rest of the record.
 	return validateMAC("VTEP MAC (IPv6)", n.VTEPMACv6)
 }
 

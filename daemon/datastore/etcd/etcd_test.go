@@ -553,3 +553,48 @@ func TestBadDataSkipped(t *testing.T) {
 	}
 	netnstest.Eventually(t, 30*time.Second, "skipped keys 3", func() bool { return testutil.ToFloat64(b.m.skipped) == 3 })
 }
+
+// TestWireGuardFields: a node's WireGuard key and port are in its etcd
+// value under the record's JSON names and reach the other node as they
+// were published; a new key published after a rotation replaces the old.
+func TestWireGuardFields(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
+	initPools(t, a, pool4)
+	watched(t, b)
+	recA := record("node-a", "10.244.0.0/26", "192.168.1.1")
+	recA.WireGuardPublicKey, recA.WireGuardPort = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", "51821"
+	if err := a.Publish(recA); err != nil {
+		t.Fatal(err)
+	}
+	cli := srv.Client(t)
+	defer cli.Close()
+	resp, err := cli.Get(context.Background(), "/routelet/nodes/node-a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("node-a's record: %v %v", resp, err)
+	}
+	for _, want := range []string{`"wireguardPublicKey":"xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="`, `"wireguardPort":51821`} {
+		if !strings.Contains(string(resp.Kvs[0].Value), want) {
+			t.Errorf("node-a's value lacks %s: %s", want, resp.Kvs[0].Value)
+		}
+	}
+	waitWireGuard := func(what, key, port string) {
+		t.Helper()
+		netnstest.WaitFor(t, 30*time.Second, what, func() error {
+			recs, _, err := b.Peers()
+			if err != nil {
+				return err
+			}
+			if len(recs) != 1 || recs[0].WireGuardPublicKey != key || recs[0].WireGuardPort != port {
+				return fmt.Errorf("peers %+v", recs)
+			}
+			return nil
+		})
+	}
+	waitWireGuard("node-a's key at 51821", recA.WireGuardPublicKey, "51821")
+	recA.WireGuardPublicKey, recA.WireGuardPort = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=", ""
+	if err := a.Publish(recA); err != nil {
+		t.Fatal(err)
+	}
+	waitWireGuard("node-a's new key at the default port", recA.WireGuardPublicKey, "")
+}

@@ -106,3 +106,32 @@ func TestUnlistableNodesDir(t *testing.T) {
 		t.Error("Peers with nodes/ gone: no error")
 	}
 }
+
+// TestFileDatastoreWireGuard: this node's WireGuard key and port reach its
+// record (and a new key, published again after a rotation, replaces the
+// old one); a peer's come back as they are in its record.
+func TestFileDatastoreWireGuard(t *testing.T) {
+	s := newStore(t)
+	d := New(s, nil, quiet)
+	self := peers.Record{Name: "node-a", HostIPv4: "192.0.2.10", WireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", WireGuardPort: "51821"}
+	if err := d.Publish(self); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.GetNode("node-a"); err != nil || n.WireGuardPublicKey != self.WireGuardPublicKey || n.WireGuardPort != 51821 {
+		t.Fatalf("own record after Publish = %+v, %v; want the WireGuard key at 51821", n, err)
+	}
+	self.WireGuardPublicKey, self.WireGuardPort = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=", ""
+	if err := d.Publish(self); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.GetNode("node-a"); err != nil || n.WireGuardPublicKey != self.WireGuardPublicKey || n.WireGuardPort != 0 {
+		t.Fatalf("own record after publishing a new key = %+v, %v; want the new key at the default port", n, err)
+	}
+	if err := s.PutNode(&state.Node{Name: "node-b", HostIPv4: "192.0.2.11", WireGuardPublicKey: "not a key", WireGuardPort: 70000, Updated: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	ps, _, err := d.Peers()
+	if err != nil || len(ps) != 1 || ps[0].WireGuardPublicKey != "not a key" || ps[0].WireGuardPort != "70000" {
+		t.Fatalf("Peers = %+v, %v; want node-b's WireGuard values as written (the validator judges them)", ps, err)
+	}
+}

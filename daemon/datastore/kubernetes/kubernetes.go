@@ -48,10 +48,15 @@ const (
 	AnnotationVTEPMACv6  = AnnotationPrefix + "vtep-mac-v6"
 	AnnotationTunnelIPv4 = AnnotationPrefix + "tunnel-ipv4"
 	AnnotationTunnelIPv6 = AnnotationPrefix + "tunnel-ipv6"
+	// The WireGuard public key (base64) and listen port (decimal; absent
+	// for the default, 51820).
+	AnnotationWireGuardPublicKey = AnnotationPrefix + "wireguard-public-key"
+	AnnotationWireGuardPort      = AnnotationPrefix + "wireguard-port"
 )
 
 // Annotations lists the published annotation keys.
-var Annotations = []string{AnnotationHostIPv4, AnnotationHostIPv6, AnnotationVTEPMAC, AnnotationVTEPMACv6, AnnotationTunnelIPv4, AnnotationTunnelIPv6}
+var Annotations = []string{AnnotationHostIPv4, AnnotationHostIPv6, AnnotationVTEPMAC, AnnotationVTEPMACv6, AnnotationTunnelIPv4, AnnotationTunnelIPv6,
+	AnnotationWireGuardPublicKey, AnnotationWireGuardPort}
 
 // ConditionReason is the reason routelet sets on the Node's
 // NetworkUnavailable condition when it sets it to False.
@@ -371,6 +376,7 @@ func annotationsOf(r peers.Record) map[string]string {
 		AnnotationHostIPv4: r.HostIPv4, AnnotationHostIPv6: r.HostIPv6,
 		AnnotationVTEPMAC: r.VTEPMAC, AnnotationVTEPMACv6: r.VTEPMACv6,
 		AnnotationTunnelIPv4: r.TunnelIPv4, AnnotationTunnelIPv6: r.TunnelIPv6,
+		AnnotationWireGuardPublicKey: r.WireGuardPublicKey, AnnotationWireGuardPort: r.WireGuardPort,
 	} {
 		if v != "" {
 			m[k] = v
@@ -559,6 +565,7 @@ func Record(n *corev1.Node) peers.Record {
 		Name: n.Name, HostIPv4: a[AnnotationHostIPv4], HostIPv6: a[AnnotationHostIPv6],
 		VTEPMAC: a[AnnotationVTEPMAC], VTEPMACv6: a[AnnotationVTEPMACv6],
 		TunnelIPv4: a[AnnotationTunnelIPv4], TunnelIPv6: a[AnnotationTunnelIPv6],
+		WireGuardPublicKey: a[AnnotationWireGuardPublicKey], WireGuardPort: a[AnnotationWireGuardPort],
 		Blocks: slices.Clone(podCIDRs(n)), Updated: n.CreationTimestamp.Time,
 	}
 	for _, addr := range n.Status.Addresses {
@@ -589,8 +596,8 @@ type cachedNode struct {
 	record peers.Record
 	// annotation[i] is the value of Annotations[i], present when bit i of
 	// annotated is set.
-	annotation       [6]string
-	annotated        uint8
+	annotation       [8]string
+	annotated        uint16 // room for len(annotation) bits
 	networkAvailable bool
 }
 

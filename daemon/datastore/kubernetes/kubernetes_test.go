@@ -142,7 +142,8 @@ func TestPublishPatchesOnce(t *testing.T) {
 	client := fake.NewClientset(node("self", "192.0.2.1", "10.244.1.0/24"))
 	d := open(t, client)
 	ctx := context.Background()
-	self := peers.Record{Name: "self", HostIPv4: "192.0.2.1", HostIPv6: "2001:db8::1", VTEPMAC: "66:00:00:00:00:01", TunnelIPv4: "10.244.1.0"}
+	self := peers.Record{Name: "self", HostIPv4: "192.0.2.1", HostIPv6: "2001:db8::1", VTEPMAC: "66:00:00:00:00:01", TunnelIPv4: "10.244.1.0",
+		WireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", WireGuardPort: "51821"}
 	if err := d.Publish(self); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,8 @@ func TestPublishPatchesOnce(t *testing.T) {
 		}
 		return n.Annotations
 	}
-	want := map[string]string{AnnotationHostIPv4: "192.0.2.1", AnnotationHostIPv6: "2001:db8::1", AnnotationVTEPMAC: "66:00:00:00:00:01", AnnotationTunnelIPv4: "10.244.1.0"}
+	want := map[string]string{AnnotationHostIPv4: "192.0.2.1", AnnotationHostIPv6: "2001:db8::1", AnnotationVTEPMAC: "66:00:00:00:00:01", AnnotationTunnelIPv4: "10.244.1.0",
+		"routelet.io/wireguard-public-key": "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", "routelet.io/wireguard-port": "51821"}
 	netnstest.Eventually(t, waitLong, "the annotations on Node self", func() bool { return mapsEqual(annotations(), want) })
 	// The informer sees the patched Node; nothing more is sent.
 	netnstest.Eventually(t, waitLong, "the informer to hold the patched Node", func() bool {
@@ -173,11 +175,14 @@ func TestPublishPatchesOnce(t *testing.T) {
 		t.Fatalf("%d annotation patches, want 1: %v", n, client.Actions())
 	}
 
+	// A new WireGuard key (a rotation) at the default port.
 	self.VTEPMAC, self.TunnelIPv4 = "66:00:00:00:00:02", ""
+	self.WireGuardPublicKey, self.WireGuardPort = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=", ""
 	if err := d.Publish(self); err != nil {
 		t.Fatal(err)
 	}
-	want = map[string]string{AnnotationHostIPv4: "192.0.2.1", AnnotationHostIPv6: "2001:db8::1", AnnotationVTEPMAC: "66:00:00:00:00:02"}
+	want = map[string]string{AnnotationHostIPv4: "192.0.2.1", AnnotationHostIPv6: "2001:db8::1", AnnotationVTEPMAC: "66:00:00:00:00:02",
+		AnnotationWireGuardPublicKey: "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="}
 	netnstest.Eventually(t, waitLong, "the changed annotations", func() bool { return mapsEqual(annotations(), want) })
 
 	// Someone removes our annotations: they are put back.
@@ -300,14 +305,16 @@ func TestPeersFollowNodes(t *testing.T) {
 	}
 	netnstest.Eventually(t, waitLong, "changed called", func() bool { return changes.Load() > before })
 
-	b.Annotations = map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationVTEPMAC: "66:00:00:00:00:02"}
+	b.Annotations = map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationVTEPMAC: "66:00:00:00:00:02",
+		"routelet.io/wireguard-public-key": "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", "routelet.io/wireguard-port": "51900"}
 	before = changes.Load()
 	if _, err := nodes.Update(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	netnstest.Eventually(t, waitLong, "the annotation in the peer", func() bool {
 		r := peersNow(t, d)
-		return len(r) == 1 && r[0].HostIPv4 == "198.51.100.2" && r[0].VTEPMAC == "66:00:00:00:00:02"
+		return len(r) == 1 && r[0].HostIPv4 == "198.51.100.2" && r[0].VTEPMAC == "66:00:00:00:00:02" &&
+			r[0].WireGuardPublicKey == "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=" && r[0].WireGuardPort == "51900"
 	})
 	netnstest.Eventually(t, waitLong, "changed for the annotation", func() bool { return changes.Load() > before })
 
@@ -432,7 +439,8 @@ func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 	n.UID, n.ResourceVersion = "uid-b", "42"
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	n.Labels = map[string]string{"kubernetes.io/hostname": "b"}
-	n.Annotations = map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: "", "node.alpha.kubernetes.io/ttl": "0"}
+	n.Annotations = map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: "", "node.alpha.kubernetes.io/ttl": "0",
+		AnnotationWireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AnnotationWireGuardPort: "51821"}
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Message: "kubelet is posting ready status"},
 		{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: ConditionReason, Message: "up"}}
@@ -447,10 +455,12 @@ func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 	if want := (metav1.ObjectMeta{Name: "b", UID: "uid-b", ResourceVersion: "42"}); !reflect.DeepEqual(got.ObjectMeta, want) {
 		t.Fatalf("metadata %+v, want %+v", got.ObjectMeta, want)
 	}
-	if want := Record(n); !reflect.DeepEqual(got.record, want) || got.record.HostIPv4 != "198.51.100.2" {
+	if want := Record(n); !reflect.DeepEqual(got.record, want) || got.record.HostIPv4 != "198.51.100.2" ||
+		got.record.WireGuardPublicKey != "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=" || got.record.WireGuardPort != "51821" {
 		t.Fatalf("record %+v, want %+v", got.record, want)
 	}
-	if want := map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: ""}; !mapsEqual(got.annotations(), want) {
+	if want := map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: "",
+		AnnotationWireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AnnotationWireGuardPort: "51821"}; !mapsEqual(got.annotations(), want) {
 		t.Fatalf("annotations %v, want %v", got.annotations(), want)
 	}
 	if !got.networkAvailable {
@@ -462,7 +472,7 @@ func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 	if again, _ := Transform(got); again != out {
 		t.Fatal("a transformed Node is transformed again")
 	}
-	if len(Annotations) > len(got.annotation) {
-		t.Fatalf("%d annotation keys, room for %d", len(Annotations), len(got.annotation))
+	if len(Annotations) > len(got.annotation) || len(Annotations) > 16 {
+		t.Fatalf("%d annotation keys, room for %d (and 16 bits of annotated)", len(Annotations), len(got.annotation))
 	}
 }
