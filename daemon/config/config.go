@@ -61,7 +61,13 @@ type Config struct {
 	VXLANPort     int    // vxlan-port
 	VXLANDevice   string // vxlan-device
 	MTU           int    // mtu: pod MTU, 0 = host interface MTU minus encapsulation overhead
-	NATOutgoing   bool   // nat-outgoing
+	// Encryption of pod traffic between nodes (encryption): none |
+	// wireguard; the wireguard-* keys configure its device.
+	Encryption              string
+	WireGuardPort           int    // wireguard-port: listen port
+	WireGuardDevice         string // wireguard-device
+	WireGuardImplementation string // wireguard-implementation: auto | kernel | userspace
+	NATOutgoing             bool   // nat-outgoing
 	// NATOutgoingPools are the pod CIDRs NAT outgoing masquerades
 	// (nat-outgoing-pool; Calico: IP pools with natOutgoing: true); empty:
 	// every pool.
@@ -307,6 +313,7 @@ func keys() []key {
 		}},
 	}
 	ks = append(ks, cniKeys()...)
+	ks = append(ks, wireGuardKeys()...)
 	ks = append(ks, etcdKeys()...)
 	ks = append(ks, kubernetesKeys()...)
 	ks = append(ks, goRuntimeKeys()...)

@@ -48,6 +48,7 @@ func TestDefaults(t *testing.T) {
 		HealthAddr: "127.0.0.1:9099", LogLevel: "info", LogFormat: "text",
 		CNIConfName: DefaultCNIConfName,
 		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second, Etcd: Etcd{Prefix: "/routelet"}, GoRuntime: GoRuntime{GCPercent: 40},
+		Encryption: "none", WireGuardPort: 51820, WireGuardDevice: "wireguard.cali", WireGuardImplementation: "auto",
 	}
 	got := *c
 	got.sources = nil
@@ -169,6 +170,7 @@ func TestEveryKey(t *testing.T) {
 		{"cni-conf-name", "05-routelet.conflist", func(c *Config) bool { return c.CNIConfName == "05-routelet.conflist" }, "../x.conflist"},
 	}
 	cases = append(cases, etcdKeyCases...)
+	cases = append(cases, wireGuardKeyCases...)
 	cases = append(cases, goRuntimeKeyCases...)
 	covered := map[string]bool{}
 	for _, tc := range cases {

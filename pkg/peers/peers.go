@@ -33,6 +33,9 @@ type Record struct {
 	Blocks                 []string
 	VTEPMAC, VTEPMACv6     string
 	TunnelIPv4, TunnelIPv6 string
+	// WireGuardPublicKey (base64) and WireGuardPort (the listen port;
+	// "" is defaults.WireGuardPort) are the node's WireGuard facts.
+	WireGuardPublicKey, WireGuardPort string
 	// Updated is the record's own time stamp. It only orders values that
 	// are first seen in the same pass; it never overrides what this
 	// daemon saw first.
@@ -53,6 +56,8 @@ type NodeInfo struct {
 	Name       string
 	IPv4, IPv6 Endpoint
 	Blocks     []netip.Prefix
+	// WireGuard is the node's WireGuard peer facts (zero PublicKey: none).
+	WireGuard WireGuardPeer
 }
 
 // Endpoint returns the endpoint of family v (4 or 6).
