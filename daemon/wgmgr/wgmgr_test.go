@@ -22,6 +22,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/netwatch"
+	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/routes/routestest"
@@ -47,6 +48,8 @@ type fakeDevice struct {
 	checks   int
 	fail     error
 	notReady string
+	// create, when set, makes the device's link instead (a real kernel's).
+	create func() error
 	// handshake is each peer's last handshake as Status tells it.
 	handshake map[wgtypes.Key]time.Time
 }
@@ -64,7 +67,11 @@ func (d *fakeDevice) Apply() error {
 	if d.fail != nil {
 		return d.fail
 	}
-	if _, err := d.nl.LinkByName(dev); err != nil {
+	if d.create != nil {
+		if err := d.create(); err != nil {
+			return err
+		}
+	} else if _, err := d.nl.LinkByName(dev); err != nil {
 		d.nl.AddLink(dev, true)
 	}
 	d.applied, d.onDev = d.key, slices.Clone(d.peers)
@@ -532,4 +539,47 @@ func routePtr(r netlink.Route) *netlink.Route { return &r }
 
 func writeFile(dir, name, content string) error {
 	return os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600)
+}
+
+// TestStatusDocument: through the state endpoint's comparison, the
+// device's routes show as each peer's routes (path overlay, device
+// wireguard.cali), a missing one as the peer's problem, and the
+// wireguard section is the document's.
+func TestStatusDocument(t *testing.T) {
+	f := setup(t)
+	kb := key(t)
+	nodes := []peers.NodeInfo{
+		{Name: "node-b", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.2")}, Blocks: prefixes("10.244.2.0/24"), WireGuard: peers.WireGuardPeer{PublicKey: kb}},
+		{Name: "node-c", IPv4: peers.Endpoint{HostIP: netip.MustParseAddr("192.0.2.3")}, Blocks: prefixes("10.244.3.0/24")},
+	}
+	f.m.OnNodes(nodes)
+	f.apply(t)
+	d := &inspect.Desired{Loop: true, Node: statusapi.Node{RouteProtocol: 80}}
+	for _, n := range nodes {
+		d.Peers = append(d.Peers, inspect.Peer{NodeInfo: n})
+	}
+	f.m.Snapshot(d)
+	k := &inspect.Kernel{
+		Links:  map[string]inspect.Link{dev: {Name: dev, Kind: "wireguard", Up: true, MTU: 1380}},
+		Routes: [2][]inspect.Route{{{Iface: dev, Dst: netip.MustParsePrefix("10.244.2.0/24"), Type: unix.RTN_UNICAST, Protocol: 80, Scope: netlink.SCOPE_LINK}}},
+	}
+	st := inspect.Compare(d, k, f.now)
+	if st.WireGuard == nil || st.WireGuard.Device != dev || len(st.WireGuard.Peers) != 1 {
+		t.Fatalf("wireguard section %+v", st.WireGuard)
+	}
+	rows := map[string]statusapi.Peer{}
+	for _, p := range st.Peers {
+		rows[p.Name] = p
+	}
+	if b := rows["node-b"]; b.Path != statusapi.PathOverlay || b.Device != dev || !b.Routes.Wanted || !b.Routes.Present {
+		t.Errorf("node-b row %+v: want its route through %s present", b, dev)
+	}
+	if c := rows["node-c"]; c.Routes.Present || !strings.Contains(c.Problem, "no WireGuard key") {
+		t.Errorf("node-c row %+v: want its route missing and the missing key named", c)
+	}
+	// One row per family the device carries (it is the device of both).
+	if len(st.Devices) != 2 || st.Devices[0].Name != dev || st.Devices[0].Family != 4 || st.Devices[1].Family != 6 ||
+		st.Devices[0].Problem != "" || st.Devices[1].Problem != "" {
+		t.Errorf("devices %+v: want %s as wanted, for IPv4 and IPv6", st.Devices, dev)
+	}
 }
