@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
 	"github.com/routelet/routelet/pkg/peers"
 )
 
@@ -48,5 +50,23 @@ func TestSelfPublisherRepublishes(t *testing.T) {
 	n, _ := f.store.GetNode("node-a")
 	if n.HostIPv4 != "192.0.2.10" || len(n.Blocks) != 2 {
 		t.Errorf("republished record lost the rest: %+v", n)
+	}
+}
+
+// TestSamePeerWireGuard: a peer whose WireGuard key or port changed is a
+// changed peer, so the managers hear of it without a full sync.
+func TestSamePeerWireGuard(t *testing.T) {
+	a := peers.NodeInfo{Name: "node-b", WireGuard: peers.WireGuardPeer{PublicKey: wgtypes.Key{1}, Port: 51820}}
+	for name, b := range map[string]peers.NodeInfo{
+		"key":  {Name: "node-b", WireGuard: peers.WireGuardPeer{PublicKey: wgtypes.Key{2}, Port: 51820}},
+		"port": {Name: "node-b", WireGuard: peers.WireGuardPeer{PublicKey: wgtypes.Key{1}, Port: 51821}},
+		"gone": {Name: "node-b"},
+	} {
+		if samePeer(a, b) {
+			t.Errorf("%s changed: samePeer says the peers are the same", name)
+		}
+	}
+	if !samePeer(a, a) {
+		t.Error("a peer differs from itself")
 	}
 }
