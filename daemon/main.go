@@ -12,6 +12,7 @@
 //	routeletd version           print the version
 //	routeletd etcd init [flags] write the etcd datastore's pools
 //	routeletd leave [flags]     remove this node from the etcd datastore
+//	routeletd wireguard rotate-key [flags]  replace the node's WireGuard key
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/allowsetup"
@@ -45,6 +47,7 @@ import (
 	"github.com/routelet/routelet/daemon/netwatch"
 	"github.com/routelet/routelet/daemon/nodeid"
 	"github.com/routelet/routelet/daemon/overlaymgr"
+	"github.com/routelet/routelet/daemon/wgmgr"
 	"github.com/routelet/routelet/daemon/workloads"
 	"github.com/routelet/routelet/internal/termsafe"
 	"github.com/routelet/routelet/pkg/ipam"
@@ -68,13 +71,14 @@ func main() {
 // commands are routeletd's subcommands beside running the daemon; each
 // parses its own arguments (what follows its name).
 var commands = map[string]func(args []string) int{
-	"diagnose": cli.Diagnose,
-	"version":  runVersion,
-	"cleanup":  cli.Cleanup,
-	"status":   cli.Status,
-	"nodes":    cli.Nodes,
-	"etcd":     cli.Etcd,
-	"leave":    cli.Leave,
+	"diagnose":  cli.Diagnose,
+	"version":   runVersion,
+	"cleanup":   cli.Cleanup,
+	"status":    cli.Status,
+	"nodes":     cli.Nodes,
+	"etcd":      cli.Etcd,
+	"leave":     cli.Leave,
+	"wireguard": cli.WireGuard,
 }
 
 // internalCommands are subcommands routeletd starts itself, left out of
@@ -287,6 +291,31 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	if mtu := om.PodMTU(); mtu > 0 && !cfg.Encrypted() { // encrypted: WireGuard's overhead, not the overlay's
 		podMTU = mtu
 	}
+	// With encryption on, pod traffic to peers goes only through the
+	// WireGuard device: the overlay is handed no peers, and the pod MTU
+	// is WireGuard's.
+	var wg *wgmgr.Manager
+	var overlayMgr interface {
+		agent.Manager
+		inspect.Snapshotter
+	} = om
+	var pv *peers.Validator // made below, from the record this one fills in
+	if cfg.Encrypted() {
+		onKey := func(k wgtypes.Key) {
+			if pv != nil {
+				pv.SetWireGuardKey(k)
+			}
+		}
+		if wg, err = newWireGuard(cfg, blocks, podMTU, onKey, status, metrics, ep.repairs, log); err != nil {
+			return err
+		}
+		defer wg.Close()
+		if err := wg.Register(metrics.Registry); err != nil {
+			return fmt.Errorf("wireguard metrics: %w", err)
+		}
+		defer wg.Register(health.Unregistering{Reg: metrics.Registry}) // so the next build can register its own
+		overlayMgr = noPeers{om}
+	}
 	log.Info("node identity", "hostIPv4", addrString(id.IPv4), "hostIPv6", addrString(id.IPv6), "iface", id.Iface, "podMTU", podMTU)
 
 	// This node's record, built once: identity, blocks, the overlay's VTEP
@@ -296,6 +325,9 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 		self.Blocks = append(self.Blocks, b.String())
 	}
 	om.Publish(&self)
+	if wg != nil {
+		wg.Publish(&self)
+	}
 	grace := cfg.GracePeriod
 	if grace == 0 {
 		grace = -1 // RouteTable: negative disables, 0 means its default
@@ -332,7 +364,7 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	defer closeAllow()
 	defer allow.Register(health.Unregistering{Reg: metrics.Registry}) // so the next build can register its own
 	hr := hostread.New(ctx, cfg)
-	pv, err := hostread.NewPeerValidator(cfg, self, blocks, hr, metrics, log)
+	pv, err = hostread.NewPeerValidator(cfg, self, blocks, hr, metrics, log)
 	if err != nil {
 		return err
 	}
@@ -352,6 +384,17 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	}
 	defer guards.Close()
 	keeper.SetGuards(guards, uint16(cfg.VXLANPort))
+	managers := []agent.Manager{allow, overlayMgr}
+	parts := []inspect.Snapshotter{allow, overlayMgr}
+	if wg != nil {
+		managers = append(managers, wg) // after the overlay: its routes are the peers'
+		parts = append(parts, wg)       // after the overlay's: it adds to its families
+	}
+	managers = append(managers, agent.NewKeeperManager(keeper, agent.KeeperOptions{
+		KeepPeriod:  cfg.DeviceCheckPeriod,
+		GuardPeriod: cfg.AllowlistCheckPeriod, // the pod source check was an allowlist chain: same period
+		Repairs:     ep.repairs, Metrics: metrics, Log: log,
+	})) // the keeper last: every route goes first
 	a := agent.New(agent.Options{
 		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol, VXLANPort: cfg.VXLANPort,
@@ -360,16 +403,12 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	}, agent.Deps{
 		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: store,
 		RT4: rt4, RT6: rt6, Releaser: ipamReleaser{alloc}, Host: agent.KernelHost{},
-		Managers: []agent.Manager{allow, om, agent.NewKeeperManager(keeper, agent.KeeperOptions{
-			KeepPeriod:  cfg.DeviceCheckPeriod,
-			GuardPeriod: cfg.AllowlistCheckPeriod, // the pod source check was an allowlist chain: same period
-			Repairs:     ep.repairs, Metrics: metrics, Log: log,
-		})}, // the keeper last: every route goes first
-		Temps:   agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam")},
-		Repairs: ep.repairs,
-		Health:  status, Metrics: metrics, Log: log,
+		Managers: managers,
+		Temps:    agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam")},
+		Repairs:  ep.repairs,
+		Health:   status, Metrics: metrics, Log: log,
 	})
-	l := &loop{agent: a, parts: []inspect.Snapshotter{allow, om, refusals{pv}}}
+	l := &loop{agent: a, parts: append(parts, refusals{pv})}
 	ep.loop.Store(l)
 	defer ep.loop.CompareAndSwap(l, nil) // a stopped loop answers no snapshot
 
@@ -379,6 +418,12 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	w := netwatch.New(log)
 	w.Register("workloads", a.Interest(), a)
 	w.Register("overlay", om.Interest(), om.Events(a.NotifyApply))
+	if wg != nil {
+		w.Register("wireguard", wg.Interest(), wg.Events(a.NotifyApply))
+		if err := wg.Watch(ctx, a.NotifyApply); err != nil {
+			return err
+		}
+	}
 	hr.Done = func() { pv.HostChanged(); a.NotifyPeers() }
 	w.Register("host", hostread.Watch{R: hr}.Interest(cfg), hostread.Watch{R: hr})
 	if err := w.Start(ctx); err != nil {

@@ -140,7 +140,7 @@ const (
 // Options configure an Agent. Zero durations take the defaults noted.
 type Options struct {
 	NodeName      string
-	Self          peers.Record   // this node's record, built once; published through the PeerSource
+	Self          peers.Record   // this node's record, published through the PeerSource (a SelfPublisher may change it)
 	LocalBlocks   []netip.Prefix // blackholed; also published in daemon.json
 	PodMTU        int
 	Version       string
@@ -655,6 +655,7 @@ func (a *Agent) applyPass(managers []Manager) {
 		}
 	}
 	a.pass.checks = a.pass.checks[:0]
+	a.updateSelf()
 	a.metrics.ApplyDuration.Observe(a.now().Sub(start).Seconds())
 	if d := a.wl.retryAfter(); d > 0 && (a.pass.graceWait == 0 || d < a.pass.graceWait) {
 		a.pass.graceWait = d
@@ -679,6 +680,22 @@ func (a *Agent) applyPass(managers []Manager) {
 		if a.ready.ready {
 			a.publishReadiness(blocked)
 		}
+	}
+}
+
+// updateSelf asks the SelfPublisher managers for changes to this node's
+// record and publishes it again when one made any.
+func (a *Agent) updateSelf() {
+	changed := false
+	for _, m := range a.managers {
+		if p, ok := m.(SelfPublisher); ok && p.UpdateSelf(&a.peers.self) {
+			changed = true
+		}
+	}
+	if changed {
+		a.opts.Self = a.peers.self
+		a.peers.published = false
+		a.peers.publish()
 	}
 }
 

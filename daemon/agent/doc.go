@@ -56,11 +56,12 @@
 // peers from a PeerSource (daemon/datastore.Peers: a Datastore with the
 // peer validator in front, so managers only see validated peers.NodeInfo,
 // and the datastore's typed Health); this node's record (Options.Self,
-// built once) goes out through PeerSource.Publish and is never read back.
+// built once; a SelfPublisher manager may change its part of it, as the
+// WireGuard manager does after a key rotation, and the loop publishes it
+// again) goes out through PeerSource.Publish and is never read back.
 // The agent holds no path. New takes its collaborators in one Deps.
-// A coming manager (a WireGuard device fed the validated peers, a BGP
-// speaker announcing the local blocks to them) is one more Manager in
-// Deps.Managers.
+// A coming manager (a BGP speaker announcing the local blocks to the
+// peers) is one more Manager in Deps.Managers.
 //
 // Snapshots: the state endpoint asks the loop with Query, whose build
 // function runs on the loop goroutine with a plain Snapshot (the records,

@@ -39,6 +39,8 @@ type Manager interface {
 //   - Blocker: holds the daemon not ready while its dataplane cannot work.
 //   - HostWatcher: hears the link, neighbour and sysctl hints of the
 //     workload interfaces (and the node's sysctls).
+//   - SelfPublisher: changes this node's published record while the
+//     daemon runs.
 //
 // The state endpoint's parts of a snapshot (inspect.Snapshotter) and a
 // manager's Close are asked for by routeletd's wiring, not by the loop.
@@ -69,6 +71,18 @@ type HostWatcher interface {
 	LinkChanged(name string)
 	NeighChanged(name string)
 	SysctlsChanged(name string)
+}
+
+// SelfPublisher is a Manager owning a part of this node's published
+// record that can change while the daemon runs (the WireGuard public key,
+// after the key file was rotated). After every pass the loop hands it the
+// record (Options.Self as last published); one that changed it reports
+// true, and the loop publishes the record again at once (a failed
+// publish is retried at every full sync). Calling it after the pass's
+// Apply lets the manager put its kernel side in place (the device's new
+// key) before the peers learn of it.
+type SelfPublisher interface {
+	UpdateSelf(self *peers.Record) (changed bool)
 }
 
 // Served is what the workload routes manager serves, handed to every

@@ -15,7 +15,7 @@ import (
 // of them (the last read, when each peer last changed). Loop-owned.
 type peerFeed struct {
 	src       PeerSource
-	self      peers.Record // this node's record, built once
+	self      peers.Record // this node's record (a SelfPublisher may change it)
 	published bool         // self went through Publish
 	records   int          // peer records at the last read
 	badNodes  int          // unreadable peer records at the last full read
@@ -137,7 +137,8 @@ func samePeer(x, y peers.NodeInfo) bool {
 	ep := func(a, b peers.Endpoint) bool {
 		return a.HostIP == b.HostIP && a.TunnelAddr == b.TunnelAddr && bytes.Equal(a.VTEPMAC, b.VTEPMAC)
 	}
-	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks)
+	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks) &&
+		x.WireGuard == y.WireGuard
 }
 
 // logBad logs each bad record of bad that seen does not hold and returns

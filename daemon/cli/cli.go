@@ -1,7 +1,7 @@
 // Package cli implements routeletd's subcommands beside running the
-// daemon: status, diagnose, nodes, cleanup, etcd init and leave (see
-// docs/daemon.md). Each takes what follows its name on the command line
-// and returns the exit status.
+// daemon: status, diagnose, nodes, cleanup, etcd init, leave and
+// wireguard rotate-key (see docs/daemon.md). Each takes what follows its
+// name on the command line and returns the exit status.
 package cli
 
 import (

@@ -48,6 +48,9 @@ func renderStatus(st *statusapi.State, now time.Time) string {
 	fmt.Fprintf(w, "Pods:\t%s\n", podsLine(st.Workloads))
 	fmt.Fprintf(w, "Routes:\t%s\n", esc(tablesLine(st.Tables)))
 	fmt.Fprintf(w, "Devices:\t%s\n", esc(devicesLine(st.Devices)))
+	if st.WireGuard != nil {
+		fmt.Fprintf(w, "WireGuard:\t%s\n", esc(wireGuardLine(st.WireGuard)))
+	}
 	if st.Source == statusapi.SourceDaemon {
 		fmt.Fprintf(w, "Drift repaired:\t%s\n", esc(driftLine(st, now)))
 		fmt.Fprintf(w, "Last resync:\t%s\n", ago(st.LastResync, now))
@@ -301,6 +304,16 @@ func problems(st *statusapi.State) []string {
 	for _, c := range st.Datastore.BlockConflicts {
 		out = append(out, blockConflictLine(c))
 	}
+	if wg := st.WireGuard; wg != nil {
+		if wg.Error != "" {
+			out = append(out, fmt.Sprintf("wireguard %s: %s", wg.Device, wg.Error))
+		}
+		for _, p := range wg.Peers {
+			if !p.Configured {
+				out = append(out, fmt.Sprintf("wireguard peer %s (key %s): not configured on %s as wanted", p.Node, p.PublicKey, wg.Device))
+			}
+		}
+	}
 	for _, d := range st.Devices {
 		if d.Problem != "" {
 			out = append(out, fmt.Sprintf("device %s: %s", d.Name, d.Problem))
@@ -365,4 +378,25 @@ func problems(st *statusapi.State) []string {
 func blockConflictLine(c statusapi.BlockConflict) string {
 	return fmt.Sprintf("block %s: claim conflict: the datastore key %q holds %q, not this node; this node keeps serving the block (its pods use it) and does not overwrite the claim (since %s)",
 		c.Block, c.Key, c.Holder, c.Since.UTC().Format(time.RFC3339))
+}
+
+// wireGuardLine sums up the WireGuard device: implementation, state,
+// port, MTU, public key, and its peers.
+func wireGuardLine(wg *statusapi.WireGuard) string {
+	state := "down"
+	if wg.Up {
+		state = "up"
+	}
+	hs := 0
+	for _, p := range wg.Peers {
+		if p.HandshakeAgeSeconds != nil {
+			hs++
+		}
+	}
+	s := fmt.Sprintf("%s (%s, %s, port %d, mtu %d), public key %s; %d peers, %d with a handshake",
+		wg.Device, orDash(wg.Implementation), state, wg.Port, wg.MTU, orDash(wg.PublicKey), len(wg.Peers), hs)
+	if n := len(wg.PeersWithoutKey); n > 0 {
+		s += fmt.Sprintf("; %d without a key (their pods unreachable): %s", n, strings.Join(wg.PeersWithoutKey, ", "))
+	}
+	return s
 }

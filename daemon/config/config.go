@@ -385,6 +385,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 			"       routeletd diagnose [--output text|json] [--probe] [flags] SRC DST\n"+
 			"       routeletd etcd init --pool CIDR [--pool CIDR6] [--block-size 26] [--block-size-v6 122] [flags]\n"+
 			"       routeletd leave [flags]\n"+
+			"       routeletd wireguard rotate-key [flags]\n"+
 			"       routeletd version\n\n"+
 			"Each flag is also ROUTELET_<NAME> in the environment and <name> in the config file;\n"+
 			"precedence: flag > env > file > default.\n\n")

@@ -21,7 +21,7 @@ import (
 func Compare(d *Desired, k *Kernel, now time.Time) *statusapi.State {
 	st := &statusapi.State{
 		Taken: now.UTC(), Loop: d.Loop, Node: d.Node, Readiness: d.Readiness, Datastore: d.Datastore,
-		Blocks: nonNil(d.Blocks), Errors: nonNil(d.Errors), LastResync: d.LastResync, Repairs: nonNil(d.Repairs),
+		Blocks: nonNil(d.Blocks), Errors: nonNil(d.Errors), LastResync: d.LastResync, Repairs: nonNil(d.Repairs), WireGuard: d.WireGuard,
 		Tables: []statusapi.RouteTable{}, Devices: []statusapi.Device{}, Peers: []statusapi.Peer{}, Workloads: []statusapi.Workload{},
 	}
 	if !d.Loop && d.Workloads == nil && d.Peers == nil {

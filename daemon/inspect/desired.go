@@ -34,6 +34,9 @@ type Desired struct {
 	Refused   map[string]string
 	// Overlay is each family's overlay (none in a family without one).
 	Overlay []OverlayFamily
+	// WireGuard is the WireGuard device's part (nil without encryption);
+	// its routes are in Overlay, under the device's name.
+	WireGuard *statusapi.WireGuard
 	// Peers are the validated peers.
 	Peers []Peer
 	// Allowlist is the allowlist set whose members are the peers' host
@@ -80,7 +83,7 @@ type OverlayFamily struct {
 // DeviceWant is an overlay device as wanted.
 type DeviceWant struct {
 	Name string
-	Kind string // "vxlan" or "ipip"
+	Kind string // "vxlan", "ipip", "wireguard" (kernel) or "tun" (WireGuard in userspace)
 	MTU  int
 	MAC  string // VXLAN: the VTEP MAC; "" for IPIP
 }

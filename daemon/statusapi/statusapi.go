@@ -54,7 +54,10 @@ type State struct {
 	// (routes to peers' blocks).
 	Tables  []RouteTable `json:"tables"`
 	Devices []Device     `json:"devices"`
-	Peers   []Peer       `json:"peers"`
+	// WireGuard is the WireGuard device carrying pod traffic between
+	// nodes; nil (absent) unless encryption is wireguard.
+	WireGuard *WireGuard `json:"wireguard,omitempty"`
+	Peers     []Peer     `json:"peers"`
 	// PeersUnknown says why Peers is not known ("" when it is): offline,
 	// only the file datastore's peers can be read from the state
 	// directory; the others' are the running daemon's to tell.
@@ -205,7 +208,7 @@ type Route struct {
 // Device is one overlay device, as wanted and as found.
 type Device struct {
 	Name    string `json:"name"`
-	Kind    string `json:"kind"` // "vxlan" or "ipip"
+	Kind    string `json:"kind"` // "vxlan", "ipip", "wireguard" or "tun" (WireGuard in userspace)
 	Family  int    `json:"family"`
 	Exists  bool   `json:"exists"`
 	Up      bool   `json:"up"`
@@ -307,4 +310,44 @@ func (s *State) RepairsSince(t time.Time) int {
 		}
 	}
 	return n
+}
+
+// WireGuard is the node's WireGuard device as the daemon last read it,
+// and its peers as wanted joined with what the device holds.
+type WireGuard struct {
+	// Implementation is "kernel" (the kernel's wireguard link) or
+	// "userspace" (a TUN device served by routeletd's datapath process);
+	// "" while the device does not exist yet.
+	Implementation string `json:"implementation"`
+	Device         string `json:"device"`
+	PublicKey      string `json:"publicKey"` // this node's, base64
+	Port           int    `json:"port"`      // listen port
+	MTU            int    `json:"mtu"`
+	Up             bool   `json:"up"`
+	// Error says why the device does not work (the last Apply's error, or
+	// why the daemon is not ready on its account); "" when it works.
+	Error string          `json:"error,omitempty"`
+	Peers []WireGuardPeer `json:"peers"`
+	// PeersWithoutKey names the peers with no (valid) WireGuard key: their
+	// blocks are routed into the device all the same, which drops the
+	// packets, so nothing to their pods leaves unencrypted.
+	PeersWithoutKey []string `json:"peersWithoutKey,omitempty"`
+}
+
+// WireGuardPeer is one peer of the WireGuard device.
+type WireGuardPeer struct {
+	Node       string   `json:"node"`
+	PublicKey  string   `json:"publicKey"`
+	Endpoint   string   `json:"endpoint,omitempty"` // host IP:port, as wanted
+	AllowedIPs []string `json:"allowedIPs"`         // as wanted: the peer's blocks and tunnel addresses
+	// Configured: the device holds the peer with this endpoint and these
+	// allowed IPs.
+	Configured bool `json:"configured"`
+	// LatestHandshake is the last completed handshake (zero: never);
+	// HandshakeAgeSeconds its age when the state was taken (absent:
+	// never).
+	LatestHandshake     time.Time `json:"latestHandshake"`
+	HandshakeAgeSeconds *int64    `json:"handshakeAgeSeconds,omitempty"`
+	RxBytes             int64     `json:"rxBytes"`
+	TxBytes             int64     `json:"txBytes"`
 }

@@ -1,0 +1,143 @@
+package wgmgr
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+
+	"github.com/routelet/routelet/daemon/netwatch"
+	"github.com/routelet/routelet/pkg/state"
+	"github.com/routelet/routelet/pkg/wireguard"
+)
+
+// Interest is what the manager owns in the netlink event stream: the
+// device's link events, the deletions of its route protocol's routes on
+// it (main table), and, as a host owner that ignores every other link,
+// the address events of the device.
+func (m *Manager) Interest() netwatch.Interest {
+	dev := m.cfg.Device
+	return netwatch.Interest{
+		Names:     []string{dev},
+		Protocols: []int{m.cfg.RouteProtocol}, Tables: []int{0, unix.RT_TABLE_MAIN}, RouteDeletesOnly: true,
+		Host: true, OwnProtocols: []int{m.cfg.RouteProtocol},
+		HostIgnores: func(name, _ string) bool { return name != dev },
+	}
+}
+
+// Events returns the manager's netwatch.Handler: each event that matters
+// records a hint and calls wake (the loop's NotifyApply); the repair
+// happens in Apply on the loop goroutine. Relevant: a link event of the
+// device (created, deleted, down, renamed, MTU changed: the device
+// re-checks itself, its routes are re-read), an address change on it (a
+// device check), the deletion of a route the manager wants on it (the
+// echo of its own deletes is not). Lost events (Rescan) queue the full
+// check.
+func (m *Manager) Events(wake func()) netwatch.Handler { return events{m, wake} }
+
+type events struct {
+	m    *Manager
+	wake func()
+}
+
+// OnLink implements netwatch.Handler.
+func (e events) OnLink(ev netwatch.LinkEvent) {
+	if e.m.dev.OnLinkUpdate(ev.Name) || ev.Name == e.m.cfg.Device {
+		e.m.markRoutes()
+		e.wake()
+	}
+}
+
+// OnRoute implements netwatch.Handler: a wanted route deleted from the
+// device is put back.
+func (e events) OnRoute(ev netwatch.RouteEvent) {
+	if ev.Iface != e.m.cfg.Device || !ev.Deleted || !e.m.wanted(ev.Dst) {
+		return
+	}
+	if e.m.cfg.OnDrift != nil {
+		e.m.cfg.OnDrift("route", ev.Dst.String()+" dev "+ev.Iface)
+	}
+	e.m.markRoutes()
+	e.wake()
+}
+
+// OnNeigh implements netwatch.Handler: the device has no neighbours.
+func (events) OnNeigh(netwatch.NeighEvent) {}
+
+// OnHostChange implements netwatch.HostHandler: an address or link
+// change on the device (every other link is ignored).
+func (e events) OnHostChange() {
+	e.m.dev.QueueCheck()
+	e.wake()
+}
+
+// Rescan implements netwatch.Handler.
+func (e events) Rescan() {
+	e.m.QueueCheck()
+	e.wake()
+}
+
+var _ netwatch.HostHandler = events{}
+
+// Watch watches the key directory (<StateDir>/wireguard) until ctx is
+// done: a change of the key file (`routeletd wireguard rotate-key`, an
+// operator's copy) makes the next Apply read it again, and wake (the
+// loop's NotifyApply) asks for that Apply. A lost watch (an fsnotify
+// error, the directory removed and made again) counts as a change; the
+// periodic check reads the key file too.
+func (m *Manager) Watch(ctx context.Context, wake func()) error {
+	dir := KeyDir(m.cfg.StateDir)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("wireguard key watch: %w", err)
+	}
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return fmt.Errorf("wireguard key watch %s: %w", dir, err)
+	}
+	changed := func() { m.KeyChanged(); wake() }
+	go func() {
+		defer w.Close()
+		lost := false
+		var retry <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				path := filepath.Clean(ev.Name)
+				switch {
+				case path == dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
+					m.log.Warn("the WireGuard key directory went away; watching for it again", "dir", dir)
+					lost, retry = true, time.After(0)
+				case path == filepath.Join(dir, wireguard.KeyFile):
+					changed()
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				m.log.Warn("WireGuard key watch error; reading the key file again", "dir", dir, "err", err)
+				changed()
+			case <-retry:
+				retry = nil
+				if lost {
+					w.Remove(dir)
+					if state.EnsureDir(dir) == nil && w.Add(dir) == nil {
+						lost = false
+					} else {
+						retry = time.After(time.Second)
+					}
+				}
+				changed()
+			}
+		}
+	}()
+	return nil
+}
