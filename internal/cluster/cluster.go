@@ -4,7 +4,10 @@
 // own), routeletd running in each node with the file datastore, every node's
 // record copied into every other node's nodes/ directory (as an operator
 // would copy the file), and pods attached through the routelet plugin with
-// libcni. Nothing outside the cluster's namespaces is touched.
+// libcni. Nothing outside the cluster's namespaces is touched. With
+// PrivateWireGuardRun each routeletd also gets a mount namespace with a
+// /var/run/wireguard of its own, and the userspace WireGuard datapaths the
+// daemons leave running are ended at Close.
 //
 // Everything a cluster makes is named with the caller's prefix (use
 // netnstest.OwnedPrefix), and daemons get SIGKILL when the creating process
