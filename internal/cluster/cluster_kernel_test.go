@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +100,28 @@ func TestPrivateWireGuardRun(t *testing.T) {
 	}
 	if second := check("after StartAfterKill"); second == first {
 		t.Errorf("the restarted routeletd has the killed one's PID %d", first)
+	}
+
+	// Ping streams count what a user would: a pod answering itself loses
+	// nothing; an address nobody has answers none.
+	pod, err := c.AddPod(ctx, n, "p0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pod.StartPingStream(pod.IPv4, 20*time.Millisecond, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if r, err := s.Stop(); err != nil || r.Sent < 10 || r.Received != r.Sent || len(r.Lost) > 0 {
+		t.Errorf("stream to the pod itself: %s, %v; want at least 10 sent, all answered", r, err)
+	}
+	s, err = pod.StartPingStream(netip.MustParseAddr("192.0.2.1"), 20*time.Millisecond, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Wait(); err != nil || r.Sent != 3 || r.Received != 0 || !slices.Equal(r.Lost, []int{1, 2, 3}) {
+		t.Errorf("stream to 192.0.2.1: %s, %v; want 3 sent, icmp_seq 1-3 lost", r, err)
 	}
 
 	// A process in the node's namespace that looks like a datapath, and

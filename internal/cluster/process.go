@@ -211,7 +211,8 @@ func (r PingResult) String() string {
 }
 
 // StartPingStream starts `ping -i interval -c count` from p to dst; each
-// request waits up to a second for its reply. Wait returns the counts.
+// request waits up to a second for its reply. Wait returns the counts
+// once all are sent, Stop ends the stream before.
 func (p *Pod) StartPingStream(dst netip.Addr, interval time.Duration, count int) (*PingStream, error) {
 	if interval < 10*time.Millisecond || count < 1 {
 		return nil, fmt.Errorf("ping stream to %s: interval %s and count %d: want at least 10ms and 1", dst, interval, count)
@@ -261,13 +262,19 @@ func (s *PingStream) Wait() (PingResult, error) {
 	return r, nil
 }
 
-// Stop ends the stream early (SIGINT: ping prints its summary) and
-// returns what it counted; the request in flight may count as lost.
+// Stop ends the stream (SIGINT: ping prints its summary) and returns
+// what it counted. The last request, sent less than an interval before,
+// has had no time for its reply: unanswered, it is not counted as sent.
 func (s *PingStream) Stop() (PingResult, error) {
 	select {
 	case <-s.done:
+		return s.Wait()
 	default:
 		_ = s.cmd.Process.Signal(os.Interrupt)
 	}
-	return s.Wait()
+	r, err := s.Wait()
+	if n := len(r.Lost); err == nil && n > 0 && r.Lost[n-1] == r.Sent {
+		r.Lost, r.Sent = r.Lost[:n-1], r.Sent-1
+	}
+	return r, err
 }

@@ -329,22 +329,26 @@ func datapathPID(t *testing.T, n *node) int {
 	return pids[0]
 }
 
-// streams runs one ping stream per (from, to) pair for d at interval and
-// returns their results after fn has run while they go.
-func streams(t *testing.T, pairs [][2]netip.Addr, pods map[netip.Addr]*cluster.Pod, interval, d time.Duration, fn func()) []cluster.PingResult {
+// streams runs one ping stream per (from, to) pair at interval, from a
+// second before fn until a second after it, and returns their results.
+func streams(t *testing.T, pairs [][2]netip.Addr, pods map[netip.Addr]*cluster.Pod, interval time.Duration, fn func()) []cluster.PingResult {
 	t.Helper()
 	var ss []*cluster.PingStream
 	for _, p := range pairs {
-		s, err := pods[p[0]].StartPingStream(p[1], interval, int(d/interval))
+		// Far more requests than the stream lasts: Stop ends it.
+		s, err := pods[p[0]].StartPingStream(p[1], interval, 1_000_000)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { s.Stop() })
 		ss = append(ss, s)
 	}
+	time.Sleep(time.Second)
 	fn()
+	time.Sleep(time.Second)
 	var out []cluster.PingResult
 	for _, s := range ss {
-		r, err := s.Wait()
+		r, err := s.Stop()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -469,8 +473,7 @@ func TestWireGuard(t *testing.T) {
 		defer sub(t)()
 		old := ownKey(t, b)
 		pairs := [][2]netip.Addr{{a.Pods[0].IPv4, b.Pods[0].IPv4}, {cn.Pods[0].IPv6, b.Pods[1].IPv6}}
-		rs := streams(t, pairs, c.podsByAddr(), 50*time.Millisecond, 4*time.Second, func() {
-			time.Sleep(time.Second)
+		rs := streams(t, pairs, c.podsByAddr(), 50*time.Millisecond, func() {
 			if out, err := routeletd(b, "wireguard", "rotate-key", "--state-dir="+b.StateDir); err != nil {
 				t.Fatalf("rotate-key: %v\n%s", err, out)
 			}
@@ -506,8 +509,7 @@ func TestWireGuard(t *testing.T) {
 		defer sub(t)()
 		before := datapathPID(t, a)
 		pairs := [][2]netip.Addr{{a.Pods[0].IPv4, b.Pods[0].IPv4}, {cn.Pods[1].IPv6, a.Pods[1].IPv6}}
-		rs := streams(t, pairs, c.podsByAddr(), 50*time.Millisecond, 5*time.Second, func() {
-			time.Sleep(time.Second)
+		rs := streams(t, pairs, c.podsByAddr(), 50*time.Millisecond, func() {
 			if err := a.Kill(); err != nil {
 				t.Fatal(err)
 			}
