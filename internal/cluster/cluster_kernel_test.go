@@ -102,6 +102,11 @@ func TestPrivateWireGuardRun(t *testing.T) {
 		t.Errorf("the restarted routeletd has the killed one's PID %d", first)
 	}
 
+	// Subcommands run through the same wrapper.
+	if out, err := c.Routeletd(ctx, n, "version"); err != nil || !strings.Contains(out, "routeletd") {
+		t.Errorf("routeletd version on a: %q, %v", out, err)
+	}
+
 	// Ping streams count what a user would: a pod answering itself loses
 	// nothing; an address nobody has answers none.
 	pod, err := c.AddPod(ctx, n, "p0")

@@ -278,3 +278,22 @@ func (s *PingStream) Stop() (PingResult, error) {
 	}
 	return r, err
 }
+
+// Routeletd runs a routeletd subcommand (status, wireguard rotate-key, …)
+// to completion in n's network namespace, with n's WireGuardRunDir on
+// /var/run/wireguard as its daemon has it, and returns its combined
+// output; the error holds it too.
+func (c *Cluster) Routeletd(ctx context.Context, n *Node, args ...string) (string, error) {
+	if n.WireGuardRunDir == "" {
+		return netnstest.Exec(ctx, n.CNI.NS, c.opts.Daemon, args...)
+	}
+	cmd, err := netnstest.CommandWithRunDir(ctx, n.CNI.NS, n.WireGuardRunDir, c.opts.Daemon, args...)
+	if err != nil {
+		return "", err
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("routeletd %s on %s: %w: %s", strings.Join(args, " "), n.Spec.Name, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}

@@ -129,9 +129,10 @@ func TestCapture(t *testing.T) {
 	}
 }
 
-// TestRunDir: a process started with StartWithRunDir and a function run
-// with DoWithRunDir see their directory on WireGuardRunDir, the caller
-// does not, and the process's PID is the command's own.
+// TestRunDir: a process started with StartWithRunDir, one run with
+// CommandWithRunDir and a function run with DoWithRunDir see their
+// directory on WireGuardRunDir, the caller does not, and the started
+// process's PID is the command's own.
 func TestRunDir(t *testing.T) {
 	n := NewT(t)
 	dir := t.TempDir()
@@ -179,6 +180,13 @@ func TestRunDir(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(WireGuardRunDir, "marker")); err == nil {
 		t.Fatalf("DoWithRunDir left the directory mounted on %s", WireGuardRunDir)
+	}
+	cmd, err := CommandWithRunDir(t.Context(), n.NetNS, dir, "ls", WireGuardRunDir+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "marker" {
+		t.Errorf("ls %s through CommandWithRunDir: %q, %v; want the marker", WireGuardRunDir, b, err)
 	}
 	if err := p.Kill(); err == nil {
 		t.Error("kill of the process: exit status nil, want death by SIGKILL")

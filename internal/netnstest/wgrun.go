@@ -1,6 +1,7 @@
 package netnstest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -58,14 +59,14 @@ func checkRunDir(dir string) error {
 
 // CommandWithRunDir returns the command that runs name inside the network
 // namespace n with dir mounted on WireGuardRunDir, as StartWithRunDir
-// starts it, for callers that want to run it to completion (exec.Cmd.Run,
-// CombinedOutput).
-func CommandWithRunDir(n ns.NetNS, dir, name string, args ...string) (*exec.Cmd, error) {
+// starts it, for callers that run it to completion (exec.Cmd.Run,
+// CombinedOutput); ctx kills it.
+func CommandWithRunDir(ctx context.Context, n ns.NetNS, dir, name string, args ...string) (*exec.Cmd, error) {
 	if err := checkRunDir(dir); err != nil {
 		return nil, err
 	}
 	argv := append([]string{"netns", "exec", Name(n), "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", runDirScript, dir, name}, args...)
-	cmd := exec.Command("ip", argv...)
+	cmd := exec.CommandContext(ctx, "ip", argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
 }

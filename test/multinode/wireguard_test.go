@@ -474,7 +474,7 @@ func TestWireGuard(t *testing.T) {
 		old := ownKey(t, b)
 		pairs := [][2]netip.Addr{{a.Pods[0].IPv4, b.Pods[0].IPv4}, {cn.Pods[0].IPv6, b.Pods[1].IPv6}}
 		rs := streams(t, pairs, c.podsByAddr(), 50*time.Millisecond, func() {
-			if out, err := routeletd(b, "wireguard", "rotate-key", "--state-dir="+b.StateDir); err != nil {
+			if out, err := c.c.Routeletd(t.Context(), b.Node, "wireguard", "rotate-key", "--state-dir="+b.StateDir); err != nil {
 				t.Fatalf("rotate-key: %v\n%s", err, out)
 			}
 			if ownKey(t, b) == old {
