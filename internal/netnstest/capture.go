@@ -167,6 +167,7 @@ type Packet struct {
 // IP protocol numbers ParseFrame reads further.
 const (
 	ProtoICMP   = 1
+	ProtoIGMP   = 2
 	ProtoTCP    = 6
 	ProtoUDP    = 17
 	ProtoICMPv6 = 58
@@ -201,11 +202,11 @@ func (p Packet) String() string {
 }
 
 // LinkControl reports whether p is the link's own housekeeping rather
-// than traffic: ARP, and the ICMPv6 of neighbour discovery (router and
-// neighbour solicitations and advertisements, redirects) and multicast
-// listener discovery.
+// than traffic: ARP, IGMP, and the ICMPv6 of neighbour discovery (router
+// and neighbour solicitations and advertisements, redirects) and
+// multicast listener discovery.
 func (p Packet) LinkControl() bool {
-	if p.EtherType == EtherTypeARP {
+	if p.EtherType == EtherTypeARP || p.EtherType == EtherTypeIPv4 && p.Proto == ProtoIGMP {
 		return true
 	}
 	if p.EtherType != EtherTypeIPv6 || p.Proto != ProtoICMPv6 || p.Fragment {

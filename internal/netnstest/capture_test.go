@@ -41,6 +41,7 @@ func TestParseFrame(t *testing.T) {
 		{"IPv6 MLD after hop-by-hop", frame(t, EtherTypeIPv6, v6mld), "IPv6 fe80::1 > ff02::16 icmp type 143", true},
 		{"IPv6 fragment", frame(t, EtherTypeIPv6, v6frag), "IPv6 fd00:1::10 > fd00:1::11 fragment proto 17", false},
 		{"ARP", frame(t, EtherTypeARP, "0001"), "ARP", true},
+		{"IGMPv3 report", frame(t, EtherTypeIPv4, "46c00028 00004000 0102 0000 0a000101 e0000016 94040000 2200 0000"), "IPv4 10.0.1.1 > 224.0.0.22 proto 2", true},
 		{"LLDP", frame(t, 0x88cc, ""), "ethertype 0x88cc", false},
 	} {
 		p, err := ParseFrame(c.b)
