@@ -570,9 +570,13 @@ func TestWireGuard(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.measureRepair(t, a, "ip link del "+wgDev, reaches)
-		if out, err := cn.Pods[0].Ping(t.Context(), a.Pods[1].IPv6); err != nil {
-			t.Errorf("pod c → pod a over IPv6 after the device came back:\n%s", out)
-		}
+		// The new device has no session with any peer: c's packets under
+		// its old session must not be lost until c's own rekey timers
+		// (15 s) run out.
+		c.measureRepair(t, a, "ip link del "+wgDev+" (pod c → pod a over IPv6)", func() error {
+			_, err := cn.Pods[0].Ping(t.Context(), a.Pods[1].IPv6)
+			return err
+		})
 		if l, err := a.nl.LinkByName(wgDev); err == nil && l.Type() != "wireguard" {
 			if pids, err := a.DatapathPIDs(); err != nil || len(pids) != 1 {
 				t.Errorf("datapaths on a after the device was deleted: %v, %v; want one", pids, err)
