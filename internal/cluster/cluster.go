@@ -4,7 +4,10 @@
 // own), routeletd running in each node with the file datastore, every node's
 // record copied into every other node's nodes/ directory (as an operator
 // would copy the file), and pods attached through the routelet plugin with
-// libcni. Nothing outside the cluster's namespaces is touched.
+// libcni. Nothing outside the cluster's namespaces is touched. With
+// PrivateWireGuardRun each routeletd also gets a mount namespace with a
+// /var/run/wireguard of its own, and the userspace WireGuard datapaths the
+// daemons leave running are ended at Close.
 //
 // Everything a cluster makes is named with the caller's prefix (use
 // netnstest.OwnedPrefix), and daemons get SIGKILL when the creating process
@@ -46,6 +49,9 @@ type NodeSpec struct {
 	// router's port carries Gw4/Gw6); otherwise the node is on the
 	// router's bridge, which carries Gw4/Gw6.
 	Routed bool
+	// DaemonArgs are routeletd flags for this node only, after
+	// Options.DaemonArgs (or Restart's).
+	DaemonArgs []string
 }
 
 // Options configure a cluster.
@@ -60,7 +66,15 @@ type Options struct {
 	// SharedRecords: the datastore shares the node records (etcd), so
 	// Start copies none between the nodes' nodes/ directories.
 	SharedRecords bool
-	CNIVersion    string // default "1.1.0"
+	// PrivateWireGuardRun runs each node's routeletd in a mount namespace
+	// of its own with the node's WireGuardRunDir bind-mounted on
+	// /var/run/wireguard (netnstest.StartWithRunDir): wireguard-go's UAPI
+	// sockets and wgctrl's userspace backend use that path whatever the
+	// network namespace, so nodes with userspace WireGuard devices of the
+	// same name would otherwise configure each other's. A restarted
+	// routeletd gets the same directory and finds its datapath's socket.
+	PrivateWireGuardRun bool
+	CNIVersion          string // default "1.1.0"
 }
 
 // Cluster is a running simulated cluster. Close removes all of it.
@@ -80,8 +94,12 @@ type Node struct {
 	Store    *state.Store
 	Conf     *libcni.NetworkConfigList
 	LogPath  string // routeletd's log
-	Pods     []*Pod
-	daemon   *netnstest.Proc // nil until started
+	// WireGuardRunDir is the directory this node's routeletd (and the
+	// WireGuard datapath it starts) sees as /var/run/wireguard; "" unless
+	// Options.PrivateWireGuardRun.
+	WireGuardRunDir string
+	Pods            []*Pod
+	daemon          *netnstest.Proc // nil until started
 }
 
 // Pod is a workload attached through the plugin.
@@ -190,6 +208,9 @@ func (c *Cluster) addNode(s NodeSpec) (*Node, error) {
 	defer rfd.Close()
 	opts := c.opts
 	nd := &Node{Spec: s, StateDir: filepath.Join(opts.WorkDir, s.Name, "state"), LogPath: filepath.Join(opts.WorkDir, s.Name, "routeletd.log")}
+	if opts.PrivateWireGuardRun {
+		nd.WireGuardRunDir = filepath.Join(opts.WorkDir, s.Name, "run-wireguard")
+	}
 	if nd.CNI, err = netnstest.NewNode(opts.Prefix+"node-"+s.Name, []string{opts.PluginDir}, filepath.Join(opts.WorkDir, s.Name, "cache")); err != nil {
 		return nil, err
 	}
@@ -366,14 +387,19 @@ func (c *Cluster) startDaemon(n *Node, daemonArgs []string) error {
 			args = append(args, "--pod-cidr="+b)
 		}
 	}
-	args = append(args, daemonArgs...)
+	args = append(append(args, daemonArgs...), n.Spec.DaemonArgs...)
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close() // the child holds its own copy
 	// StartIn's daemon dies with us, even when we are killed outright.
-	d, err := netnstest.StartIn(n.CNI.NS, logf, c.opts.Daemon, args...)
+	var d *netnstest.Proc
+	if n.WireGuardRunDir != "" {
+		d, err = netnstest.StartWithRunDir(n.CNI.NS, logf, n.WireGuardRunDir, c.opts.Daemon, args...)
+	} else {
+		d, err = netnstest.StartIn(n.CNI.NS, logf, c.opts.Daemon, args...)
+	}
 	if err != nil {
 		return fmt.Errorf("start routeletd on %s: %w", n.Spec.Name, err)
 	}
@@ -525,6 +551,11 @@ func (c *Cluster) Close() error {
 			continue
 		}
 		n.daemon.StopOrKill(5 * time.Second)
+	}
+	// The WireGuard datapaths outlive their daemon by design (a restarted
+	// routeletd adopts them); nothing else ends them.
+	for _, n := range c.Nodes {
+		errs = append(errs, n.StopDatapaths())
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Pods {

@@ -56,7 +56,7 @@ func OwnedLinks(prefix string, devs Devices) func(nodespace.Link) bool {
 		case l.Name == devs.IPIP:
 			return l.Type == "ipip"
 		case devs.WireGuard != "" && l.Name == devs.WireGuard:
-			return l.Type == "wireguard" || l.Type == "tun"
+			return l.Type == "wireguard" || l.Type == "tuntap"
 		}
 		return false
 	}

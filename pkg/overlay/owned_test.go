@@ -33,7 +33,7 @@ func TestOwnedLinks(t *testing.T) {
 		// The WireGuard device, the kernel's or the userspace one, only
 		// when there is one: it has no default name.
 		{nodespace.Link{Name: "wg-pods", Type: "wireguard"}, true, false},
-		{nodespace.Link{Name: "wg-pods", Type: "tun"}, true, false},
+		{nodespace.Link{Name: "wg-pods", Type: "tuntap"}, true, false},
 		{nodespace.Link{Name: "wg-pods", Type: "dummy"}, false, false},
 		{nodespace.Link{Name: "wireguard.cali", Type: "wireguard"}, false, false},
 		{nodespace.Link{Name: "", Type: "wireguard"}, false, false},

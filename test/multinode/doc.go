@@ -5,7 +5,10 @@
 // node records copied between their nodes/ directories as an operator would,
 // and two pods per node attached through the real plugin with libcni. Each
 // encapsulation mode is checked the way a user would: which pods reach which,
-// and exactly which routes, ARP and FDB entries each node holds.
+// and exactly which routes, ARP and FDB entries each node holds. With
+// --encryption=wireguard each routeletd runs with a /var/run/wireguard of
+// its own (cluster.Options.PrivateWireGuardRun) and a capture on a node's
+// underlay (netnstest.StartCapture) shows what leaves it.
 //
 // The tests skip when not run as root; each builds and removes its own
 // namespaces and daemons and never touches the machine's own network.
