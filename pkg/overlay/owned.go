@@ -43,8 +43,8 @@ func (d Devices) Names() []string {
 // pod veth (a name with prefix and type veth, nodespace.Owned) or one of the
 // overlay devices devs names, by name and kind (a link of another kind
 // under such a name is someone else's): "vxlan", "ipip", and for the
-// WireGuard device "wireguard" (the kernel's) or "tun" (the userspace
-// datapath's).
+// WireGuard device "wireguard" (the kernel's) or "tuntap" (the userspace
+// datapath's tun link, as the netlink library names its type).
 func OwnedLinks(prefix string, devs Devices) func(nodespace.Link) bool {
 	devs = devs.WithDefaults()
 	return func(l nodespace.Link) bool {
