@@ -33,6 +33,10 @@ const (
 // default: 1500 less the largest, IPv6, overhead).
 const DefaultMTU = 1420
 
+// DefaultKeepalive is the peers' persistent keepalive unless Config says
+// otherwise (wg(8)'s customary value).
+const DefaultKeepalive = 25 * time.Second
+
 // ErrUnsupported marks a device this node cannot have as configured: the
 // kernel has no WireGuard and the configuration asks for it, or the
 // userspace implementation has no /dev/net/tun. Retrying cannot help.
@@ -46,6 +50,14 @@ type Config struct {
 	Port int
 	// MTU of the device; 0 means DefaultMTU.
 	MTU int
+	// Keepalive is every peer's persistent keepalive; 0 means
+	// DefaultKeepalive, negative none. Besides keeping a session warm
+	// through NAT and stateful firewalls, setting it on a peer of an up
+	// device sends a keepalive at once: a device made again (its
+	// sessions gone with the old one) starts a handshake with every peer
+	// instead of waiting for the peers' sessions to time out, so their
+	// traffic back reaches it within a round trip.
+	Keepalive time.Duration
 	// Addrs are the node's tunnel addresses on the device, each a single
 	// address (/32, /128).
 	Addrs []netip.Prefix
@@ -80,6 +92,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Port < 1 || c.Port > 65535 {
 		return c, fmt.Errorf("wireguard config: port %d: want 1..65535", c.Port)
+	}
+	if c.Keepalive == 0 {
+		c.Keepalive = DefaultKeepalive
+	}
+	if c.Keepalive < 0 {
+		c.Keepalive = 0
 	}
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
@@ -271,7 +289,7 @@ func (d *Device) wantedState() (wanted, uint64) {
 	d.wmu.Lock()
 	key, peers, gen := d.key, d.peers, d.gen
 	d.wmu.Unlock()
-	return wanted{key: key, port: d.cfg.Port, peers: normalizePeers(peers, key.PublicKey(), d.log)}, gen
+	return wanted{key: key, port: d.cfg.Port, keepalive: d.cfg.Keepalive, peers: normalizePeers(peers, key.PublicKey(), d.log)}, gen
 }
 
 // Apply brings the device to the configuration: it creates the device or

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -22,9 +23,10 @@ type Peer struct {
 
 // wanted is the configuration the device should hold.
 type wanted struct {
-	key   wgtypes.Key
-	port  int
-	peers map[wgtypes.Key]Peer
+	key       wgtypes.Key
+	port      int
+	keepalive time.Duration // every peer's persistent keepalive (0: none)
+	peers     map[wgtypes.Key]Peer
 }
 
 // normalizePeers returns the peers the device can hold, each once, with
@@ -155,6 +157,10 @@ func diff(want wanted, have *wgtypes.Device, base *wanted) (cfg wgtypes.Config, 
 		if hp.PresharedKey != (wgtypes.Key{}) {
 			pc.PresharedKey, differs = new(wgtypes.Key), true
 		}
+		if hp.PersistentKeepaliveInterval != want.keepalive {
+			ka := want.keepalive
+			pc.PersistentKeepaliveInterval, differs = &ka, true
+		}
 		if differs {
 			cfg.Peers = append(cfg.Peers, pc)
 			if unchangedSinceBase(wp.PublicKey) {
@@ -168,6 +174,10 @@ func diff(want wanted, have *wgtypes.Device, base *wanted) (cfg wgtypes.Config, 
 		}
 		wp := want.peers[k]
 		pc := wgtypes.PeerConfig{PublicKey: k, ReplaceAllowedIPs: true, AllowedIPs: ipNets(wp.AllowedIPs)}
+		if want.keepalive > 0 {
+			ka := want.keepalive
+			pc.PersistentKeepaliveInterval = &ka
+		}
 		if wp.Endpoint.IsValid() {
 			pc.Endpoint = udpAddr(wp.Endpoint)
 		}
