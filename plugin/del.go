@@ -9,7 +9,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	delegated "github.com/containernetworking/plugins/pkg/ipam"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/nodespace"
