@@ -13,7 +13,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	delegated "github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/defaults"

@@ -14,7 +14,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
-	delegated "github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/pkg/ipam"

@@ -27,6 +27,10 @@ type dataplane interface {
 	Setup(spec podnet.Spec) (*podnet.Attached, error)
 	AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.RouteProtocol) error
 	Teardown(hostIface string) error
+	// Unplug deletes the host veth (Teardown) and its pod guard
+	// (RemoveGuard), the guard as soon as the kernel has taken the veth
+	// off the node, while the deletion still completes.
+	Unplug(hostIface string) (vethErr, guardErr error)
 	// EnsureGuard, ReadGuard and RemoveGuard keep the pod source check on
 	// the host veth's ingress hook (pkg/podguard).
 	EnsureGuard(spec podguard.Spec) error
@@ -58,6 +62,9 @@ func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.
 	return podnet.AddHostRoutes(hostIface, addrs, proto)
 }
 func (kernel) Teardown(hostIface string) error { return podnet.Teardown(hostIface) }
+func (kernel) Unplug(hostIface string) (vethErr, guardErr error) {
+	return podnet.TeardownThen(hostIface, func() error { return kernel{}.RemoveGuard(hostIface) })
+}
 func (kernel) EnsureGuard(spec podguard.Spec) error {
 	return withGuards(func(g *podguard.Guards) error { _, err := g.Ensure(spec); return err })
 }

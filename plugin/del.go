@@ -9,7 +9,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	delegated "github.com/containernetworking/plugins/pkg/ipam"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/nodespace"
@@ -123,9 +122,11 @@ func deleteHostVeth(owner *state.Workload, host nodespace.Host, prefix, hostIf, 
 }
 
 // removeLink deletes the link a workload record names only when it is a
-// veth with the configured prefix and not the uplink, and then, as when
-// there is no such link, its pod guard (on kernels that keep a netdev
-// chain without its device). Anything else (a tampered record naming a
+// veth with the configured prefix and not the uplink, and its pod guard
+// (on kernels that keep a netdev chain without its device) as soon as the
+// kernel has taken the veth off the node, while the deletion still waits
+// for its grace periods (podnet.TeardownThen), or at once when there is no
+// such link. Anything else (a tampered record naming a
 // bridge, the uplink, an overlay device, a veth under another prefix) is
 // left alone with a warning, and so is its guard: the address and the
 // record are still released, so DEL and GC converge.
@@ -142,10 +143,14 @@ func removeLink(host nodespace.Host, prefix, hostIf, containerID, ifName string)
 			"iface", hostIf, "reason", why, "container", containerID, "ifname", ifName)
 		return nil
 	}
-	if err := dp.Teardown(hostIf); err != nil {
-		return fmt.Errorf("delete host veth: %w", err)
+	vethErr, guardErr := dp.Unplug(hostIf)
+	if vethErr != nil {
+		vethErr = fmt.Errorf("delete host veth: %w", vethErr)
 	}
-	return removeGuard(hostIf)
+	if guardErr != nil {
+		guardErr = fmt.Errorf("remove pod source check: %w", guardErr)
+	}
+	return errors.Join(vethErr, guardErr)
 }
 
 // removeGuard deletes the pod guard of hostIf, whose veth is gone.

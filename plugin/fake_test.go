@@ -148,6 +148,13 @@ func (f *fakeDataplane) Teardown(hostIface string) error {
 	return nil
 }
 
+func (f *fakeDataplane) Unplug(hostIface string) (vethErr, guardErr error) {
+	if err := f.Teardown(hostIface); err != nil {
+		return err, nil
+	}
+	return nil, f.RemoveGuard(hostIface)
+}
+
 func (f *fakeDataplane) EnsureGuard(spec podguard.Spec) error {
 	if err := f.step("guard"); err != nil {
 		return err
@@ -310,6 +317,9 @@ func TestAddDelWithFake(t *testing.T) {
 	}
 	if len(n.records()) != 1 {
 		t.Errorf("record removed although the veth is still there")
+	}
+	if _, ok := f.guards[host]; !ok {
+		t.Errorf("pod guard removed although the veth is still there")
 	}
 	f.failAt = ""
 	if err := cmdDel(args); err != nil {
