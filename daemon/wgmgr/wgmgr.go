@@ -180,7 +180,7 @@ func New(cfg Config, newDevice NewDevice, newTable NewTable) (*Manager, error) {
 	}
 	m.dev, err = newDevice(wireguard.Config{
 		Name: cfg.Device, Port: cfg.Port, MTU: cfg.MTU, Addrs: addrs, Impl: cfg.Impl,
-		RunDir: KeyDir(cfg.StateDir), Logger: m.log, OnRepair: cfg.OnRepair,
+		RunDir: KeyDir(cfg.StateDir), Logger: m.log, OnRepair: cfg.OnRepair, KeyPublished: !created,
 	}, key)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard device %s: %w", cfg.Device, err)

@@ -33,9 +33,16 @@ const (
 // default: 1500 less the largest, IPv6, overhead).
 const DefaultMTU = 1420
 
-// DefaultKeepalive is the peers' persistent keepalive unless Config says
-// otherwise (wg(8)'s customary value).
-const DefaultKeepalive = 25 * time.Second
+// Keepalive is the persistent keepalive a device made again gets on
+// every peer (wg(8)'s customary value). The peers still hold sessions
+// with the old device, which the new one cannot read, and would go on
+// sending under them until they time out (about 15 s); setting a
+// keepalive on a peer of an up device sends one at once, so each peer
+// takes a new session within a round trip. A device made with a new key
+// (the first start, a rotation) gets none: no peer has a session with
+// it, and two nodes starting handshakes with each other at the same
+// moment can leave both waiting for the retry five seconds later.
+const Keepalive = 25 * time.Second
 
 // ErrUnsupported marks a device this node cannot have as configured: the
 // kernel has no WireGuard and the configuration asks for it, or the
@@ -50,14 +57,10 @@ type Config struct {
 	Port int
 	// MTU of the device; 0 means DefaultMTU.
 	MTU int
-	// Keepalive is every peer's persistent keepalive; 0 means
-	// DefaultKeepalive, negative none. Besides keeping a session warm
-	// through NAT and stateful firewalls, setting it on a peer of an up
-	// device sends a keepalive at once: a device made again (its
-	// sessions gone with the old one) starts a handshake with every peer
-	// instead of waiting for the peers' sessions to time out, so their
-	// traffic back reaches it within a round trip.
-	Keepalive time.Duration
+	// KeyPublished says the private key was published before this start
+	// (loaded, not made now): the peers may hold sessions with it, made
+	// with a device that is gone if this start has to make the device.
+	KeyPublished bool
 	// Addrs are the node's tunnel addresses on the device, each a single
 	// address (/32, /128).
 	Addrs []netip.Prefix
@@ -92,12 +95,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Port < 1 || c.Port > 65535 {
 		return c, fmt.Errorf("wireguard config: port %d: want 1..65535", c.Port)
-	}
-	if c.Keepalive == 0 {
-		c.Keepalive = DefaultKeepalive
-	}
-	if c.Keepalive < 0 {
-		c.Keepalive = 0
 	}
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
@@ -207,12 +204,13 @@ type Device struct {
 	// mu guards everything below; Apply holds it for its whole run.
 	mu         sync.Mutex
 	wg         wgClient
-	wgBusy     atomic.Bool // a wgctrl request is still unanswered (see wgCall)
-	impl       string      // resolved implementation, "" until known
-	appliedGen uint64      // gen of the wanted state the last Apply set
-	applied    *wanted     // what the last configuration set; nil: none since the device appeared
-	had        bool        // the device existed and was set up once: its loss is a repair
-	linkSet    bool        // the link's attributes were set once on this link
+	wgBusy     atomic.Bool   // a wgctrl request is still unanswered (see wgCall)
+	impl       string        // resolved implementation, "" until known
+	appliedGen uint64        // gen of the wanted state the last Apply set
+	applied    *wanted       // what the last configuration set; nil: none since the device appeared
+	had        bool          // the device existed and was set up once: its loss is a repair
+	keepalive  time.Duration // every peer's persistent keepalive: Keepalive once the device was made again
+	linkSet    bool          // the link's attributes were set once on this link
 	lastErr    error
 	datapath   *datapathProc // the datapath this Device started, if any
 	closed     bool
@@ -289,7 +287,7 @@ func (d *Device) wantedState() (wanted, uint64) {
 	d.wmu.Lock()
 	key, peers, gen := d.key, d.peers, d.gen
 	d.wmu.Unlock()
-	return wanted{key: key, port: d.cfg.Port, keepalive: d.cfg.Keepalive, peers: normalizePeers(peers, key.PublicKey(), d.log)}, gen
+	return wanted{key: key, port: d.cfg.Port, keepalive: d.keepalive, peers: normalizePeers(peers, key.PublicKey(), d.log)}, gen
 }
 
 // Apply brings the device to the configuration: it creates the device or
@@ -329,6 +327,9 @@ func (d *Device) apply(want wanted) error {
 	}
 	if fresh {
 		d.applied, d.linkSet = nil, false
+		if d.had || d.cfg.KeyPublished {
+			d.keepalive = Keepalive
+		}
 	}
 	errs := []error{d.ensureLink(link)}
 	if err := d.configure(want); err != nil {

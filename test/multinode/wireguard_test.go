@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,24 +38,12 @@ const wgDev = defaults.DeviceWireGuard
 // beyond five times that (a loaded machine).
 const repairWant = time.Second
 
-// skipUnlessEncryption skips t when the routeletd built for the tests
-// has no --encryption flag.
-// until the WireGuard manager lands
-func skipUnlessEncryption(t *testing.T) {
-	t.Helper()
-	out, _ := exec.Command(filepath.Join(binDir, "routeletd"), "--help").CombinedOutput()
-	if !strings.Contains(string(out), "-encryption") {
-		t.Skip("routeletd has no --encryption flag yet: the WireGuard manager is not built in")
-	}
-}
-
 // newWireGuardCluster is newCluster with --encryption=wireguard (over the
 // default VXLAN encapsulation, which WireGuard replaces for pod traffic)
 // and each routeletd with a /var/run/wireguard of its own.
 func newWireGuardCluster(t *testing.T) *testCluster {
 	t.Helper()
 	netnstest.SkipUnlessRoot(t, whyRoot)
-	skipUnlessEncryption(t)
 	args := append(slices.Clone(baseArgs), "--encryption=wireguard")
 	tc := buildCluster(t, cluster.Options{Nodes: specs, DaemonArgs: args, PrivateWireGuardRun: true})
 	ctx := context.Background()
