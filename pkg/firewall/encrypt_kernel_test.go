@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
+
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/ipset"
@@ -133,4 +135,119 @@ func mustNotReceive(t *testing.T, c net.PacketConn, what string) {
 	if p, from, ok := recv(t, c, 300*time.Millisecond); ok {
 		t.Fatalf("%s: received %q from %s, want it dropped", what, p, from)
 	}
+}
+
+// TestEncryptionGuardTraffic6 is TestEncryptionGuardTraffic over IPv6
+// (ip6tables, routelet-pools-v6): leaking packets dropped and counted,
+// the WireGuard device's, a pod veth's and loopback's passed.
+func TestEncryptionGuardTraffic6(t *testing.T) {
+	for _, backend := range []string{BackendNFT, BackendLegacy} {
+		t.Run(backend, func(t *testing.T) { testEncryptionGuardTraffic6(t, backend) })
+	}
+}
+
+func testEncryptionGuardTraffic6(t *testing.T, backend string) {
+	cfg := Config{WireGuard: true}
+	f := newFixture(t, backend, ipset.IPv6, cfg, map[string][]string{ipset.Pools: {"fd00:244::/32"}})
+	node := f.n
+	wire, peer, pod := newNS(t), newNS(t), newNS(t)
+
+	link(t, node, "eth0", "", wire, "eth0", "")
+	sh(t, node, "ip addr add fd00:99::1/64 dev eth0 nodad")
+	sh(t, wire, "ip addr add fd00:99::2/64 dev eth0 nodad")
+	sh(t, wire, "ip addr add fd00:244:5::7/128 dev eth0 nodad")
+	sh(t, wire, "ip route add fd00:244::/64 via fd00:99::1 dev eth0")
+	sh(t, node, "ip route add default via fd00:99::2 dev eth0")
+	link(t, node, defaults.DeviceWireGuard, "", peer, "eth0", "")
+	sh(t, node, "ip addr add fd00:244::1/128 dev "+defaults.DeviceWireGuard+" nodad")
+	sh(t, peer, "ip addr add fd00:244:6::7/128 dev eth0 nodad")
+	sh(t, node, "ip route add fd00:244:6::/64 dev "+defaults.DeviceWireGuard+" src fd00:244::1")
+	sh(t, peer, "ip route add default dev eth0")
+	link(t, node, "cali1234", "", pod, "eth0", "")
+	sh(t, node, "ip addr add fe80::1/64 dev cali1234 nodad")
+	sh(t, pod, "ip addr add fd00:244::5/128 dev eth0 nodad")
+	sh(t, node, "ip route add fd00:244::5/128 dev cali1234 src fd00:244::1")
+	sh(t, pod, "ip route add default via fe80::1 dev eth0")
+	sysctl(t, node, "net/ipv6/conf/all/forwarding", "1")
+
+	leaked := listenUDP6(t, wire, "[::]:9000")
+	tunnelled := listenUDP6(t, peer, "[::]:9000")
+	toPod := listenUDP6(t, pod, "[::]:9000")
+	toTunnelAddr := listenUDP6(t, node, "[fd00:244::1]:9000")
+	deliver := func(from ns.NetNS, dst string, c net.PacketConn, payload, src, what string) {
+		t.Helper()
+		if err := sendUDP6(from, dst, payload); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if p, got, ok := recv(t, c, 5*time.Second); !ok || p != payload || got != src {
+			t.Fatalf("%s: got %q from %q (ok %v), want %q from %s", what, p, got, ok, payload, src)
+		}
+	}
+
+	deliver(node, "[fd00:244:5::7]:9000", leaked, "control-node", "fd00:99::1", "node to a peer's pod over the underlay, no rules")
+	deliver(pod, "[fd00:244:5::7]:9000", leaked, "control-pod", "fd00:244::5", "pod to a peer's pod over the underlay, no rules")
+
+	c := New(f.tab, ipset.IPv6, quiet)
+	if err := c.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	const drop = 3
+	if err := sendUDP6(node, "[fd00:244:5::7]:9000", "leak-node"); err != nil && !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("node's packet to a peer's pod over the underlay: %v, want it sent or refused with EPERM", err)
+	}
+	waitPackets(t, f.tab, TableFilter, EncryptChain, drop, 1)
+	mustNotReceive(t, leaked, "the node's packet to a peer's pod out of the underlay")
+	if err := sendUDP6(pod, "[fd00:244:5::7]:9000", "leak-pod"); err != nil {
+		t.Fatal(err)
+	}
+	waitPackets(t, f.tab, TableFilter, EncryptChain, drop, 2)
+	mustNotReceive(t, leaked, "a pod's packet to a peer's pod out of the underlay")
+
+	deliver(node, "[fd00:244:6::7]:9000", tunnelled, "wg-node", "fd00:244::1", "node to a peer's pod through the WireGuard device")
+	deliver(pod, "[fd00:244:6::7]:9000", tunnelled, "wg-pod", "fd00:244::5", "pod to a peer's pod through the WireGuard device")
+	deliver(node, "[fd00:244::5]:9000", toPod, "host-pod", "fd00:244::1", "node to its own pod through the pod's veth")
+	deliver(node, "[fd00:244::1]:9000", toTunnelAddr, "node-tunnel", "fd00:244::1", "node to its own tunnel address (loopback)")
+	if p, err := f.tab.packets(TableFilter, EncryptChain); err != nil || p[drop] != 2 {
+		t.Fatalf("guard's drop counted %v (%v) after traffic it must pass, want still 2", p, err)
+	}
+
+	if err := c.SetConfig(Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	deliver(node, "[fd00:244:5::7]:9000", leaked, "off-node", "fd00:99::1", "node to a peer's pod over the underlay, encryption off")
+	deliver(pod, "[fd00:244:5::7]:9000", leaked, "off-pod", "fd00:244::5", "pod to a peer's pod over the underlay, encryption off")
+}
+
+// listenUDP6 opens an IPv6 UDP socket inside n.
+func listenUDP6(t *testing.T, n ns.NetNS, addr string) net.PacketConn {
+	t.Helper()
+	var c net.PacketConn
+	if err := n.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.ListenPacket("udp6", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// sendUDP6 sends one IPv6 datagram from inside n.
+func sendUDP6(n ns.NetNS, dst, payload string) error {
+	return n.Do(func(ns.NetNS) error {
+		c, err := net.Dial("udp6", dst)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte(payload))
+		return err
+	})
 }
