@@ -103,12 +103,17 @@ func TestMembersFromNodes(t *testing.T) {
 			"routelet-nat-pools-v6": {"fd00:1::/120", "fd00:2::/120"},
 		}},
 		// WireGuard: the peers' host IPs only; an external CIDR has no
-		// key, so no WireGuard peer entry to reach.
+		// key, so no WireGuard peer entry to reach. The pools, without
+		// NAT outgoing too: the encryption guard drops what would leave
+		// for any of them other than through the WireGuard device, the
+		// peers' blocks included (those it routes into the device).
 		{"wireguard", firewall.Config{WireGuard: true, VXLAN: true}, map[string][]string{
 			"routelet-vxlan-peers":        {"192.0.2.11/32", "192.0.2.12/32", "198.51.100.0/28"},
 			"routelet-vxlan-peers-v6":     {"2001:db8::11/128"},
 			"routelet-wireguard-peers":    {"192.0.2.11/32", "192.0.2.12/32"},
 			"routelet-wireguard-peers-v6": {"2001:db8::11/128"},
+			"routelet-pools":              {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "10.244.9.0/24"},
+			"routelet-pools-v6":           {"fd00:1::/120", "fd00:2::/120"},
 		}},
 		{"none", firewall.Config{}, map[string][]string{}},
 	} {

@@ -27,7 +27,8 @@ func Backend(b string) string {
 }
 
 // Rules are the rules cfg asks for: the encapsulation's peer rules, and
-// with encryption the WireGuard port's.
+// with encryption the WireGuard port's and the encryption guard (traffic
+// to a pod CIDR leaves only through the WireGuard device or a pod veth).
 func Rules(cfg *config.Config) firewall.Config {
 	return firewall.Config{
 		VXLAN:           cfg.Encapsulation == config.EncapVXLAN,
@@ -36,6 +37,7 @@ func Rules(cfg *config.Config) firewall.Config {
 		IPIP:            cfg.Encapsulation == config.EncapIPIP,
 		WireGuard:       cfg.Encryption == config.EncryptionWireGuard,
 		WireGuardPort:   cfg.WireGuard.Port,
+		WireGuardDevice: cfg.WireGuard.Device,
 		NATOutgoing:     cfg.NATOutgoing,
 		InterfacePrefix: cfg.IfacePrefix,
 	}

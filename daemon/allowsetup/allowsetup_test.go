@@ -2,6 +2,7 @@ package allowsetup
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,56 @@ func TestRulesEncryption(t *testing.T) {
 			if tc.wantNone != "" && strings.Contains(in, tc.wantNone) {
 				t.Errorf("%q, %s: %s =\n%s\nwant no %q", tc.args, f, firewall.InputChain, in, tc.wantNone)
 			}
+		}
+	}
+}
+
+// TestRulesEncryptionGuard: with encryption wireguard both families get
+// ROUTELET-ENCRYPT, passing the configured WireGuard device and the pod
+// veth prefix and dropping the rest to the pools, and ROUTELET-FORWARD
+// jumps to it first and is kept whatever FORWARD holds; without
+// encryption there is no guard and ROUTELET-FORWARD is kept only while
+// FORWARD can drop.
+func TestRulesEncryptionGuard(t *testing.T) {
+	chain := func(chains []firewall.Chain, name string) (firewall.Chain, bool) {
+		for _, ch := range chains {
+			if ch.Name == name {
+				return ch, true
+			}
+		}
+		return firewall.Chain{}, false
+	}
+	on := load(t, "--encryption=wireguard", "--wireguard-device=wg7", "--interface-prefix=lxc")
+	for _, f := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
+		chains := firewall.Render(Rules(on), f)
+		enc, ok := chain(chains, firewall.EncryptChain)
+		if !ok {
+			t.Fatalf("encryption wireguard, %s: no %s rendered", f, firewall.EncryptChain)
+		}
+		want := []string{"-o lxc+ -j RETURN", "-o wg7 -j RETURN", "-o lo -j RETURN",
+			"-m set --match-set " + ipset.Name(ipset.Pools, f) + " dst -j DROP"}
+		if enc.Hook != "OUTPUT" || strings.Join(enc.Rules, "\n") != strings.Join(want, "\n") {
+			t.Errorf("encryption wireguard, %s: %s from %s =\n%s\nwant from OUTPUT\n%s", f, enc.Name, enc.Hook,
+				strings.Join(enc.Rules, "\n"), strings.Join(want, "\n"))
+		}
+		fwd, _ := chain(chains, firewall.ForwardChain)
+		if len(fwd.Rules) == 0 || fwd.Rules[0] != "-j "+firewall.EncryptChain || fwd.OnlyWhileHookCanDrop {
+			t.Errorf("encryption wireguard, %s: %s = %q (only while FORWARD can drop: %v), want the guard's jump first, always kept",
+				f, firewall.ForwardChain, fwd.Rules, fwd.OnlyWhileHookCanDrop)
+		}
+		if got := strings.Join(firewall.Sets(Rules(on), f), ","); !strings.Contains(got, ipset.Pools) {
+			t.Errorf("encryption wireguard, %s: sets %s, want the pools the guard matches", f, got)
+		}
+	}
+	off := load(t, "--encryption=none")
+	for _, f := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
+		chains := firewall.Render(Rules(off), f)
+		if _, ok := chain(chains, firewall.EncryptChain); ok {
+			t.Errorf("encryption none, %s: %s rendered", f, firewall.EncryptChain)
+		}
+		if fwd, _ := chain(chains, firewall.ForwardChain); !fwd.OnlyWhileHookCanDrop || slices.Contains(fwd.Rules, "-j "+firewall.EncryptChain) {
+			t.Errorf("encryption none, %s: %s = %q (only while FORWARD can drop: %v), want no guard's jump, kept only while FORWARD can drop",
+				f, firewall.ForwardChain, fwd.Rules, fwd.OnlyWhileHookCanDrop)
 		}
 	}
 }

@@ -166,6 +166,16 @@ func (c *Chains) SetConfig(cfg Config) error {
 	c.cfg = cfg
 	c.chains = Render(cfg, c.family)
 	c.absent = absent(c.chains)
+	// What is known of a chain holds only while it stays wanted, or
+	// absent: one the Config leaves out is removed, and one it brings back
+	// must be read again.
+	for _, ch := range c.absent {
+		delete(c.applied, ch.Name)
+		delete(c.hookOK, ch.Name)
+	}
+	for _, ch := range c.chains {
+		delete(c.goneOK, ch.Name)
+	}
 	c.dirty = true
 	c.cleanGenOK = false
 	return nil
@@ -278,6 +288,13 @@ func (c *Chains) sync(useCache bool) (int, error) {
 		// count says whether ch's writes are repairs: those that follow a
 		// flipped decision are the host's firewall changing, not tampering.
 		count := true
+		if !ch.OnlyWhileHookCanDrop {
+			// Wanted whatever its built-in chain holds (ROUTELET-FORWARD
+			// with the encryption guard): an earlier decision is moot, and
+			// a built-in chain left to delete is needed now.
+			delete(c.canDrop, ch.Name)
+			delete(c.dropHook, ch.Name)
+		}
 		if ch.OnlyWhileHookCanDrop {
 			chains, ok := read(ch.Table)
 			if !ok {

@@ -18,6 +18,11 @@ var quiet = slog.New(slog.DiscardHandler)
 
 var fullCfg = firewall.Config{VXLAN: true, IPIP: true, WireGuard: true, NATOutgoing: true}
 
+// plainCfg is fullCfg without encryption: ROUTELET-FORWARD is kept only
+// while FORWARD can drop (with encryption it holds the guard's jump and
+// stays).
+var plainCfg = firewall.Config{VXLAN: true, IPIP: true, NATOutgoing: true}
+
 // wantInstalled fails unless the fake holds exactly the rendered chains of
 // cfg, each jumped to once, first in its built-in chain, and the built-in
 // chains otherwise hold exactly others (table/chain → specs after the jump).
@@ -141,6 +146,16 @@ func testChainsCheckRepairsTampering(t *testing.T, nft bool) {
 		{"chain deleted with its jump", func() {
 			f.SetRules("filter", "INPUT")
 			f.RemoveChain("filter", firewall.InputChain)
+		}},
+		{"ROUTELET-ENCRYPT flushed", func() { f.SetRules("filter", firewall.EncryptChain) }},
+		{"the guard's drop deleted", func() {
+			r, _ := f.Rules("filter", firewall.EncryptChain)
+			f.SetRules("filter", firewall.EncryptChain, r[:len(r)-1]...)
+		}},
+		{"the guard's jump deleted from OUTPUT", func() { f.SetRules("filter", "OUTPUT") }},
+		{"the guard's jump deleted from ROUTELET-FORWARD", func() {
+			r, _ := f.Rules("filter", firewall.ForwardChain)
+			f.SetRules("filter", firewall.ForwardChain, r[1:]...)
 		}},
 	} {
 		if n, err := c.Check(); n != 0 || err != nil {
@@ -630,7 +645,7 @@ func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
 	f.NFT = nft
 	var logs strings.Builder
 	c := firewall.New(f, ipset.IPv4, slog.New(slog.NewTextHandler(&logs, nil)))
-	_ = c.SetConfig(fullCfg)
+	_ = c.SetConfig(plainCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -646,7 +661,7 @@ func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
 		if exists == baseDeleted {
 			t.Fatalf("%s: FORWARD base chain exists %v, want %v", what, exists, !baseDeleted)
 		}
-		wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+		wantInstalled(t, f, plainCfg, ipset.IPv4, nil)
 	}
 	// steady runs clean Checks: no repair, and with a generation no read
 	// after the first.
@@ -678,7 +693,7 @@ func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
 	steady("policy ACCEPT")
 
 	flip("policy DROP", func() { f.SetPolicy(firewall.TableFilter, "FORWARD", "DROP") })
-	wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+	wantInstalled(t, f, plainCfg, ipset.IPv4, nil)
 	steady("policy DROP")
 
 	flip("policy ACCEPT again", func() { f.SetPolicy(firewall.TableFilter, "FORWARD", "ACCEPT") })
@@ -687,7 +702,7 @@ func testForwardOnlyWhereItCanDrop(t *testing.T, nft bool) {
 
 	docker := "-o docker0 -j DOCKER"
 	flip("someone else's rule", func() { f.SetRules(firewall.TableFilter, "FORWARD", docker) })
-	wantInstalled(t, f, fullCfg, ipset.IPv4, map[string][]string{"filter/FORWARD": {docker}})
+	wantInstalled(t, f, plainCfg, ipset.IPv4, map[string][]string{"filter/FORWARD": {docker}})
 	steady("someone else's rule")
 
 	flip("that rule deleted", func() {
@@ -721,7 +736,7 @@ func TestChainsForwardUpgrade(t *testing.T) {
 			f.SetRules(firewall.TableFilter, firewall.ForwardChain, "-i cali+ -j ACCEPT", "-o cali+ -j ACCEPT")
 			f.SetRules(firewall.TableFilter, "FORWARD", "-j "+firewall.ForwardChain)
 			c := firewall.New(f, ipset.IPv4, quiet)
-			_ = c.SetConfig(fullCfg)
+			_ = c.SetConfig(plainCfg)
 			if err := c.Apply(); err != nil {
 				t.Fatal(err)
 			}
@@ -731,7 +746,7 @@ func TestChainsForwardUpgrade(t *testing.T) {
 			if r, exists := f.Rules(firewall.TableFilter, "FORWARD"); len(r) != 0 || exists == nft {
 				t.Fatalf("FORWARD = %q, exists %v; want it empty, and deleted with nf_tables", r, exists)
 			}
-			wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+			wantInstalled(t, f, plainCfg, ipset.IPv4, nil)
 		})
 	}
 	// The ruleset changes between the re-read and the deletion: nothing
@@ -749,7 +764,7 @@ func TestChainsForwardUpgrade(t *testing.T) {
 		return nil
 	}
 	c := firewall.New(f, ipset.IPv4, quiet)
-	_ = c.SetConfig(fullCfg)
+	_ = c.SetConfig(plainCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -783,7 +798,7 @@ func TestChainsForwardUpgrade(t *testing.T) {
 		return nil
 	}
 	c = firewall.New(f, ipset.IPv4, quiet)
-	_ = c.SetConfig(fullCfg)
+	_ = c.SetConfig(plainCfg)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -802,5 +817,101 @@ func TestChainsForwardUpgrade(t *testing.T) {
 	}
 	if _, exists := f.Rules(firewall.TableFilter, "FORWARD"); exists {
 		t.Fatal("the next Check, the ruleset unchanged, did not delete the empty FORWARD base chain")
+	}
+}
+
+// TestChainsEncryptionGuard: with encryption (WireGuard) ROUTELET-ENCRYPT
+// is jumped to first from OUTPUT and from the first rule of
+// ROUTELET-FORWARD, which is then kept although nothing in FORWARD can
+// drop (the guard must hold for forwarded pod traffic too); steady Checks
+// repair nothing. Encryption switched off removes the guard, its jump
+// from OUTPUT and (FORWARD unable to drop) ROUTELET-FORWARD, and with a
+// FORWARD policy DROP keeps ROUTELET-FORWARD without the guard's jump;
+// switched on again, all is back.
+func TestChainsEncryptionGuard(t *testing.T) {
+	for _, nft := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nft=%v", nft), func(t *testing.T) {
+			f := firewalltest.NewFakeTable()
+			f.NFT = nft
+			c := firewall.New(f, ipset.IPv4, quiet)
+			apply := func(cfg firewall.Config) {
+				t.Helper()
+				if err := c.SetConfig(cfg); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Apply(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			steady := func(what string) {
+				t.Helper()
+				for i := range 2 {
+					if n, err := c.Check(); n != 0 || err != nil {
+						t.Fatalf("%s: clean Check %d = %d, %v; want no repair", what, i+1, n, err)
+					}
+				}
+			}
+			wantGuard := func(what string) {
+				t.Helper()
+				wantInstalled(t, f, fullCfg, ipset.IPv4, nil)
+				fwd, ok := f.Rules(firewall.TableFilter, firewall.ForwardChain)
+				if !ok || len(fwd) == 0 || fwd[0] != "-j "+firewall.EncryptChain {
+					t.Fatalf("%s: %s = %q (exists %v), want the guard's jump first", what, firewall.ForwardChain, fwd, ok)
+				}
+				enc, _ := f.Rules(firewall.TableFilter, firewall.EncryptChain)
+				if want := "-m set --match-set routelet-pools dst -j DROP"; len(enc) == 0 || enc[len(enc)-1] != want {
+					t.Fatalf("%s: %s = %q, want it to end in %q", what, firewall.EncryptChain, enc, want)
+				}
+			}
+			wantNoGuard := func(what string) {
+				t.Helper()
+				if _, ok := f.Rules(firewall.TableFilter, firewall.EncryptChain); ok {
+					t.Fatalf("%s: %s exists", what, firewall.EncryptChain)
+				}
+				if r, _ := f.Rules(firewall.TableFilter, "OUTPUT"); len(r) != 0 {
+					t.Fatalf("%s: OUTPUT = %q, want it empty", what, r)
+				}
+				if r, _ := f.Rules(firewall.TableFilter, firewall.ForwardChain); slices.Contains(r, "-j "+firewall.EncryptChain) {
+					t.Fatalf("%s: %s = %q still jumps to the guard", what, firewall.ForwardChain, r)
+				}
+			}
+
+			// Policy ACCEPT, FORWARD empty: ROUTELET-FORWARD stays, for
+			// the guard.
+			apply(fullCfg)
+			wantGuard("encryption on, FORWARD policy ACCEPT")
+			steady("encryption on")
+
+			apply(plainCfg)
+			wantNoGuard("encryption off")
+			wantInstalled(t, f, plainCfg, ipset.IPv4, nil) // and no ROUTELET-FORWARD
+			steady("encryption off")
+
+			apply(fullCfg)
+			wantGuard("encryption on again")
+
+			f.SetPolicy(firewall.TableFilter, "FORWARD", "DROP")
+			steady("FORWARD policy DROP") // a flip of nothing: the chain was wanted anyway
+			apply(plainCfg)
+			wantNoGuard("encryption off, FORWARD policy DROP")
+			wantInstalled(t, f, plainCfg, ipset.IPv4, nil)
+			steady("encryption off, FORWARD policy DROP")
+
+			if err := firewall.Cleanup(f, quiet); err != nil {
+				t.Fatal(err)
+			}
+			apply(fullCfg)
+			if err := firewall.Cleanup(f, quiet); err != nil {
+				t.Fatalf("Cleanup with the guard installed: %v", err)
+			}
+			for _, ch := range firewall.Known() {
+				if _, ok := f.Rules(ch.Table, ch.Name); ok {
+					t.Fatalf("Cleanup left %s/%s", ch.Table, ch.Name)
+				}
+			}
+			if r, _ := f.Rules(firewall.TableFilter, "OUTPUT"); len(r) != 0 {
+				t.Fatalf("Cleanup left OUTPUT = %q", r)
+			}
+		})
 	}
 }

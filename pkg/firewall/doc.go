@@ -1,7 +1,7 @@
 // Package firewall renders routelet's iptables chains from a Config and keeps
 // them, and the jumps to them, in place through coreos/go-iptables.
 //
-// Three chains, per IP family (iptables and ip6tables):
+// Four chains, per IP family (iptables and ip6tables):
 //
 //   - ROUTELET-INPUT (filter, jumped to from INPUT): accept unicast VXLAN
 //     (UDP to the configured port) from the peers set (and not from a pod
@@ -17,13 +17,22 @@
 //     or any rule but the jump to it, as Docker, ufw or kube-proxy add):
 //     an accept cannot pierce a drop anywhere else, and with iptables-nft
 //     the FORWARD base chain its jump needs costs every forwarded packet.
-//     Otherwise the chain and its jump are removed like a chain the Config
+//     With encryption (WireGuard) it is kept whatever FORWARD holds: its
+//     first rule jumps to ROUTELET-ENCRYPT. Otherwise the chain and its jump are removed like a chain the Config
 //     leaves out, and with nf_tables the FORWARD base chain that removal
 //     left empty with policy ACCEPT is deleted too (under the generation
 //     guard, so a rule or policy set meanwhile is never lost). Each Check
 //     decides again: after something adds a drop to FORWARD, pods'
 //     forwarded traffic is dropped until the next Check installs the
 //     chain (at most the allowlist check period, 1 s by default).
+//   - ROUTELET-ENCRYPT (filter, from OUTPUT and from ROUTELET-FORWARD):
+//     only with encryption, the encryption guard: drop every packet to a
+//     pod CIDR (the pools set) whose output interface is not the
+//     WireGuard device, a pod interface or loopback. While the WireGuard
+//     device is missing (its datapath died, the link was deleted, not
+//     made yet) the routes into it are gone and pod traffic to other
+//     nodes would follow the default route onto the underlay in
+//     plaintext; the guard drops and counts it instead.
 //   - ROUTELET-POSTROUTING (nat, from POSTROUTING): only with NAT outgoing,
 //     masquerade traffic from the NAT pools set to destinations outside
 //     every pool; traffic leaving through an overlay device is never
@@ -55,7 +64,7 @@
 // rule and never left empty. Each jump sits first in its built-in chain,
 // exactly once.
 //
-// Ownership: only the four ROUTELET-* chains (the three above and the old
+// Ownership: only the five ROUTELET-* chains (the four above and the old
 // ROUTELET-PREROUTING) are ever flushed or deleted;
 // in the built-in chains only rules that are exactly a jump to one of them
 // are inserted or removed; a built-in chain itself (nf_tables FORWARD) is

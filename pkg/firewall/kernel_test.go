@@ -146,7 +146,7 @@ func (f *fixture) wantNoChain(t *testing.T, ch Chain) {
 func (f *fixture) wantTableMatchesChains(t *testing.T) {
 	t.Helper()
 	for table, must := range map[string][]string{
-		TableFilter: {"INPUT", "FORWARD", InputChain, ForwardChain},
+		TableFilter: {"INPUT", "FORWARD", "OUTPUT", InputChain, ForwardChain, EncryptChain},
 		TableNAT:    {"POSTROUTING", PostroutingChain},
 	} {
 		lines, err := f.tab.ListTable(table)
@@ -233,6 +233,9 @@ func testChainsKernel(t *testing.T, backend string, family ipset.Family) {
 		{"-t", "nat", "-A", "POSTROUTING", "-j", PostroutingChain},
 		{"-A", ForwardChain, "-j", "DROP"},
 		{"-t", "nat", "-I", "POSTROUTING", "1", "-j", "RETURN"},
+		{"-F", EncryptChain},
+		{"-D", "OUTPUT", "-j", EncryptChain},
+		{"-D", ForwardChain, "1"}, // the guard's jump
 	} {
 		// Each tamper follows a clean Check, so on nft the next Check
 		// starts from an unchanged-generation shortcut it must not take.

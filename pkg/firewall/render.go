@@ -18,6 +18,11 @@ const (
 	InputChain       = "ROUTELET-INPUT"
 	ForwardChain     = "ROUTELET-FORWARD"
 	PostroutingChain = "ROUTELET-POSTROUTING"
+	// EncryptChain is the encryption guard (only with WireGuard): it drops
+	// traffic to a pod CIDR leaving by any interface but the WireGuard
+	// device, a pod veth or loopback. It is jumped to from OUTPUT and
+	// from the first rule of ROUTELET-FORWARD.
+	EncryptChain = "ROUTELET-ENCRYPT"
 
 	TableRaw    = "raw"
 	TableFilter = "filter"
@@ -38,12 +43,18 @@ type Config struct {
 	// (IPv4 only).
 	IPIP       bool
 	IPIPDevice string
-	// WireGuard enables the WireGuard allow/drop rules (both families):
-	// UDP to WireGuardPort only from the WireGuard peers set. The device
-	// is not an overlay device here: pod traffic through it is forwarded
-	// by the pod interface rules.
-	WireGuard     bool
-	WireGuardPort int
+	// WireGuard is encryption on (both families): UDP to WireGuardPort
+	// only from the WireGuard peers set, and the encryption guard
+	// (EncryptChain): traffic to a pod CIDR (ipset.Pools) sent or
+	// forwarded out of any interface but WireGuardDevice, a pod veth or
+	// loopback is dropped, so pod traffic never leaves in plaintext while
+	// the device is missing. With it ROUTELET-FORWARD is kept whether or
+	// not FORWARD can drop: it holds the guard's jump. The device is not
+	// an overlay device here: pod traffic through it is forwarded by the
+	// pod interface rules.
+	WireGuard       bool
+	WireGuardPort   int
+	WireGuardDevice string
 	// NATOutgoing masquerades traffic from the NAT pools (ipset.NATPools)
 	// to destinations outside every pool (ipset.Pools). Without it the
 	// nat chain is not rendered at all: routelet then keeps no chain and
@@ -70,6 +81,9 @@ func (c Config) withDefaults() Config {
 	if c.IPIPDevice == "" {
 		c.IPIPDevice = defaults.DeviceIPIP
 	}
+	if c.WireGuardDevice == "" {
+		c.WireGuardDevice = defaults.DeviceWireGuard
+	}
 	if c.InterfacePrefix == "" {
 		c.InterfacePrefix = defaults.VethPrefix
 	}
@@ -92,7 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rules config: WireGuard port %d is the VXLAN port", c.WireGuardPort)
 	}
 	for _, d := range []struct{ what, name string }{
-		{"VXLAN device", c.VXLANDevice}, {"IPv6 VXLAN device", c.VXLANDeviceV6}, {"IPIP device", c.IPIPDevice}, {"interface prefix", c.InterfacePrefix},
+		{"VXLAN device", c.VXLANDevice}, {"IPv6 VXLAN device", c.VXLANDeviceV6}, {"IPIP device", c.IPIPDevice},
+		{"WireGuard device", c.WireGuardDevice}, {"interface prefix", c.InterfacePrefix},
 	} {
 		if len(d.name) > 15 || strings.ContainsAny(d.name, " \t\n/!+\x00") {
 			return fmt.Errorf("rules config: %s %q: not a valid interface name", d.what, d.name)
@@ -139,11 +154,13 @@ func (c Chain) Lines() []string {
 }
 
 // Render returns routelet's chains for family from cfg, in the order they
-// are applied: ROUTELET-INPUT and ROUTELET-FORWARD (filter) always, the
-// latter marked OnlyWhileHookCanDrop (installed only while FORWARD can
-// drop), ROUTELET-POSTROUTING (nat) only with NAT outgoing. Rules are written the
-// way `iptables -S` prints them (including the implicit "-m udp"), so a
-// read-back compares equal.
+// are applied: ROUTELET-INPUT (filter) always; with WireGuard
+// ROUTELET-ENCRYPT (filter, from OUTPUT); ROUTELET-FORWARD (filter)
+// always, marked OnlyWhileHookCanDrop (installed only while FORWARD can
+// drop) unless WireGuard puts the guard's jump first in it;
+// ROUTELET-POSTROUTING (nat) only with NAT outgoing. Rules are written
+// the way `iptables -S` prints them (including the implicit "-m udp"),
+// so a read-back compares equal.
 //
 // ROUTELET-INPUT holds an accept/drop pair per enabled peer protocol
 // (VXLAN, IPIP, WireGuard; see peerRules).
@@ -172,15 +189,32 @@ func Render(cfg Config, family ipset.Family) []Chain {
 			r.match+" -j DROP")
 	}
 
-	forward := []string{"-i " + pods + " -j ACCEPT", "-o " + pods + " -j ACCEPT"}
+	var forward []string
+	out := []Chain{{Table: TableFilter, Name: InputChain, Hook: "INPUT", Rules: input}}
+	if cfg.WireGuard {
+		// The encryption guard, before ROUTELET-FORWARD (whose first rule
+		// jumps to it) so a rewrite of that chain finds it in place. Pod
+		// traffic to another node goes only through the WireGuard device;
+		// to a pod of this node through its veth; to this node's own
+		// addresses in a block (the tunnel address) through loopback.
+		// Anything else to a pod CIDR would leave in plaintext: while the
+		// device is missing its routes are gone and such packets follow
+		// the default route onto the underlay. The cheap interface
+		// compares go first: most packets leave through one of these.
+		out = append(out, Chain{Table: TableFilter, Name: EncryptChain, Hook: "OUTPUT", Rules: []string{
+			"-o " + pods + " -j RETURN",
+			"-o " + cfg.WireGuardDevice + " -j RETURN",
+			"-o lo -j RETURN",
+			"-m set --match-set " + ipset.Name(ipset.Pools, family) + " dst -j DROP",
+		}})
+		forward = append(forward, "-j "+EncryptChain)
+	}
+	forward = append(forward, "-i "+pods+" -j ACCEPT", "-o "+pods+" -j ACCEPT")
 	for _, dev := range overlayDevices(cfg, v6) {
 		forward = append(forward, "-i "+dev+" -j ACCEPT", "-o "+dev+" -j ACCEPT")
 	}
-
-	out := []Chain{
-		{Table: TableFilter, Name: InputChain, Hook: "INPUT", Rules: input},
-		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward, OnlyWhileHookCanDrop: true},
-	}
+	// With the guard FORWARD can always drop: the chain stays.
+	out = append(out, Chain{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD", Rules: forward, OnlyWhileHookCanDrop: !cfg.WireGuard})
 	if cfg.NATOutgoing {
 		var post []string
 		for _, dev := range overlayDevices(cfg, v6) {
@@ -236,6 +270,10 @@ func Known() []Chain {
 		{Table: TableRaw, Name: PreroutingChain, Hook: "PREROUTING"},
 		{Table: TableFilter, Name: InputChain, Hook: "INPUT"},
 		{Table: TableFilter, Name: ForwardChain, Hook: "FORWARD"},
+		// After ROUTELET-FORWARD, which jumps to it: Cleanup deletes in
+		// this order, and iptables refuses to delete a chain still
+		// jumped to.
+		{Table: TableFilter, Name: EncryptChain, Hook: "OUTPUT"},
 		{Table: TableNAT, Name: PostroutingChain, Hook: "POSTROUTING"},
 	}
 }
@@ -262,8 +300,11 @@ func Sets(cfg Config, family ipset.Family) []string {
 	for _, r := range peerRules(cfg.withDefaults(), family) {
 		out = append(out, r.set)
 	}
+	if cfg.WireGuard || cfg.NATOutgoing {
+		out = append(out, ipset.Pools)
+	}
 	if cfg.NATOutgoing {
-		out = append(out, ipset.Pools, ipset.NATPools)
+		out = append(out, ipset.NATPools)
 	}
 	return out
 }

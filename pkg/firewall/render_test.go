@@ -45,6 +45,7 @@ func TestRenderGolden(t *testing.T) {
 		{"wireguard-v4", Config{WireGuard: true}, ipset.IPv4},
 		{"wireguard-ipip-nat-v6", Config{WireGuard: true, IPIP: true, NATOutgoing: true}, ipset.IPv6},
 		{"wireguard-vxlan-ipip-v4", Config{WireGuard: true, WireGuardPort: 51000, VXLAN: true, IPIP: true}, ipset.IPv4},
+		{"wireguard-custom-v6", Config{WireGuard: true, WireGuardDevice: "wg0", InterfacePrefix: "veth"}, ipset.IPv6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := dump(Render(tc.cfg, tc.family))
@@ -80,6 +81,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{IPIPDevice: "tun 0"}, `"tun 0"`},
 		{Config{WireGuardPort: 65536}, "WireGuard port 65536"},
 		{Config{WireGuardPort: -5}, "WireGuard port -5"},
+		{Config{WireGuardDevice: "wireguard.cali.0"}, `WireGuard device "wireguard.cali.0"`},
+		{Config{WireGuard: true, WireGuardDevice: "wg+"}, `WireGuard device "wg+"`},
 		{Config{WireGuard: true, VXLAN: true, WireGuardPort: 4789}, "WireGuard port 4789 is the VXLAN port"},
 		{Config{WireGuard: true, VXLAN: true, VXLANPort: 51820}, "WireGuard port 51820 is the VXLAN port"},
 	} {
@@ -103,8 +106,8 @@ func TestSetsUsed(t *testing.T) {
 		t.Fatalf("Sets(v6) = %s, want vxlan peers, pools and NAT pools (no IPIP in IPv6)", got)
 	}
 	for _, f := range []ipset.Family{ipset.IPv4, ipset.IPv6} {
-		if got := strings.Join(Sets(Config{WireGuard: true}, f), ","); got != "routelet-wireguard-peers" {
-			t.Errorf("Sets(WireGuard, %s) = %s, want the WireGuard peers alone", f, got)
+		if got := strings.Join(Sets(Config{WireGuard: true}, f), ","); got != "routelet-wireguard-peers,routelet-pools" {
+			t.Errorf("Sets(WireGuard, %s) = %s, want the WireGuard peers and the pools (the encryption guard)", f, got)
 		}
 	}
 	if got := strings.Join(PeerSets(), ","); got != "routelet-vxlan-peers,routelet-ipip-peers,routelet-wireguard-peers" {

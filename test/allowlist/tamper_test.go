@@ -161,11 +161,14 @@ func TestCleanup(t *testing.T) {
 }
 
 // TestCleanupWireGuard: the same with encryption on, whose WireGuard
-// peers sets (both families) and rules cleanup removes too.
+// peers sets (both families) and rules, and the encryption guard with its
+// jumps from OUTPUT and ROUTELET-FORWARD, cleanup removes too.
 func TestCleanupWireGuard(t *testing.T) {
 	eachBackend(t, func(t *testing.T, backend string) {
 		testCleanup(t, backend, []string{"--encryption=wireguard"}, []string{"# set routelet-wireguard-peers: [" + peerIP + "/32]", "# set routelet-wireguard-peers-v6:",
-			"--dport 51820 -m pkttype --pkt-type unicast -m set --match-set routelet-wireguard-peers src -j ACCEPT"})
+			"--dport 51820 -m pkttype --pkt-type unicast -m set --match-set routelet-wireguard-peers src -j ACCEPT",
+			"-A OUTPUT -j ROUTELET-ENCRYPT", "-A ROUTELET-FORWARD -j ROUTELET-ENCRYPT",
+			"-A ROUTELET-ENCRYPT -o wireguard.cali -j RETURN", "-A ROUTELET-ENCRYPT -m set --match-set routelet-pools-v6 dst -j DROP"})
 	})
 }
 
