@@ -171,7 +171,7 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
-	removed, err := agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam")}.RemoveStaleTemps()
+	removed, err := agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam"), WireGuardDir: filepath.Join(cfg.StateDir, wireguard.KeyDir)}.RemoveStaleTemps()
 	for _, p := range removed {
 		log.Info("removed a temp file a killed writer left", "path", p)
 	}
@@ -404,7 +404,7 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 		Workloads: workloads.New(store, log), Peers: datastore.Peers{DS: ds, V: pv}, Status: store,
 		RT4: rt4, RT6: rt6, Releaser: ipamReleaser{alloc}, Host: agent.KernelHost{},
 		Managers: managers,
-		Temps:    agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam")},
+		Temps:    agent.StateDirTemps{Store: store, IPAMDir: filepath.Join(cfg.StateDir, "ipam"), WireGuardDir: filepath.Join(cfg.StateDir, wireguard.KeyDir)},
 		Repairs:  ep.repairs,
 		Health:   status, Metrics: metrics, Log: log,
 	})

@@ -103,7 +103,7 @@ type Host interface {
 }
 
 // TempCollector removes the temp files killed writers left in the state
-// directory (StateDirTemps: the Store's directories and the IPAM directory's,
+// directory (StateDirTemps: the Store's directories, the IPAM and WireGuard ones,
 // each file unlocked and old enough): the leak collection runs it every
 // tick, so a plugin killed mid-ADD leaves nothing behind for long.
 type TempCollector interface {

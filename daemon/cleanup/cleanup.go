@@ -22,6 +22,11 @@ type Options struct {
 	// VXLANDevices are deleted when they exist and are VXLAN links (a link
 	// of another type with such a name is not routelet's and stays).
 	VXLANDevices []string
+	// WireGuardDevice, when not "", is the WireGuard device's name: a link
+	// of that name of kind wireguard or tun (the userspace datapath's) is
+	// deleted and the datapath its pid file in <StateDir>/wireguard names
+	// is stopped.
+	WireGuardDevice string
 	// IptablesBackend picks the iptables binaries whose ROUTELET-* chains
 	// and jumps are removed: "" (whatever iptables is), "nft" or "legacy".
 	IptablesBackend string
@@ -104,6 +109,12 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 		}
 		log.Info("deleted vxlan device", "iface", name)
 		rep.Links = append(rep.Links, name)
+	}
+
+	if opts.WireGuardDevice != "" {
+		if err := removeWireGuard(opts.StateDir, opts.WireGuardDevice, &rep, log); err != nil {
+			errs = append(errs, err)
+		}
 	}
 
 	// Routes carrying our protocol are ours (docs/design.md: every route routelet

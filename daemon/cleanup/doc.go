@@ -7,6 +7,10 @@
 //     configured interface prefix); their pods lose connectivity;
 //  2. the VXLAN devices (vxlan.calico, vxlan-v6.calico; only links of type
 //     vxlan), and with them their ARP/NDP and FDB entries;
+//     then, given a WireGuard device name (Options.WireGuardDevice), that
+//     link when its kind is wireguard or tun, and the userspace datapath
+//     its pid file in <stateDir>/wireguard names, only while that
+//     process's command line is the datapath's for the device;
 //  3. every route carrying routelet's route protocol in the main table, IPv4
 //     and IPv6 (pod routes, the local blocks' blackholes);
 //  4. the jumps to routelet's iptables chains, the ROUTELET-* chains
@@ -16,8 +20,9 @@
 //  6. what routelet wrote in the state directory, recognised by its format
 //     (statedir.go): records in workloads/ and nodes/, the IPAM layout of
 //     pkg/ipam/doc.go, daemon.json, peer-claims.json, routeletd.lock, the
-//     state socket routeletd.sock (left by a killed daemon) and writers'
-//     .tmp-<digits> files; then the directories it emptied, the state
+//     state socket routeletd.sock (left by a killed daemon), in wireguard/
+//     the private key, the datapath's <device>.pid and <device>.log, and
+//     writers' .tmp-<digits> files; then the directories it emptied, the state
 //     directory itself last. Anything else is left and reported (Report.Left),
 //     and routeletd.lock with it, so a second run still recognises the
 //     directory; no link is followed and files go through their directory's

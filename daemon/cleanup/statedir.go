@@ -17,6 +17,7 @@ import (
 	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/state"
+	"github.com/routelet/routelet/pkg/wireguard"
 )
 
 // ErrNotStateDir marks a state directory cleanup refuses to touch: a
@@ -261,6 +262,8 @@ func (p *plan) scanRoot(fd int, dir string) error {
 			p.scanRecords(fd, dir, n, "name")
 		case n == "ipam":
 			p.scanIPAM(fd, dir)
+		case n == wireguard.KeyDir:
+			p.scanWireGuard(fd, dir)
 		case n == "daemon.json":
 			if data, ok := readRegular(fd, n); ok && hasFields(data) {
 				p.add(fd, dir, n, true)
@@ -351,6 +354,12 @@ func (p *plan) scanIPAM(parent int, dir string) {
 // their name and content) and temp files go; marker says whether one of
 // ours marks the directory as routelet's.
 func (p *plan) scanFiles(parent int, dir, name string, marker bool, ours func(name string, data []byte) bool) {
+	p.scanDir(parent, dir, name, marker, ours, nil)
+}
+
+// scanDir is scanFiles where, besides, a regular file whose name byName
+// (when not nil) accepts is ours whatever it holds and however large.
+func (p *plan) scanDir(parent int, dir, name string, marker bool, ours func(name string, data []byte) bool, byName func(name string) bool) {
 	fd, ok := p.openSub(parent, dir, name)
 	if !ok {
 		return
@@ -365,6 +374,12 @@ func (p *plan) scanFiles(parent int, dir, name string, marker bool, ours func(na
 		if isTemp(fd, n) {
 			p.add(fd, sub, n, false)
 			continue
+		}
+		if byName != nil && byName(n) {
+			if k, err := kind(fd, n); err == nil && k == unix.S_IFREG {
+				p.add(fd, sub, n, marker)
+				continue
+			}
 		}
 		if data, ok := readRegular(fd, n); ok && ours(n, data) {
 			p.add(fd, sub, n, marker)

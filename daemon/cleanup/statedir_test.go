@@ -6,12 +6,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/state"
+	"github.com/routelet/routelet/pkg/wireguard"
 )
 
 func write(t *testing.T, dir string, files map[string]string) {
@@ -167,5 +169,67 @@ func TestRemoveStateRealLayout(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "daemon.json")); err == nil {
 		t.Error("daemon.json left")
+	}
+}
+
+// TestRemoveStateWireGuard: in <stateDir>/wireguard the key (as
+// wireguard.LoadOrCreateKey writes it), a datapath's pid file and its log
+// (however large) and temp files go, and the directory with them; a file
+// named like the key that holds no key, and any other file, stay and are
+// listed, and the directory with them.
+func TestRemoveStateWireGuard(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	write(t, dir, map[string]string{"routeletd.lock": ""})
+	if _, _, err := wireguard.LoadOrCreateKey(dir); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, map[string]string{
+		"wireguard/wireguard.cali.pid": "4242\n",
+		"wireguard/wireguard.cali.log": strings.Repeat("a line of the datapath's output\n", 64<<10), // 2 MiB
+		"wireguard/.tmp-123":           "",
+	})
+	p, err := scanStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	left, err := p.removeState(&rep)
+	p.close()
+	if err != nil || len(left) != 0 {
+		t.Fatalf("left %q, %v; removed %q", left, err, rep.Paths)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "wireguard")); err == nil {
+		t.Errorf("%s/wireguard still there", dir)
+	}
+
+	foreign := map[string]string{
+		"wireguard/private.key": "not a key\n",
+		"wireguard/notes":       "mine",
+		"wireguard/x.pid":       "pid 1\n",
+	}
+	write(t, dir, foreign)
+	write(t, dir, map[string]string{"routeletd.lock": ""})
+	p, err = scanStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err = p.removeState(&rep)
+	p.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	var want []string
+	for f := range foreign {
+		want = append(want, filepath.Join(dir, f))
+	}
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
+	}
+	for f := range foreign {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }

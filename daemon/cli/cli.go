@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/routelet/routelet/daemon/allowsetup"
 	"github.com/routelet/routelet/daemon/cleanup"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/instance"
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/wireguard"
 )
 
 // Exit codes.
@@ -72,8 +74,15 @@ func Cleanup(args []string) int {
 		return ExitFail
 	}
 	defer release()
+	// The WireGuard device is routelet's with encryption on, or when
+	// routelet made its key here (it ran with encryption before).
+	wgDevice := ""
+	if fi, err := os.Lstat(filepath.Join(cfg.StateDir, wireguard.KeyDir)); cfg.Encrypted() || err == nil && fi.IsDir() {
+		wgDevice = cfg.WireGuard.Device
+	}
 	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
-		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, IptablesBackend: allowsetup.Backend(cfg.IptablesBackend)}, log)
+		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, WireGuardDevice: wgDevice,
+		IptablesBackend: allowsetup.Backend(cfg.IptablesBackend)}, log)
 	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths), "left", len(rep.Left))
 	if err != nil {
 		log.Error("cleanup incomplete", "err", err)

@@ -135,6 +135,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		NodeName: cfg.NodeName, StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
 		Mode: mode, VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU,
 		PodCIDRs: cfg.PodCIDRs, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, Datastore: cfg.Datastore,
+		Encrypted: cfg.Encrypted(), WireGuardDevice: cfg.WireGuard.Device, WireGuardPort: cfg.WireGuard.Port,
 	}, st, k, d.src, d.dst, opts)
 	var aerr *diagnose.ArgError
 	if errors.As(err, &aerr) {

@@ -83,6 +83,9 @@ func renderStatus(st *statusapi.State, now time.Time) string {
 		}
 		w.Flush()
 	}
+	if wg := st.WireGuard; wg != nil {
+		renderWireGuard(&b, wg, st.Taken, now)
+	}
 	if probs := problems(st); len(probs) > 0 {
 		fmt.Fprintf(&b, "\nProblems (%d):\n", len(probs))
 		for _, p := range probs {
@@ -399,4 +402,65 @@ func wireGuardLine(wg *statusapi.WireGuard) string {
 		s += fmt.Sprintf("; %d without a key (their pods unreachable): %s", n, strings.Join(wg.PeersWithoutKey, ", "))
 	}
 	return s
+}
+
+// renderWireGuard is the WireGuard block: the device (implementation,
+// name, public key, port) and one row per peer: node, endpoint, latest
+// handshake's age ("never" before the first), bytes received and sent.
+// Ages are those the daemon computed when it took the state (taken),
+// moved on to now.
+func renderWireGuard(b *strings.Builder, wg *statusapi.WireGuard, taken, now time.Time) {
+	state := "down"
+	if wg.Up {
+		state = "up"
+	}
+	fmt.Fprintf(b, "\nWireGuard: %s\n", esc(fmt.Sprintf("%s device %s (%s, mtu %d), port %d, public key %s",
+		orDash(wg.Implementation), wg.Device, state, wg.MTU, wg.Port, orDash(wg.PublicKey))))
+	if wg.Error != "" {
+		fmt.Fprintf(b, "  ✗ %s\n", esc(wg.Error))
+	}
+	if len(wg.Peers) > 0 {
+		w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "  NODE\tENDPOINT\tHANDSHAKE\tRX\tTX\tCONFIGURED\tPUBLIC KEY")
+		for _, p := range wg.Peers {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", esc(p.Node), esc(orDash(p.Endpoint)), handshakeAge(p, taken, now),
+				byteCount(p.RxBytes), byteCount(p.TxBytes), map[bool]string{true: "✓", false: "✗"}[p.Configured], esc(p.PublicKey))
+		}
+		w.Flush()
+	}
+	for _, n := range wg.PeersWithoutKey {
+		fmt.Fprintf(b, "  %s: no WireGuard key: its pods are unreachable (not sent in plaintext)\n", esc(n))
+	}
+}
+
+// handshakeAge is a peer's latest handshake as an age ("12s ago"), or
+// "never".
+func handshakeAge(p statusapi.WireGuardPeer, taken, now time.Time) string {
+	var age time.Duration
+	switch {
+	case p.HandshakeAgeSeconds != nil:
+		age = time.Duration(*p.HandshakeAgeSeconds) * time.Second
+		if !taken.IsZero() && now.After(taken) {
+			age += now.Sub(taken)
+		}
+	case !p.LatestHandshake.IsZero():
+		age = now.Sub(p.LatestHandshake)
+	default:
+		return "never"
+	}
+	return fmt.Sprintf("%s ago", max(age, 0).Round(time.Second))
+}
+
+// byteCount renders a byte counter (B, KiB, MiB, GiB).
+func byteCount(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, i := float64(n), 0
+	for f >= unit && i < 3 {
+		f /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", f, []string{"B", "KiB", "MiB", "GiB"}[i])
 }

@@ -462,6 +462,11 @@ func (w *world) remote(e End, v int) []Step {
 	if e.Kind == KindNode {
 		blocks = blocksOf(rawBlocks(rec), v)
 	}
+	if w.cfg.Encrypted {
+		first := !w.wgWalked[e.Node]
+		w.wgWalked[e.Node] = true
+		return append(steps, w.remoteWireGuard(e, rec, n, blocks, v, first)...)
+	}
 	var via []string
 	for _, b := range blocks {
 		st, dev := w.routeStep(f, e.Node, b, v)

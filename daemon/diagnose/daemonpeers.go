@@ -3,6 +3,8 @@ package diagnose
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"strconv"
 
 	"github.com/routelet/routelet/daemon/statusapi"
 	"github.com/routelet/routelet/pkg/peers"
@@ -27,10 +29,25 @@ func fromDaemon(st *statusapi.State) (self peers.Record, recs map[string]peers.R
 	n := st.Node
 	self = peers.Record{Name: n.Name, HostIPv4: n.HostIPv4, HostIPv6: n.HostIPv6, Blocks: n.LocalBlocks,
 		VTEPMAC: n.VTEPMAC, VTEPMACv6: n.VTEPMACv6, TunnelIPv4: n.TunnelIPv4, TunnelIPv6: n.TunnelIPv6}
+	// With encryption the WireGuard section carries the keys: this node's
+	// (the one it publishes) and each keyed peer's, with the port of the
+	// endpoint the daemon wants.
+	wgKeys := map[string][2]string{}
+	if wg := st.WireGuard; wg != nil {
+		self.WireGuardPublicKey, self.WireGuardPort = wg.PublicKey, portString(wg.Port)
+		for _, p := range wg.Peers {
+			port := ""
+			if ap, err := netip.ParseAddrPort(p.Endpoint); err == nil {
+				port = portString(int(ap.Port()))
+			}
+			wgKeys[p.Node] = [2]string{p.PublicKey, port}
+		}
+	}
 	recs = map[string]peers.Record{}
 	for _, p := range st.Peers {
 		r := peers.Record{Name: p.Name, HostIPv4: p.HostIPv4, HostIPv6: p.HostIPv6, Blocks: p.Blocks,
-			VTEPMAC: p.VTEPMAC, VTEPMACv6: p.VTEPMACv6, TunnelIPv4: p.TunnelIPv4, TunnelIPv6: p.TunnelIPv6, Updated: p.LastChange}
+			VTEPMAC: p.VTEPMAC, VTEPMACv6: p.VTEPMACv6, TunnelIPv4: p.TunnelIPv4, TunnelIPv6: p.TunnelIPv6, Updated: p.LastChange,
+			WireGuardPublicKey: wgKeys[p.Name][0], WireGuardPort: wgKeys[p.Name][1]}
 		// The daemon validated these values; parsing them again only
 		// types them.
 		info, _ := peers.Parse(r)
@@ -45,7 +62,8 @@ func fromDaemon(st *statusapi.State) (self peers.Record, recs map[string]peers.R
 		}
 		field := map[string]*string{peers.FieldHostIPv4: &r.HostIPv4, peers.FieldHostIPv6: &r.HostIPv6,
 			peers.FieldVTEPMAC: &r.VTEPMAC, peers.FieldVTEPMACv6: &r.VTEPMACv6,
-			peers.FieldTunnelIPv4: &r.TunnelIPv4, peers.FieldTunnelIPv6: &r.TunnelIPv6}
+			peers.FieldTunnelIPv4: &r.TunnelIPv4, peers.FieldTunnelIPv6: &r.TunnelIPv6,
+			peers.FieldWireGuardPublicKey: &r.WireGuardPublicKey, peers.FieldWireGuardPort: &r.WireGuardPort}
 		if f, ok := field[rf.Field]; ok {
 			*f = rf.Value
 		} else if rf.Field == peers.FieldBlock {
@@ -59,6 +77,14 @@ func fromDaemon(st *statusapi.State) (self peers.Record, recs map[string]peers.R
 		bad = append(bad, errors.New(s))
 	}
 	return self, recs, res, bad
+}
+
+// portString is a port as a record writes it ("" for none).
+func portString(p int) string {
+	if p == 0 {
+		return ""
+	}
+	return strconv.Itoa(p)
 }
 
 // peerSource names where the peers came from, for facts: nodes/ of the

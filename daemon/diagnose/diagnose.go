@@ -18,6 +18,7 @@ import (
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/daemon/statusapi"
+	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
@@ -44,8 +45,17 @@ type Config struct {
 	// Datastore is config key datastore ("" is DatastoreFile). With
 	// another datastore the peers come from the running daemon only.
 	Datastore string
-	// Now stamps new claims in peers.Resolve (default time.Now()).
+	// Now stamps new claims in peers.Resolve and dates WireGuard
+	// handshakes (default time.Now()).
 	Now time.Time
+	// Encrypted is encryption wireguard: pod traffic to other nodes goes
+	// through the WireGuard device WireGuardDevice (default
+	// defaults.DeviceWireGuard) listening on WireGuardPort (default
+	// defaults.WireGuardPort), and the WireGuard steps replace the
+	// overlay's.
+	Encrypted       bool
+	WireGuardDevice string
+	WireGuardPort   int
 }
 
 // Status is a step's verdict.
@@ -199,6 +209,11 @@ type world struct {
 
 	fams   map[int]*family
 	kroute map[int][]Route
+	// wg is the WireGuard device as read (once, when a step needs it).
+	wg *wgRead
+	// wgWalked: the far nodes whose WireGuard peer was checked (with the
+	// first family walked).
+	wgWalked map[string]bool
 }
 
 // family is the overlay of one IP family as the daemon computes it.
@@ -223,7 +238,13 @@ func load(cfg Config, st State, k Kernel, daemon *statusapi.State) (*world, erro
 	if cfg.VXLANDevice == "" {
 		cfg.VXLANDevice = overlay.DeviceVXLAN
 	}
-	w := &world{cfg: cfg, k: k, records: map[string]peers.Record{}, valid: map[string]peers.NodeInfo{}, fams: map[int]*family{}, kroute: map[int][]Route{}}
+	if cfg.WireGuardDevice == "" {
+		cfg.WireGuardDevice = defaults.DeviceWireGuard
+	}
+	if cfg.WireGuardPort == 0 {
+		cfg.WireGuardPort = defaults.WireGuardPort
+	}
+	w := &world{cfg: cfg, k: k, records: map[string]peers.Record{}, valid: map[string]peers.NodeInfo{}, fams: map[int]*family{}, kroute: map[int][]Route{}, wgWalked: map[string]bool{}}
 	var err error
 	if w.status, err = st.DaemonStatus(); err != nil {
 		w.notes = append(w.notes, fmt.Sprintf("daemon.json unreadable: %v", err))

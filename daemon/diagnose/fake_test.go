@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 	"github.com/routelet/routelet/pkg/state"
+	"github.com/routelet/routelet/pkg/wireguard"
 )
 
 // fakeKernel is a node's kernel as maps; what a test breaks it edits.
@@ -31,6 +33,15 @@ type fakeKernel struct {
 	host     nodespace.Host
 	parents  map[netip.Addr]overlay.Underlay
 	podMTU   int
+	// wg are the WireGuard devices wgctrl answers for, by name.
+	wg map[string]wireguard.Status
+}
+
+func (k *fakeKernel) WireGuard(name string) (wireguard.Status, error) {
+	if d, ok := k.wg[name]; ok {
+		return d, nil
+	}
+	return wireguard.Status{}, fmt.Errorf("no WireGuard device %s answers: %w", name, os.ErrNotExist)
 }
 
 func (k *fakeKernel) Links() ([]Link, error) { return slices.Clone(k.links), nil }

@@ -7,6 +7,7 @@ import (
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/wireguard"
 )
 
 // Kernel is every read diagnose makes of this node's kernel: the reads it
@@ -24,6 +25,10 @@ type Kernel interface {
 	NodeSpace() (nodespace.Host, error)
 	// Parent returns the link holding hostIP (overlay.FindParent).
 	Parent(hostIP netip.Addr) (overlay.Underlay, error)
+	// WireGuard reads the WireGuard device name through wgctrl (its public
+	// key, port and peers; wireguard.ReadDevice); an error matching
+	// os.ErrNotExist when no device of that name answers.
+	WireGuard(name string) (wireguard.Status, error)
 }
 
 // The kernel's objects as inspect reads them.
@@ -69,6 +74,12 @@ func (c *Counted) NodeSpace() (nodespace.Host, error) { c.Count("nodespace"); re
 func (c *Counted) Parent(hostIP netip.Addr) (overlay.Underlay, error) {
 	c.Count("parent")
 	return c.k.Parent(hostIP)
+}
+
+// WireGuard counts and passes through.
+func (c *Counted) WireGuard(name string) (wireguard.Status, error) {
+	c.Count("wireguard")
+	return c.k.WireGuard(name)
 }
 
 // notExist reports whether err says the thing read does not exist.

@@ -16,6 +16,7 @@ import (
 	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
+	"github.com/routelet/routelet/pkg/wireguard"
 )
 
 // KernelOptions configure the netlink Kernel.
@@ -246,4 +247,11 @@ func inNetns(path string, f func() error) error {
 		return errors.Join(ferr, fmt.Errorf("netns %s: %w", path, err))
 	}
 	return ferr
+}
+
+// WireGuard reads the device through wgctrl: the kernel's over generic
+// netlink in this namespace, a userspace datapath's over its socket in
+// wireguard.SocketDir.
+func (k *netlinkKernel) WireGuard(name string) (wireguard.Status, error) {
+	return wireguard.ReadDevice(name)
 }

@@ -29,7 +29,7 @@ var ErrNotExist = fs.ErrNotExist
 type Link struct {
 	Index       int       `json:"index"`
 	Name        string    `json:"name"`
-	Kind        string    `json:"kind"`    // netlink kind: "veth", "vxlan", "ipip", "device", …
+	Kind        string    `json:"kind"`    // netlink kind: "veth", "vxlan", "ipip", "wireguard", "tun" (not the library's "tuntap"), "device", …
 	Up          bool      `json:"up"`      // administratively up
 	LowerUp     bool      `json:"lowerUp"` // carrier
 	MTU         int       `json:"mtu"`
@@ -224,10 +224,23 @@ func (n *Netlink) Links() ([]Link, error) {
 	return out, nil
 }
 
+// linkKind is l's rtnetlink kind ("veth", "vxlan", "wireguard", …); the
+// tun driver's links are "tun" or "tap" by their mode (the netlink
+// library types both "tuntap"), so WireGuard's userspace device is "tun".
+func linkKind(l netlink.Link) string {
+	if t, ok := l.(*netlink.Tuntap); ok {
+		if t.Mode == netlink.TUNTAP_MODE_TAP {
+			return "tap"
+		}
+		return "tun"
+	}
+	return l.Type()
+}
+
 // linkOf converts a netlink link.
 func linkOf(l netlink.Link) Link {
 	a := l.Attrs()
-	out := Link{Index: a.Index, Name: a.Name, Kind: l.Type(), Up: a.Flags&net.FlagUp != 0, LowerUp: a.RawFlags&unix.IFF_LOWER_UP != 0,
+	out := Link{Index: a.Index, Name: a.Name, Kind: linkKind(l), Up: a.Flags&net.FlagUp != 0, LowerUp: a.RawFlags&unix.IFF_LOWER_UP != 0,
 		MTU: a.MTU, MAC: a.HardwareAddr.String(), MasterIndex: a.MasterIndex}
 	if s := a.Statistics; s != nil {
 		out.Stats = LinkStats{RxPackets: s.RxPackets, TxPackets: s.TxPackets, RxDropped: s.RxDropped, TxDropped: s.TxDropped, TxErrors: s.TxErrors}
