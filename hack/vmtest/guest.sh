@@ -38,6 +38,7 @@ echo "routelet-vmtest: loaded $(echo $mods | wc -w) modules with their dependenc
 
 export ROUTELET_PREBUILT_BIN=/vmtest/bin
 export ROUTELET_REQUIRE_IPIP=1
+export ROUTELET_REQUIRE_KERNEL_WIREGUARD=1
 timeout=15m
 [ "$mode" = all ] && timeout=40m
 rc=0

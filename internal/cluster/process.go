@@ -222,7 +222,7 @@ func (p *Pod) StartPingStream(dst netip.Addr, interval time.Duration, count int)
 	s := &PingStream{cmd: exec.Command("ip", args...), out: &netnstest.Buffer{}, done: make(chan struct{})}
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	if err := netnstest.StartPinned(s.cmd); err != nil {
 		return nil, fmt.Errorf("ping stream to %s from %s: %w", dst, p.Name, err)
 	}
 	go func() { s.err = s.cmd.Wait(); close(s.done) }()

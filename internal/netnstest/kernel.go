@@ -135,3 +135,29 @@ func MadeLinks(n ns.NetNS) ([]string, error) {
 	}
 	return names, nil
 }
+
+// RequireKernelWireGuardEnv names the environment variable that makes
+// WireGuard tests insist on the kernel's WireGuard: set where the kernel
+// is known to have it (the VM lane on Debian's kernel), so a test meant to
+// run on it cannot pass on the userspace fallback instead.
+const RequireKernelWireGuardEnv = "ROUTELET_REQUIRE_KERNEL_WIREGUARD"
+
+// KernelWireGuard reports nil when the kernel can make wireguard links
+// (built in, loaded, or loadable on first use: the probe's link loads it,
+// as routeletd's would), else why not. The probe runs in a namespace of
+// its own.
+func KernelWireGuard() error {
+	n, err := New(OwnedPrefix(TestPrefix) + "wg-probe-")
+	if err != nil {
+		return fmt.Errorf("wireguard probe: %w", err)
+	}
+	defer Remove(n)
+	return n.Do(func(ns.NetNS) error {
+		probe := &netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: "rlwgprobe"}}
+		err := netlink.LinkAdd(probe)
+		if err == nil || errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		return fmt.Errorf("create a wireguard link: %w", err)
+	})
+}

@@ -29,15 +29,14 @@ type Proc struct {
 
 // StartIn runs name with args inside n through `ip netns exec`, which execs
 // name in place, so Cmd.Process is the process itself. Its stdout and
-// stderr go to out (a *Buffer, or a file). It gets SIGKILL when the thread
-// that started it exits: Go ends a thread only when a goroutine exits while
-// locked to it, so in practice when this process dies, even by SIGKILL, and
-// no crashed run leaves it behind.
+// stderr go to out (a *Buffer, or a file). It gets SIGKILL when this
+// process dies, even by SIGKILL (it is started from a thread that lives as
+// long as the process: StartPinned), so no crashed run leaves it behind.
 func StartIn(n ns.NetNS, out io.Writer, name string, args ...string) (*Proc, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", Name(n), name}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := StartPinned(cmd); err != nil {
 		return nil, fmt.Errorf("start %s in netns %s: %w", name, Name(n), err)
 	}
 	p := &Proc{Cmd: cmd, name: filepath.Base(name), done: make(chan struct{})}

@@ -40,7 +40,7 @@ func Start(netNS ns.NetNS, out io.Writer, bin string, args ...string) (*Proc, er
 	cmd.Stdout, cmd.Stderr = out, out
 	// Killed with the test process, so a crashed run leaves nothing behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := netnstest.StartPinned(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Proc{cmd: cmd, Name: name, done: make(chan struct{})}

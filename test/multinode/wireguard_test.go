@@ -372,9 +372,35 @@ func (c *testCluster) measureRepair(t *testing.T, n *node, what string, check fu
 // wrong key in a record, a key rotation, a crashed daemon, and the device,
 // a peer and the MTU changed under the daemon.
 func TestWireGuard(t *testing.T) {
+	netnstest.SkipUnlessRoot(t, whyRoot)
+	// The implementation auto picks: the kernel's where it can make a
+	// wireguard link, else wireguard-go over /dev/net/tun.
+	impl, kind := wireguard.ImplKernel, "wireguard"
+	if err := netnstest.KernelWireGuard(); err != nil {
+		if os.Getenv(netnstest.RequireKernelWireGuardEnv) != "" {
+			t.Fatalf("%s is set but the kernel has no WireGuard: %v", netnstest.RequireKernelWireGuardEnv, err)
+		}
+		t.Logf("the kernel has no WireGuard (%v): the nodes use the userspace implementation", err)
+		impl, kind = wireguard.ImplUserspace, "tuntap"
+	}
 	c := newWireGuardCluster(t)
 	a, b, cn := c.node("a"), c.node("b"), c.node("c")
 	for _, n := range c.nodes {
+		if l, err := n.nl.LinkByName(wgDev); err != nil || l.Type() != kind {
+			t.Errorf("node %s %s: %v, %v; want a link of type %s", n.Spec.Name, wgDev, l, err, kind)
+		}
+		out, err := c.c.Routeletd(t.Context(), n.Node, "status", "--output", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var state struct {
+			WireGuard *struct {
+				Implementation string `json:"implementation"`
+			} `json:"wireguard"`
+		}
+		if err := json.Unmarshal([]byte(out), &state); err != nil || state.WireGuard == nil || state.WireGuard.Implementation != impl {
+			t.Errorf("node %s status shows WireGuard %+v (%v), want implementation %q:\n%s", n.Spec.Name, state.WireGuard, err, impl, out)
+		}
 		if got, want := recordKey(t, n, n), ownKey(t, n).String(); got != want {
 			t.Errorf("node %s publishes WireGuard key %q, want %s (of its private key)", n.Spec.Name, got, want)
 		}
