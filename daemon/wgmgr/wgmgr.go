@@ -59,8 +59,13 @@ var _ RouteTable = (*routes.RouteTable)(nil)
 type NewTable func(ipVersion int, owned []string) (RouteTable, error)
 
 // DefaultCheckPeriod is how often the device is re-read unless Config
-// says otherwise (routeletd passes its device-check-period).
-const DefaultCheckPeriod = 10 * time.Second
+// says otherwise; it is also the longest period Config may give. The
+// WireGuard configuration (keys, peers, endpoints, allowed IPs) sends no
+// notification when someone else changes it, so reading it is the only
+// way to see a peer removed or altered, and it is repaired within this
+// period; one read is one request to the device (a generic netlink dump
+// or one exchange on the userspace socket).
+const DefaultCheckPeriod = time.Second
 
 // Config says what the WireGuard side of the node looks like. Zero values
 // take the defaults noted.
@@ -78,7 +83,7 @@ type Config struct {
 	LocalBlocks []netip.Prefix
 	// RouteProtocol marks routelet's routes; default routes.DefaultProtocol.
 	RouteProtocol int
-	CheckPeriod   time.Duration // default DefaultCheckPeriod
+	CheckPeriod   time.Duration // default and at most DefaultCheckPeriod
 	Logger        *slog.Logger
 	// OnRepair is handed to the device (wireguard.Config.OnRepair).
 	OnRepair func(object string)
@@ -153,7 +158,7 @@ func New(cfg Config, newDevice NewDevice, newTable NewTable) (*Manager, error) {
 	cfg.Port = cmp.Or(cfg.Port, defaults.WireGuardPort)
 	cfg.Impl = cmp.Or(cfg.Impl, "auto")
 	cfg.RouteProtocol = cmp.Or(cfg.RouteProtocol, routes.DefaultProtocol)
-	cfg.CheckPeriod = cmp.Or(max(cfg.CheckPeriod, 0), DefaultCheckPeriod)
+	cfg.CheckPeriod = min(cmp.Or(max(cfg.CheckPeriod, 0), DefaultCheckPeriod), DefaultCheckPeriod)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
