@@ -172,6 +172,9 @@ func StaleOwner(prefix, name string) bool {
 // removePath unmounts and deletes one mount point. EINVAL (not mounted) and
 // ENOENT (already gone) are success: the goal is that the path is gone.
 func removePath(path string) error {
+	if err := killProcessesIn(path); err != nil {
+		return err
+	}
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil &&
 		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount netns %s: %w", path, err)
@@ -256,4 +259,53 @@ func Sysctl(n ns.NetNS, key, value string) (string, error) {
 		return "", fmt.Errorf("sysctl %s in netns %s: %w", key, Name(n), err)
 	}
 	return got, nil
+}
+
+// killProcessesIn ends, with SIGKILL, every process still in the network
+// namespace mounted at path (this process excepted), and waits up to 5 s
+// for them to go. A test stops what it started before its namespaces go
+// (cleanups run last in, first out); what is left is something a failed
+// or crashed test leaked (a detached WireGuard datapath, say), which
+// would otherwise keep the namespace, its links and their sockets alive.
+func killProcessesIn(path string) error {
+	var want unix.Stat_t
+	if err := unix.Stat(path, &want); err != nil {
+		return nil // not mounted (any more): nothing can be in it
+	}
+	var left []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join("/proc", p.Name(), "ns", "net"), &st) != nil || st.Dev != want.Dev || st.Ino != want.Ino {
+			continue
+		}
+		if unix.Kill(pid, unix.SIGKILL) == nil {
+			left = append(left, pid)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range left {
+		for unix.Kill(pid, 0) == nil && !zombie(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("netns %s: process %d still there 5s after SIGKILL", path, pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// zombie reports whether pid has exited and waits for its parent to reap
+// it (its state in /proc/<pid>/stat is Z).
+func zombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
