@@ -421,7 +421,7 @@ func TestOverlayDevicesFromDaemonStatus(t *testing.T) {
 					t.Fatalf("%s read no host", cmd.name)
 				}
 				for _, l := range []nodespace.Link{{Name: tc.vxlan, Type: "vxlan"}, {Name: "vxlan-v6.calico", Type: "vxlan"}, {Name: "tunl0", Type: "ipip"},
-					{Name: tc.wireguard, Type: "wireguard"}, {Name: tc.wireguard, Type: "tun"}} {
+					{Name: tc.wireguard, Type: "wireguard"}, {Name: tc.wireguard, Type: "tuntap"}} {
 					if !f.owned(l) {
 						t.Errorf("%s: %s (%s) is not routelet's", cmd.name, l.Name, l.Type)
 					}

@@ -51,7 +51,7 @@ func TestOwnedWireGuardDevice(t *testing.T) {
 		on, off bool
 	}{
 		{nodespace.Link{Name: "wg-pods", Type: "wireguard"}, true, false},
-		{nodespace.Link{Name: "wg-pods", Type: "tun"}, true, false},
+		{nodespace.Link{Name: "wg-pods", Type: "tuntap"}, true, false},
 		{nodespace.Link{Name: "wg-pods", Type: "dummy"}, false, false},
 		{nodespace.Link{Name: "wireguard.cali", Type: "wireguard"}, false, false},
 	} {

@@ -159,14 +159,22 @@ func TestPrivateWireGuardRun(t *testing.T) {
 		}
 		return nil
 	})
+	if err := n.StopDatapaths(); err != nil {
+		t.Errorf("StopDatapaths: %v", err)
+	}
+	if alive(dp.Process.Pid) {
+		t.Errorf("datapath %d still running after StopDatapaths", dp.Process.Pid)
+	}
+	if !alive(other.Process.Pid) {
+		t.Errorf("StopDatapaths killed %d, which is no datapath", other.Process.Pid)
+	}
+	// Close removes the namespaces, and with them whatever still runs in
+	// them (netnstest.Remove).
 	closed = true
 	if err := c.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	if alive(dp.Process.Pid) {
-		t.Errorf("datapath %d still running after Close", dp.Process.Pid)
-	}
-	if !alive(other.Process.Pid) {
-		t.Errorf("Close killed %d, which is no datapath", other.Process.Pid)
+	if alive(other.Process.Pid) {
+		t.Errorf("process %d still running in node %s's namespace after Close", other.Process.Pid, n.Spec.Name)
 	}
 }
