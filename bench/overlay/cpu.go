@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,49 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// userHZ is the unit of /proc/stat's and /proc/PID/stat's times (USER_HZ,
-// 100 on Linux).
-const userHZ = 100
-
-// machineCPU is a reading of /proc/stat's "cpu" line, in seconds.
-type machineCPU struct {
-	busy    float64 // user, nice, system, irq, softirq, steal
-	softirq float64
-}
-
-// readMachineCPU reads the CPU time all CPUs of the machine spent so far
-// (guest time is already inside user).
-func readMachineCPU() (machineCPU, error) {
-	f, err := os.Open("/proc/stat")
-	if err != nil {
-		return machineCPU{}, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 9 || fields[0] != "cpu" {
-			continue
-		}
-		var m machineCPU
-		for i, v := range fields[1:9] {
-			if i == 3 || i == 4 { // idle, iowait
-				continue
-			}
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return machineCPU{}, fmt.Errorf("/proc/stat: %q: %w", v, err)
-			}
-			m.busy += n / userHZ
-			if i == 6 {
-				m.softirq = n / userHZ
-			}
-		}
-		return m, nil
-	}
-	return machineCPU{}, errors.New("/proc/stat: no cpu line")
-}
 
 // ksoftirqdPIDs returns the PIDs of the ksoftirqd/N kernel threads.
 func ksoftirqdPIDs() ([]int, error) {
@@ -79,32 +35,6 @@ func ksoftirqdPIDs() ([]int, error) {
 		return nil, errors.New("no ksoftirqd threads in /proc")
 	}
 	return pids, nil
-}
-
-// taskSeconds returns the summed utime+stime of pids from /proc/PID/stat.
-func taskSeconds(pids []int) (float64, error) {
-	var sum float64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return 0, err
-		}
-		// The fields after the command name, which sits in parentheses:
-		// state is field 3, utime and stime fields 14 and 15.
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if i < 0 || len(f) < 13 {
-			return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-		}
-		for _, v := range f[11:13] {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/stat: %q: %w", pid, v, err)
-			}
-			sum += n / userHZ
-		}
-	}
-	return sum, nil
 }
 
 // irqTimeAccounting reports whether the running kernel was built with

@@ -48,9 +48,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/bench/internal/benchkit"
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
 )
@@ -154,7 +154,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		return err
 	}
 	defer os.RemoveAll(work)
-	pluginDir, daemon, err := binaries(ctx, o.binDir, filepath.Join(work, "bin"))
+	pluginDir, daemon, err := benchkit.Binaries(ctx, o.binDir, filepath.Join(work, "bin"))
 	if err != nil {
 		return err
 	}
@@ -184,7 +184,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	mtu, err := podMTU(pa.NS)
+	mtu, err := benchkit.PodMTU(pa.NS)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		fmt.Fprintf(w, "the reference runs the netfilter rules of %s\n", o.refRules)
 	}
 	fmt.Fprintf(w, "CPU-s/GB: whole machine (busy time in /proc/stat); attrib: %s\n", at)
-	fmt.Fprintf(w, "load average at start: %s\n", loadavg())
+	fmt.Fprintf(w, "load average at start: %s\n", benchkit.Loadavg())
 
 	type result struct{ ref, rl []sample }
 	results := map[key]*result{}
@@ -294,7 +294,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "load average at end: %s\n", loadavg())
+	fmt.Fprintf(w, "load average at end: %s\n", benchkit.Loadavg())
 	fmt.Fprintf(w, "medians (%s, %d round(s)); ratios = routelet / reference, the median of each round's pair (the two ran back to back):\n", o.encap, o.rounds)
 	for _, nat := range o.nat {
 		for _, v6 := range o.v6 {
@@ -308,7 +308,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 					rate = append(rate, rs.rl[i].gbps/rs.ref[i].gbps)
 				}
 				fmt.Fprintf(w, "  %s  reference %s   routelet %s   CPU/GB ratio %.2f, attrib ratio %.2f, throughput ratio %.2f\n",
-					k, medianSample(rs.ref), medianSample(rs.rl), median(cpu), median(attr), median(rate))
+					k, medianSample(rs.ref), medianSample(rs.rl), benchkit.Median(cpu), benchkit.Median(attr), benchkit.Median(rate))
 				if o.perfDir != "" {
 					fmt.Fprintf(w, "      netfilter outside the router's bridge, median share of the transfer's samples: reference %.1f%%, routelet %.1f%%\n",
 						100*medianOwn(rs.ref), 100*medianOwn(rs.rl))
@@ -356,7 +356,7 @@ func medianOwn(xs []sample) float64 {
 	for _, x := range xs {
 		f = append(f, x.nf.own())
 	}
-	return median(f)
+	return benchkit.Median(f)
 }
 
 // medianSample returns the median rate and the median CPU per GB of xs
@@ -366,7 +366,7 @@ func medianSample(xs []sample) sample {
 	for _, x := range xs {
 		g, c, a = append(g, x.gbps), append(c, x.cpuPerGB), append(a, x.attrPerGB)
 	}
-	return sample{gbps: median(g), cpuPerGB: median(c), attrPerGB: median(a)}
+	return sample{gbps: benchkit.Median(g), cpuPerGB: benchkit.Median(c), attrPerGB: benchkit.Median(a)}
 }
 
 // transfer runs an iperf3 server in the namespace named srv and a client in
@@ -414,25 +414,25 @@ func transfer(ctx context.Context, at attribution, cli, srv, dst string, secs in
 		if err != nil {
 			return sample{}, err
 		}
-		before, err := readMachineCPU()
+		before, err := benchkit.ReadMachine()
 		if err != nil {
 			return sample{}, err
 		}
-		kBefore, err := taskSeconds(at.ksoftirqd)
+		kBefore, err := benchkit.TaskSeconds(at.ksoftirqd)
 		if err != nil {
 			return sample{}, err
 		}
 		c := exec.CommandContext(ctx, "ip", cliArgs...)
 		out, err := c.Output()
-		after, serr := readMachineCPU()
-		kAfter, kerr := taskSeconds(at.ksoftirqd)
+		after, serr := benchkit.ReadMachine()
+		kAfter, kerr := benchkit.TaskSeconds(at.ksoftirqd)
 		if perr := stop(); perr != nil {
 			return sample{}, perr
 		}
 		if serr = errors.Join(serr, kerr); serr != nil {
 			return sample{}, serr
 		}
-		busy, softirq, ksoftirqd = after.busy-before.busy, after.softirq-before.softirq, kAfter-kBefore
+		busy, softirq, ksoftirqd = after.Busy-before.Busy, after.Softirq-before.Softirq, kAfter-kBefore
 		if c.ProcessState != nil {
 			client = (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
 		}
@@ -532,33 +532,6 @@ func startPerf(file string) (stop func() error, err error) {
 func interrupted(ps *os.ProcessState) bool {
 	ws, ok := ps.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGINT
-}
-
-// loadavg returns the first three fields of /proc/loadavg.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// podMTU returns the MTU of eth0 in the pod namespace n.
-func podMTU(n ns.NetNS) (int, error) {
-	mtu := 0
-	err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return fmt.Errorf("pod eth0: %w", err)
-		}
-		mtu = l.Attrs().MTU
-		return nil
-	})
-	return mtu, err
 }
 
 // refNode is one node of the hand-built reference and its pod.
@@ -771,30 +744,4 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return string(l.b)
-}
-
-// median returns the median of xs (the upper one for an even count).
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-// binaries returns the plugin dir and routeletd path: binDir's when both
-// exist, else built into built.
-func binaries(ctx context.Context, binDir, built string) (pluginDir, daemon string, err error) {
-	pluginDir, daemon = binDir, filepath.Join(binDir, "routeletd")
-	if _, err := os.Stat(filepath.Join(binDir, "routelet")); err != nil {
-		pluginDir = built
-		if err := netnstest.BuildRoutelet(ctx, built); err != nil {
-			return "", "", err
-		}
-	}
-	if _, err := os.Stat(daemon); err != nil {
-		daemon = filepath.Join(built, "routeletd")
-		if err := netnstest.BuildRouteletd(ctx, built); err != nil {
-			return "", "", err
-		}
-	}
-	return pluginDir, daemon, nil
 }

@@ -23,7 +23,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -37,17 +36,16 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/routelet/routelet/bench/internal/benchkit"
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/defaults"
@@ -121,7 +119,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 		return err
 	}
 	defer os.RemoveAll(work)
-	pluginDir, daemon, err := binaries(ctx, o.binDir, filepath.Join(work, "bin"))
+	pluginDir, daemon, err := benchkit.Binaries(ctx, o.binDir, filepath.Join(work, "bin"))
 	if err != nil {
 		return err
 	}
@@ -144,7 +142,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	mtu, err := podMTU(pa.NS)
+	mtu, err := benchkit.PodMTU(pa.NS)
 	if err != nil {
 		return err
 	}
@@ -174,7 +172,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	fmt.Fprintf(w, "routelet pods %s → %s and %s → %s; reference namespaces %s → %s and %s → %s over %s\n",
 		pa.IPv4, pb.IPv4, pa.IPv6, pb.IPv6, refA.tun4, refB.tun4, refA.tun6, refB.tun6, refDev)
 	fmt.Fprintln(w, "CPU-s/GB: datapaths = both wireguard-datapath processes; +iperf3 = and both iperf3 processes; machine = busy time in /proc/stat")
-	fmt.Fprintf(w, "load average at start: %s\n", loadavg())
+	fmt.Fprintf(w, "load average at start: %s\n", benchkit.Loadavg())
 
 	type result struct{ ref, rl []sample }
 	results := map[bool]*result{}
@@ -214,7 +212,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 			fmt.Fprintf(w, "  round %d %s  reference %s\n           routelet  %s\n", r+1, family[v6], sRef, sRL)
 		}
 	}
-	fmt.Fprintf(w, "load average at end: %s\n", loadavg())
+	fmt.Fprintf(w, "load average at end: %s\n", benchkit.Loadavg())
 	fmt.Fprintf(w, "medians (%d round(s)); ratios = routelet / reference, the median of each round's pair (the two ran back to back):\n", o.rounds)
 	for _, v6 := range o.v6 {
 		rs := results[v6]
@@ -225,7 +223,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 			all = append(all, rs.rl[i].withIperfPerGB/rs.ref[i].withIperfPerGB)
 		}
 		fmt.Fprintf(w, "  %s  reference %s\n        routelet  %s\n        throughput ratio %.2f, datapath CPU/GB ratio %.2f, datapath+iperf3 CPU/GB ratio %.2f\n",
-			family[v6], medianSample(rs.ref), medianSample(rs.rl), median(rate), median(dp), median(all))
+			family[v6], medianSample(rs.ref), medianSample(rs.rl), benchkit.Median(rate), benchkit.Median(dp), benchkit.Median(all))
 	}
 	return nil
 }
@@ -248,14 +246,7 @@ func medianSample(xs []sample) sample {
 	for _, x := range xs {
 		g, d, i, m = append(g, x.gbps), append(d, x.datapathPerGB), append(i, x.withIperfPerGB), append(m, x.machinePerGB)
 	}
-	return sample{gbps: median(g), datapathPerGB: median(d), withIperfPerGB: median(i), machinePerGB: median(m)}
-}
-
-// median returns the median of xs (the upper one for an even count).
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
+	return sample{gbps: benchkit.Median(g), datapathPerGB: benchkit.Median(d), withIperfPerGB: benchkit.Median(i), machinePerGB: benchkit.Median(m)}
 }
 
 // transfer runs an iperf3 server in the namespace named srv and a client
@@ -287,22 +278,22 @@ func transfer(ctx context.Context, cli, srv, dst string, secs int, datapaths []i
 	var dp, busy, client float64
 	// The server needs a moment to listen: a refused connection is retried.
 	for try := 0; ; try++ {
-		dpBefore, err := taskSeconds(datapaths)
+		dpBefore, err := benchkit.TaskSeconds(datapaths)
 		if err != nil {
 			return sample{}, err
 		}
-		before, err := machineBusy()
+		before, err := benchkit.ReadMachine()
 		if err != nil {
 			return sample{}, err
 		}
 		c := exec.CommandContext(ctx, "ip", "netns", "exec", cli, "iperf3", "-c", dst, "-p", port, "-t", strconv.Itoa(secs), "-J")
 		out, err := c.Output()
-		after, berr := machineBusy()
-		dpAfter, derr := taskSeconds(datapaths)
+		after, berr := benchkit.ReadMachine()
+		dpAfter, derr := benchkit.TaskSeconds(datapaths)
 		if e := errors.Join(berr, derr); e != nil {
 			return sample{}, e
 		}
-		dp, busy = dpAfter-dpBefore, after-before
+		dp, busy = dpAfter-dpBefore, after.Busy-before.Busy
 		if c.ProcessState != nil {
 			client = (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
 		}
@@ -330,96 +321,6 @@ func transfer(ctx context.Context, cli, srv, dst string, secs int, datapaths []i
 	srvCPU := (server.ProcessState.UserTime() + server.ProcessState.SystemTime()).Seconds()
 	return sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, datapathPerGB: dp / gb,
 		withIperfPerGB: (dp + client + srvCPU) / gb, machinePerGB: busy / gb}, nil
-}
-
-// userHZ is the unit of /proc/stat's and /proc/PID/stat's times.
-const userHZ = 100
-
-// taskSeconds returns the summed utime+stime of pids (all their threads)
-// from /proc/PID/stat.
-func taskSeconds(pids []int) (float64, error) {
-	var sum float64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return 0, fmt.Errorf("datapath %d: %w", pid, err)
-		}
-		// After the command name in parentheses: utime and stime are
-		// fields 14 and 15.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-		}
-		for _, v := range f[11:13] {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/stat: %q: %w", pid, v, err)
-			}
-			sum += n / userHZ
-		}
-	}
-	return sum, nil
-}
-
-// machineBusy returns the CPU time all CPUs spent busy so far (user,
-// nice, system, irq, softirq, steal), from /proc/stat.
-func machineBusy() (float64, error) {
-	f, err := os.Open("/proc/stat")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 9 || fields[0] != "cpu" {
-			continue
-		}
-		var busy float64
-		for i, v := range fields[1:9] {
-			if i == 3 || i == 4 { // idle, iowait
-				continue
-			}
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/stat: %q: %w", v, err)
-			}
-			busy += n / userHZ
-		}
-		return busy, nil
-	}
-	return 0, errors.New("/proc/stat: no cpu line")
-}
-
-// loadavg returns the first three fields of /proc/loadavg.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// podMTU returns the MTU of eth0 in the pod namespace n.
-func podMTU(n ns.NetNS) (int, error) {
-	mtu := 0
-	err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return fmt.Errorf("pod eth0: %w", err)
-		}
-		mtu = l.Attrs().MTU
-		return nil
-	})
-	return mtu, err
 }
 
 // refNode is one namespace of the reference.
@@ -571,23 +472,4 @@ func waitSocket(p *netnstest.Proc, sock string) error {
 			return fmt.Errorf("no %s after 10s", sock)
 		}
 	}
-}
-
-// binaries returns the plugin dir and routeletd path: binDir's when both
-// exist, else built into built.
-func binaries(ctx context.Context, binDir, built string) (pluginDir, daemon string, err error) {
-	pluginDir, daemon = binDir, filepath.Join(binDir, "routeletd")
-	if _, err := os.Stat(filepath.Join(binDir, "routelet")); err != nil {
-		pluginDir = built
-		if err := netnstest.BuildRoutelet(ctx, built); err != nil {
-			return "", "", err
-		}
-	}
-	if _, err := os.Stat(daemon); err != nil {
-		daemon = filepath.Join(built, "routeletd")
-		if err := netnstest.BuildRouteletd(ctx, built); err != nil {
-			return "", "", err
-		}
-	}
-	return pluginDir, daemon, nil
 }
