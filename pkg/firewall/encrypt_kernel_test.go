@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/ipset"
@@ -170,22 +168,13 @@ func testEncryptionGuardTraffic6(t *testing.T, backend string) {
 	sh(t, pod, "ip route add default via fe80::1 dev eth0")
 	sysctl(t, node, "net/ipv6/conf/all/forwarding", "1")
 
-	leaked := listenUDP6(t, wire, "[::]:9000")
-	tunnelled := listenUDP6(t, peer, "[::]:9000")
-	toPod := listenUDP6(t, pod, "[::]:9000")
-	toTunnelAddr := listenUDP6(t, node, "[fd00:244::1]:9000")
-	deliver := func(from ns.NetNS, dst string, c net.PacketConn, payload, src, what string) {
-		t.Helper()
-		if err := sendUDP6(from, dst, payload); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if p, got, ok := recv(t, c, 5*time.Second); !ok || p != payload || got != src {
-			t.Fatalf("%s: got %q from %q (ok %v), want %q from %s", what, p, got, ok, payload, src)
-		}
-	}
+	leaked := listenUDP(t, wire, "[::]:9000")
+	tunnelled := listenUDP(t, peer, "[::]:9000")
+	toPod := listenUDP(t, pod, "[::]:9000")
+	toTunnelAddr := listenUDP(t, node, "[fd00:244::1]:9000")
 
-	deliver(node, "[fd00:244:5::7]:9000", leaked, "control-node", "fd00:99::1", "node to a peer's pod over the underlay, no rules")
-	deliver(pod, "[fd00:244:5::7]:9000", leaked, "control-pod", "fd00:244::5", "pod to a peer's pod over the underlay, no rules")
+	mustDeliver(t, node, "[fd00:244:5::7]:9000", leaked, "control-node", "fd00:99::1", "node to a peer's pod over the underlay, no rules")
+	mustDeliver(t, pod, "[fd00:244:5::7]:9000", leaked, "control-pod", "fd00:244::5", "pod to a peer's pod over the underlay, no rules")
 
 	c := New(f.tab, ipset.IPv6, quiet)
 	if err := c.SetConfig(cfg); err != nil {
@@ -195,21 +184,19 @@ func testEncryptionGuardTraffic6(t *testing.T, backend string) {
 		t.Fatal(err)
 	}
 	const drop = 3
-	if err := sendUDP6(node, "[fd00:244:5::7]:9000", "leak-node"); err != nil && !errors.Is(err, syscall.EPERM) {
+	if err := netnstest.SendUDP(node, "[fd00:244:5::7]:9000", "leak-node"); err != nil && !errors.Is(err, syscall.EPERM) {
 		t.Fatalf("node's packet to a peer's pod over the underlay: %v, want it sent or refused with EPERM", err)
 	}
 	waitPackets(t, f.tab, TableFilter, EncryptChain, drop, 1)
 	mustNotReceive(t, leaked, "the node's packet to a peer's pod out of the underlay")
-	if err := sendUDP6(pod, "[fd00:244:5::7]:9000", "leak-pod"); err != nil {
-		t.Fatal(err)
-	}
+	sendUDP(t, pod, "[fd00:244:5::7]:9000", "leak-pod")
 	waitPackets(t, f.tab, TableFilter, EncryptChain, drop, 2)
 	mustNotReceive(t, leaked, "a pod's packet to a peer's pod out of the underlay")
 
-	deliver(node, "[fd00:244:6::7]:9000", tunnelled, "wg-node", "fd00:244::1", "node to a peer's pod through the WireGuard device")
-	deliver(pod, "[fd00:244:6::7]:9000", tunnelled, "wg-pod", "fd00:244::5", "pod to a peer's pod through the WireGuard device")
-	deliver(node, "[fd00:244::5]:9000", toPod, "host-pod", "fd00:244::1", "node to its own pod through the pod's veth")
-	deliver(node, "[fd00:244::1]:9000", toTunnelAddr, "node-tunnel", "fd00:244::1", "node to its own tunnel address (loopback)")
+	mustDeliver(t, node, "[fd00:244:6::7]:9000", tunnelled, "wg-node", "fd00:244::1", "node to a peer's pod through the WireGuard device")
+	mustDeliver(t, pod, "[fd00:244:6::7]:9000", tunnelled, "wg-pod", "fd00:244::5", "pod to a peer's pod through the WireGuard device")
+	mustDeliver(t, node, "[fd00:244::5]:9000", toPod, "host-pod", "fd00:244::1", "node to its own pod through the pod's veth")
+	mustDeliver(t, node, "[fd00:244::1]:9000", toTunnelAddr, "node-tunnel", "fd00:244::1", "node to its own tunnel address (loopback)")
 	if p, err := f.tab.packets(TableFilter, EncryptChain); err != nil || p[drop] != 2 {
 		t.Fatalf("guard's drop counted %v (%v) after traffic it must pass, want still 2", p, err)
 	}
@@ -220,34 +207,6 @@ func testEncryptionGuardTraffic6(t *testing.T, backend string) {
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	deliver(node, "[fd00:244:5::7]:9000", leaked, "off-node", "fd00:99::1", "node to a peer's pod over the underlay, encryption off")
-	deliver(pod, "[fd00:244:5::7]:9000", leaked, "off-pod", "fd00:244::5", "pod to a peer's pod over the underlay, encryption off")
-}
-
-// listenUDP6 opens an IPv6 UDP socket inside n.
-func listenUDP6(t *testing.T, n ns.NetNS, addr string) net.PacketConn {
-	t.Helper()
-	var c net.PacketConn
-	if err := n.Do(func(ns.NetNS) error {
-		var err error
-		c, err = net.ListenPacket("udp6", addr)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// sendUDP6 sends one IPv6 datagram from inside n.
-func sendUDP6(n ns.NetNS, dst, payload string) error {
-	return n.Do(func(ns.NetNS) error {
-		c, err := net.Dial("udp6", dst)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte(payload))
-		return err
-	})
+	mustDeliver(t, node, "[fd00:244:5::7]:9000", leaked, "off-node", "fd00:99::1", "node to a peer's pod over the underlay, encryption off")
+	mustDeliver(t, pod, "[fd00:244:5::7]:9000", leaked, "off-pod", "fd00:244::5", "pod to a peer's pod over the underlay, encryption off")
 }

@@ -66,7 +66,7 @@ func listenUDP(t *testing.T, n ns.NetNS, addr string) *net.UDPConn {
 	var c net.PacketConn
 	err := n.Do(func(ns.NetNS) error {
 		var err error
-		c, err = net.ListenPacket("udp4", addr)
+		c, err = net.ListenPacket(netnstest.UDPNetwork(addr), addr)
 		return err
 	})
 	if err != nil {
