@@ -3,14 +3,11 @@ package wgmgr
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/daemon/internal/dirwatch"
 	"github.com/routelet/routelet/daemon/netwatch"
-	"github.com/routelet/routelet/pkg/state"
 	"github.com/routelet/routelet/pkg/wireguard"
 )
 
@@ -89,55 +86,10 @@ var _ netwatch.HostHandler = events{}
 // error, the directory removed and made again) counts as a change; the
 // periodic check reads the key file too.
 func (m *Manager) Watch(ctx context.Context, wake func()) error {
-	dir := KeyDir(m.cfg.StateDir)
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
+	changed := func() { m.KeyChanged(); wake() }
+	isKey := func(name string) bool { return name == wireguard.KeyFile }
+	if err := dirwatch.WatchNames(ctx, KeyDir(m.cfg.StateDir), isKey, func(string) { changed() }, changed, m.log); err != nil {
 		return fmt.Errorf("wireguard key watch: %w", err)
 	}
-	if err := w.Add(dir); err != nil {
-		w.Close()
-		return fmt.Errorf("wireguard key watch %s: %w", dir, err)
-	}
-	changed := func() { m.KeyChanged(); wake() }
-	go func() {
-		defer w.Close()
-		lost := false
-		var retry <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				path := filepath.Clean(ev.Name)
-				switch {
-				case path == dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
-					m.log.Warn("the WireGuard key directory went away; watching for it again", "dir", dir)
-					lost, retry = true, time.After(0)
-				case path == filepath.Join(dir, wireguard.KeyFile):
-					changed()
-				}
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				m.log.Warn("WireGuard key watch error; reading the key file again", "dir", dir, "err", err)
-				changed()
-			case <-retry:
-				retry = nil
-				if lost {
-					w.Remove(dir)
-					if state.EnsureDir(dir) == nil && w.Add(dir) == nil {
-						lost = false
-					} else {
-						retry = time.After(time.Second)
-					}
-				}
-				changed()
-			}
-		}
-	}()
 	return nil
 }

@@ -1,5 +1,6 @@
-// Package dirwatch watches one record directory of the state directory
-// (workloads/, nodes/) with fsnotify for the daemon's record sources.
+// Package dirwatch watches one directory of the state directory with
+// fsnotify: the record directories (workloads/, nodes/) for the daemon's
+// record sources, the WireGuard key's directory for its manager.
 package dirwatch
 
 import (
@@ -23,13 +24,20 @@ func IsRecord(name string) bool {
 }
 
 // Watch watches dir and calls changed with the name of every record file
-// created, changed or removed, until ctx is done. A watcher error (e.g.
-// queue overflow) calls rescan, since events may have been lost. When dir
-// itself is removed or renamed away, it is re-created (0700, as the plugin
-// would) and watched again, followed by rescan; until that works the
-// periodic resync still reads it. Both callbacks run on Watch's goroutine
-// and must only record hints.
+// (IsRecord) created, changed or removed, until ctx is done: WatchNames
+// for the record directories.
 func Watch(ctx context.Context, dir string, changed func(name string), rescan func(), log *slog.Logger) error {
+	return WatchNames(ctx, dir, IsRecord, changed, rescan, log)
+}
+
+// WatchNames watches dir and calls changed with the name of every file
+// match accepts that is created, changed or removed, until ctx is done. A
+// watcher error (e.g. queue overflow) calls rescan, since events may have
+// been lost. When dir itself is removed or renamed away, it is re-created
+// (0700, as the plugin would) and watched again, followed by rescan; until
+// that works the periodic resync still reads it. The callbacks run on
+// WatchNames' goroutine and must only record hints.
+func WatchNames(ctx context.Context, dir string, match func(name string) bool, changed func(name string), rescan func(), log *slog.Logger) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("file watcher: %w", err)
@@ -53,19 +61,19 @@ func Watch(ctx context.Context, dir string, changed func(name string), rescan fu
 				}
 				path := filepath.Clean(ev.Name)
 				if path == dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-					log.Warn("record directory went away, re-creating and watching it again", "dir", path)
+					log.Warn("watched directory went away, re-creating and watching it again", "dir", path)
 					lost = true
 					retry = time.After(0)
 					continue
 				}
-				if name := filepath.Base(path); filepath.Dir(path) == dir && IsRecord(name) {
+				if name := filepath.Base(path); filepath.Dir(path) == dir && match(name) {
 					changed(name)
 				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
 				}
-				log.Warn("file watcher error, re-reading all records", "dir", dir, "err", err)
+				log.Warn("file watcher error, reading the directory again", "dir", dir, "err", err)
 				rescan()
 			case <-retry:
 				retry = nil
@@ -73,7 +81,7 @@ func Watch(ctx context.Context, dir string, changed func(name string), rescan fu
 					w.Remove(dir) // the old watch may linger on a renamed directory
 					if state.EnsureDir(dir) == nil && w.Add(dir) == nil {
 						lost = false
-						log.Info("watching record directory again", "dir", dir)
+						log.Info("watching the directory again", "dir", dir)
 					}
 				}
 				rescan()
