@@ -422,23 +422,7 @@ func (n *Node) Stop() error {
 // WaitReady polls daemon.json until it says ready, the daemon exits, or
 // timeout passes.
 func (n *Node) WaitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		st, err := n.Store.ReadDaemonStatus()
-		if err == nil && st.Ready {
-			return nil
-		}
-		select {
-		case <-n.daemon.Done():
-			return fmt.Errorf("routeletd on %s exited before it was ready; log %s:\n%s", n.Spec.Name, n.LogPath, n.LogTail(20))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("routeletd on %s not ready after %s; log tail:\n%s", n.Spec.Name, timeout, n.LogTail(20))
-		}
-	}
+	return n.WaitReadySince(ctx, time.Time{}, timeout)
 }
 
 // LogTail returns the last lines of the node's routeletd log.

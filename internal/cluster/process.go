@@ -70,7 +70,8 @@ func (c *Cluster) StartAfterKill(ctx context.Context, n *Node) error {
 	return n.WaitReadySince(ctx, since, netnstest.ReadyTimeout)
 }
 
-// WaitReadySince is WaitReady for a daemon.json written at since or later.
+// WaitReadySince is WaitReady for a daemon.json written at since or later
+// (any, for the zero time).
 func (n *Node) WaitReadySince(ctx context.Context, since time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
