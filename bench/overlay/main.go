@@ -30,7 +30,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,9 +42,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
@@ -376,92 +373,40 @@ func medianSample(xs []sample) sample {
 // time attributable to the transfer (see attribution) per GB. With prof
 // set, perf records the whole machine around the client's run into prof.
 func transfer(ctx context.Context, at attribution, cli, srv, dst string, secs int, cpu, prof string) (sample, error) {
-	port := "5201"
-	pinned := func(args ...string) []string {
-		if cpu == "" {
-			return args
-		}
-		return append([]string{"taskset", "-c", cpu}, args...)
+	var pinned func([]string) []string
+	if cpu != "" {
+		pinned = func(argv []string) []string { return append([]string{"taskset", "-c", cpu}, argv...) }
 	}
-	// ip netns exec and taskset exec in place: the processes' rusage is
-	// iperf3's.
-	srvArgs := append([]string{"netns", "exec", srv}, pinned("iperf3", "-s", "-1", "-p", port)...)
-	server := exec.Command("ip", srvArgs...)
-	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	serverOut := &lockedBuffer{}
-	server.Stdout, server.Stderr = serverOut, serverOut
-	if err := server.Start(); err != nil {
-		return sample{}, err
-	}
-	serverDone := make(chan struct{})
-	go func() { server.Wait(); close(serverDone) }()
-	defer func() { server.Process.Kill(); <-serverDone }()
-	var res struct {
-		End struct {
-			SumReceived struct {
-				Bytes         float64 `json:"bytes"`
-				BitsPerSecond float64 `json:"bits_per_second"`
-			} `json:"sum_received"`
-		} `json:"end"`
-		Error string `json:"error"`
-	}
-	// The server needs a moment to listen: a refused connection is retried.
-	// (iperf3 -J reports errors in its JSON and may still exit 0.)
-	var busy, softirq, ksoftirqd, client float64
-	for try := 0; ; try++ {
-		cliArgs := append([]string{"netns", "exec", cli}, pinned("iperf3", "-c", dst, "-p", port, "-t", strconv.Itoa(secs), "-J")...)
+	var busy, softirq, ksoftirqd float64
+	r, err := benchkit.Iperf3{Client: cli, Server: srv, Dst: dst, Secs: secs, Wrap: pinned, Around: func() (func() error, error) {
 		stop, err := startPerf(prof)
 		if err != nil {
-			return sample{}, err
+			return nil, err
 		}
 		before, err := benchkit.ReadMachine()
 		if err != nil {
-			return sample{}, err
+			return nil, err
 		}
 		kBefore, err := benchkit.TaskSeconds(at.ksoftirqd)
 		if err != nil {
-			return sample{}, err
+			return nil, err
 		}
-		c := exec.CommandContext(ctx, "ip", cliArgs...)
-		out, err := c.Output()
-		after, serr := benchkit.ReadMachine()
-		kAfter, kerr := benchkit.TaskSeconds(at.ksoftirqd)
-		if perr := stop(); perr != nil {
-			return sample{}, perr
-		}
-		if serr = errors.Join(serr, kerr); serr != nil {
-			return sample{}, serr
-		}
-		busy, softirq, ksoftirqd = after.Busy-before.Busy, after.Softirq-before.Softirq, kAfter-kBefore
-		if c.ProcessState != nil {
-			client = (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
-		}
-		res.Error = ""
-		if jerr := json.Unmarshal(out, &res); jerr != nil {
-			return sample{}, errors.Join(err, fmt.Errorf("iperf3 output: %w", jerr))
-		}
-		if err == nil && res.Error == "" {
-			break
-		}
-		if try == 50 || ctx.Err() != nil || !strings.Contains(res.Error, "unable to connect") {
-			return sample{}, fmt.Errorf("iperf3 -c %s: %v %s (server: %s)", dst, err, res.Error, strings.TrimSpace(serverOut.String()))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return func() error {
+			after, serr := benchkit.ReadMachine()
+			kAfter, kerr := benchkit.TaskSeconds(at.ksoftirqd)
+			if perr := stop(); perr != nil {
+				return perr
+			}
+			busy, softirq, ksoftirqd = after.Busy-before.Busy, after.Softirq-before.Softirq, kAfter-kBefore
+			return errors.Join(serr, kerr)
+		}, nil
+	}}.Run(ctx)
+	if err != nil {
+		return sample{}, err
 	}
-	gb := res.End.SumReceived.Bytes / 1e9
-	if gb <= 0 {
-		return sample{}, fmt.Errorf("iperf3 -c %s: nothing received", dst)
-	}
-	// The one-off server exits once the client is done; its rusage is
-	// complete then.
-	select {
-	case <-serverDone:
-	case <-time.After(10 * time.Second):
-		return sample{}, fmt.Errorf("iperf3 server for %s did not exit after the transfer: %s", dst, strings.TrimSpace(serverOut.String()))
-	}
-	srvCPU := (server.ProcessState.UserTime() + server.ProcessState.SystemTime()).Seconds()
-	attr := at.attributable(client+srvCPU, softirq, ksoftirqd)
-	out := sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, cpuPerGB: busy / gb, attrPerGB: attr / gb}
+	gb := r.Bytes / 1e9
+	attr := at.attributable(r.ClientCPU+r.ServerCPU, softirq, ksoftirqd)
+	out := sample{gbps: r.BitsPerSecond / 1e9, cpuPerGB: busy / gb, attrPerGB: attr / gb}
 	if prof != "" {
 		nf, err := perfHookShares(ctx, prof)
 		if err != nil {
@@ -725,23 +670,4 @@ func (r *reference) loadRules(ctx context.Context, file string) error {
 		}
 	}
 	return nil
-}
-
-// lockedBuffer collects a child's output; safe to read while it writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b = append(l.b, p...)
-	return len(p), nil
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b)
 }

@@ -23,9 +23,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -254,73 +252,29 @@ func medianSample(xs []sample) sample {
 // and the CPU time of the datapath processes, of them and the iperf3
 // ends, and of the machine, per GB received.
 func transfer(ctx context.Context, cli, srv, dst string, secs int, datapaths []int) (sample, error) {
-	const port = "5201"
-	// ip netns exec execs iperf3 in place: the processes' rusage is iperf3's.
-	server := exec.Command("ip", "netns", "exec", srv, "iperf3", "-s", "-1", "-p", port)
-	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var serverOut bytes.Buffer
-	server.Stdout, server.Stderr = &serverOut, &serverOut
-	if err := server.Start(); err != nil {
-		return sample{}, err
-	}
-	serverDone := make(chan struct{})
-	go func() { server.Wait(); close(serverDone) }()
-	defer func() { server.Process.Kill(); <-serverDone }()
-	var res struct {
-		End struct {
-			SumReceived struct {
-				Bytes         float64 `json:"bytes"`
-				BitsPerSecond float64 `json:"bits_per_second"`
-			} `json:"sum_received"`
-		} `json:"end"`
-		Error string `json:"error"`
-	}
-	var dp, busy, client float64
-	// The server needs a moment to listen: a refused connection is retried.
-	for try := 0; ; try++ {
+	var dp, busy float64
+	r, err := benchkit.Iperf3{Client: cli, Server: srv, Dst: dst, Secs: secs, Around: func() (func() error, error) {
 		dpBefore, err := benchkit.TaskSeconds(datapaths)
 		if err != nil {
-			return sample{}, err
+			return nil, err
 		}
 		before, err := benchkit.ReadMachine()
 		if err != nil {
-			return sample{}, err
+			return nil, err
 		}
-		c := exec.CommandContext(ctx, "ip", "netns", "exec", cli, "iperf3", "-c", dst, "-p", port, "-t", strconv.Itoa(secs), "-J")
-		out, err := c.Output()
-		after, berr := benchkit.ReadMachine()
-		dpAfter, derr := benchkit.TaskSeconds(datapaths)
-		if e := errors.Join(berr, derr); e != nil {
-			return sample{}, e
-		}
-		dp, busy = dpAfter-dpBefore, after.Busy-before.Busy
-		if c.ProcessState != nil {
-			client = (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
-		}
-		res.Error = ""
-		if jerr := json.Unmarshal(out, &res); jerr != nil {
-			return sample{}, errors.Join(err, fmt.Errorf("iperf3 output: %w", jerr))
-		}
-		if err == nil && res.Error == "" {
-			break
-		}
-		if try == 50 || ctx.Err() != nil || !strings.Contains(res.Error, "unable to connect") {
-			return sample{}, fmt.Errorf("iperf3 -c %s: %v %s", dst, err, res.Error)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return func() error {
+			after, berr := benchkit.ReadMachine()
+			dpAfter, derr := benchkit.TaskSeconds(datapaths)
+			dp, busy = dpAfter-dpBefore, after.Busy-before.Busy
+			return errors.Join(berr, derr)
+		}, nil
+	}}.Run(ctx)
+	if err != nil {
+		return sample{}, err
 	}
-	gb := res.End.SumReceived.Bytes / 1e9
-	if gb <= 0 {
-		return sample{}, fmt.Errorf("iperf3 -c %s: nothing received", dst)
-	}
-	select {
-	case <-serverDone:
-	case <-time.After(10 * time.Second):
-		return sample{}, fmt.Errorf("iperf3 server for %s did not exit after the transfer", dst)
-	}
-	srvCPU := (server.ProcessState.UserTime() + server.ProcessState.SystemTime()).Seconds()
-	return sample{gbps: res.End.SumReceived.BitsPerSecond / 1e9, datapathPerGB: dp / gb,
-		withIperfPerGB: (dp + client + srvCPU) / gb, machinePerGB: busy / gb}, nil
+	gb := r.Bytes / 1e9
+	return sample{gbps: r.BitsPerSecond / 1e9, datapathPerGB: dp / gb,
+		withIperfPerGB: (dp + r.ClientCPU + r.ServerCPU) / gb, machinePerGB: busy / gb}, nil
 }
 
 // refNode is one namespace of the reference.
