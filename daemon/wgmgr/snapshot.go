@@ -139,8 +139,12 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	m := c.m
+	// The device as it is now (a read of its link and configuration; the
+	// last one while an Apply holds the device), not as the last pass saw
+	// it: no pass has to read the device for the metrics' sake.
+	st := m.dev.Status()
 	m.mu.Lock()
-	st, names := m.last, m.names
+	names := m.names
 	m.mu.Unlock()
 	now := m.cfg.Now()
 	ch <- prometheus.MustNewConstMetric(descPeers, prometheus.GaugeValue, float64(len(st.Peers)))

@@ -132,11 +132,10 @@ type Manager struct {
 	problems   []string    // "peer X: …" lines: blocks not routed, peers left out
 	keyProblem string      // why the key file cannot be read ("" when it can)
 
-	// mu guards the hints, the family routes and the last status.
+	// mu guards the hints, the family routes and the metrics' names.
 	mu          sync.Mutex
-	keyDirty    bool // the key file may have changed: re-read it
-	dirtyRoutes bool // re-read the device's routes
-	last        wireguard.Status
+	keyDirty    bool                   // the key file may have changed: re-read it
+	dirtyRoutes bool                   // re-read the device's routes
 	names       map[wgtypes.Key]string // public key → node, for the metrics
 }
 
@@ -370,10 +369,6 @@ func (m *Manager) Apply() error {
 			m.cfg.OnPublicKey(pub)
 		}
 	}
-	st := m.dev.Status()
-	m.mu.Lock()
-	m.last = st
-	m.mu.Unlock()
 	for _, f := range m.fams {
 		if dirty {
 			f.rt.MarkDirty(m.cfg.Device)
