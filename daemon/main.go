@@ -50,6 +50,7 @@ import (
 	"github.com/routelet/routelet/daemon/wgmgr"
 	"github.com/routelet/routelet/daemon/workloads"
 	"github.com/routelet/routelet/internal/termsafe"
+	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/overlay"
@@ -84,7 +85,7 @@ var commands = map[string]func(args []string) int{
 // internalCommands are subcommands routeletd starts itself, left out of
 // the help: the userspace WireGuard datapath (pkg/wireguard).
 var internalCommands = map[string]func(args []string) int{
-	wireguard.DatapathCommand: wireguard.DatapathMain,
+	defaults.WireGuardDatapathCommand: wireguard.DatapathMain,
 }
 
 func run(args []string) int {

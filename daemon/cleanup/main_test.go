@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/wireguard"
 )
 
@@ -11,7 +12,7 @@ import (
 // started as one (`<binary> wireguard-datapath --device NAME --mtu N`), so
 // the privileged test runs a real one without a build.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == wireguard.DatapathCommand {
+	if len(os.Args) > 1 && os.Args[1] == defaults.WireGuardDatapathCommand {
 		os.Exit(wireguard.DatapathMain(os.Args[2:]))
 	}
 	os.Exit(m.Run())

@@ -19,6 +19,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/wireguard"
 )
 
@@ -42,7 +43,7 @@ func startDevice(t *testing.T, n *netnstest.NS, stateDir, name string) int {
 	var dev *wireguard.Device
 	if err := n.NetNS.Do(func(ns.NetNS) error {
 		dev, err = wireguard.New(wireguard.Config{Name: name, MTU: 1420, Addrs: []netip.Prefix{netip.MustParsePrefix("10.244.1.1/32")},
-			Impl: wireguard.ImplUserspace, RunDir: runDir, Datapath: []string{self, wireguard.DatapathCommand, "--device", name, "--mtu", "1420"},
+			Impl: wireguard.ImplUserspace, RunDir: runDir, Datapath: []string{self, defaults.WireGuardDatapathCommand, "--device", name, "--mtu", "1420"},
 			Logger: quiet}, key)
 		return err
 	}); err != nil {

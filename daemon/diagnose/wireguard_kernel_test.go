@@ -71,7 +71,7 @@ func TestWireGuardStepsRealDevice(t *testing.T) {
 	var dev *wireguard.Device
 	if err := n.NetNS.Do(func(ns.NetNS) error {
 		dev, err = wireguard.New(wireguard.Config{Name: name, MTU: 1430, Addrs: []netip.Prefix{netip.MustParsePrefix("10.244.1.1/32")},
-			Impl: wireguard.ImplUserspace, RunDir: runDir, Datapath: []string{self, wireguard.DatapathCommand, "--device", name, "--mtu", "1430"},
+			Impl: wireguard.ImplUserspace, RunDir: runDir, Datapath: []string{self, defaults.WireGuardDatapathCommand, "--device", name, "--mtu", "1430"},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, key)
 		return err
 	}); err != nil {

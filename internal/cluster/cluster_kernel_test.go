@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/defaults"
 )
 
 // fakeDatapathEnv makes the test binary, started as `routeletd
@@ -150,7 +151,7 @@ func TestPrivateWireGuardRun(t *testing.T) {
 		t.Cleanup(func() { cmd.Process.Kill() })
 		return cmd
 	}
-	dp := start(fake, DatapathCommand, "--device", "wireguard.cali", "--mtu", "1440")
+	dp := start(fake, defaults.WireGuardDatapathCommand, "--device", "wireguard.cali", "--mtu", "1440")
 	other := start(fake, "status")
 	netnstest.WaitFor(t, 5*time.Second, "the datapath found", func() error {
 		pids, err := n.DatapathPIDs()

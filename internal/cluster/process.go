@@ -21,11 +21,8 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl"
 
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/defaults"
 )
-
-// DatapathCommand is the routeletd subcommand that runs a userspace
-// WireGuard datapath; DatapathPIDs finds its processes by it.
-const DatapathCommand = "wireguard-datapath"
 
 // DaemonPID returns the PID of the node's routeletd, 0 when none was
 // started or it has exited.
@@ -101,7 +98,7 @@ func (n *Node) DatapathPIDs() ([]int, error) {
 		return nil, fmt.Errorf("node %s netns: %w", n.Spec.Name, err)
 	}
 	return processesIn(want.Ino, func(argv []string) bool {
-		return len(argv) >= 2 && filepath.Base(argv[0]) == "routeletd" && argv[1] == DatapathCommand
+		return len(argv) >= 2 && filepath.Base(argv[0]) == "routeletd" && argv[1] == defaults.WireGuardDatapathCommand
 	}), nil
 }
 

@@ -1,6 +1,7 @@
 // Package defaults holds the names and the ports routelet's dataplane uses
 // on every node unless configured otherwise: the overlay and WireGuard
-// devices, the VXLAN and WireGuard ports and the host veth prefix. pkg/overlay creates the devices,
+// devices, the VXLAN and WireGuard ports, the host veth prefix and the
+// userspace WireGuard datapath's subcommand. pkg/overlay creates the devices,
 // pkg/podnet names the veths, pkg/podguard and pkg/firewall match on
 // them; each reads the defaults here, so the packages that only match on
 // a name need not import the package that creates it. It imports nothing.
@@ -22,4 +23,8 @@ const (
 	DeviceWireGuard = "wireguard.cali"
 	// WireGuardPort is the WireGuard UDP listen port (Calico's).
 	WireGuardPort = 51820
+	// WireGuardDatapathCommand is routeletd's hidden subcommand that runs
+	// the userspace WireGuard datapath; cleanup and the test harness
+	// recognise its processes by it.
+	WireGuardDatapathCommand = "wireguard-datapath"
 )

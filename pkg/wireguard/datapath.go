@@ -27,10 +27,6 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 )
 
-// DatapathCommand is routeletd's hidden subcommand running the userspace
-// datapath: `routeletd wireguard-datapath --device NAME --mtu N`.
-const DatapathCommand = "wireguard-datapath"
-
 // SocketDir is where wireguard-go's configuration sockets live
 // (<SocketDir>/<device>.sock); wgctrl looks there whatever the network
 // namespace.
@@ -50,14 +46,14 @@ const (
 // closes, and returns the exit code (0, 1 on failure, 2 for bad
 // arguments). Its log goes to stderr.
 func DatapathMain(args []string) int {
-	fs := flag.NewFlagSet(DatapathCommand, flag.ContinueOnError)
+	fs := flag.NewFlagSet(defaults.WireGuardDatapathCommand, flag.ContinueOnError)
 	name := fs.String("device", defaults.DeviceWireGuard, "the TUN device to create and serve")
 	mtu := fs.Int("mtu", DefaultMTU, "the device's MTU")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "%s: unexpected argument %q\n", DatapathCommand, fs.Arg(0))
+		fmt.Fprintf(os.Stderr, "%s: unexpected argument %q\n", defaults.WireGuardDatapathCommand, fs.Arg(0))
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -283,7 +279,7 @@ func isDatapath(pid int, name string) bool {
 // DatapathArgs reports whether args (a command line, program first) run
 // the datapath subcommand for device name.
 func DatapathArgs(args []string, name string) bool {
-	if len(args) < 2 || args[1] != DatapathCommand {
+	if len(args) < 2 || args[1] != defaults.WireGuardDatapathCommand {
 		return false
 	}
 	rest := args[2:]

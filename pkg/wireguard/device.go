@@ -127,7 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 			if err != nil {
 				return c, fmt.Errorf("wireguard config: the datapath command: %w", err)
 			}
-			c.Datapath = []string{exe, DatapathCommand, "--device", c.Name, "--mtu", strconv.Itoa(c.MTU)}
+			c.Datapath = []string{exe, defaults.WireGuardDatapathCommand, "--device", c.Name, "--mtu", strconv.Itoa(c.MTU)}
 		}
 		if c.Datapath[0] == "" {
 			return c, errors.New("wireguard config: the datapath command has no program")

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"github.com/routelet/routelet/pkg/defaults"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -263,7 +264,7 @@ func TestConfigDefaultsAndRefusals(t *testing.T) {
 	if c.Name != "wireguard.cali" || c.Port != 51820 || c.MTU != DefaultMTU || c.Impl != ImplAuto {
 		t.Errorf("defaults: %+v", c)
 	}
-	if len(c.Datapath) != 6 || c.Datapath[1] != DatapathCommand || c.Datapath[3] != "wireguard.cali" || c.Datapath[5] != "1420" {
+	if len(c.Datapath) != 6 || c.Datapath[1] != defaults.WireGuardDatapathCommand || c.Datapath[3] != "wireguard.cali" || c.Datapath[5] != "1420" {
 		t.Errorf("default datapath command %q", c.Datapath)
 	}
 	if !DatapathArgs(c.Datapath, c.Name) || DatapathArgs(c.Datapath, "other") {

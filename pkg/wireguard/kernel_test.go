@@ -23,6 +23,7 @@ import (
 
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/internal/nlutil"
+	"github.com/routelet/routelet/pkg/defaults"
 )
 
 // The privileged tests run two simulated nodes, each a network namespace
@@ -189,7 +190,7 @@ func newNode(t *testing.T, side string, i int) *testNode {
 		t.Fatal(err)
 	}
 	n.cfg = Config{Name: name, Addrs: n.tunnel, Impl: ImplUserspace, RunDir: filepath.Join(t.TempDir(), "wireguard"),
-		Datapath: []string{self, DatapathCommand, "--device", name, "--mtu", "1420"},
+		Datapath: []string{self, defaults.WireGuardDatapathCommand, "--device", name, "--mtu", "1420"},
 		Logger:   slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OnRepair: func(o string) { n.mu.Lock(); n.repairs = append(n.repairs, o); n.mu.Unlock() },
 	}
@@ -541,7 +542,7 @@ func TestRouteletdRunsTheDatapath(t *testing.T) {
 	netnstest.SkipUnlessRoot(t, "creates network namespaces, TUN devices and datapath processes")
 	bin := netnstest.Bins(t, netnstest.Routeletd)
 	n := newNode(t, "x", 3)
-	n.cfg.Datapath = []string{filepath.Join(bin, netnstest.Routeletd), DatapathCommand, "--device", n.name, "--mtu", "1420"}
+	n.cfg.Datapath = []string{filepath.Join(bin, netnstest.Routeletd), defaults.WireGuardDatapathCommand, "--device", n.name, "--mtu", "1420"}
 	n.dev = n.newDevice(t)
 	n.apply(t)
 	s := n.dev.Status()
