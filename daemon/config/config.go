@@ -92,6 +92,8 @@ type Config struct {
 	// WireGuard the wireguard-* keys.
 	Encryption string
 	WireGuard  WireGuard
+	// BGP is the bgp-* keys (config_bgp.go): the BGP speaker.
+	BGP BGP
 
 	HealthAddr string // health-addr: serves /healthz, /readyz, /metrics; "" disables
 	LogLevel   string // log-level: debug | info | warn | error

@@ -64,6 +64,30 @@ type NodeInfo struct {
 	IPv4, IPv6 Endpoint
 	Blocks     []netip.Prefix
 	WireGuard  WireGuardPeer
+	BGP        BGPNode
+}
+
+// BGPNode is what the BGP speaker needs of a node besides its host IPs.
+// A zero ASN means the node speaks no BGP: its record published no AS
+// number, or the value was refused.
+type BGPNode struct {
+	ASN uint32
+}
+
+// BGPPeer is one BGP session a node keeps besides the node-to-node mesh:
+// a top-of-rack router or a route reflector, from the configuration
+// (bgp-peer) or from the datastore's per-node peers.
+type BGPPeer struct {
+	Address netip.Addr
+	ASN     uint32
+	// Port is the peer's TCP port; 0 is BGP's 179.
+	Port uint16
+	// RouteReflector marks the peer as a route reflector (this node its
+	// client): shown in status; the session is the same.
+	RouteReflector bool
+	// PasswordFile holds the TCP-MD5 password ("" none); only the
+	// configuration sets it, never a record.
+	PasswordFile string
 }
 
 // WireGuardPeer is what the WireGuard manager needs of a node besides its
