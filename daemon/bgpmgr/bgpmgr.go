@@ -429,7 +429,7 @@ func (m *Manager) Apply() error {
 		clear(m.resolveMemo)
 		m.recompute = true
 	}
-	if changed := m.cfg.Changes.take(); m.cfg.Program && (changed || m.poll || now.Sub(m.lastPoll) >= m.cfg.RouteCheckPeriod) {
+	if changed := m.cfg.Changes.take(); (changed || m.poll || now.Sub(m.lastPoll) >= m.cfg.RouteCheckPeriod) {
 		m.poll, m.lastPoll = false, now
 		m.learned = m.sp.Learned()
 		m.statuses = m.sp.Peers()
@@ -547,16 +547,23 @@ func (m *Manager) updateRoutes() {
 	}
 	m.accepted = accepted
 	m.mu.Lock()
-	for p, r := range refused {
+	logged := 0
+	for _, p := range slices.SortedFunc(maps.Keys(refused), netip.Prefix.Compare) {
+		r := refused[p]
 		old, ok := m.refused[p]
 		if ok && old.reason == r.reason && old.Peer == r.Peer && old.NextHop == r.NextHop {
 			r.since = old.since
 		} else {
 			r.since = now
 			m.total[r.reason]++
-			m.log.Warn("refused a learned route", "prefix", p, "peer", r.Peer, "nextHop", r.NextHop, "reason", r.reason, "detail", r.detail)
+			if logged++; logged <= maxLogged {
+				m.log.Warn("refused a learned route", "prefix", p, "peer", r.Peer, "nextHop", r.NextHop, "reason", r.reason, "detail", r.detail)
+			}
 		}
 		refused[p] = r
+	}
+	if logged > maxLogged {
+		m.log.Warn("refused more learned routes (see routeletd status)", "more", logged-maxLogged)
 	}
 	m.refused = refused
 	m.mu.Unlock()
@@ -564,6 +571,9 @@ func (m *Manager) updateRoutes() {
 		m.setRoutes(f, want[f.v])
 	}
 }
+
+// maxLogged bounds the refusals one pass logs one by one.
+const maxLogged = 10
 
 // family returns the family of prefix p, nil when it has no table.
 func (m *Manager) family(p netip.Prefix) *family {
