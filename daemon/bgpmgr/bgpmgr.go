@@ -429,7 +429,7 @@ func (m *Manager) Apply() error {
 		clear(m.resolveMemo)
 		m.recompute = true
 	}
-	if changed := m.cfg.Changes.take(); (changed || m.poll || now.Sub(m.lastPoll) >= m.cfg.RouteCheckPeriod) {
+	if changed := m.cfg.Changes.take(); changed || m.poll || now.Sub(m.lastPoll) >= m.cfg.RouteCheckPeriod {
 		m.poll, m.lastPoll = false, now
 		m.learned = m.sp.Learned()
 		m.statuses = m.sp.Peers()

@@ -170,7 +170,9 @@ func newFixture(t *testing.T, edit func(*Config), setupKernel ...func(*routestes
 			}
 			return netip.Addr{}, "", errors.New("network is unreachable")
 		},
-		Existing: func(v, protocol int, iface string) ([]routes.Target, error) { return f.existing(v, protocol, iface), nil },
+		Existing: func(v, protocol int, iface string) ([]routes.Target, error) {
+			return f.existing(v, protocol, iface), nil
+		},
 	}
 	if edit != nil {
 		edit(&f.cfg)
