@@ -99,7 +99,10 @@ type Config struct {
 	// none, no encryption); false: announce only.
 	Program bool
 	// OwnPeers reads this node's per-node peers (the datastore's
-	// NodeBGPPeers); nil: none. Called at every OnNodes.
+	// NodeBGPPeers, see OwnPeers); nil: none. Called at every OnNodes.
+	// With an error, the peers it returns are used when there are any
+	// (those that parsed; the error names the others), else the last ones
+	// read are kept; either way the error shows in the status.
 	OwnPeers        func() ([]peers.BGPPeer, error)
 	GracefulRestart bool
 	RestartTime     time.Duration // default DefaultRestartTime
@@ -292,8 +295,15 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 		switch {
 		case err != nil:
 			if msg := err.Error(); msg != m.ownErr {
-				m.log.Warn("cannot read this node's BGP peers: keeping the last ones read", "err", err)
+				if own == nil {
+					m.log.Warn("cannot read this node's BGP peers: keeping the last ones read", "err", err)
+				} else {
+					m.log.Warn("some of this node's BGP peers are refused", "err", err, "used", len(own))
+				}
 				m.ownErr = msg
+			}
+			if own != nil {
+				m.own = slices.Clone(own)
 			}
 		default:
 			if m.ownErr != "" {
@@ -646,4 +656,30 @@ func (m *Manager) closeTables() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// OwnPeers is a Config.OwnPeers reading this node's per-node peer specs
+// with read (the datastore's NodeBGPPeers.OwnBGPPeers) and parsing each
+// with parse (peers.ParseBGPPeer of a record: no password file). A read
+// error returns no peers (the last ones are kept); a refused spec is left
+// out and named in the error, the others are used.
+func OwnPeers(read func() ([]string, error), parse func(spec string) (peers.BGPPeer, error)) func() ([]peers.BGPPeer, error) {
+	return func() ([]peers.BGPPeer, error) {
+		specs, err := read()
+		if err != nil {
+			return nil, fmt.Errorf("cannot read them (the last ones read are kept): %w", err)
+		}
+		out := []peers.BGPPeer{}
+		var errs []error
+		for _, s := range specs {
+			p, err := parse(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("peer %q refused: %w", s, err))
+				continue
+			}
+			p.PasswordFile = "" // a record never makes the daemon read a file
+			out = append(out, p)
+		}
+		return out, errors.Join(errs...)
+	}
 }

@@ -839,3 +839,46 @@ func TestClose(t *testing.T) {
 		t.Errorf("close: %v, speaker closed %v", err, f.sp.closed)
 	}
 }
+
+// TestOwnPeersHelper: OwnPeers parses every spec read; a refused one is
+// left out and named, the others used (and no password file is kept); a
+// read error returns none, so the manager keeps the last ones.
+func TestOwnPeersHelper(t *testing.T) {
+	var specs []string
+	var readErr error
+	parse := func(s string) (peers.BGPPeer, error) {
+		addr, err := netip.ParseAddr(strings.TrimSuffix(s, ",as=65000"))
+		if err != nil {
+			return peers.BGPPeer{}, err
+		}
+		return peers.BGPPeer{Address: addr, ASN: 65000, PasswordFile: "/etc/shadow"}, nil
+	}
+	f := newFixture(t, func(c *Config) {
+		c.NodeMesh = false
+		c.OwnPeers = OwnPeers(func() ([]string, error) { return specs, readErr }, parse)
+	})
+	specs = []string{"192.0.2.9,as=65000", "bogus\x1b"}
+	f.m.OnNodes(nil)
+	f.apply()
+	if got := f.sp.sessions(); !slices.Equal(got, []string{"192.0.2.9 as 65000 node"}) {
+		t.Errorf("sessions %q, want the spec that parsed", got)
+	}
+	if st := f.m.Status(); !strings.Contains(st.Error, `peer "bogus\x1b" refused`) {
+		t.Errorf("status error %q, want the refused spec named", st.Error)
+	}
+	specs, readErr = nil, errors.New("annotation unreadable")
+	f.m.OnNodes(nil)
+	f.apply()
+	if got := f.sp.sessions(); !slices.Equal(got, []string{"192.0.2.9 as 65000 node"}) {
+		t.Errorf("after a read error, sessions %q, want the last ones", got)
+	}
+	if st := f.m.Status(); !strings.Contains(st.Error, "annotation unreadable") || !strings.Contains(st.Error, "kept") {
+		t.Errorf("status error %q", st.Error)
+	}
+	specs, readErr = []string{}, nil
+	f.m.OnNodes(nil)
+	f.apply()
+	if got := f.sp.sessions(); len(got) != 0 || f.m.Status().Error != "" {
+		t.Errorf("no specs: sessions %q error %q", got, f.m.Status().Error)
+	}
+}

@@ -86,7 +86,7 @@ func ownError(err string) string {
 	if err == "" {
 		return ""
 	}
-	return "cannot read this node's BGP peers (the last ones read are kept): " + err
+	return "this node's BGP peers: " + err
 }
 
 func nonEmpty(ss ...string) []string {
