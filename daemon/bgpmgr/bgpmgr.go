@@ -161,9 +161,10 @@ type Manager struct {
 	start time.Time
 
 	// Loop-owned.
-	want        []bgp.Peer            // the sessions of the last OnNodes, by address
+	want        []bgp.Peer            // the sessions wanted, by address
 	applied     []bgp.Peer            // the sessions last set on the speaker (nil: never)
-	peersSet    bool                  // SetPeers succeeded at least once
+	nodesSeen   bool                  // OnNodes was called: the mesh is known
+	local       map[netip.Addr]bool   // this node's addresses
 	announced   bool                  // SetAnnounced succeeded
 	own         []peers.BGPPeer       // the per-node peers last read
 	ownErr      string                // why they cannot be read now
@@ -233,7 +234,14 @@ func New(cfg Config, sp Speaker, newTable NewTable) (*Manager, error) {
 		resolveMemo: map[netip.Addr]resolved{}, refused: map[netip.Prefix]refusal{}, total: map[string]uint64{},
 		poll: true, recompute: true, dirtyRoutes: true,
 	}
+	m.local = map[netip.Addr]bool{}
+	for _, a := range m.ownHostIPs() {
+		m.local[a] = true
+	}
 	m.hostIPs = m.sortedHostIPs()
+	// The global peers are known from the start: their sessions come up
+	// while the datastore is not read yet.
+	m.want = m.sessions(nil)
 	// Announcing only, with no way to program: nothing was ours before
 	// either, and nothing is adopted.
 	m.converged = !cfg.Program || !cfg.GracefulRestart
@@ -314,7 +322,6 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	}
 	m.nodes = make(map[string]node, len(nodes))
 	m.blockOwner = map[netip.Prefix]string{}
-	m.mesh = map[netip.Addr]string{}
 	for _, n := range nodes {
 		if n.Name == m.cfg.NodeName {
 			continue
@@ -332,7 +339,15 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	}
 	slices.SortFunc(hosts, netip.Addr.Compare)
 	m.hostIPs = slices.Compact(hosts)
+	m.want = m.sessions(nodes)
+	m.nodesSeen = true
+	m.recompute = true
+}
 
+// sessions returns the sessions wanted with nodes (sorted by address),
+// and records which are the mesh's.
+func (m *Manager) sessions(nodes []peers.NodeInfo) []bgp.Peer {
+	m.mesh = map[netip.Addr]string{}
 	seen := map[netip.Addr]bool{}
 	var want []bgp.Peer
 	add := func(p bgp.Peer) bool {
@@ -371,8 +386,7 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 		}
 	}
 	slices.SortFunc(want, func(a, b bgp.Peer) int { return a.Address.Compare(b.Address) })
-	m.want = want
-	m.recompute = true
+	return want
 }
 
 // ownHostIPs returns this node's host IPs and local addresses.
@@ -394,9 +408,7 @@ func (m *Manager) sortedHostIPs() []netip.Addr {
 }
 
 // isLocal reports whether a is one of this node's addresses.
-func (m *Manager) isLocal(a netip.Addr) bool {
-	return slices.Contains(m.ownHostIPs(), a.Unmap())
-}
+func (m *Manager) isLocal(a netip.Addr) bool { return m.local[a.Unmap()] }
 
 // Apply implements agent.Manager: the sessions and the announced
 // prefixes are set on the speaker when they changed; then, when
@@ -413,8 +425,7 @@ func (m *Manager) Apply() error {
 		if err := m.sp.SetPeers(want); err != nil {
 			errs = append(errs, fmt.Errorf("bgp: set peers: %w", err))
 		} else {
-			m.applied, m.peersSet = want, true
-			m.poll = true
+			m.applied, m.poll = want, true
 		}
 	}
 	if !m.announced {
@@ -466,15 +477,16 @@ func (m *Manager) Apply() error {
 // peerEqual compares two sessions as the speaker keys and configures them.
 func peerEqual(a, b bgp.Peer) bool { return a == b }
 
-// convergedNow decides whether the sessions converged: every session set
-// on the speaker is established and sent End-of-RIB, or the restart time
-// since New passed. Once converged, the adopted routes are dropped.
+// convergedNow decides whether the sessions converged: every session
+// wanted (with the nodes known: after the first OnNodes) is set on the
+// speaker, established and sent End-of-RIB, or the restart time since New
+// passed. Once converged, the adopted routes are dropped.
 func (m *Manager) convergedNow(now time.Time) bool {
 	why := ""
 	switch {
 	case now.Sub(m.start) >= m.cfg.RestartTime:
 		why = "restart time passed"
-	case !m.peersSet:
+	case !m.nodesSeen || m.applied == nil || !slices.EqualFunc(m.applied, m.want, peerEqual):
 		return false
 	default:
 		st := make(map[netip.Addr]bgp.PeerStatus, len(m.statuses))

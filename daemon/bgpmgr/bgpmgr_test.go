@@ -882,3 +882,29 @@ func TestOwnPeersHelper(t *testing.T) {
 		t.Errorf("no specs: sessions %q error %q", got, f.m.Status().Error)
 	}
 }
+
+// TestAdoptionWaitsForNodes: before the first OnNodes (the datastore not
+// read yet) only the global sessions are set, and no number of them
+// established converges: the mesh is not known. With the nodes known and
+// no session wanted at all, there is nothing to wait for.
+func TestAdoptionWaitsForNodes(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.NodeMesh = false
+		c.Peers = []bgp.Peer{{Address: a("192.0.2.9"), ASN: 65000}}
+	}, addOld("10.244.3.0/24", "192.0.2.254"))
+	f.apply()
+	if got := f.sp.sessions(); !slices.Equal(got, []string{"192.0.2.9 as 65000 global"}) {
+		t.Errorf("before the nodes: sessions %q, want the global one", got)
+	}
+	f.sp.establish(true, f.now)
+	f.m.QueueCheck()
+	f.apply()
+	if len(f.kernel(4)) != 1 || f.m.Status().Converged {
+		t.Fatalf("before the nodes: routes %q converged %v, want the adopted route kept", f.kernel(4), f.m.Status().Converged)
+	}
+	f.m.OnNodes(nil)
+	f.apply()
+	if len(f.kernel(4)) != 0 || !f.m.Status().Converged {
+		t.Errorf("nodes known, every session in sync: routes %q converged %v", f.kernel(4), f.m.Status().Converged)
+	}
+}
