@@ -412,10 +412,11 @@ func TestProgram(t *testing.T) {
 	}
 	// After the route check period the speaker is read and next hops are
 	// resolved again, and the uplink's routes read back.
+	n = f.sp.learnedN
 	f.now = f.now.Add(DefaultRouteCheckPeriod)
 	f.apply()
-	if len(f.asked) != 1 || f.sp.learnedN == n+1 {
-		t.Errorf("after the route check period: resolved %v, speaker read %d times", f.asked, f.sp.learnedN-n)
+	if !slices.Equal(f.asked, []netip.Addr{a("198.51.100.3")}) || f.sp.learnedN != n+1 {
+		t.Errorf("after the route check period: resolved %v, speaker read %d times, want 198.51.100.3 and once", f.asked, f.sp.learnedN-n)
 	}
 }
 
@@ -800,6 +801,37 @@ func TestRepairEvent(t *testing.T) {
 	f.apply()
 	if got := f.kernel(4); !slices.Equal(got, []string{"10.244.2.0/24 via 192.0.2.2"}) {
 		t.Errorf("after the repair: %q", got)
+	}
+	// The uplink down and up again lost its routes: its link event
+	// re-reads them.
+	if err := f.nl.SetLinkUp(uplink, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nl.SetLinkUp(uplink, true); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = f.nl.LinkByName(uplink)
+	for _, s := range []string{"192.0.2.0/24"} {
+		_, dst, _ := net.ParseCIDR(s)
+		if err := f.nl.AddRoute(netlink.Route{LinkIndex: l.Index, Dst: dst, Scope: netlink.SCOPE_LINK, Protocol: unix.RTPROT_KERNEL, Table: unix.RT_TABLE_MAIN}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.OnLink(netwatch.LinkEvent{Name: "eth9", Up: true})
+	if woke != 1 {
+		t.Error("another link's event woke the loop")
+	}
+	h.OnLink(netwatch.LinkEvent{Name: uplink, Up: true})
+	if woke != 2 {
+		t.Error("the uplink's event did not wake the loop")
+	}
+	f.apply()
+	if got := f.kernel(4); !slices.Equal(got, []string{"10.244.2.0/24 via 192.0.2.2"}) {
+		t.Errorf("after the uplink came back: %q", got)
+	}
+	h.Rescan()
+	if woke != 3 {
+		t.Error("a rescan did not wake the loop")
 	}
 	in := f.m.Interest()
 	if !slices.Equal(in.Names, []string{uplink}) || !slices.Equal(in.Protocols, []int{186}) || !in.RouteDeletesOnly {
