@@ -410,7 +410,7 @@ const (
 // BGPPeer is one BGP session, as wanted and as the speaker holds it.
 type BGPPeer struct {
 	Address string `json:"address"`
-	Port    int    `json:"port,omitempty"` // "" when BGP's 179
+	Port    int    `json:"port,omitempty"` // absent when BGP's 179
 	ASN     uint32 `json:"asn"`
 	// Description says where the session comes from: "mesh <node>",
 	// "node" (this node's per-node peers) or "global" (bgp-peer).
