@@ -173,6 +173,7 @@ type Manager struct {
 	nodes       map[string]node
 	hostIPs     []netip.Addr // every node's host IP and ours, sorted
 	blockOwner  map[netip.Prefix]string
+	blockLens   [2][]int // the prefix lengths of blockOwner's keys per family (IPv4, IPv6), sorted
 	converged   bool
 	poll        bool // read the speaker in the next Apply
 	recompute   bool // the checks' inputs changed
@@ -333,6 +334,18 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 			}
 		}
 	}
+	m.blockLens = [2][]int{}
+	for b := range m.blockOwner {
+		i := 0
+		if b.Addr().Is6() {
+			i = 1
+		}
+		if !slices.Contains(m.blockLens[i], b.Bits()) {
+			m.blockLens[i] = append(m.blockLens[i], b.Bits())
+		}
+	}
+	slices.Sort(m.blockLens[0])
+	slices.Sort(m.blockLens[1])
 	hosts := m.ownHostIPs()
 	for _, n := range nodes {
 		hosts = append(hosts, n.HostIPs()...)
@@ -538,9 +551,10 @@ func (m *Manager) CheckPeriod() time.Duration { return m.cfg.CheckPeriod }
 // the accepted ones (and, until converged, the adopted ones no learned
 // route replaces).
 func (m *Manager) updateRoutes() {
-	want := map[int]map[netip.Prefix]routes.Target{4: {}, 6: {}}
+	n := len(m.learned)
+	want := map[int]map[netip.Prefix]routes.Target{4: make(map[netip.Prefix]routes.Target, n), 6: {}}
 	refused := map[netip.Prefix]refusal{}
-	learnedAt := map[netip.Prefix]bool{}
+	learnedAt := make(map[netip.Prefix]bool, n)
 	accepted := 0
 	now := m.cfg.Now()
 	if m.cfg.Program {
@@ -619,11 +633,15 @@ func famOf(p netip.Prefix) int {
 func (m *Manager) setRoutes(f *family, want map[netip.Prefix]routes.Target) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, cidr := range slices.SortedFunc(maps.Keys(want), netip.Prefix.Compare) {
-		t := want[cidr]
+	var changed []netip.Prefix
+	for cidr, t := range want {
 		if old, ok := f.routes[cidr]; !ok || !old.Equal(t) {
-			f.rt.RouteUpdate(m.cfg.Iface, t)
+			changed = append(changed, cidr)
 		}
+	}
+	slices.SortFunc(changed, netip.Prefix.Compare)
+	for _, cidr := range changed {
+		f.rt.RouteUpdate(m.cfg.Iface, want[cidr])
 	}
 	for cidr := range f.routes {
 		if _, ok := want[cidr]; !ok {

@@ -94,7 +94,14 @@ func (m *Manager) inPools(p netip.Prefix) bool {
 	if slices.ContainsFunc(m.cfg.LocalBlocks, inside) {
 		return true
 	}
-	for bits := p.Bits(); bits >= 0; bits-- {
+	lens := m.blockLens[0]
+	if p.Addr().Is6() {
+		lens = m.blockLens[1]
+	}
+	for _, bits := range lens {
+		if bits > p.Bits() {
+			break
+		}
 		if _, ok := m.blockOwner[netip.PrefixFrom(p.Addr(), bits).Masked()]; ok {
 			return true
 		}
