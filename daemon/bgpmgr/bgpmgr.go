@@ -80,7 +80,9 @@ type Config struct {
 	// Iface is the uplink learned routes go out by.
 	Iface string
 	// Subnets are the uplink's connected subnets: a next hop inside one
-	// is used as it is; any other is resolved (Resolve).
+	// is used as it is; any other is resolved (Resolve), and one the
+	// kernel reaches on the uplink without a gateway is used as it is
+	// too. Empty: every next hop is resolved.
 	Subnets []netip.Prefix
 	// LocalAddrs are the node's own addresses: a learned route holding
 	// one, or with one as its next hop, is refused.
@@ -104,6 +106,8 @@ type Config struct {
 	// (those that parsed; the error names the others), else the last ones
 	// read are kept; either way the error shows in the status.
 	OwnPeers        func() ([]peers.BGPPeer, error)
+	// GracefulRestart: an earlier run's learned routes are kept until the
+	// sessions converge, at most RestartTime (bgp-restart-time) after New.
 	GracefulRestart bool
 	RestartTime     time.Duration // default DefaultRestartTime
 	RouteProtocol   int           // default DefaultRouteProtocol
