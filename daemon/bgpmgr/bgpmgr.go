@@ -105,7 +105,7 @@ type Config struct {
 	// With an error, the peers it returns are used when there are any
 	// (those that parsed; the error names the others), else the last ones
 	// read are kept; either way the error shows in the status.
-	OwnPeers        func() ([]peers.BGPPeer, error)
+	OwnPeers func() ([]peers.BGPPeer, error)
 	// GracefulRestart: an earlier run's learned routes are kept until the
 	// sessions converge, at most RestartTime (bgp-restart-time) after New.
 	GracefulRestart bool
