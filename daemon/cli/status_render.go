@@ -51,6 +51,9 @@ func renderStatus(st *statusapi.State, now time.Time) string {
 	if st.WireGuard != nil {
 		fmt.Fprintf(w, "WireGuard:\t%s\n", esc(wireGuardLine(st.WireGuard)))
 	}
+	if st.BGP != nil {
+		fmt.Fprintf(w, "BGP:\t%s\n", esc(bgpLine(st.BGP)))
+	}
 	if st.Source == statusapi.SourceDaemon {
 		fmt.Fprintf(w, "Drift repaired:\t%s\n", esc(driftLine(st, now)))
 		fmt.Fprintf(w, "Last resync:\t%s\n", ago(st.LastResync, now))
@@ -85,6 +88,9 @@ func renderStatus(st *statusapi.State, now time.Time) string {
 	}
 	if wg := st.WireGuard; wg != nil {
 		renderWireGuard(&b, wg, st.Taken, now)
+	}
+	if bg := st.BGP; bg != nil {
+		renderBGP(&b, bg, now)
 	}
 	if probs := problems(st); len(probs) > 0 {
 		fmt.Fprintf(&b, "\nProblems (%d):\n", len(probs))
@@ -317,6 +323,9 @@ func problems(st *statusapi.State) []string {
 			}
 		}
 	}
+	if bg := st.BGP; bg != nil {
+		out = append(out, bgpProblems(bg)...)
+	}
 	for _, d := range st.Devices {
 		if d.Problem != "" {
 			out = append(out, fmt.Sprintf("device %s: %s", d.Name, d.Problem))
@@ -463,4 +472,99 @@ func byteCount(n int64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %s", f, []string{"B", "KiB", "MiB", "GiB"}[i])
+}
+
+// bgpLine sums up the BGP speaker: AS, whether it programs what it
+// learns, its sessions, what it announces and learns.
+func bgpLine(bg *statusapi.BGP) string {
+	up := 0
+	for _, p := range bg.Peers {
+		if p.State == "established" {
+			up++
+		}
+	}
+	s := fmt.Sprintf("AS %d, %s; %d sessions, %d established; %d prefixes announced; %d learned, %d accepted, %d refused",
+		bg.ASN, bgpMode(bg), len(bg.Peers), up, len(bg.Announced), bg.Learned, bg.Accepted, bg.RefusedNow)
+	if !bg.Converged {
+		s += fmt.Sprintf("; converging (keeping %d routes of the previous run)", bg.Adopted)
+	}
+	return s
+}
+
+// bgpMode says what the speaker does with what it learns.
+func bgpMode(bg *statusapi.BGP) string {
+	if bg.Programmed {
+		return "learned routes programmed"
+	}
+	return "announce only"
+}
+
+// renderBGP is the BGP block: the speaker (AS, router ID, mode), one row
+// per session (address, AS, where it comes from, state and since when,
+// prefixes received, accepted and advertised, End-of-RIB), the announced
+// prefixes and the refused learned routes (counts by reason since the
+// start, then the newest refused now).
+func renderBGP(b *strings.Builder, bg *statusapi.BGP, now time.Time) {
+	conv := "converged"
+	if !bg.Converged {
+		conv = fmt.Sprintf("converging: keeping %d routes of the previous run", bg.Adopted)
+	}
+	fmt.Fprintf(b, "\nBGP: %s\n", esc(fmt.Sprintf("AS %d, router ID %s, %s (%s)", bg.ASN, orDash(bg.RouterID), bgpMode(bg), conv)))
+	if bg.Error != "" {
+		fmt.Fprintf(b, "  ✗ %s\n", esc(bg.Error))
+	}
+	if len(bg.Peers) > 0 {
+		w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "  PEER\tAS\tFROM\tSTATE\tSINCE\tRECEIVED\tACCEPTED\tADVERTISED\tEOR\tLAST ERROR")
+		for _, p := range bg.Peers {
+			addr := p.Address
+			if p.Port != 0 {
+				addr = fmt.Sprintf("%s port %d", addr, p.Port)
+			}
+			from := p.Description
+			if p.RouteReflector {
+				from += " (route reflector)"
+			}
+			fmt.Fprintf(w, "  %s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", esc(addr), p.ASN, esc(orDash(from)), esc(orDash(p.State)),
+				ago(p.Since, now), p.Received, p.Accepted, p.Advertised, map[bool]string{true: "✓", false: "-"}[p.EndOfRIB], esc(orDash(p.LastError)))
+		}
+		w.Flush()
+	}
+	fmt.Fprintf(b, "  Announced: %s\n", esc(orDash(strings.Join(bg.Announced, ", "))))
+	if len(bg.RefusedTotal) > 0 || bg.RefusedNow > 0 {
+		var parts []string
+		for _, r := range slices.Sorted(maps.Keys(bg.RefusedTotal)) {
+			parts = append(parts, fmt.Sprintf("%s %d", r, bg.RefusedTotal[r]))
+		}
+		fmt.Fprintf(b, "  Refused: %d now; since start: %s\n", bg.RefusedNow, esc(orDash(strings.Join(parts, ", "))))
+		for _, r := range bg.Refused {
+			fmt.Fprintf(b, "    %s\n", esc(fmt.Sprintf("%s from %s next hop %s: %s: %s", r.Prefix, r.Peer, orDash(r.NextHop), r.Reason, r.Detail)))
+		}
+		if n := bg.RefusedNow - len(bg.Refused); n > 0 {
+			fmt.Fprintf(b, "    (and %d more)\n", n)
+		}
+	}
+}
+
+// bgpProblems are the speaker's problem lines: its error, every session
+// not established, the learned routes refused.
+func bgpProblems(bg *statusapi.BGP) []string {
+	var out []string
+	if bg.Error != "" {
+		out = append(out, "bgp: "+bg.Error)
+	}
+	for _, p := range bg.Peers {
+		if p.State == "established" {
+			continue
+		}
+		s := fmt.Sprintf("bgp peer %s (%s): %s", p.Address, orDash(p.Description), orDash(p.State))
+		if p.LastError != "" {
+			s += ": " + p.LastError
+		}
+		out = append(out, s)
+	}
+	if bg.RefusedNow > 0 {
+		out = append(out, fmt.Sprintf("bgp: %d learned routes refused (see BGP above)", bg.RefusedNow))
+	}
+	return out
 }

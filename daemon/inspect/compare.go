@@ -29,7 +29,7 @@ func Compare(d *Desired, k *Kernel, now time.Time) *statusapi.State {
 	}
 	c := comparer{d: d, k: k, held: map[routeKey]statusapi.Route{}}
 	for i, name := range []string{statusapi.TableWorkloadsV4, statusapi.TableWorkloadsV6} {
-		st.Tables = append(st.Tables, c.table(name, i, d.WorkloadRoutes[i], c.ownedByWorkloads, nil))
+		st.Tables = append(st.Tables, c.table(name, i, d.WorkloadRoutes[i], c.ownedByWorkloads, nil, d.Node.RouteProtocol))
 	}
 	owner := c.blockOwners()
 	for _, f := range d.Overlay {
@@ -38,8 +38,16 @@ func Compare(d *Desired, k *Kernel, now time.Time) *statusapi.State {
 			name = statusapi.TableOverlayV6
 		}
 		owned := func(r Route) bool { _, ok := f.Routes[r.Iface]; return ok && r.Protocol == d.Node.RouteProtocol }
-		st.Tables = append(st.Tables, c.table(name, famIndex(f.Version), f.Routes, owned, owner))
+		st.Tables = append(st.Tables, c.table(name, famIndex(f.Version), f.Routes, owned, owner, d.Node.RouteProtocol))
 		st.Devices = append(st.Devices, c.devices(f)...)
+	}
+	if b := d.BGP; b != nil {
+		status := b.Status
+		st.BGP = &status
+		for _, f := range b.Families {
+			owned := func(r Route) bool { _, ok := f.Routes[r.Iface]; return ok && r.Protocol == b.Protocol }
+			st.Tables = append(st.Tables, c.table(bgpTable(f.Version), famIndex(f.Version), f.Routes, owned, owner, b.Protocol))
+		}
 	}
 	st.Peers = c.peers()
 	st.Workloads = c.workloads()
@@ -91,9 +99,18 @@ func (c *comparer) blockOwners() map[netip.Prefix]string {
 	return out
 }
 
+// bgpTable names the BGP table of family v.
+func bgpTable(v int) string {
+	if v == 6 {
+		return statusapi.TableBGPV6
+	}
+	return statusapi.TableBGPV4
+}
+
 // table compares the desired routes of one table with the kernel routes
-// of family index fam that owned accepts.
-func (c *comparer) table(name string, fam int, want map[string][]routes.Target, owned func(Route) bool, owner map[netip.Prefix]string) statusapi.RouteTable {
+// of family index fam that owned accepts; protocol is the one the
+// table's routes carry.
+func (c *comparer) table(name string, fam int, want map[string][]routes.Target, owned func(Route) bool, owner map[netip.Prefix]string, protocol int) statusapi.RouteTable {
 	type key struct {
 		iface string
 		dst   netip.Prefix
@@ -117,7 +134,7 @@ func (c *comparer) table(name string, fam int, want map[string][]routes.Target, 
 			kk := key{iface, tg.CIDR.Masked()}
 			if r, ok := have[kk]; ok {
 				matched[kk] = true
-				if diff := c.differs(tg, r); diff == "" {
+				if diff := r.Mismatch(tg, protocol); diff == "" {
 					rt.Programmed = true
 					t.Programmed++
 				} else {
@@ -143,13 +160,6 @@ func (c *comparer) table(name string, fam int, want map[string][]routes.Target, 
 		return cmp.Or(cmp.Compare(a.Iface, b.Iface), cmp.Compare(a.CIDR, b.CIDR))
 	})
 	return t
-}
-
-// differs says how the kernel route r differs from the target ("" when
-// it is as wanted): the route table's own rule (Route.Mismatch), so that
-// a route is called programmed exactly when the table leaves it alone.
-func (c *comparer) differs(t routes.Target, r Route) string {
-	return r.Mismatch(t, c.d.Node.RouteProtocol)
 }
 
 // describe is a kernel route the way `ip route` shows its key facts.
@@ -319,6 +329,36 @@ func (c *comparer) peers() []statusapi.Peer {
 						fdbFacts = append(fdbFacts, fmt.Sprintf("%s dst %s, want %s", ep.VTEPMAC, got, dst))
 					default:
 						fdbFacts = append(fdbFacts, fmt.Sprintf("%s dst %s", ep.VTEPMAC, got))
+					}
+				}
+			}
+		}
+		if b := c.d.BGP; b != nil {
+			// The routes learned from BGP to the peer's blocks (those
+			// announced as the blocks themselves).
+			for _, f := range b.Families {
+				table := bgpTable(f.Version)
+				for _, blk := range p.BlocksOf(f.Version) {
+					for _, iface := range slices.Sorted(maps.Keys(f.Routes)) {
+						rt, ok := c.held[routeKey{table, iface, blk}]
+						if !ok {
+							continue
+						}
+						row.Routes.Wanted = true
+						if row.Device == "" {
+							row.Device, row.Path = iface, statusapi.PathBGP
+						}
+						fact := blk.String() + " via " + rt.Via + " dev " + iface
+						switch {
+						case rt.Programmed:
+						case rt.Kernel != "":
+							row.Routes.Present = false
+							fact += ": kernel has " + rt.Kernel
+						default:
+							row.Routes.Present = false
+							fact += " missing"
+						}
+						routeFacts = append(routeFacts, fact)
 					}
 				}
 			}

@@ -37,6 +37,9 @@ type Desired struct {
 	// WireGuard is the WireGuard device's part (nil without encryption);
 	// its routes are in Overlay, under the device's name.
 	WireGuard *statusapi.WireGuard
+	// BGP is the BGP speaker's part (nil without bgp): its status block
+	// and the learned routes it wants, with their own route protocol.
+	BGP *BGPWant
 	// Peers are the validated peers.
 	Peers []Peer
 	// Allowlist is the allowlist set whose members are the peers' host
@@ -78,6 +81,24 @@ type OverlayFamily struct {
 	// Problems are the peers' blocks that are not routed, one line each
 	// ("peer node-b: block … overlaps …").
 	Problems []string
+}
+
+// BGPWant is the BGP speaker's part of a snapshot.
+type BGPWant struct {
+	Status statusapi.BGP
+	// Protocol is the learned routes' kernel route protocol
+	// (bgp-route-protocol): only routes carrying it on the route
+	// interfaces are the BGP tables'.
+	Protocol int
+	// Families are the learned routes wanted per family with a route
+	// table, by interface (the uplink); none when announce only.
+	Families []BGPFamily
+}
+
+// BGPFamily is one family's learned routes as wanted.
+type BGPFamily struct {
+	Version int
+	Routes  map[string][]routes.Target
 }
 
 // DeviceWant is an overlay device as wanted.

@@ -57,7 +57,10 @@ type State struct {
 	// WireGuard is the WireGuard device carrying pod traffic between
 	// nodes; nil (absent) unless encryption is wireguard.
 	WireGuard *WireGuard `json:"wireguard,omitempty"`
-	Peers     []Peer     `json:"peers"`
+	// BGP is the BGP speaker: its sessions, what it announces and the
+	// learned routes it refused; nil (absent) unless bgp is on.
+	BGP   *BGP   `json:"bgp,omitempty"`
+	Peers []Peer `json:"peers"`
 	// PeersUnknown says why Peers is not known ("" when it is): offline,
 	// only the file datastore's peers can be read from the state
 	// directory; the others' are the running daemon's to tell.
@@ -170,6 +173,10 @@ const (
 	TableWorkloadsV6 = "workloads-ipv6"
 	TableOverlayV4   = "overlay-ipv4"
 	TableOverlayV6   = "overlay-ipv6"
+	// TableBGPV4 and TableBGPV6 are the routes learned from BGP peers,
+	// on the uplink, carrying the BGP route protocol (bgp-route-protocol).
+	TableBGPV4 = "bgp-ipv4"
+	TableBGPV6 = "bgp-ipv6"
 )
 
 // RouteTable compares one table's desired routes with the kernel's
@@ -224,6 +231,7 @@ type Device struct {
 const (
 	PathOverlay = "overlay" // encapsulated through an overlay device
 	PathDirect  = "direct"  // routed over the underlay to the peer's host IP
+	PathBGP     = "bgp"     // routed over the underlay by a route learned from BGP
 	PathNone    = "none"    // no route (no usable block, no host IP of the family)
 )
 
@@ -242,7 +250,7 @@ type Peer struct {
 	// Live: the datastore holds the peer's liveness (nil when the
 	// datastore has no liveness, see DatastoreHealth.Live).
 	Live   *bool  `json:"live,omitempty"`
-	Path   string `json:"path"`             // PathOverlay, PathDirect or PathNone (IPv4 first)
+	Path   string `json:"path"`             // PathOverlay, PathDirect, PathBGP or PathNone (IPv4 first)
 	Device string `json:"device,omitempty"` // the interface its routes use
 	// Routes, ARP, FDB and Allowlist: wanted and present. ARP and FDB are
 	// wanted only towards a VXLAN peer; Allowlist whenever the peer has a
@@ -350,4 +358,79 @@ type WireGuardPeer struct {
 	HandshakeAgeSeconds *int64    `json:"handshakeAgeSeconds,omitempty"`
 	RxBytes             int64     `json:"rxBytes"`
 	TxBytes             int64     `json:"txBytes"`
+}
+
+// BGP is the node's BGP speaker as the daemon last saw it.
+type BGP struct {
+	ASN      uint32 `json:"asn"`
+	RouterID string `json:"routerID,omitempty"`
+	// Programmed: accepted learned routes are programmed into the kernel
+	// (encapsulation none, no encryption); false: announce only, the
+	// overlay or WireGuard routes pod traffic.
+	Programmed bool `json:"programmed"`
+	// Converged: every session is established and has sent End-of-RIB, or
+	// the restart time since the daemon started has passed. Until then
+	// the routes a previous run programmed are kept (Adopted of them).
+	Converged bool      `json:"converged"`
+	Adopted   int       `json:"adopted,omitempty"`
+	Peers     []BGPPeer `json:"peers"`
+	// Announced are the prefixes this node announces (its pod blocks).
+	Announced []string `json:"announced"`
+	// Learned counts the best paths learned from the peers, Accepted those
+	// that passed every check (programmed when Programmed).
+	Learned  int `json:"learned"`
+	Accepted int `json:"accepted"`
+	// RefusedTotal counts the learned routes refused since the daemon
+	// started, by reason (BGPRefused* values); Refused lists the routes
+	// refused now, newest first, at most MaxBGPRefused of RefusedNow.
+	RefusedTotal map[string]uint64 `json:"refusedTotal,omitempty"`
+	RefusedNow   int               `json:"refusedNow"`
+	Refused      []BGPRefusal      `json:"refused,omitempty"`
+	// Error is the speaker's last error (setting the peers or the
+	// announced prefixes), or why this node's own peers cannot be read
+	// (the last ones read are kept); "" when none.
+	Error string `json:"error,omitempty"`
+}
+
+// MaxBGPRefused bounds BGP.Refused.
+const MaxBGPRefused = 32
+
+// Reasons a learned BGP route is refused (BGPRefusal.Reason, the
+// routelet_bgp_refused_total reason label).
+const (
+	BGPRefusedOutsidePools       = "outside-pools"        // not inside a pool (bgp-pool, default every node block)
+	BGPRefusedOwnBlock           = "own-block"            // overlaps one of this node's blocks
+	BGPRefusedDefault            = "default"              // a default route
+	BGPRefusedUnderlay           = "underlay"             // holds a node's host IP or a local address
+	BGPRefusedNextHop            = "next-hop"             // next hop invalid, local or inside the pools
+	BGPRefusedNotOwner           = "not-owner"            // from a mesh peer, not inside that node's blocks
+	BGPRefusedNextHopUnreachable = "next-hop-unreachable" // no kernel route to the next hop over the uplink
+)
+
+// BGPPeer is one BGP session, as wanted and as the speaker holds it.
+type BGPPeer struct {
+	Address string `json:"address"`
+	Port    int    `json:"port,omitempty"` // absent when BGP's 179
+	ASN     uint32 `json:"asn"`
+	// Description says where the session comes from: "mesh <node>",
+	// "node" (this node's per-node peers) or "global" (bgp-peer).
+	Description    string    `json:"description"`
+	RouteReflector bool      `json:"routeReflector,omitempty"`
+	State          string    `json:"state"` // idle, connect, active, opensent, openconfirm, established
+	Since          time.Time `json:"since"`
+	Received       int       `json:"received"`
+	Accepted       int       `json:"accepted"`
+	Advertised     int       `json:"advertised"`
+	EndOfRIB       bool      `json:"endOfRIB"`
+	LastError      string    `json:"lastError,omitempty"`
+}
+
+// BGPRefusal is one learned route not programmed, and why.
+type BGPRefusal struct {
+	Prefix  string    `json:"prefix"`
+	NextHop string    `json:"nextHop,omitempty"`
+	Peer    string    `json:"peer"`   // the session it came from
+	Reason  string    `json:"reason"` // a BGPRefused* value
+	Detail  string    `json:"detail,omitempty"`
+	Since   time.Time `json:"since"`
 }
