@@ -17,7 +17,9 @@ type Config struct {
 	RouterID netip.Addr // IPv4; required
 	// Direct adds `protocol direct`: the namespace's connected subnets
 	// become routes in BIRD's tables (shown by `show route`, never
-	// exported by the neighbours' default filters).
+	// exported by the neighbours' default filters). An iBGP session's
+	// next hops are resolved through those tables: without Direct, what
+	// an iBGP neighbour announces is unreachable here.
 	Direct bool
 	// NoKernel leaves out the kernel protocols: learned routes stay in
 	// BIRD's tables only.
