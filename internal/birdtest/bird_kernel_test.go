@@ -204,3 +204,26 @@ func TestTwoBirds(t *testing.T) {
 		t.Logf("control socket %s left after SIGTERM", bb.Socket)
 	}
 }
+
+// TestManyPrefixes: 1000 IPv4 prefixes announced by one BIRD (what a
+// bench needs) all reach the other's kernel table.
+func TestManyPrefixes(t *testing.T) {
+	a, b := pair(t)
+	static, err := Subnets(netip.MustParsePrefix("10.128.0.0/9"), 24, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	StartT(t, a.NetNS, Config{RouterID: netip.MustParseAddr("10.9.0.1"), NoKernel: true, Static: static, Neighbors: []Neighbor{
+		{Address: netip.MustParseAddr("10.9.0.2"), ASN: 65002, LocalASN: 65001}}})
+	start := time.Now()
+	StartT(t, b.NetNS, Config{RouterID: netip.MustParseAddr("10.9.0.2"), Neighbors: []Neighbor{
+		{Address: netip.MustParseAddr("10.9.0.1"), ASN: 65001, LocalASN: 65002}}})
+	took := netnstest.WaitFor(t, 30*time.Second, "1000 routes in b's kernel table", func() error {
+		got, err := kernelRoutes(b)
+		if err != nil || len(got) != len(static) {
+			return fmt.Errorf("%d routes, %v; want %d", len(got), err, len(static))
+		}
+		return nil
+	})
+	t.Logf("1000 prefixes in the kernel %s after BIRD started (%s waited)", time.Since(start).Round(time.Millisecond), took.Round(time.Millisecond))
+}

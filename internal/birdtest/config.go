@@ -220,8 +220,10 @@ func (c Config) Render() (string, error) {
 		if n.Multihop {
 			w("\tmultihop;")
 		}
-		// Retry quickly: the tests restart peers and expect the session
-		// back within seconds.
+		// Connect and retry quickly (BIRD waits 5 s before the first
+		// attempt, 120 s between): the tests start and restart peers and
+		// expect the session up within seconds.
+		w("\tconnect delay time 1;")
 		w("\tconnect retry time 1;")
 		w("\terror wait time 1, 5;")
 		w("\t%s {", fam)
@@ -267,4 +269,37 @@ func (n Neighbor) exportFilter() string {
 	default:
 		return "where source = RTS_STATIC"
 	}
+}
+
+// Subnets returns the first n prefixes of length bits inside pool, in
+// address order: the Static routes of a bench announcing n prefixes.
+func Subnets(pool netip.Prefix, bits, n int) ([]netip.Prefix, error) {
+	pool = pool.Masked()
+	total := bits - pool.Bits()
+	if !pool.IsValid() || bits < pool.Bits() || bits > pool.Addr().BitLen() || n < 0 {
+		return nil, fmt.Errorf("subnets of %v: %d of /%d: want a valid pool, a length from %d to %d, n ≥ 0", pool, n, bits, pool.Bits(), pool.Addr().BitLen())
+	}
+	if total < 31 && n > 1<<total {
+		return nil, fmt.Errorf("subnets of %v: %d /%d wanted, it holds %d", pool, n, bits, 1<<total)
+	}
+	out := make([]netip.Prefix, 0, n)
+	a := pool.Addr()
+	for range n {
+		out = append(out, netip.PrefixFrom(a, bits))
+		a = addPow2(a, a.BitLen()-bits)
+	}
+	return out, nil
+}
+
+// addPow2 returns a + 2^shift (wrapping, which Subnets' bound rules out).
+func addPow2(a netip.Addr, shift int) netip.Addr {
+	b := a.AsSlice()
+	i := len(b) - 1 - shift/8
+	carry := 1 << (shift % 8)
+	for ; i >= 0 && carry > 0; i-- {
+		v := int(b[i]) + carry
+		b[i], carry = byte(v), v>>8
+	}
+	r, _ := netip.AddrFromSlice(b)
+	return r
 }

@@ -145,3 +145,26 @@ func TestRender(t *testing.T) {
 		}
 	}
 }
+
+func TestSubnets(t *testing.T) {
+	got, err := Subnets(netip.MustParsePrefix("10.128.0.0/9"), 24, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1000 || got[0].String() != "10.128.0.0/24" || got[255].String() != "10.128.255.0/24" ||
+		got[256].String() != "10.129.0.0/24" || got[999].String() != "10.131.231.0/24" {
+		t.Errorf("Subnets(10.128.0.0/9, 24, 1000) = %v … %v", got[:2], got[len(got)-2:])
+	}
+	got, err = Subnets(netip.MustParsePrefix("fd00:200::/48"), 64, 3)
+	if err != nil || len(got) != 3 || got[2].String() != "fd00:200:0:2::/64" {
+		t.Errorf("Subnets(fd00:200::/48, 64, 3) = %v, %v", got, err)
+	}
+	for _, bad := range []struct {
+		pool    string
+		bits, n int
+	}{{"10.0.0.0/24", 23, 1}, {"10.0.0.0/24", 33, 1}, {"10.0.0.0/24", 26, 5}, {"10.0.0.0/24", 25, -1}} {
+		if got, err := Subnets(netip.MustParsePrefix(bad.pool), bad.bits, bad.n); err == nil {
+			t.Errorf("Subnets(%s, %d, %d) = %v, want an error", bad.pool, bad.bits, bad.n, got)
+		}
+	}
+}
