@@ -206,8 +206,11 @@ func (b *Bird) Birdc(ctx context.Context, args ...string) (string, error) {
 	if err != nil {
 		return text, fmt.Errorf("birdc %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(text))
 	}
-	for _, bad := range []string{"syntax error", "No such ", "Unable to connect", "unknown command"} {
-		if strings.Contains(text, bad) {
+	// An error is BIRD's whole reply, one line; the first line of a good
+	// one is a header ("Name  Proto …", "Table master4:") or a message.
+	first, _, _ := strings.Cut(text, "\n")
+	for _, bad := range []string{"syntax error", "No such ", "No protocols match", "Unable to connect", "unknown command"} {
+		if strings.Contains(first, bad) {
 			return text, fmt.Errorf("birdc %s: %s", strings.Join(args, " "), strings.TrimSpace(text))
 		}
 	}

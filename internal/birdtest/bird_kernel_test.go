@@ -159,6 +159,12 @@ func TestTwoBirds(t *testing.T) {
 	if err := bb.Enable(ctx, peer6); err != nil {
 		t.Fatal(err)
 	}
+	if err := bb.Disable(ctx, "no_such_protocol"); err == nil {
+		t.Error("disabling a protocol BIRD does not have succeeded")
+	}
+	if _, err := bb.Routes(ctx, "protocol", "no_such_protocol"); err == nil {
+		t.Error("the routes of a protocol BIRD does not have: no error")
+	}
 
 	// A reconfigured announcer adds a prefix the filter takes.
 	acfg.Static = append(acfg.Static, netip.MustParsePrefix("10.100.2.0/24"))

@@ -168,3 +168,13 @@ func TestSubnets(t *testing.T) {
 		}
 	}
 }
+
+// TestStartRefusedConfig: a configuration BIRD refuses is reported in
+// BIRD's words, with the file numbered, before anything starts.
+func TestStartRefusedConfig(t *testing.T) {
+	SkipUnlessInstalled(t)
+	_, err := Start(t.Context(), nil, t.TempDir(), Config{RouterID: netip.MustParseAddr("10.0.0.1"), Extra: "protocol nonsense {}"})
+	if err == nil || !strings.Contains(err.Error(), "bird refuses") || !strings.Contains(err.Error(), "protocol nonsense") {
+		t.Errorf("Start with a bad Extra: %v; want BIRD's refusal and the numbered file", err)
+	}
+}
