@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/routelet/routelet/internal/birdtest"
 	"github.com/routelet/routelet/internal/cluster"
 	"github.com/routelet/routelet/internal/netnstest"
+	"github.com/routelet/routelet/pkg/state"
 )
 
 // The BGP end-to-end tests: routeletd with --bgp and --encapsulation none
@@ -462,8 +464,21 @@ func TestBGPRouter(t *testing.T) {
 		want = append(want, fmt.Sprintf("%s via %s dev %s", s.Block6, hostAddr(s.Host6), dev))
 	}
 	slices.Sort(want)
+	// An IPv6 next hop may come as the node's link-local address too
+	// (a speaker may send both); either is the node.
+	linkLocal := regexp.MustCompile(`^(\S+) via fe80:[0-9a-f:]* dev (\S+)$`)
 	netnstest.WaitFor(t, 10*time.Second, "the router's kernel routes to the blocks", func() error {
 		got, err := protoRoutes(rnl, birdProto)
+		for i, r := range got {
+			if m := linkLocal.FindStringSubmatch(r); m != nil {
+				for _, s := range specs {
+					if s.Block6 == m[1] {
+						got[i] = fmt.Sprintf("%s via %s dev %s", m[1], hostAddr(s.Host6), m[2])
+					}
+				}
+			}
+		}
+		slices.Sort(got)
 		if err != nil || !slices.Equal(got, want) {
 			return fmt.Errorf("router's bird routes %v, %v; want %v", got, err, want)
 		}
@@ -479,7 +494,7 @@ func TestBGPRouter(t *testing.T) {
 		}
 		// Its record: a node of the mesh owning 10.244.9.0/24 only.
 		for _, n := range c.nodes {
-			writeRecord(t, n, map[string]any{"version": 1, "name": "r", "hostIPv4": "10.0.1.20", "hostIPv6": "fd00:1::20",
+			writeRecord(t, n, map[string]any{"version": state.RecordVersion, "name": "r", "hostIPv4": "10.0.1.20", "hostIPv6": "fd00:1::20",
 				"blocks": []string{rogue.Block4, rogue.Block6}, "bgpAS": nodeAS, "updated": time.Now().UTC()})
 		}
 		stolen := netip.MustParsePrefix(specs[2].Block4) // c's
