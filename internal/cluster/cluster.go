@@ -599,7 +599,8 @@ func (c *Cluster) Close() error {
 
 // RemoveStale kills processes still running in namespaces of crashed runs
 // (prefix<pid>-…, pid gone; see netnstest.OwnedPrefix) and removes those
-// namespaces. It returns the names removed.
+// namespaces, and the BIRD directories (StartBird) of crashed runs. It
+// returns the namespace names removed.
 func RemoveStale(prefix string) ([]string, error) {
 	entries, err := os.ReadDir(netnstest.RunDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -628,5 +629,6 @@ func RemoveStale(prefix string) ([]string, error) {
 			}
 		}
 	}
-	return netnstest.RemoveStale(prefix)
+	removed, err := netnstest.RemoveStale(prefix)
+	return removed, errors.Join(err, removeStaleBirdDirs())
 }

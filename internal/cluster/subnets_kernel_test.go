@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -67,6 +70,28 @@ func dial(n ns.NetNS, addr string) error {
 func TestSubnetsAndRouterBird(t *testing.T) {
 	netnstest.SkipUnlessRoot(t, "creates network namespaces and runs BIRD in them")
 	birdtest.SkipUnlessInstalled(t)
+	// A crashed run's BIRD directory goes with RemoveStale; ours stay.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-test", birdDirPrefix, gone.Process.Pid))
+	live := filepath.Join(os.TempDir(), netnstest.OwnedPrefix(birdDirPrefix)+"test")
+	for _, d := range []string{stale, live} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+	}
+	if _, err := RemoveStale("routelet-cltest-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("RemoveStale left %s, of a process that is gone", stale)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("RemoveStale removed %s, of this process: %v", live, err)
+	}
 	c, err := New(Options{Prefix: netnstest.OwnedPrefix("routelet-cltest-"), PluginDir: t.TempDir(), WorkDir: t.TempDir(),
 		Nodes: []NodeSpec{
 			{Name: "a", Host4: "10.0.1.10/24", Host6: "fd00:1::10/64", Gw4: "10.0.1.1", Gw6: "fd00:1::1"},
@@ -175,6 +200,7 @@ func TestSubnetsAndRouterBird(t *testing.T) {
 	}
 
 	pids := []int{xb.PID(), rb.PID()}
+	dirs := []string{xb.Dir, rb.Dir}
 	closed = true
 	if err := c.Close(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -182,6 +208,11 @@ func TestSubnetsAndRouterBird(t *testing.T) {
 	for _, pid := range pids {
 		if syscall.Kill(pid, 0) == nil && alive(pid) {
 			t.Errorf("bird %d still running after Close", pid)
+		}
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("bird directory %s left after Close", d)
 		}
 	}
 }
