@@ -171,12 +171,11 @@ func (b *Bird) Stop() error {
 		return nil
 	default:
 	}
-	err := b.proc.StopOrKill(5 * time.Second)
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return nil // killed by the signal or exited non-zero on it: gone either way
+	if err := b.proc.Stop(5 * time.Second); errors.Is(err, netnstest.ErrStillRunning) {
+		_ = b.proc.Kill()
+		return fmt.Errorf("bird %d ignored SIGTERM for 5s; killed", b.proc.Cmd.Process.Pid)
 	}
-	return err
+	return nil // exited, whatever its status: gone
 }
 
 // Kill ends BIRD with SIGKILL, as a crash would: no Cease is sent, its
