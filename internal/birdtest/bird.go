@@ -120,7 +120,7 @@ func Start(ctx context.Context, n ns.NetNS, dir string, cfg Config) (*Bird, erro
 // StartT is Start for a test: it skips t when BIRD is not installed (see
 // SkipUnlessInstalled), fails t when BIRD does not start, and stops BIRD
 // at cleanup, logging its output when t failed. Its files go into a
-// directory of t's.
+// temporary directory removed at cleanup.
 func StartT(t testing.TB, n ns.NetNS, cfg Config) *Bird {
 	t.Helper()
 	SkipUnlessInstalled(t)
