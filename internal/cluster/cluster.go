@@ -9,6 +9,12 @@
 // /var/run/wireguard of its own, and the userspace WireGuard datapaths the
 // daemons leave running are ended at Close.
 //
+// Nodes may sit on several subnets (NodeSpec.Bridge, NodeSpec.Routed), the
+// router forwarding between them; StartBird runs BIRD 2 in the router (or
+// any of the cluster's namespaces) as the fabric's BGP router, so that pod
+// traffic between subnets flows only where BGP told the router the blocks
+// are.
+//
 // Everything a cluster makes is named with the caller's prefix (use
 // netnstest.OwnedPrefix), and daemons get SIGKILL when the creating process
 // dies; RemoveStale kills daemons and removes namespaces that crashed runs
@@ -34,6 +40,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/internal/birdtest"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/pkg/state"
 )
@@ -46,13 +53,24 @@ type NodeSpec struct {
 	Gw4, Gw6       string // the router's address on the node's subnet
 	Block4, Block6 string // --pod-cidr values; either may be empty (a datastore such as etcd then gives the blocks)
 	// Routed puts the node on a subnet of its own behind the router (the
-	// router's port carries Gw4/Gw6); otherwise the node is on the
-	// router's bridge, which carries Gw4/Gw6.
+	// router's port carries Gw4/Gw6); otherwise the node is on a bridge
+	// of the router's, which carries Gw4/Gw6.
 	Routed bool
+	// Bridge names the router's bridge an unrouted node is on, one per
+	// underlay subnet; "" is DefaultBridge. A bridge is made with its
+	// first node, whose Gw4/Gw6 it carries; the router forwards between
+	// the bridges (and the routed ports), and each node's default routes
+	// go through it, so traffic between subnets goes only where the
+	// router has routes (BIRD's, StartBird).
+	Bridge string
 	// DaemonArgs are routeletd flags for this node only, after
 	// Options.DaemonArgs (or Restart's).
 	DaemonArgs []string
 }
+
+// DefaultBridge is the router's bridge New makes; unrouted nodes without a
+// NodeSpec.Bridge are on it.
+const DefaultBridge = "br0"
 
 // Options configure a cluster.
 type Options struct {
@@ -79,11 +97,16 @@ type Options struct {
 
 // Cluster is a running simulated cluster. Close removes all of it.
 type Cluster struct {
-	opts    Options
-	Router  ns.NetNS
-	Nodes   []*Node
-	hosts   []*Node // AddHost's
-	bridged bool    // the bridge carries the gateway addresses
+	opts   Options
+	Router ns.NetNS
+	Nodes  []*Node
+	hosts  []*Node // AddHost's
+	// gateways holds the bridges that carry their gateway addresses
+	// (their first node's Gw4/Gw6).
+	gateways map[string]bool
+	bridges  int              // made so far: the next one's MAC ends in bridges+1
+	birds    []*birdtest.Bird // StartBird's, stopped at Close
+	birdDirs []string         // their files' directories, removed at Close
 }
 
 // Node is one simulated host.
@@ -120,7 +143,7 @@ func New(opts Options) (c *Cluster, err error) {
 	if opts.CNIVersion == "" {
 		opts.CNIVersion = "1.1.0"
 	}
-	c = &Cluster{opts: opts}
+	c = &Cluster{opts: opts, gateways: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Close())
@@ -143,19 +166,8 @@ func New(opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	defer rnl.Close()
-	if err := rnl.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}); err != nil {
-		return c, fmt.Errorf("router bridge: %w", err)
-	}
-	br, err := up(rnl, "br0")
-	if err != nil {
+	if _, err := c.bridge(rnl, DefaultBridge); err != nil {
 		return c, err
-	}
-	// A bridge takes the lowest MAC of its ports unless it has one of its
-	// own: a node added later (AddNode) would change it under the nodes'
-	// neighbour entries for the gateway, and their traffic would be lost
-	// until those expire.
-	if err := rnl.LinkSetHardwareAddr(br, net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}); err != nil {
-		return c, fmt.Errorf("router bridge MAC: %w", err)
 	}
 	for _, sp := range opts.Nodes {
 		nd, err := c.addNode(sp)
@@ -167,6 +179,30 @@ func New(opts Options) (c *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// bridge returns the router's bridge called name, making it when there is
+// none yet.
+func (c *Cluster) bridge(rnl *netlink.Handle, name string) (netlink.Link, error) {
+	if br, err := rnl.LinkByName(name); err == nil {
+		return br, nil
+	}
+	if err := rnl.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+		return nil, fmt.Errorf("router bridge %s: %w", name, err)
+	}
+	br, err := up(rnl, name)
+	if err != nil {
+		return nil, err
+	}
+	// A bridge takes the lowest MAC of its ports unless it has one of its
+	// own: a node added later (AddNode) would change it under the nodes'
+	// neighbour entries for the gateway, and their traffic would be lost
+	// until those expire. Each bridge gets its own, br0 ending in 01.
+	c.bridges++
+	if err := rnl.LinkSetHardwareAddr(br, net.HardwareAddr{0x02, 0, 0, 0, 0, byte(c.bridges)}); err != nil {
+		return nil, fmt.Errorf("router bridge %s MAC: %w", name, err)
+	}
+	return br, nil
 }
 
 // AddNode adds a node (namespace, uplink, state directory) to a running
@@ -197,9 +233,15 @@ func (c *Cluster) addNode(s NodeSpec) (*Node, error) {
 		return nil, err
 	}
 	defer rnl.Close()
-	br, err := rnl.LinkByName("br0")
-	if err != nil {
-		return nil, fmt.Errorf("router bridge: %w", err)
+	brName := s.Bridge
+	if brName == "" {
+		brName = DefaultBridge
+	}
+	var br netlink.Link
+	if !s.Routed {
+		if br, err = c.bridge(rnl, brName); err != nil {
+			return nil, err
+		}
 	}
 	rfd, err := netns.GetFromPath(c.Router.Path())
 	if err != nil {
@@ -221,13 +263,13 @@ func (c *Cluster) addNode(s NodeSpec) (*Node, error) {
 	if err != nil {
 		return nd, err
 	}
-	err = setupUplink(nl, rnl, rfd, br, s, !c.bridged)
+	err = setupUplink(nl, rnl, rfd, br, s, !s.Routed && !c.gateways[brName])
 	nl.Close()
 	if err != nil {
 		return nd, fmt.Errorf("node %s underlay: %w", s.Name, err)
 	}
 	if !s.Routed {
-		c.bridged = true
+		c.gateways[brName] = true
 	}
 	if nd.Store, err = state.Open(nd.StateDir); err != nil {
 		return nd, err
@@ -536,6 +578,7 @@ func (c *Cluster) Close() error {
 		}
 		n.daemon.StopOrKill(5 * time.Second)
 	}
+	errs = append(errs, c.stopBirds())
 	// The WireGuard datapaths outlive their daemon by design (a restarted
 	// routeletd adopts them); nothing else ends them.
 	for _, n := range c.Nodes {
@@ -556,7 +599,8 @@ func (c *Cluster) Close() error {
 
 // RemoveStale kills processes still running in namespaces of crashed runs
 // (prefix<pid>-…, pid gone; see netnstest.OwnedPrefix) and removes those
-// namespaces. It returns the names removed.
+// namespaces, and the BIRD directories (StartBird) of crashed runs. It
+// returns the namespace names removed.
 func RemoveStale(prefix string) ([]string, error) {
 	entries, err := os.ReadDir(netnstest.RunDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -585,5 +629,6 @@ func RemoveStale(prefix string) ([]string, error) {
 			}
 		}
 	}
-	return netnstest.RemoveStale(prefix)
+	removed, err := netnstest.RemoveStale(prefix)
+	return removed, errors.Join(err, removeStaleBirdDirs())
 }

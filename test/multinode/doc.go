@@ -8,7 +8,11 @@
 // and exactly which routes, ARP and FDB entries each node holds. With
 // --encryption=wireguard each routeletd runs with a /var/run/wireguard of
 // its own (cluster.Options.PrivateWireGuardRun) and a capture on a node's
-// underlay (netnstest.StartCapture) shows what leaves it.
+// underlay (netnstest.StartCapture) shows what leaves it. With --bgp and
+// --encapsulation none, BIRD 2 in the router namespace (internal/birdtest)
+// is the fabric's BGP router or route reflector: pods on different
+// subnets reach each other only through the routes BGP gave it and the
+// nodes.
 //
 // The tests skip when not run as root; each builds and removes its own
 // namespaces and daemons and never touches the machine's own network.
