@@ -231,7 +231,7 @@ func (w *world) bgpRouteStep(node string, n peers.NodeInfo, b netip.Prefix, v in
 	case wantRow != nil && wantRow.Via != "" && got.Gateway.String() != wantRow.Via:
 		st.Problem = fmt.Sprintf("route %s goes via %s, routeletd wants it via %s (the next hop announced, or the gateway to it)", got.Dst, got.Gateway, wantRow.Via)
 		st.Fix = w.daemonHint("corrects it")
-	case wantRow == nil && w.daemon != nil && w.daemon.BGP != nil:
+	case wantRow == nil && w.daemon != nil && w.daemon.BGP != nil && w.bgpTable(v) != nil:
 		// The daemon answered and wants no such route: an earlier run's,
 		// kept until the sessions converge (graceful restart), else stale.
 		if !w.daemon.BGP.Converged {
@@ -239,7 +239,7 @@ func (w *world) bgpRouteStep(node string, n peers.NodeInfo, b netip.Prefix, v in
 			st.Fact = describeRoute(*got) + " (BGP, kept from an earlier run until the sessions converge)"
 			return st
 		}
-		st.Problem = fmt.Sprintf("route %s is not one routeletd wants now: no peer announces it any more", got.Dst)
+		st.Problem = fmt.Sprintf("route %s is not one routeletd wants now: no accepted learned route is for it (no peer announces it any more, or what they announce is refused: routeletd status, bgp block)", got.Dst)
 		st.Fix = w.daemonHint("removes it")
 	default:
 		st.Status = Pass

@@ -171,6 +171,14 @@ func init() {
 				dropBGPRoute(n, block1)
 				n.daemon.BGP.Peers = []statusapi.BGPPeer{{Address: "10.0.1.1", ASN: 65000, Description: "global", State: "connect", Since: fakeNow.Add(-60e9)}}
 			}},
+		{name: "bgp-daemon-route-unwanted", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"bgp-route/4"},
+			breakIt: func(n *fakeNode) {
+				bgpProgram(n)
+				bgpDaemon(n)
+				for i := range n.daemon.Tables {
+					n.daemon.Tables[i].Routes = slices.DeleteFunc(n.daemon.Tables[i].Routes, func(r statusapi.Route) bool { return r.CIDR == block1 })
+				}
+			}},
 		{name: "bgp-daemon-down", src: "demo/pod-0", dst: "10.100.1.5", failing: []string{"bgp-route/4", "bgp-session/4"},
 			opts: Options{DaemonDown: "routeletd is not running"},
 			breakIt: func(n *fakeNode) {
