@@ -165,7 +165,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 // learns: encapsulation none and no encryption (otherwise it only
 // announces, and the overlay or WireGuard routes pod traffic).
 func bgpProgram(cfg *config.Config) bool {
-	return cfg.BGP.Enabled && cfg.Encapsulation == "none" && !cfg.Encrypted()
+	return cfg.BGP.Enabled && cfg.Encapsulation == config.EncapNone && !cfg.Encrypted()
 }
 
 // askDaemon asks the daemon of stateDir for its state; when none answers
