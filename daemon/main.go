@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -328,6 +329,9 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	om.Publish(&self)
 	if wg != nil {
 		wg.Publish(&self)
+	}
+	if cfg.BGP.Enabled { // the mesh peers with the nodes whose record has an AS
+		self.BGPAS = strconv.FormatUint(uint64(cfg.BGP.ASN), 10)
 	}
 	grace := cfg.GracePeriod
 	if grace == 0 {
