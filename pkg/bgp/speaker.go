@@ -108,10 +108,11 @@ type Speaker struct {
 	detail    map[netip.Addr]string
 }
 
-// announcement is one prefix given to GoBGP and the handle to withdraw it.
+// announcement is one prefix given to GoBGP. It is withdrawn by the same
+// path: DeletePath did not find an IPv6 path again by the UUID AddPath
+// returned for it.
 type announcement struct {
 	nextHop netip.Addr
-	uuid    []byte
 }
 
 // New starts a speaker with no peers and nothing announced. It listens on
@@ -360,7 +361,10 @@ func (s *Speaker) SetAnnounced(prefixes []netip.Prefix, nextHop4, nextHop6 netip
 			delete(s.announced, p)
 			continue
 		}
-		err := s.srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: familyOf(p.Addr()), Uuid: a.uuid})
+		path, err := localPath(p, a.nextHop)
+		if err == nil {
+			err = s.srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: familyOf(p.Addr()), Path: path})
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("bgp: withdraw %s: %w", p, err))
 			continue
@@ -374,10 +378,9 @@ func (s *Speaker) SetAnnounced(prefixes []netip.Prefix, nextHop4, nextHop6 netip
 		nh := want[p]
 		path, err := localPath(p, nh)
 		if err == nil {
-			var r *api.AddPathResponse
-			r, err = s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path})
+			_, err = s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path})
 			if err == nil {
-				s.announced[p] = announcement{nextHop: nh, uuid: r.Uuid}
+				s.announced[p] = announcement{nextHop: nh}
 				continue
 			}
 		}
