@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 
@@ -22,7 +23,15 @@ type gobgpLogger struct {
 	note func(msg string, fields gobgplog.Fields)
 }
 
+// quiet are GoBGP warnings that are no news for this speaker, logged at
+// debug: the listeners' TTL of 255 is for TTL security, which this speaker
+// does not use.
+var quiet = []string{"cannot set TTL (255) for TCPListener"}
+
 func (l *gobgpLogger) emit(level slog.Level, msg string, fields gobgplog.Fields) {
+	if slices.Contains(quiet, msg) {
+		level = slog.LevelDebug
+	}
 	if l.note != nil {
 		l.note(msg, fields)
 	}

@@ -151,7 +151,8 @@ func New(cfg Config) (*Speaker, error) {
 		Asn:        cfg.ASN,
 		RouterId:   cfg.RouterID.String(),
 		ListenPort: port,
-		Families:   []uint32{familyCode(v4Family), familyCode(v6Family)},
+		// GoBGP's AfiSafiType numbers: ipv4-unicast, ipv6-unicast.
+		Families: []uint32{0, 1},
 	}})
 	if err == nil {
 		err = s.srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{
@@ -182,9 +183,6 @@ var (
 	v4Family = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
 	v6Family = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
 )
-
-// familyCode is GoBGP's route family number (AFI<<16 | SAFI).
-func familyCode(f *api.Family) uint32 { return uint32(f.Afi)<<16 | uint32(f.Safi) }
 
 // familyOf is the family a peer's or a prefix's address decides.
 func familyOf(a netip.Addr) *api.Family {
@@ -551,11 +549,15 @@ func (s *Speaker) Peers() []PeerStatus {
 				}
 			}
 			eor := len(p.AfiSafis) > 0
+			gr := s.cfg.GracefulRestart && hasGracefulRestart(p.State.GetRemoteCap())
 			for _, af := range p.AfiSafis {
 				if as := af.State; as != nil {
 					st.Received += int(as.Received)
 					st.Accepted += int(as.Accepted)
 					st.Advertised += int(as.Advertised)
+					if gr && as.Advertised > 0 {
+						st.Advertised-- // GoBGP counts the End-of-RIB it sends with graceful restart
+					}
 				}
 				if !af.GetMpGracefulRestart().GetState().GetEndOfRibReceived() {
 					eor = false
@@ -567,6 +569,17 @@ func (s *Speaker) Peers() []PeerStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// hasGracefulRestart reports whether caps has the graceful restart
+// capability.
+func hasGracefulRestart(caps []*anypb.Any) bool {
+	for _, c := range caps {
+		if c.MessageIs(&api.GracefulRestartCapability{}) {
+			return true
+		}
+	}
+	return false
 }
 
 // Stop ends every session with a Cease NOTIFICATION (the peers withdraw

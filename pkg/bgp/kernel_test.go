@@ -1,0 +1,395 @@
+package bgp
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/routelet/routelet/internal/netnstest"
+)
+
+// Test timers: a connection attempt every second, a 9 s hold time.
+const (
+	testConnectRetry = time.Second
+	testHoldTime     = 9 * time.Second
+	sessionTimeout   = 10 * time.Second
+)
+
+// node is one namespace standing in for a BGP speaker's host.
+type node struct {
+	*netnstest.NS
+	v4, v6 string // its addresses, without the prefix length
+}
+
+// newNodes makes n namespaces; link joins pairs of them.
+func newNodes(t *testing.T, n int) []*node {
+	t.Helper()
+	netnstest.SkipUnlessRoot(t, "creates network namespaces and veths, runs BGP speakers in them")
+	out := make([]*node, n)
+	for i := range out {
+		out[i] = &node{NS: netnstest.NewT(t)}
+	}
+	return out
+}
+
+// link joins a and b with a veth on subnet 10.0.<net>.0/24 and
+// fd00:<net>::/64; a gets .1/::1, b .2/::2, and each node's v4/v6 are set
+// to its addresses on the first link it is on.
+func link(t *testing.T, net int, a, b *node) {
+	t.Helper()
+	an, bn := fmt.Sprintf("veth%da", net), fmt.Sprintf("veth%db", net)
+	ip(t, "-n", a.Name, "link", "add", an, "type", "veth", "peer", "name", bn, "netns", b.Name)
+	for i, e := range []struct {
+		n   *node
+		dev string
+	}{{a, an}, {b, bn}} {
+		v4 := fmt.Sprintf("10.0.%d.%d", net, i+1)
+		v6 := fmt.Sprintf("fd00:%d::%d", net, i+1)
+		ip(t, "-n", e.n.Name, "addr", "add", v4+"/24", "dev", e.dev)
+		ip(t, "-n", e.n.Name, "-6", "addr", "add", v6+"/64", "dev", e.dev, "nodad")
+		ip(t, "-n", e.n.Name, "link", "set", e.dev, "up")
+		if e.n.v4 == "" {
+			e.n.v4, e.n.v6 = v4, v6
+		}
+	}
+}
+
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// speakerConfig is the test configuration of a speaker on n: port 179,
+// graceful restart on, short timers.
+func speakerConfig(n *node, asn uint32) helperConfig {
+	return helperConfig{
+		ASN: asn, RouterID: netip.MustParseAddr(n.v4), ListenPort: 179,
+		GracefulRestart: true, RestartTime: 30 * time.Second,
+		ConnectRetry: testConnectRetry, HoldTime: testHoldTime,
+	}
+}
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// waitEstablished waits for p's sessions to addrs to be established.
+func waitEstablished(t *testing.T, p *speakerProc, addrs ...string) {
+	t.Helper()
+	netnstest.WaitFor(t, sessionTimeout, p.name+" sessions established", func() error {
+		for _, a := range addrs {
+			if st := p.peer(a); st.State != "established" {
+				return fmt.Errorf("%s: %s (last error %q)", a, st.State, st.LastError)
+			}
+		}
+		return nil
+	})
+}
+
+// learnedPrefixes is the prefixes of routes, as strings.
+func learnedPrefixes(routes []Route) []string {
+	out := []string{}
+	for _, r := range routes {
+		out = append(out, r.Prefix.String())
+	}
+	return out
+}
+
+// waitLearned waits for p's learned prefixes to be exactly want.
+func waitLearned(t *testing.T, p *speakerProc, want ...string) []Route {
+	t.Helper()
+	var got []Route
+	netnstest.WaitFor(t, sessionTimeout, fmt.Sprintf("%s learning %v", p.name, want), func() error {
+		got = p.learned()
+		if ps := learnedPrefixes(got); !slices.Equal(ps, want) {
+			return fmt.Errorf("learned %v", ps)
+		}
+		return nil
+	})
+	return got
+}
+
+// TestKernelAnnounceWithdraw: two speakers (eBGP and iBGP) with an IPv4
+// and an IPv6 session each way; what one announces the other learns, with
+// the next hop given (IPv6 through MP_REACH_NLRI on the IPv6 session),
+// the AS path and the session; a withdrawal and a next hop change are
+// seen; nobody learns its own prefixes; status counts and End-of-RIB.
+func TestKernelAnnounceWithdraw(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		as, bs uint32
+		path   []uint32
+	}{
+		{"ebgp", 65001, 65002, []uint32{65001}},
+		{"ibgp", 64512, 64512, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNodes(t, 2)
+			link(t, 1, n[0], n[1])
+			a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], tc.as))
+			b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], tc.bs))
+			a.peers(Peer{Address: addr(n[1].v4), ASN: tc.bs}, Peer{Address: addr(n[1].v6), ASN: tc.bs, Description: "v6"})
+			b.peers(Peer{Address: addr(n[0].v4), ASN: tc.as}, Peer{Address: addr(n[0].v6), ASN: tc.as})
+			a.announce("10.0.1.1", "fd00:1::1", "10.10.0.0/24", "10.10.1.0/26", "fd10::/64")
+			b.announce("10.0.1.2", "", "10.20.0.0/24")
+			waitEstablished(t, a, n[1].v4, n[1].v6)
+			waitEstablished(t, b, n[0].v4, n[0].v6)
+
+			got := waitLearned(t, b, "10.10.0.0/24", "10.10.1.0/26", "fd10::/64")
+			for _, r := range got {
+				wantNH, wantPeer := addr("10.0.1.1"), addr(n[0].v4)
+				if r.Prefix.Addr().Is6() {
+					wantNH, wantPeer = addr("fd00:1::1"), addr(n[0].v6)
+				}
+				if r.NextHop != wantNH || r.Peer != wantPeer || !slices.Equal(r.ASPath, tc.path) || r.Stale {
+					t.Errorf("b learned %+v, want next hop %s from %s, AS path %v", r, wantNH, wantPeer, tc.path)
+				}
+			}
+			waitLearned(t, a, "10.20.0.0/24")
+
+			netnstest.WaitFor(t, sessionTimeout, "b's status", func() error {
+				st := b.peer(n[0].v4)
+				if st.Received != 2 || st.Accepted != 2 || st.Advertised != 1 || !st.EndOfRIB || st.Since.IsZero() || st.LastError != "" {
+					return fmt.Errorf("%+v", st)
+				}
+				if st := b.peer(n[0].v6); st.Received != 1 || st.Advertised != 0 || !st.EndOfRIB {
+					return fmt.Errorf("%+v", st)
+				}
+				return nil
+			})
+			if st := a.peer(n[1].v6); st.Description != "v6" || st.ASN != tc.bs {
+				t.Errorf("a's v6 peer: %+v", st)
+			}
+
+			// Withdraw one, move the IPv6 next hop.
+			a.announce("10.0.1.1", "fd00:1::3", "10.10.0.0/24", "fd10::/64")
+			netnstest.WaitFor(t, sessionTimeout, "withdrawal and new next hop", func() error {
+				got := b.learned()
+				if ps := learnedPrefixes(got); !slices.Equal(ps, []string{"10.10.0.0/24", "fd10::/64"}) {
+					return fmt.Errorf("learned %v", ps)
+				}
+				if got[1].NextHop != addr("fd00:1::3") {
+					return fmt.Errorf("fd10::/64 via %s", got[1].NextHop)
+				}
+				return nil
+			})
+			// Everything withdrawn.
+			a.announce("", "")
+			waitLearned(t, b)
+			if r := a.must(helperCmd{Op: "status"}); r.Changes == 0 {
+				t.Error("OnChange was never called")
+			}
+			a.end("stop")
+			b.end("stop")
+		})
+	}
+}
+
+// TestKernelNoTransit: A–B–C in a line, three ASes. B learns A's prefix
+// and C learns B's, but C never learns A's through B: the speaker
+// announces only its own prefixes.
+func TestKernelNoTransit(t *testing.T) {
+	n := newNodes(t, 3)
+	link(t, 1, n[0], n[1]) // a 10.0.1.1, b 10.0.1.2
+	link(t, 2, n[1], n[2]) // b 10.0.2.1, c 10.0.2.2
+	a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], 65001))
+	b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
+	c := startSpeaker(t, n[2].NetNS, "c", speakerConfig(n[2], 65003))
+	a.peers(Peer{Address: addr("10.0.1.2"), ASN: 65002}, Peer{Address: addr("fd00:1::2"), ASN: 65002})
+	b.peers(Peer{Address: addr("10.0.1.1"), ASN: 65001}, Peer{Address: addr("fd00:1::1"), ASN: 65001},
+		Peer{Address: addr("10.0.2.2"), ASN: 65003}, Peer{Address: addr("fd00:2::2"), ASN: 65003})
+	c.peers(Peer{Address: addr("10.0.2.1"), ASN: 65002}, Peer{Address: addr("fd00:2::1"), ASN: 65002})
+	a.announce("10.0.1.1", "fd00:1::1", "10.10.0.0/24", "fd10::/64")
+	waitEstablished(t, b, "10.0.1.1", "fd00:1::1", "10.0.2.2", "fd00:2::2")
+	waitLearned(t, b, "10.10.0.0/24", "fd10::/64")
+	// Announced after B holds A's routes: once C has B's own prefixes,
+	// anything B would pass on has been sent too.
+	b.announce("10.0.2.1", "fd00:2::1", "10.20.0.0/24", "fd20::/64")
+	waitLearned(t, c, "10.20.0.0/24", "fd20::/64")
+	time.Sleep(500 * time.Millisecond)
+	if got := learnedPrefixes(c.learned()); !slices.Equal(got, []string{"10.20.0.0/24", "fd20::/64"}) {
+		t.Errorf("c learned %v: A's routes passed through B", got)
+	}
+	for _, a := range []string{"10.0.2.2", "fd00:2::2"} {
+		if st := b.peer(a); st.Advertised != 1 {
+			t.Errorf("b advertised %d prefixes to c (%s), want 1", st.Advertised, a)
+		}
+	}
+}
+
+// TestKernelMD5: sessions with the same TCP MD5 password come up; with a
+// different one, or none on one side, they never do and the status says
+// the handshake got no answer.
+func TestKernelMD5(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		pa, pb string
+		up     bool
+	}{
+		{"same", "s3cret", "s3cret", true},
+		{"different", "s3cret", "other", false},
+		{"one side", "s3cret", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNodes(t, 2)
+			link(t, 1, n[0], n[1])
+			a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], 65001))
+			b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
+			a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Password: tc.pa}, Peer{Address: addr(n[1].v6), ASN: 65002, Password: tc.pa})
+			b.peers(Peer{Address: addr(n[0].v4), ASN: 65001, Password: tc.pb}, Peer{Address: addr(n[0].v6), ASN: 65001, Password: tc.pb})
+			if tc.up {
+				waitEstablished(t, a, n[1].v4, n[1].v6)
+				a.announce("10.0.1.1", "", "10.10.0.0/24")
+				waitLearned(t, b, "10.10.0.0/24")
+				return
+			}
+			netnstest.WaitFor(t, sessionTimeout, "a's connection error", func() error {
+				st := a.peer(n[1].v4)
+				if !strings.Contains(st.LastError, "MD5") {
+					return fmt.Errorf("%+v", st)
+				}
+				return nil
+			})
+			for _, p := range []*speakerProc{a, b} {
+				for _, st := range p.status() {
+					if st.State == "established" || st.State == "openconfirm" || st.State == "opensent" {
+						t.Errorf("%s: session to %s %s despite the password mismatch", p.name, st.Address, st.State)
+					}
+				}
+			}
+			t.Logf("a's status: %+v", a.peer(n[1].v4))
+		})
+	}
+}
+
+// garbageServer listens on port in n and answers every connection with
+// bytes that are no BGP message. It stops in t.Cleanup.
+func garbageServer(t *testing.T, n ns.NetNS, port int) {
+	t.Helper()
+	var l net.Listener
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" + strings.Repeat("\x00garbage", 64)))
+				c.SetReadDeadline(time.Now().Add(3 * time.Second))
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+// TestKernelGarbage: a peer whose port speaks something else, and garbage
+// sent to the speaker's own port from a configured peer's address, leave
+// the speaker running, the bad session with its reason, and a good session
+// on the side working.
+func TestKernelGarbage(t *testing.T) {
+	n := newNodes(t, 2)
+	link(t, 1, n[0], n[1])
+	garbageServer(t, n[1].NetNS, 1790)
+	a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], 65001))
+	b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
+	// a's IPv4 session goes to the garbage port, its IPv6 one to b.
+	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Port: 1790}, Peer{Address: addr(n[1].v6), ASN: 65002})
+	b.peers(Peer{Address: addr(n[0].v6), ASN: 65001})
+	netnstest.WaitFor(t, sessionTimeout, "a's error for the garbage port", func() error {
+		if st := a.peer(n[1].v4); st.LastError == "" {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	t.Logf("garbage port: %+v", a.peer(n[1].v4))
+	waitEstablished(t, a, n[1].v6)
+	a.announce("", "fd00:1::1", "fd10::/64")
+	waitLearned(t, b, "fd10::/64")
+
+	// Garbage from b's IPv6 address to a's port 179, and from an address
+	// a has no session with.
+	for _, src := range []string{n[1].v6, "fd00:1::9"} {
+		if src == "fd00:1::9" {
+			ip(t, "-n", n[1].Name, "-6", "addr", "add", src+"/64", "dev", "veth1b", "nodad")
+		}
+		err := n[1].Do(func() error {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
+			c, err := d.Dial("tcp", net.JoinHostPort(n[0].v6, "179"))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.Write([]byte(strings.Repeat("\xffgarbage\x00", 100)))
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 4096)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					return nil
+				}
+			}
+		})
+		if err != nil {
+			t.Logf("garbage from %s: %v", src, err)
+		}
+	}
+	// a still answers, and the good session comes (back) up.
+	waitEstablished(t, a, n[1].v6)
+	waitLearned(t, b, "fd10::/64")
+	t.Logf("a's status: %+v", a.status())
+	a.end("stop")
+}
+
+// TestKernelMaxPrefixes: a peer sending more prefixes than its limit has
+// its session closed; both sides' status say why.
+func TestKernelMaxPrefixes(t *testing.T) {
+	n := newNodes(t, 2)
+	link(t, 1, n[0], n[1])
+	a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], 65001))
+	b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
+	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002})
+	b.peers(Peer{Address: addr(n[0].v4), ASN: 65001, MaxPrefixes: 3})
+	a.announce("10.0.1.1", "", "10.10.0.0/24", "10.10.1.0/24", "10.10.2.0/24")
+	waitEstablished(t, b, n[0].v4)
+	waitLearned(t, b, "10.10.0.0/24", "10.10.1.0/24", "10.10.2.0/24")
+	a.announce("10.0.1.1", "", "10.10.0.0/24", "10.10.1.0/24", "10.10.2.0/24", "10.10.3.0/24")
+	netnstest.WaitFor(t, sessionTimeout, "b closing the session over the limit", func() error {
+		st := b.peer(n[0].v4)
+		if st.State == "established" || !strings.Contains(st.LastError, "limit") {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	t.Logf("b: %+v", b.peer(n[0].v4))
+	netnstest.WaitFor(t, sessionTimeout, "a's reason", func() error {
+		if st := a.peer(n[1].v4); !strings.Contains(st.LastError, "maximum-number-of-prefixes") {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	t.Logf("a: %+v", a.peer(n[1].v4))
+	if got := b.learned(); len(got) != 0 {
+		t.Errorf("b still has %v", learnedPrefixes(got))
+	}
+}
