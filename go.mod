@@ -2,6 +2,11 @@ module github.com/routelet/routelet
 
 go 1.26.8
 
+// Plain TCP listeners, not MPTCP (Go's default for listeners since 1.24):
+// the BGP speaker's TCP MD5 signatures (setsockopt TCP_MD5SIG) fail on an
+// MPTCP socket with ENOPROTOOPT.
+godebug multipathtcp=0
+
 require (
 	github.com/containernetworking/cni v1.3.1
 	github.com/containernetworking/plugins v1.10.0

@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -270,8 +271,9 @@ func TestKernelMD5(t *testing.T) {
 }
 
 // garbageServer listens on port in n and answers every connection with
-// bytes that are no BGP message. It stops in t.Cleanup.
-func garbageServer(t *testing.T, n ns.NetNS, port int) {
+// reply, then reads until the client goes or 3 s passed. It stops in
+// t.Cleanup.
+func garbageServer(t *testing.T, n ns.NetNS, port int, reply []byte) {
 	t.Helper()
 	var l net.Listener
 	err := n.Do(func(ns.NetNS) error {
@@ -291,7 +293,7 @@ func garbageServer(t *testing.T, n ns.NetNS, port int) {
 			}
 			go func() {
 				defer c.Close()
-				c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" + strings.Repeat("\x00garbage", 64)))
+				c.Write(reply)
 				c.SetReadDeadline(time.Now().Add(3 * time.Second))
 				buf := make([]byte, 4096)
 				for {
@@ -304,36 +306,43 @@ func garbageServer(t *testing.T, n ns.NetNS, port int) {
 	}()
 }
 
-// TestKernelGarbage: a peer whose port speaks something else, and garbage
-// sent to the speaker's own port from a configured peer's address, leave
-// the speaker running, the bad session with its reason, and a good session
-// on the side working.
+// TestKernelGarbage: a peer whose port speaks something else (HTTP), a
+// peer sending a BGP header with a bad length, and garbage sent to the
+// speaker's own port from a configured peer's address, leave the speaker
+// running, the bad sessions with their reasons, and a good session on the
+// side working.
 func TestKernelGarbage(t *testing.T) {
 	n := newNodes(t, 2)
 	link(t, 1, n[0], n[1])
-	garbageServer(t, n[1].NetNS, 1790)
+	ip(t, "-n", n[1].Name, "addr", "add", "10.0.1.3/24", "dev", "veth1b")
+	garbageServer(t, n[1].NetNS, 1790, []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
+	badLength := append(bytes.Repeat([]byte{0xff}, 16), 0, 7, 1)
+	garbageServer(t, n[1].NetNS, 1791, badLength)
 	a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], 65001))
 	b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
-	// a's IPv4 session goes to the garbage port, its IPv6 one to b.
-	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Port: 1790}, Peer{Address: addr(n[1].v6), ASN: 65002})
+	// a's IPv4 sessions go to the garbage ports, its IPv6 one to b.
+	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Port: 1790}, Peer{Address: addr("10.0.1.3"), ASN: 65002, Port: 1791},
+		Peer{Address: addr(n[1].v6), ASN: 65002})
 	b.peers(Peer{Address: addr(n[0].v6), ASN: 65001})
-	netnstest.WaitFor(t, sessionTimeout, "a's error for the garbage port", func() error {
-		if st := a.peer(n[1].v4); st.LastError == "" {
+	netnstest.WaitFor(t, sessionTimeout, "a's errors for the garbage ports", func() error {
+		if st := a.peer(n[1].v4); !strings.Contains(st.LastError, "opensent") {
+			return fmt.Errorf("%+v", st)
+		}
+		if st := a.peer("10.0.1.3"); !strings.Contains(st.LastError, "malformed BGP Header") {
 			return fmt.Errorf("%+v", st)
 		}
 		return nil
 	})
-	t.Logf("garbage port: %+v", a.peer(n[1].v4))
+	t.Logf("HTTP port: %q", a.peer(n[1].v4).LastError)
+	t.Logf("bad length: %q", a.peer("10.0.1.3").LastError)
 	waitEstablished(t, a, n[1].v6)
 	a.announce("", "fd00:1::1", "fd10::/64")
 	waitLearned(t, b, "fd10::/64")
 
 	// Garbage from b's IPv6 address to a's port 179, and from an address
 	// a has no session with.
+	ip(t, "-n", n[1].Name, "-6", "addr", "add", "fd00:1::9/64", "dev", "veth1b", "nodad")
 	for _, src := range []string{n[1].v6, "fd00:1::9"} {
-		if src == "fd00:1::9" {
-			ip(t, "-n", n[1].Name, "-6", "addr", "add", src+"/64", "dev", "veth1b", "nodad")
-		}
 		err := n[1].Do(func() error {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
 			c, err := d.Dial("tcp", net.JoinHostPort(n[0].v6, "179"))
@@ -354,11 +363,21 @@ func TestKernelGarbage(t *testing.T) {
 			t.Logf("garbage from %s: %v", src, err)
 		}
 	}
-	// a still answers, and the good session comes (back) up.
+	// a still answers, and the good session is (back) up.
 	waitEstablished(t, a, n[1].v6)
 	waitLearned(t, b, "fd10::/64")
-	t.Logf("a's status: %+v", a.status())
 	a.end("stop")
+}
+
+// TestKernelGarbageUnknownType would be TestKernelGarbage with a message
+// of an unknown type (a whole header, type 9): GoBGP v3.37.0 then
+// dereferences the nil message its parser returned (fsmHandler.
+// handlingError) and the process crashes. Only a session's peer can send
+// it (on an unconfigured address a connection is closed unread; with TCP
+// MD5 only a holder of the password); graceful restart keeps the routes
+// while the daemon restarts.
+func TestKernelGarbageUnknownType(t *testing.T) {
+	t.Skip("GoBGP v3.37.0 crashes on a BGP message of unknown type from a peer")
 }
 
 // TestKernelMaxPrefixes: a peer sending more prefixes than its limit has
@@ -383,7 +402,7 @@ func TestKernelMaxPrefixes(t *testing.T) {
 	})
 	t.Logf("b: %+v", b.peer(n[0].v4))
 	netnstest.WaitFor(t, sessionTimeout, "a's reason", func() error {
-		if st := a.peer(n[1].v4); !strings.Contains(st.LastError, "maximum-number-of-prefixes") {
+		if st := a.peer(n[1].v4); !strings.Contains(st.LastError, "maximum number of prefixes") {
 			return fmt.Errorf("%+v", st)
 		}
 		return nil

@@ -103,9 +103,8 @@ type Speaker struct {
 	peers     map[netip.Addr]Peer
 	announced map[netip.Prefix]announcement
 
-	errMu     sync.Mutex
-	lastError map[netip.Addr]string
-	detail    map[netip.Addr]string
+	errMu sync.Mutex
+	errs  map[netip.Addr]*peerErrors
 }
 
 // announcement is one prefix given to GoBGP. It is withdrawn by the same
@@ -129,8 +128,7 @@ func New(cfg Config) (*Speaker, error) {
 		hint:      make(chan struct{}, 1),
 		peers:     map[netip.Addr]Peer{},
 		announced: map[netip.Prefix]announcement{},
-		lastError: map[netip.Addr]string{},
-		detail:    map[netip.Addr]string{},
+		errs:      map[netip.Addr]*peerErrors{},
 	}
 	s.srv = server.NewBgpServer(
 		server.LoggerOption(&gobgpLogger{log: cfg.Logger, note: s.note}),
@@ -688,9 +686,29 @@ func (s *Speaker) hints() {
 // benignReasons are the session state changes that are no error.
 var benignReasons = []string{"<nil>", "new-connection", "open-msg-received", "open-msg-negotiated", "idle-hold-timer-expired", "dying", "unknown", "graceful-restart"}
 
+// peerErrors is what went wrong with one session, for its LastError.
+type peerErrors struct {
+	last         string // the last error
+	notification string // the last NOTIFICATION sent or received since the session was last up
+	detail       string // what GoBGP said before the state change that follows
+	listener     string // MD5 could not be set on the listener: kept until the peer is re-made
+}
+
+// String is LastError: the last error, the last notification when a
+// plain connection error came after it, and a listener problem first.
+func (e *peerErrors) String() string {
+	out := e.last
+	if e.notification != "" && e.notification != e.last {
+		out += " (after " + e.notification + ")"
+	}
+	if e.listener != "" {
+		out = strings.TrimSuffix(e.listener+"; "+out, "; ")
+	}
+	return out
+}
+
 // note watches GoBGP's messages about a peer (its Key field) for the
-// reason a session failed or did not come up, kept as that peer's
-// LastError.
+// reason a session failed or did not come up.
 func (s *Speaker) note(msg string, f gobgplog.Fields) {
 	key, _ := f["Key"].(string)
 	a, err := netip.ParseAddr(key)
@@ -700,39 +718,60 @@ func (s *Speaker) note(msg string, f gobgplog.Fields) {
 	a = a.Unmap()
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
+	e := s.errs[a]
+	if e == nil {
+		e = &peerErrors{}
+		s.errs[a] = e
+	}
 	switch {
 	case msg == "state changed":
+		if f["new"] == "BGP_FSM_ESTABLISHED" {
+			e.notification = ""
+		}
 		reason := fmt.Sprint(f["reason"])
 		if slices.Contains(benignReasons, reason) {
 			return
 		}
-		if d := s.detail[a]; d != "" {
-			reason = d + " (" + reason + ")"
-			delete(s.detail, a)
+		if old, ok := f["old"].(string); ok {
+			reason += " in " + strings.ToLower(strings.TrimPrefix(old, "BGP_FSM_"))
 		}
-		s.lastError[a] = reason
+		if e.detail != "" {
+			reason = e.detail + " (" + reason + ")"
+			e.detail = ""
+		}
+		e.last = reason
+		if strings.Contains(reason, "notification-") {
+			e.notification = reason
+		}
 	case msg == "failed to connect":
-		e := fmt.Sprint(f["Error"])
-		if strings.Contains(e, "timeout") {
-			e += " (no answer; a TCP MD5 password mismatch drops the handshake silently)"
+		err := fmt.Sprint(f["Error"])
+		if strings.Contains(err, "timeout") {
+			err += " (no answer; a TCP MD5 password mismatch drops the handshake silently)"
 		}
-		s.lastError[a] = "connect: " + e
+		e.last = "connect: " + err
+	case msg == "failed to set md5":
+		e.listener = "TCP MD5 password not set on the listener: " + fmt.Sprint(f["Err"])
+		if strings.Contains(e.listener, "protocol not available") {
+			e.listener += " (an MPTCP listener? the program needs GODEBUG multipathtcp=0)"
+		}
 	case strings.HasPrefix(msg, "Session will be reset due to malformed"):
-		s.detail[a] = strings.TrimPrefix(msg, "Session will be reset due to ") + ": " + fmt.Sprint(f["Error"])
+		e.detail = strings.TrimPrefix(msg, "Session will be reset due to ") + ": " + fmt.Sprint(f["Error"])
 	case msg == "prefix limit reached" && f["Pct"] == nil:
-		s.detail[a] = fmt.Sprintf("more prefixes than the limit (%v)", f["Family"])
+		e.detail = fmt.Sprintf("more prefixes than the limit (%v)", f["Family"])
 	}
 }
 
 func (s *Speaker) errorOf(a netip.Addr) string {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
-	return s.lastError[a]
+	if e := s.errs[a]; e != nil {
+		return e.String()
+	}
+	return ""
 }
 
 func (s *Speaker) clearError(a netip.Addr) {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
-	delete(s.lastError, a)
-	delete(s.detail, a)
+	delete(s.errs, a)
 }
