@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -410,5 +411,212 @@ func TestKernelMaxPrefixes(t *testing.T) {
 	t.Logf("a: %+v", a.peer(n[1].v4))
 	if got := b.learned(); len(got) != 0 {
 		t.Errorf("b still has %v", learnedPrefixes(got))
+	}
+}
+
+// birdPath is Debian's BIRD 2 (package bird2).
+const birdPath = "/usr/sbin/bird"
+
+// birdRouter is a BIRD running in a test's namespace.
+type birdRouter struct {
+	t    *testing.T
+	sock string
+	cmd  *exec.Cmd
+	log  *netnstest.Buffer
+}
+
+// startBird runs bird in the foreground in n with config conf, its own
+// control socket and pid file in a temporary directory; it is killed by
+// PID in t.Cleanup.
+func startBird(t *testing.T, n ns.NetNS, conf string) *birdRouter {
+	t.Helper()
+	if _, err := exec.LookPath(birdPath); err != nil {
+		t.Skipf("%s not installed (Debian package bird2): %v", birdPath, err)
+	}
+	dir := t.TempDir()
+	b := &birdRouter{t: t, sock: dir + "/bird.ctl", log: &netnstest.Buffer{}}
+	if err := os.WriteFile(dir+"/bird.conf", []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.cmd = exec.Command(birdPath, "-f", "-c", dir+"/bird.conf", "-s", b.sock, "-P", dir+"/bird.pid")
+	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
+	if err := n.Do(func(ns.NetNS) error { return b.cmd.Start() }); err != nil {
+		t.Fatalf("start bird: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = b.cmd.Process.Kill()
+		_ = b.cmd.Wait()
+		if t.Failed() {
+			t.Logf("bird log:\n%s", b.log.String())
+		}
+	})
+	netnstest.WaitFor(t, 5*time.Second, "bird's control socket", func() error {
+		_, err := b.birdc("show", "status")
+		return err
+	})
+	return b
+}
+
+func (b *birdRouter) birdc(args ...string) (string, error) {
+	out, err := exec.Command("/usr/sbin/birdc", append([]string{"-s", b.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("birdc %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// routes is the prefixes in bird's tables, sorted.
+func (b *birdRouter) routes() ([]string, error) {
+	out, err := b.birdc("show", "route")
+	if err != nil {
+		return nil, err
+	}
+	got := []string{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f[0]); err == nil {
+			got = append(got, p.String())
+		}
+	}
+	slices.Sort(got)
+	return got, nil
+}
+
+// grBirdConf is bird on 10.0.1.1/fd00:1::1, AS 65001, with a session per
+// family to a speaker on 10.0.1.2/fd00:1::2, AS 65002, graceful restart on,
+// importing everything and announcing nothing.
+const grBirdConf = `
+router id 10.0.1.1;
+log stderr all;
+protocol device {}
+protocol bgp s4 {
+	local 10.0.1.1 as 65001;
+	neighbor 10.0.1.2 as 65002;
+	graceful restart on;
+	hold time 9;
+	connect retry time 1;
+	ipv4 { import all; export none; };
+}
+protocol bgp s6 {
+	local fd00:1::1 as 65001;
+	neighbor fd00:1::2 as 65002;
+	graceful restart on;
+	hold time 9;
+	connect retry time 1;
+	ipv6 { import all; export none; };
+}
+`
+
+// birdProtocols is `show protocols all` of bird's two sessions.
+func (b *birdRouter) protocols() (string, error) {
+	return b.birdc("show", "protocols", "all", `"s*"`)
+}
+
+// TestKernelGracefulRestartBird: BIRD keeps the speaker's routes while the
+// speaker's process is killed (-9) or its Speaker closed (Close) and a new
+// one starts on the same address, and keeps them after the new one
+// reconnected and announced them again: they are in BIRD's table at every
+// look throughout, and BIRD ends its graceful restart with the new
+// session. Without graceful restart the routes go with the process; Stop
+// withdraws them at once.
+func TestKernelGracefulRestartBird(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gr   bool
+	}{{"kill", true}, {"close", true}, {"kill without graceful restart", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNodes(t, 2)
+			link(t, 1, n[0], n[1])
+			bird := startBird(t, n[0].NetNS, grBirdConf)
+			want := []string{"10.10.0.0/24", "10.10.1.0/24", "fd10::/64"}
+			start := func() *speakerProc {
+				cfg := speakerConfig(n[1], 65002)
+				cfg.GracefulRestart = tc.gr
+				p := startSpeaker(t, n[1].NetNS, "s", cfg)
+				p.peers(Peer{Address: addr("10.0.1.1"), ASN: 65001}, Peer{Address: addr("fd00:1::1"), ASN: 65001})
+				p.announce("10.0.1.2", "fd00:1::2", want...)
+				return p
+			}
+			routesAre := func(want []string) func() error {
+				return func() error {
+					got, err := bird.routes()
+					if err == nil && !slices.Equal(got, want) {
+						err = fmt.Errorf("bird has %v", got)
+					}
+					return err
+				}
+			}
+			s := start()
+			netnstest.WaitFor(t, sessionTimeout, "bird learning the speaker's routes", routesAre(want))
+			if !tc.gr {
+				s.kill()
+				netnstest.WaitFor(t, 5*time.Second, "bird dropping the routes", routesAre([]string{}))
+				return
+			}
+
+			// Look every 20 ms from now on: the routes must never go.
+			stop := make(chan struct{})
+			missing := make(chan string, 1)
+			looked := make(chan int, 1)
+			go func() {
+				n := 0
+				defer func() { looked <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+					got, err := bird.routes()
+					n++
+					if err == nil && !slices.Equal(got, want) {
+						select {
+						case missing <- fmt.Sprintf("bird had %v after %d looks", got, n):
+						default:
+						}
+					}
+				}
+			}()
+			if tc.name == "kill" {
+				s.kill()
+			} else {
+				s.end("close")
+			}
+			// BIRD sees both sessions go and keeps the routes (stale).
+			netnstest.WaitFor(t, sessionTimeout, "bird's graceful restart", func() error {
+				out, err := bird.protocols()
+				if err == nil && strings.Count(out, "Neighbor graceful restart active") != 2 {
+					err = fmt.Errorf("no graceful restart of both sessions:\n%s", out)
+				}
+				return err
+			})
+			time.Sleep(time.Second)
+			s2 := start()
+			waitEstablished(t, s2, "10.0.1.1", "fd00:1::1")
+			netnstest.WaitFor(t, sessionTimeout, "bird ending the graceful restart", func() error {
+				out, err := bird.protocols()
+				if err == nil && (strings.Contains(out, "graceful restart active") || strings.Count(out, "BGP state:          Established") != 2) {
+					err = fmt.Errorf("bird:\n%s", out)
+				}
+				return err
+			})
+			time.Sleep(500 * time.Millisecond)
+			close(stop)
+			t.Logf("bird's table looked at %d times", <-looked)
+			select {
+			case m := <-missing:
+				t.Errorf("the routes went during the restart: %s", m)
+			default:
+			}
+			if err := routesAre(want)(); err != nil {
+				t.Errorf("after the restart: %v", err)
+			}
+			// Stop sends a Cease: bird drops the routes at once.
+			s2.end("stop")
+			netnstest.WaitFor(t, 3*time.Second, "bird dropping the routes after Stop", routesAre([]string{}))
+		})
 	}
 }
