@@ -596,6 +596,14 @@ func TestKernelGracefulRestartBird(t *testing.T) {
 			time.Sleep(time.Second)
 			s2 := start()
 			waitEstablished(t, s2, "10.0.1.1", "fd00:1::1")
+			netnstest.WaitFor(t, sessionTimeout, "bird's End-of-RIB", func() error {
+				for _, st := range s2.status() {
+					if !st.EndOfRIB {
+						return fmt.Errorf("%+v", st)
+					}
+				}
+				return nil
+			})
 			netnstest.WaitFor(t, sessionTimeout, "bird ending the graceful restart", func() error {
 				out, err := bird.protocols()
 				if err == nil && (strings.Contains(out, "graceful restart active") || strings.Count(out, "BGP state:          Established") != 2) {

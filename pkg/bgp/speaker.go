@@ -103,13 +103,12 @@ type Speaker struct {
 	peers     map[netip.Addr]Peer
 	announced map[netip.Prefix]announcement
 
-	errMu sync.Mutex
-	errs  map[netip.Addr]*peerErrors
+	notesMu sync.Mutex
+	notes   map[netip.Addr]*peerNotes
 }
 
-// announcement is one prefix given to GoBGP. It is withdrawn by the same
-// path: DeletePath did not find an IPv6 path again by the UUID AddPath
-// returned for it.
+// announcement is one prefix given to GoBGP, withdrawn by giving the
+// same path to DeletePath.
 type announcement struct {
 	nextHop netip.Addr
 }
@@ -128,7 +127,7 @@ func New(cfg Config) (*Speaker, error) {
 		hint:      make(chan struct{}, 1),
 		peers:     map[netip.Addr]Peer{},
 		announced: map[netip.Prefix]announcement{},
-		errs:      map[netip.Addr]*peerErrors{},
+		notes:     map[netip.Addr]*peerNotes{},
 	}
 	s.srv = server.NewBgpServer(
 		server.LoggerOption(&gobgpLogger{log: cfg.Logger, note: s.note}),
@@ -259,7 +258,7 @@ func (s *Speaker) SetPeers(ps []Peer) error {
 			continue
 		}
 		p := want[a]
-		s.clearError(a)
+		s.clearNotes(a)
 		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(p)}); err != nil {
 			errs = append(errs, fmt.Errorf("bgp: add peer %s (AS %d): %w", a, p.ASN, err))
 			continue
@@ -546,7 +545,6 @@ func (s *Speaker) Peers() []PeerStatus {
 					st.Since = ts.AsTime()
 				}
 			}
-			eor := len(p.AfiSafis) > 0
 			gr := s.cfg.GracefulRestart && hasGracefulRestart(p.State.GetRemoteCap())
 			for _, af := range p.AfiSafis {
 				if as := af.State; as != nil {
@@ -557,13 +555,10 @@ func (s *Speaker) Peers() []PeerStatus {
 						st.Advertised-- // GoBGP counts the End-of-RIB it sends with graceful restart
 					}
 				}
-				if !af.GetMpGracefulRestart().GetState().GetEndOfRibReceived() {
-					eor = false
-				}
 			}
-			st.EndOfRIB = eor && st.State == "established"
 		}
-		st.LastError = s.errorOf(a)
+		st.LastError, st.EndOfRIB = s.notesOf(a)
+		st.EndOfRIB = st.EndOfRIB && st.State == "established"
 		out = append(out, st)
 	}
 	return out
@@ -686,8 +681,10 @@ func (s *Speaker) hints() {
 // benignReasons are the session state changes that are no error.
 var benignReasons = []string{"<nil>", "new-connection", "open-msg-received", "open-msg-negotiated", "idle-hold-timer-expired", "dying", "unknown", "graceful-restart"}
 
-// peerErrors is what went wrong with one session, for its LastError.
-type peerErrors struct {
+// peerNotes is what GoBGP said about one session: what went wrong, for
+// its LastError, and whether End-of-RIB came.
+type peerNotes struct {
+	eor          bool   // End-of-RIB received since the session came up
 	last         string // the last error
 	notification string // the last NOTIFICATION sent or received since the session was last up
 	detail       string // what GoBGP said before the state change that follows
@@ -696,7 +693,7 @@ type peerErrors struct {
 
 // String is LastError: the last error, the last notification when a
 // plain connection error came after it, and a listener problem first.
-func (e *peerErrors) String() string {
+func (e *peerNotes) String() string {
 	out := e.last
 	if e.notification != "" && e.notification != e.last {
 		out += " (after " + e.notification + ")"
@@ -708,7 +705,11 @@ func (e *peerErrors) String() string {
 }
 
 // note watches GoBGP's messages about a peer (its Key field) for the
-// reason a session failed or did not come up.
+// reason a session failed or did not come up, and for End-of-RIB. GoBGP's
+// own End-of-RIB flag cannot serve: when both sides restart it is set
+// as soon as the peer's OPEN has the Restart State bit, before anything
+// came (GoBGP then need not wait for it), while status must say whether
+// the peer has sent all its routes.
 func (s *Speaker) note(msg string, f gobgplog.Fields) {
 	key, _ := f["Key"].(string)
 	a, err := netip.ParseAddr(key)
@@ -716,15 +717,18 @@ func (s *Speaker) note(msg string, f gobgplog.Fields) {
 		return
 	}
 	a = a.Unmap()
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	e := s.errs[a]
+	s.notesMu.Lock()
+	defer s.notesMu.Unlock()
+	e := s.notes[a]
 	if e == nil {
-		e = &peerErrors{}
-		s.errs[a] = e
+		e = &peerNotes{}
+		s.notes[a] = e
 	}
 	switch {
+	case msg == "EOR received":
+		e.eor = true
 	case msg == "state changed":
+		e.eor = false
 		if f["new"] == "BGP_FSM_ESTABLISHED" {
 			e.notification = ""
 		}
@@ -761,17 +765,18 @@ func (s *Speaker) note(msg string, f gobgplog.Fields) {
 	}
 }
 
-func (s *Speaker) errorOf(a netip.Addr) string {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	if e := s.errs[a]; e != nil {
-		return e.String()
+// notesOf is a's LastError and whether its End-of-RIB came.
+func (s *Speaker) notesOf(a netip.Addr) (string, bool) {
+	s.notesMu.Lock()
+	defer s.notesMu.Unlock()
+	if e := s.notes[a]; e != nil {
+		return e.String(), e.eor
 	}
-	return ""
+	return "", false
 }
 
-func (s *Speaker) clearError(a netip.Addr) {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	delete(s.errs, a)
+func (s *Speaker) clearNotes(a netip.Addr) {
+	s.notesMu.Lock()
+	defer s.notesMu.Unlock()
+	delete(s.notes, a)
 }
