@@ -11,7 +11,10 @@
 // connects out). SetPeers and SetAnnounced take the whole wanted state and
 // apply the difference: a peer is keyed by its address, and one whose AS,
 // port, password or prefix limit changed is deleted (Cease) and added
-// again, while Description and RouteReflector only show in status. A
+// again, while Description and RouteReflector only show in status.
+// Sessions start with the first SetAnnounced, so that their first updates
+// and End-of-RIB carry everything the node announces (see graceful
+// restart). A
 // peer's address decides its one address family: an IPv4 address makes an
 // ipv4-unicast session, an IPv6 address an ipv6-unicast one. IPv4 prefixes
 // are announced with NEXT_HOP nextHop4, IPv6 ones in MP_REACH_NLRI with

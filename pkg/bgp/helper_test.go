@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,6 +175,9 @@ func startSpeaker(t testing.TB, n ns.NetNS, name string, cfg helperConfig) *spea
 	}
 	t.Cleanup(func() {
 		p.kill()
+		if log := p.log.String(); strings.Contains(log, "WARNING: DATA RACE") || strings.Contains(log, "panic:") {
+			t.Errorf("speaker %s: data race or panic in its log", name)
+		}
 		if t.Failed() {
 			t.Logf("speaker %s log:\n%s", name, tail(p.log.String(), 150))
 		}

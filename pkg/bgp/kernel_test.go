@@ -208,6 +208,8 @@ func TestKernelNoTransit(t *testing.T) {
 	b.peers(Peer{Address: addr("10.0.1.1"), ASN: 65001}, Peer{Address: addr("fd00:1::1"), ASN: 65001},
 		Peer{Address: addr("10.0.2.2"), ASN: 65003}, Peer{Address: addr("fd00:2::2"), ASN: 65003})
 	c.peers(Peer{Address: addr("10.0.2.1"), ASN: 65002}, Peer{Address: addr("fd00:2::1"), ASN: 65002})
+	b.announce("", "") // sessions start with the first SetAnnounced
+	c.announce("", "")
 	a.announce("10.0.1.1", "fd00:1::1", "10.10.0.0/24", "fd10::/64")
 	waitEstablished(t, b, "10.0.1.1", "fd00:1::1", "10.0.2.2", "fd00:2::2")
 	waitLearned(t, b, "10.10.0.0/24", "fd10::/64")
@@ -246,6 +248,8 @@ func TestKernelMD5(t *testing.T) {
 			b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
 			a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Password: tc.pa}, Peer{Address: addr(n[1].v6), ASN: 65002, Password: tc.pa})
 			b.peers(Peer{Address: addr(n[0].v4), ASN: 65001, Password: tc.pb}, Peer{Address: addr(n[0].v6), ASN: 65001, Password: tc.pb})
+			a.announce("", "") // sessions start with the first SetAnnounced
+			b.announce("", "")
 			if tc.up {
 				waitEstablished(t, a, n[1].v4, n[1].v6)
 				a.announce("10.0.1.1", "", "10.10.0.0/24")
@@ -325,6 +329,8 @@ func TestKernelGarbage(t *testing.T) {
 	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Port: 1790}, Peer{Address: addr("10.0.1.3"), ASN: 65002, Port: 1791},
 		Peer{Address: addr(n[1].v6), ASN: 65002})
 	b.peers(Peer{Address: addr(n[0].v6), ASN: 65001})
+	a.announce("", "")
+	b.announce("", "")
 	netnstest.WaitFor(t, sessionTimeout, "a's errors for the garbage ports", func() error {
 		if st := a.peer(n[1].v4); !strings.Contains(st.LastError, "opensent") {
 			return fmt.Errorf("%+v", st)
@@ -390,6 +396,7 @@ func TestKernelMaxPrefixes(t *testing.T) {
 	b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
 	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002})
 	b.peers(Peer{Address: addr(n[0].v4), ASN: 65001, MaxPrefixes: 3})
+	b.announce("", "") // sessions start with the first SetAnnounced
 	a.announce("10.0.1.1", "", "10.10.0.0/24", "10.10.1.0/24", "10.10.2.0/24")
 	waitEstablished(t, b, n[0].v4)
 	waitLearned(t, b, "10.10.0.0/24", "10.10.1.0/24", "10.10.2.0/24")
@@ -573,8 +580,10 @@ func TestKernelGracefulRestartBird(t *testing.T) {
 					got, err := bird.routes()
 					n++
 					if err == nil && !slices.Equal(got, want) {
+						routes, _ := bird.birdc("show", "route", "all")
+						protos, _ := bird.protocols()
 						select {
-						case missing <- fmt.Sprintf("bird had %v after %d looks", got, n):
+						case missing <- fmt.Sprintf("bird had %v after %d looks at %s; then:\n%s\n%s", got, n, time.Now().Format("15:04:05.000"), routes, protos):
 						default:
 						}
 					}

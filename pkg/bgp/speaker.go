@@ -98,10 +98,12 @@ type Speaker struct {
 	hint    chan struct{}             // one pending OnChange hint
 	finalOp atomic.Pointer[time.Time] // set before the operation after which GoBGP's loop ends
 
-	mu        sync.Mutex
-	done      bool
-	peers     map[netip.Addr]Peer
-	announced map[netip.Prefix]announcement
+	mu         sync.Mutex
+	done       bool
+	announcing bool                // SetAnnounced was called: sessions may start
+	pending    map[netip.Addr]Peer // the peers wanted before that
+	peers      map[netip.Addr]Peer // the peers GoBGP has
+	announced  map[netip.Prefix]announcement
 
 	notesMu sync.Mutex
 	notes   map[netip.Addr]*peerNotes
@@ -222,6 +224,11 @@ func sessionEqual(a, b Peer) bool {
 // new peers are added, missing ones deleted (with a Cease), and a peer whose
 // AS, port, password or prefix limit changed is deleted and added again.
 // Nothing changes when ps holds an invalid peer or an address twice.
+//
+// Until SetAnnounced was called once the peers are only remembered (their
+// status is idle): a session that came up before would send End-of-RIB
+// with nothing announced, and a peer keeping our routes across a restart
+// (graceful restart) drops, at End-of-RIB, those not announced again.
 func (s *Speaker) SetPeers(ps []Peer) error {
 	want := make(map[netip.Addr]Peer, len(ps))
 	for _, p := range ps {
@@ -239,6 +246,15 @@ func (s *Speaker) SetPeers(ps []Peer) error {
 	if s.done {
 		return errStopped
 	}
+	if !s.announcing {
+		s.pending = want
+		return nil
+	}
+	return s.applyPeers(want)
+}
+
+// applyPeers changes GoBGP's peers to want. s.mu is held.
+func (s *Speaker) applyPeers(want map[netip.Addr]Peer) error {
 	ctx := context.Background()
 	var errs []error
 	for _, a := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
@@ -313,7 +329,8 @@ func (s *Speaker) apiPeer(p Peer) *api.Peer {
 	return ap
 }
 
-// SetAnnounced makes the announced prefixes those given, by difference:
+// SetAnnounced makes the announced prefixes those given, by difference
+// (the first call also starts the sessions SetPeers asked for):
 // IPv4 prefixes with next hop nextHop4, IPv6 ones with nextHop6 (sent as
 // MP_REACH_NLRI). A next hop only has to be valid when prefixes of its
 // family are given; a changed next hop re-announces that family's
@@ -380,6 +397,11 @@ func (s *Speaker) SetAnnounced(prefixes []netip.Prefix, nextHop4, nextHop6 netip
 			}
 		}
 		errs = append(errs, fmt.Errorf("bgp: announce %s via %s: %w", p, nh, err))
+	}
+	if !s.announcing {
+		s.announcing = true
+		errs = append(errs, s.applyPeers(s.pending))
+		s.pending = nil
 	}
 	return errors.Join(errs...)
 }
@@ -527,9 +549,11 @@ func (s *Speaker) Peers() []PeerStatus {
 	if err != nil {
 		s.cfg.Logger.Warn("bgp: list peers", "err", err)
 	}
-	out := make([]PeerStatus, 0, len(s.peers))
-	for _, a := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
-		st := PeerStatus{Peer: s.peers[a], State: "idle"}
+	all := maps.Clone(s.peers)
+	maps.Copy(all, s.pending)
+	out := make([]PeerStatus, 0, len(all))
+	for _, a := range slices.SortedFunc(maps.Keys(all), netip.Addr.Compare) {
+		st := PeerStatus{Peer: all[a], State: "idle"}
 		if p := got[a]; p != nil {
 			if p.State != nil {
 				if n, ok := sessionStates[p.State.SessionState]; ok {
