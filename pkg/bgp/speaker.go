@@ -438,11 +438,13 @@ func localPath(p netip.Prefix, nextHop netip.Addr) (*api.Path, error) {
 	return &api.Path{Family: fam, Nlri: nlri, Pattrs: pattrs}, nil
 }
 
-// Learned returns the best path to each prefix learned from a peer, sorted
-// by prefix. Our own announcements are never among them: when one of our
-// prefixes is also learned, the best learned path is returned. Stale paths
-// (kept for a restarting peer) are included, marked. It is empty after
-// Stop or Close.
+// Learned returns every path learned from a peer that has a usable next
+// hop, sorted by prefix and, for one prefix, in the speaker's order of
+// preference: the best path first. A caller that refuses a path (the
+// daemon's checks) takes the next one, so a path preferred by BGP's
+// rules cannot hide an acceptable one. Our own announcements are never
+// among them. Stale paths (kept for a restarting peer) are included,
+// marked. It is empty after Stop or Close.
 func (s *Speaker) Learned() []Route {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -452,26 +454,29 @@ func (s *Speaker) Learned() []Route {
 	var out []Route
 	for _, fam := range []*api.Family{v4Family, v6Family} {
 		err := s.srv.ListPath(context.Background(), &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: fam}, func(d *api.Destination) {
-			var chosen *api.Path
+			start := len(out)
 			for _, p := range d.Paths {
-				if learnedFrom(p).IsValid() && !p.IsWithdraw && !p.Filtered {
-					if chosen == nil || (p.Best && !chosen.Best) {
-						chosen = p
+				if !learnedFrom(p).IsValid() || p.IsWithdraw || p.Filtered {
+					continue
+				}
+				if r, ok := toRoute(d.Prefix, p); ok {
+					if p.Best {
+						// The best path first, the others in the order
+						// the speaker ranks them.
+						out = append(out, Route{})
+						copy(out[start+1:], out[start:])
+						out[start] = r
+					} else {
+						out = append(out, r)
 					}
 				}
-			}
-			if chosen == nil {
-				return
-			}
-			if r, ok := toRoute(d.Prefix, chosen); ok {
-				out = append(out, r)
 			}
 		})
 		if err != nil {
 			s.cfg.Logger.Warn("bgp: list learned paths", "family", fam.Afi.String(), "err", err)
 		}
 	}
-	slices.SortFunc(out, func(a, b Route) int { return comparePrefix(a.Prefix, b.Prefix) })
+	slices.SortStableFunc(out, func(a, b Route) int { return comparePrefix(a.Prefix, b.Prefix) })
 	return out
 }
 
