@@ -89,6 +89,8 @@ type options struct {
 	n, rounds int
 	binDir    string
 	timeout   time.Duration
+	// bgp and file say which paths run; both for the ratios.
+	bgp, file bool
 }
 
 func main() {
@@ -97,7 +99,19 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each measures both paths once, the order alternating")
 	flag.StringVar(&o.binDir, "plugin-dir", "bin", "directory holding the routelet plugin and routeletd (built into a temp dir when missing)")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Minute, "longest wait for one path's routes")
+	paths := flag.String("paths", "bgp,file", "paths measured: bgp, file or both (the ratios need both)")
 	flag.Parse()
+	for _, p := range strings.Split(*paths, ",") {
+		switch p {
+		case "bgp":
+			o.bgp = true
+		case "file":
+			o.file = true
+		default:
+			fmt.Fprintf(os.Stderr, "bgp bench: -paths takes bgp and file, not %q\n", p)
+			os.Exit(2)
+		}
+	}
 	if o.rounds < 1 || o.n < 1 || o.n > 1<<(blockBits-pool.Bits()) || o.timeout <= 0 {
 		fmt.Fprintf(os.Stderr, "bgp bench: -n %d, -rounds %d, -timeout %s: want 1 ≤ n ≤ %d, at least one round, a timeout\n",
 			o.n, o.rounds, o.timeout, 1<<(blockBits-pool.Bits()))
@@ -190,11 +204,14 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 
 	var bgpS, fileS []sample
 	for r := range o.rounds {
-		paths := []func() error{
-			func() error { s, err := bp.round(ctx); bgpS = append(bgpS, s); return err },
-			func() error { s, err := fp.round(ctx); fileS = append(fileS, s); return err },
+		var paths []func() error
+		if o.bgp {
+			paths = append(paths, func() error { s, err := bp.round(ctx); bgpS = append(bgpS, s); return err })
 		}
-		if r%2 == 1 {
+		if o.file {
+			paths = append(paths, func() error { s, err := fp.round(ctx); fileS = append(fileS, s); return err })
+		}
+		if r%2 == 1 && len(paths) == 2 {
 			paths[0], paths[1] = paths[1], paths[0]
 		}
 		for _, p := range paths {
@@ -202,16 +219,31 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 				return fmt.Errorf("round %d: %w", r+1, err)
 			}
 		}
-		fmt.Fprintf(w, "  round %d  bgp  %s\n           file %s\n", r+1, bgpS[r], fileS[r])
+		line := fmt.Sprintf("  round %d", r+1)
+		if o.bgp {
+			fmt.Fprintf(w, "%s  bgp  %s\n", line, bgpS[r])
+			line = strings.Repeat(" ", len(line))
+		}
+		if o.file {
+			fmt.Fprintf(w, "%s  file %s\n", line, fileS[r])
+		}
 	}
 	fmt.Fprintf(w, "load average at end: %s\n", benchkit.Loadavg())
-	mb, mf := medianSample(bgpS), medianSample(fileS)
+	fmt.Fprintf(w, "medians (%d round(s)):\n", o.rounds)
+	if o.bgp {
+		fmt.Fprintf(w, "  bgp  %s\n", medianSample(bgpS))
+	}
+	if o.file {
+		fmt.Fprintf(w, "  file %s\n", medianSample(fileS))
+	}
+	if !o.bgp || !o.file {
+		return nil
+	}
 	var tr, rr []float64
 	for i := range bgpS {
 		tr = append(tr, float64(bgpS[i].elapsed)/float64(fileS[i].elapsed))
 		rr = append(rr, float64(bgpS[i].rss)/float64(fileS[i].rss))
 	}
-	fmt.Fprintf(w, "medians (%d round(s)):\n  bgp  %s\n  file %s\n", o.rounds, mb, mf)
 	verdict := "met"
 	if benchkit.Median(tr) > 1.5 {
 		verdict = "NOT met"
