@@ -183,7 +183,7 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	bp, err := newBGPPath(c.Nodes[0], c, rb, o)
+	bp, err := newBGPPath(c.Nodes[0], bgpProto, daemonSpeaker{c: c, n: c.Nodes[0]}, rb, o)
 	if err != nil {
 		return err
 	}

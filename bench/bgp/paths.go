@@ -17,29 +17,49 @@ import (
 
 // bgpPath is the BGP node with the router's BIRD.
 type bgpPath struct {
-	c     *cluster.Cluster
-	n     *cluster.Node
-	bird  *birdtest.Bird
-	watch *routeWatch
+	bird  *birdtest.Bird // the router's
+	watch *routeWatch    // the speaker's routes in the node
 	o     options
+	sp    speaker
 }
 
-func newBGPPath(n *cluster.Node, c *cluster.Cluster, b *birdtest.Bird, o options) (*bgpPath, error) {
-	w, err := watchRoutes(n.CNI.NS, bgpProto, pool)
+// speaker is what receives BIRD's announcements in the node and programs
+// them: routeletd, or in the package's test a stand-in.
+type speaker interface {
+	Start(ctx context.Context) error // afresh, and wait until it is ready
+	Stop() error                     // its routes stay
+	Mem() (rss, hwm int64, err error)
+	Log() string // the last lines of its log, for errors
+}
+
+// daemonSpeaker is routeletd on a cluster node.
+type daemonSpeaker struct {
+	c *cluster.Cluster
+	n *cluster.Node
+}
+
+func (d daemonSpeaker) Start(ctx context.Context) error  { return startDaemon(ctx, d.c, d.n) }
+func (d daemonSpeaker) Stop() error                      { return d.n.Stop() }
+func (d daemonSpeaker) Mem() (rss, hwm int64, err error) { return memOf(d.n) }
+func (d daemonSpeaker) Log() string                      { return d.n.LogTail(20) }
+
+// newBGPPath watches the routes of protocol proto in n, where sp runs.
+func newBGPPath(n *cluster.Node, proto int, sp speaker, b *birdtest.Bird, o options) (*bgpPath, error) {
+	w, err := watchRoutes(n.CNI.NS, proto, pool)
 	if err != nil {
 		return nil, err
 	}
-	return &bgpPath{c: c, n: n, bird: b, watch: w, o: o}, nil
+	return &bgpPath{bird: b, watch: w, o: o, sp: sp}, nil
 }
 
-// round starts routeletd on an empty table, waits for its session with
+// round starts the speaker on an empty table, waits for its session with
 // BIRD, enables the static protocol and times the routes' arrival; then
-// stops routeletd, disables the static protocol and deletes the routes.
+// stops the speaker, disables the static protocol and deletes the routes.
 func (p *bgpPath) round(ctx context.Context) (s sample, err error) {
 	if err := p.watch.Flush(); err != nil {
 		return s, err
 	}
-	if err := startDaemon(ctx, p.c, p.n); err != nil {
+	if err := p.sp.Start(ctx); err != nil {
 		return s, err
 	}
 	defer func() { err = errors.Join(err, p.reset(ctx)) }()
@@ -54,10 +74,10 @@ func (p *bgpPath) round(ctx context.Context) (s sample, err error) {
 	t1, err := p.watch.WaitCount(ctx, p.o.n, p.o.timeout)
 	if err != nil {
 		out, _ := p.bird.Birdc(ctx, "show", "protocols", "all", birdPeer)
-		return s, fmt.Errorf("bgp path: %w\nrouter: %s\nrouteletd:\n%s", err, strings.TrimSpace(out), p.n.LogTail(20))
+		return s, fmt.Errorf("bgp path: %w\nrouter: %s\nspeaker:\n%s", err, strings.TrimSpace(out), p.sp.Log())
 	}
 	s.elapsed = t1.Sub(t0)
-	s.rss, s.hwm, err = memOf(p.n)
+	s.rss, s.hwm, err = p.sp.Mem()
 	return s, err
 }
 
@@ -70,7 +90,7 @@ func (p *bgpPath) waitSession(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bgp path: session %s not established after %s (%+v, %v)\nrouteletd:\n%s", birdPeer, p.o.timeout, pr, err, p.n.LogTail(20))
+			return fmt.Errorf("bgp path: session %s not established after %s (%+v, %v)\nspeaker:\n%s", birdPeer, p.o.timeout, pr, err, p.sp.Log())
 		}
 		select {
 		case <-ctx.Done():
@@ -80,10 +100,10 @@ func (p *bgpPath) waitSession(ctx context.Context) error {
 	}
 }
 
-// reset stops routeletd (its routes stay, as on a real node), withdraws
-// the announcements and deletes the routes left.
+// reset stops the speaker (its routes stay, as routeletd's do on a real
+// node), withdraws the announcements and deletes the routes left.
 func (p *bgpPath) reset(ctx context.Context) error {
-	return errors.Join(p.n.Stop(), p.bird.Disable(ctx, staticProto), p.watch.Flush())
+	return errors.Join(p.sp.Stop(), p.bird.Disable(ctx, staticProto), p.watch.Flush())
 }
 
 // filePath is the file-datastore node.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -191,7 +192,8 @@ func (w *routeWatch) Flush() error {
 	}
 	for i := range rs {
 		if w.matches(&rs[i]) {
-			if err := w.nl.RouteDel(&rs[i]); err != nil {
+			// ESRCH: gone already (its owner removed it meanwhile).
+			if err := w.nl.RouteDel(&rs[i]); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("delete %s: %w", rs[i].Dst, err)
 			}
 		}
