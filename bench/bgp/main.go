@@ -353,11 +353,12 @@ func machine() string {
 	return fmt.Sprintf("%d CPU(s), %s, %s", cpus, model, kernel)
 }
 
-// encodeRecord is node record i of the file path: block i of the pool,
-// host IP 10.0.(1+i/250).(1+i%250) on the node's /16.
-func encodeRecord(i int, block netip.Prefix) (string, []byte, error) {
-	n := &state.Node{Name: fmt.Sprintf("peer-%05d", i), HostIPv4: fmt.Sprintf("10.0.%d.%d", 1+i/250, 1+i%250),
-		Blocks: []string{block.String()}, Updated: time.Now().UTC()}
-	b, err := state.EncodeNode(n)
-	return n.Name + ".json", b, err
+// encodeRecord returns the file name, host IP and bytes of node record i
+// of the file path: block i of the pool, host IP 10.0.(1+i/250).(1+i%250)
+// on the node's /16.
+func encodeRecord(i int, block netip.Prefix) (name string, host netip.Addr, data []byte, err error) {
+	host = netip.AddrFrom4([4]byte{10, 0, byte(1 + i/250), byte(1 + i%250)})
+	n := &state.Node{Name: fmt.Sprintf("peer-%05d", i), HostIPv4: host.String(), Blocks: []string{block.String()}, Updated: time.Now().UTC()}
+	data, err = state.EncodeNode(n)
+	return n.Name + ".json", host, data, err
 }

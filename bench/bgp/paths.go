@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,8 +78,10 @@ func (p *bgpPath) round(ctx context.Context) (s sample, err error) {
 		return s, fmt.Errorf("bgp path: %w\nrouter: %s\nspeaker:\n%s", err, strings.TrimSpace(out), p.sp.Log())
 	}
 	s.elapsed = t1.Sub(t0)
-	s.rss, s.hwm, err = p.sp.Mem()
-	return s, err
+	if s.rss, s.hwm, err = p.sp.Mem(); err != nil {
+		return s, err
+	}
+	return s, p.watch.Check(p.o.n, func(netip.Prefix) netip.Addr { return routerIP })
 }
 
 // waitSession waits until BIRD's session with the node is established.
@@ -113,6 +116,7 @@ type filePath struct {
 	watch   *routeWatch
 	staging string // the records, written once; copied for each round
 	names   []string
+	hosts   map[netip.Prefix]netip.Addr // each record's block → its host IP
 	o       options
 }
 
@@ -121,15 +125,16 @@ func newFilePath(n *cluster.Node, c *cluster.Cluster, work string, o options) (*
 	if err != nil {
 		return nil, err
 	}
-	p := &filePath{c: c, n: n, staging: filepath.Join(work, "records"), o: o}
+	p := &filePath{c: c, n: n, staging: filepath.Join(work, "records"), hosts: map[netip.Prefix]netip.Addr{}, o: o}
 	if err := os.MkdirAll(p.staging, 0o700); err != nil {
 		return nil, err
 	}
 	for i, b := range blocks {
-		name, data, err := encodeRecord(i, b)
+		name, host, data, err := encodeRecord(i, b)
 		if err != nil {
 			return nil, err
 		}
+		p.hosts[b] = host
 		if err := os.WriteFile(filepath.Join(p.staging, name), data, 0o600); err != nil {
 			return nil, err
 		}
@@ -183,8 +188,10 @@ func (p *filePath) round(ctx context.Context) (s sample, err error) {
 		return s, fmt.Errorf("file path: %w\nrouteletd:\n%s", err, p.n.LogTail(20))
 	}
 	s.elapsed = t1.Sub(t0)
-	s.rss, s.hwm, err = memOf(p.n)
-	return s, err
+	if s.rss, s.hwm, err = memOf(p.n); err != nil {
+		return s, err
+	}
+	return s, p.watch.Check(p.o.n, func(b netip.Prefix) netip.Addr { return p.hosts[b] })
 }
 
 // reset stops routeletd, removes the peer records, the first-seen times

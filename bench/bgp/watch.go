@@ -28,7 +28,12 @@ type routeWatch struct {
 	lost  chan struct{} // the subscription reported an error: events may be missing
 	proto netlink.RouteProtocol
 	pool  netip.Prefix
+	// uplink is the index of the node's eth0, where every route goes.
+	uplink int
 }
+
+// uplink is the node's underlay interface (internal/cluster's).
+const uplink = "eth0"
 
 // watchRoutes subscribes to the route events of n, on a socket with an
 // 8 MiB receive buffer (a burst of thousands of routes fits while the
@@ -44,7 +49,12 @@ func watchRoutes(n ns.NetNS, proto int, pool netip.Prefix) (*routeWatch, error) 
 	if err != nil {
 		return nil, err
 	}
-	w := &routeWatch{nl: nl, ch: make(chan netlink.RouteUpdate, 1<<16), done: make(chan struct{}),
+	l, err := nl.LinkByName(uplink)
+	if err != nil {
+		nl.Close()
+		return nil, fmt.Errorf("%s in %s: %w", uplink, n.Path(), err)
+	}
+	w := &routeWatch{nl: nl, uplink: l.Attrs().Index, ch: make(chan netlink.RouteUpdate, 1<<16), done: make(chan struct{}),
 		lost: make(chan struct{}, 1), proto: netlink.RouteProtocol(proto), pool: pool.Masked()}
 	err = netlink.RouteSubscribeWithOptions(w.ch, w.done, netlink.RouteSubscribeOptions{Namespace: &h,
 		ReceiveBufferSize: 8 << 20, ReceiveBufferForceSize: true,
@@ -180,6 +190,35 @@ func (w *routeWatch) WaitCount(ctx context.Context, want int, timeout time.Durat
 			}
 		}
 	}
+}
+
+// Check reads the watched routes and returns an error naming the first
+// whose next hop is not gw(prefix) or whose interface is not link (its
+// index), or when there are not want of them: the bench times only
+// routes that are right.
+func (w *routeWatch) Check(want int, gw func(netip.Prefix) netip.Addr) error {
+	rs, err := w.nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: w.proto},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return fmt.Errorf("list routes of protocol %d: %w", w.proto, err)
+	}
+	n := 0
+	for i := range rs {
+		r := &rs[i]
+		if !w.matches(r) {
+			continue
+		}
+		n++
+		p, _ := prefixOf(r)
+		got, _ := netip.AddrFromSlice(r.Gw)
+		if want := gw(p); got.Unmap() != want || r.LinkIndex != w.uplink {
+			return fmt.Errorf("route %s via %s dev %d proto %d: want via %s dev %s (%d)", p, got.Unmap(), r.LinkIndex, w.proto, want, uplink, w.uplink)
+		}
+	}
+	if n != want {
+		return fmt.Errorf("%d routes of protocol %d inside %s, want %d", n, w.proto, w.pool, want)
+	}
+	return nil
 }
 
 // Flush deletes the watched routes: what a stopped daemon left, so the
