@@ -401,3 +401,26 @@ func TestRouteProtocolAgreesWithPlugin(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestBGPASPublished: with bgp on, this node's record carries its AS
+// (bgp-as) as bgpAS; with bgp off it carries none.
+func TestBGPASPublished(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--bgp", "--bgp-as=4200000001"}, 4200000001},
+		{[]string{"--bgp-as=4200000001"}, 0},
+	} {
+		tn := newTestNode(t, true)
+		d := tn.startDaemon(tc.args...)
+		tn.waitReady()
+		self, err := tn.store.GetNode("node-a")
+		if err != nil || self.BGPAS != tc.want {
+			t.Errorf("%v: own node record = %+v, %v; want bgpAS %d", tc.args, self, err, tc.want)
+		}
+		if err := d.stop(t); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}
+}

@@ -23,6 +23,9 @@ func TestInvalidConfigExits(t *testing.T) {
 		{args: []string{"--config=/nonexistent/routeletd.yaml"}, want: []string{"/nonexistent/routeletd.yaml"}},
 		{args: []string{"--node-name=n", "--datastore=etcd"}, want: []string{`"etcd-endpoints"`}},
 		{args: []string{"--node-name=n", "--datastore=etcd", "--etcd-endpoints=http://10.0.0.5:2379", "--etcd-ca-file=/ca.crt"}, want: []string{`"etcd-endpoints"`, "http://10.0.0.5:2379"}},
+		{args: []string{"--node-name=n", "--bgp-peer=127.0.0.1,as=65000"}, want: []string{`"bgp-peer"`, "127.0.0.1,as=65000", "loopback"}},
+		{args: []string{"--node-name=n", "--bgp", "--bgp-route-protocol=80"}, want: []string{`"bgp-route-protocol"`, `"80"`, "route-protocol's too"}},
+		{args: []string{"--node-name=n"}, env: "ROUTELET_BGP_AS=0", want: []string{`"bgp-as"`, "ROUTELET_BGP_AS", "not an AS number"}},
 	} {
 		cmd := exec.Command(filepath.Join(binDir, "routeletd"), tc.args...)
 		cmd.Env = os.Environ()

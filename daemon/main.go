@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 
 	"github.com/routelet/routelet/daemon/agent"
 	"github.com/routelet/routelet/daemon/allowsetup"
+	"github.com/routelet/routelet/daemon/bgpmgr"
 	"github.com/routelet/routelet/daemon/blockgrow"
 	"github.com/routelet/routelet/daemon/cli"
 	"github.com/routelet/routelet/daemon/cniconf"
@@ -50,6 +52,7 @@ import (
 	"github.com/routelet/routelet/daemon/wgmgr"
 	"github.com/routelet/routelet/daemon/workloads"
 	"github.com/routelet/routelet/internal/termsafe"
+	"github.com/routelet/routelet/pkg/bgp"
 	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/ipam"
 	"github.com/routelet/routelet/pkg/nodespace"
@@ -240,6 +243,13 @@ func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	parts := loopParts{cfg: cfg, id: id, ds: ds, store: store, status: status, metrics: metrics, ep: ep, cni: cni, grower: grower, log: log}
+	if cfg.BGP.Enabled {
+		parts.bgpChanges = &bgpmgr.Changes{}
+		if parts.bgp, err = newBGPSpeaker(cfg, id, parts.bgpChanges, log); err != nil {
+			return err
+		}
+		defer parts.bgp.Close() // no notification: the peers keep this node's routes while it restarts
+	}
 	for {
 		var grew *blockgrow.Grew
 		if err := runLoop(ctx, parts, host, blocks); !errors.As(err, &grew) {
@@ -269,6 +279,10 @@ type loopParts struct {
 	cni     *cniconf.Conf
 	grower  *blockgrow.Grower
 	log     *slog.Logger
+	// bgp is the BGP speaker (nil unless bgp is on): its sessions outlive
+	// a rebuild; bgpChanges carries its hints to the loop of the day.
+	bgp        *bgp.Speaker
+	bgpChanges *bgpmgr.Changes
 }
 
 // runLoop builds the apply loop for blocks and runs it until ctx is done,
@@ -317,6 +331,26 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 		defer wg.Register(health.Unregistering{Reg: metrics.Registry}) // so the next build can register its own
 		overlayMgr = noPeers{om}
 	}
+	// With BGP on, the speaker announces this node's blocks; with
+	// encapsulation none (and no encryption) the routes to the peers'
+	// blocks are the ones BGP learns, and the overlay is handed no peers.
+	var bm *bgpmgr.Manager
+	if p.bgp != nil {
+		program := cfg.Encapsulation == config.EncapNone && !cfg.Encrypted()
+		var tables bgpTables
+		if bm, tables, err = newBGP(cfg, id, host, blocks, ds, p.bgp, p.bgpChanges, program, status, metrics, ep.repairs, log); err != nil {
+			return err
+		}
+		defer tables.close()
+		defer bm.Close()
+		if err := bm.Register(metrics.Registry); err != nil {
+			return fmt.Errorf("bgp metrics: %w", err)
+		}
+		defer bm.Register(health.Unregistering{Reg: metrics.Registry}) // so the next build can register its own
+		if program {
+			overlayMgr = noPeers{om}
+		}
+	}
 	log.Info("node identity", "hostIPv4", addrString(id.IPv4), "hostIPv6", addrString(id.IPv6), "iface", id.Iface, "podMTU", podMTU)
 
 	// This node's record, built once: identity, blocks, the overlay's VTEP
@@ -328,6 +362,9 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	om.Publish(&self)
 	if wg != nil {
 		wg.Publish(&self)
+	}
+	if cfg.BGP.Enabled { // the mesh peers with the nodes whose record has an AS
+		self.BGPAS = strconv.FormatUint(uint64(cfg.BGP.ASN), 10)
 	}
 	grace := cfg.GracePeriod
 	if grace == 0 {
@@ -391,6 +428,10 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 		managers = append(managers, wg) // after the overlay: its routes are the peers'
 		parts = append(parts, wg)       // after the overlay's: it adds to its families
 	}
+	if bm != nil {
+		managers = append(managers, bm) // after the overlay: its routes are the peers'
+		parts = append(parts, bm)
+	}
 	managers = append(managers, agent.NewKeeperManager(keeper, agent.KeeperOptions{
 		KeepPeriod:  cfg.DeviceCheckPeriod,
 		GuardPeriod: cfg.AllowlistCheckPeriod, // the pod source check was an allowlist chain: same period
@@ -424,6 +465,10 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 		if err := wg.Watch(ctx, a.NotifyApply); err != nil {
 			return err
 		}
+	}
+	if bm != nil {
+		w.Register("bgp", bm.Interest(), bm.Events(a.NotifyApply))
+		p.bgpChanges.SetWake(a.NotifyApply)
 	}
 	hr.Done = func() { pv.HostChanged(); a.NotifyPeers() }
 	w.Register("host", hostread.Watch{R: hr}.Interest(cfg), hostread.Watch{R: hr})

@@ -191,7 +191,7 @@ type Manager struct {
 	// mu guards the family routes, the refusals and the route check hint.
 	mu          sync.Mutex
 	dirtyRoutes bool
-	refused     map[netip.Prefix]refusal
+	refused     map[pathKey]refusal
 	total       map[string]uint64
 }
 
@@ -236,7 +236,7 @@ func New(cfg Config, sp Speaker, newTable NewTable) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger.With("component", "bgp"), sp: sp, start: cfg.Now(),
 		mesh: map[netip.Addr]string{}, nodes: map[string]node{}, blockOwner: map[netip.Prefix]string{},
-		resolveMemo: map[netip.Addr]resolved{}, refused: map[netip.Prefix]refusal{}, total: map[string]uint64{},
+		resolveMemo: map[netip.Addr]resolved{}, refused: map[pathKey]refusal{}, total: map[string]uint64{},
 		poll: true, recompute: true, dirtyRoutes: true,
 	}
 	m.local = map[netip.Addr]bool{}
@@ -557,21 +557,27 @@ func (m *Manager) CheckPeriod() time.Duration { return m.cfg.CheckPeriod }
 func (m *Manager) updateRoutes() {
 	n := len(m.learned)
 	want := map[int]map[netip.Prefix]routes.Target{4: make(map[netip.Prefix]routes.Target, n), 6: {}}
-	refused := map[netip.Prefix]refusal{}
+	refused := map[pathKey]refusal{}
 	learnedAt := make(map[netip.Prefix]bool, n)
 	accepted := 0
 	now := m.cfg.Now()
 	if m.cfg.Program {
+		// The speaker lists every path to a prefix, best first: the
+		// first that passes the checks is programmed, so a peer whose
+		// path the speaker prefers (a shorter AS path) cannot take a
+		// prefix away from its owner by announcing it.
 		for _, r := range m.learned {
 			p := r.Prefix.Masked()
 			learnedAt[p] = true
-			t, reason, detail := m.check(r)
-			if reason != "" {
-				refused[p] = refusal{Route: r, reason: reason, detail: detail}
-				continue
+			if _, ok := want[famOf(p)][p]; ok {
+				continue // a better path was accepted
 			}
-			if m.family(p) == nil {
-				refused[p] = refusal{Route: r, reason: reasonUnreachable, detail: fmt.Sprintf("no IPv%d route table", famOf(p))}
+			t, reason, detail := m.check(r)
+			if reason == "" && m.family(p) == nil {
+				reason, detail = reasonUnreachable, fmt.Sprintf("no IPv%d route table", famOf(p))
+			}
+			if reason != "" {
+				refused[pathKey{p, r.Peer}] = refusal{Route: r, reason: reason, detail: detail}
 				continue
 			}
 			want[famOf(p)][p] = t
@@ -588,19 +594,19 @@ func (m *Manager) updateRoutes() {
 	m.accepted = accepted
 	m.mu.Lock()
 	logged := 0
-	for _, p := range slices.SortedFunc(maps.Keys(refused), netip.Prefix.Compare) {
-		r := refused[p]
-		old, ok := m.refused[p]
-		if ok && old.reason == r.reason && old.Peer == r.Peer && old.NextHop == r.NextHop {
+	for _, k := range slices.SortedFunc(maps.Keys(refused), pathKey.compare) {
+		r := refused[k]
+		old, ok := m.refused[k]
+		if ok && old.reason == r.reason && old.NextHop == r.NextHop {
 			r.since = old.since
 		} else {
 			r.since = now
 			m.total[r.reason]++
 			if logged++; logged <= maxLogged {
-				m.log.Warn("refused a learned route", "prefix", p, "peer", r.Peer, "nextHop", r.NextHop, "reason", r.reason, "detail", r.detail)
+				m.log.Warn("refused a learned route", "prefix", k.prefix, "peer", r.Peer, "nextHop", r.NextHop, "reason", r.reason, "detail", r.detail)
 			}
 		}
-		refused[p] = r
+		refused[k] = r
 	}
 	if logged > maxLogged {
 		m.log.Warn("refused more learned routes (see routeletd status)", "more", logged-maxLogged)
@@ -610,6 +616,20 @@ func (m *Manager) updateRoutes() {
 	for _, f := range m.fams {
 		m.setRoutes(f, want[f.v])
 	}
+}
+
+// pathKey names one learned path: its prefix and the session it came
+// from.
+type pathKey struct {
+	prefix netip.Prefix
+	peer   netip.Addr
+}
+
+func (k pathKey) compare(o pathKey) int {
+	if c := k.prefix.Compare(o.prefix); c != 0 {
+		return c
+	}
+	return k.peer.Compare(o.peer)
 }
 
 // maxLogged bounds the refusals one pass logs one by one.

@@ -19,6 +19,15 @@ type Options struct {
 	StateDir      string
 	IfacePrefix   string
 	RouteProtocol int
+	// BGPRouteProtocol, when not 0, is the kernel route protocol of the
+	// routes routeletd's BGP speaker learned (bgp-route-protocol): the
+	// main table's routes carrying it that go via a gateway — the only
+	// kind the BGP manager writes — are removed too. The caller sets it
+	// only when bgp is on in the configuration cleanup runs with: 186 is
+	// also what other routing daemons (FRR) give their routes, so with bgp
+	// off routes of that protocol are not taken for routelet's. Ignored
+	// when it is RouteProtocol (those are removed anyway).
+	BGPRouteProtocol int
 	// VXLANDevices are deleted when they exist and are VXLAN links (a link
 	// of another type with such a name is not routelet's and stays).
 	VXLANDevices []string
@@ -119,26 +128,8 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 
 	// Routes carrying our protocol are ours (docs/design.md: every route routelet
 	// programs carries it); nothing else is touched.
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		filter := &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: netlink.RouteProtocol(opts.RouteProtocol)}
-		rs, err := netlink.RouteListFiltered(fam, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("cleanup: list routes: %w", err))
-			continue
-		}
-		for i := range rs {
-			r := &rs[i]
-			if err := netlink.RouteDel(r); err != nil && !nlutil.NotFound(err) {
-				errs = append(errs, fmt.Errorf("cleanup: delete route %s: %w", r, err))
-				continue
-			}
-			desc := "default"
-			if r.Dst != nil {
-				desc = r.Dst.String()
-			}
-			log.Info("deleted route", "cidr", desc, "ifindex", r.LinkIndex, "type", r.Type)
-			rep.Routes = append(rep.Routes, desc)
-		}
+	if err := removeOwnedRoutes(opts, &rep, log); err != nil {
+		errs = append(errs, err)
 	}
 
 	if err := removeAllowlist(opts.IptablesBackend, log); err != nil {
@@ -172,4 +163,61 @@ func Run(opts Options, log *slog.Logger) (Report, error) {
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// removeOwnedRoutes deletes the routes opts say are routelet's: every one
+// of RouteProtocol, and those via a gateway of BGPRouteProtocol when it
+// is set (and another protocol).
+func removeOwnedRoutes(opts Options, rep *Report, log *slog.Logger) error {
+	err := removeRoutes(opts.RouteProtocol, false, rep, log)
+	if p := opts.BGPRouteProtocol; p != 0 && p != opts.RouteProtocol {
+		err = errors.Join(err, removeRoutes(p, true, rep, log))
+	}
+	return err
+}
+
+// removeRoutes deletes the main table's routes carrying protocol, IPv4
+// and IPv6; with viaOnly only those with a gateway (unicast via a next
+// hop, the BGP manager's kind). Routes already gone are not errors.
+func removeRoutes(protocol int, viaOnly bool, rep *Report, log *slog.Logger) error {
+	var errs []error
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		filter := &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: netlink.RouteProtocol(protocol)}
+		rs, err := netlink.RouteListFiltered(fam, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: list routes of protocol %d: %w", protocol, err))
+			continue
+		}
+		for i := range rs {
+			r := &rs[i]
+			if viaOnly && (r.Type != unix.RTN_UNICAST || !hasGateway(r)) {
+				continue
+			}
+			if err := netlink.RouteDel(r); err != nil && !nlutil.NotFound(err) {
+				errs = append(errs, fmt.Errorf("cleanup: delete route %s: %w", r, err))
+				continue
+			}
+			desc := "default"
+			if r.Dst != nil {
+				desc = r.Dst.String()
+			}
+			log.Info("deleted route", "cidr", desc, "ifindex", r.LinkIndex, "type", r.Type, "protocol", protocol)
+			rep.Routes = append(rep.Routes, desc)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hasGateway reports whether r goes via a next hop (itself or, multipath,
+// each of its next hops).
+func hasGateway(r *netlink.Route) bool {
+	if len(r.MultiPath) > 0 {
+		for _, nh := range r.MultiPath {
+			if nh.Gw == nil && nh.Via == nil {
+				return false
+			}
+		}
+		return true
+	}
+	return r.Gw != nil || r.Via != nil
 }

@@ -12,7 +12,13 @@
 //     its pid file in <stateDir>/wireguard names, only while that
 //     process's command line is the datapath's for the device;
 //  3. every route carrying routelet's route protocol in the main table, IPv4
-//     and IPv6 (pod routes, the local blocks' blackholes);
+//     and IPv6 (pod routes, the local blocks' blackholes, the routes to the
+//     peers' blocks); with bgp on in the configuration cleanup runs with,
+//     also the main table's routes via a gateway carrying
+//     bgp-route-protocol (default 186, the learned BGP routes). With bgp
+//     off those stay: 186 is also what FRR gives its routes, and cleanup
+//     never removes a route it cannot tell is routelet's (run it with bgp
+//     on to remove an earlier BGP run's routes);
 //  4. the jumps to routelet's iptables chains, the ROUTELET-* chains
 //     (IPv4 and IPv6, through the configured iptables backend) and then
 //     every ipset named routelet-*;

@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 
 	"github.com/routelet/routelet/daemon/allowsetup"
+	"github.com/routelet/routelet/daemon/bgpmgr"
 	"github.com/routelet/routelet/daemon/cleanup"
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/instance"
@@ -80,8 +82,14 @@ func Cleanup(args []string) int {
 	if fi, err := os.Lstat(filepath.Join(cfg.StateDir, wireguard.KeyDir)); cfg.Encrypted() || err == nil && fi.IsDir() {
 		wgDevice = cfg.WireGuard.Device
 	}
+	// The learned BGP routes are routelet's only with bgp on: their
+	// protocol (186 by default) is also other routing daemons' (FRR).
+	bgpProto := 0
+	if cfg.BGP.Enabled {
+		bgpProto = cmp.Or(cfg.BGP.RouteProtocol, bgpmgr.DefaultRouteProtocol)
+	}
 	rep, err := cleanup.Run(cleanup.Options{StateDir: cfg.StateDir, IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol,
-		VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, WireGuardDevice: wgDevice,
+		BGPRouteProtocol: bgpProto, VXLANDevices: []string{cfg.VXLANDevice, overlay.DeviceVXLANv6}, WireGuardDevice: wgDevice,
 		IptablesBackend: allowsetup.Backend(cfg.IptablesBackend)}, log)
 	log.Info("cleanup done", "links", len(rep.Links), "routes", len(rep.Routes), "paths", len(rep.Paths), "left", len(rep.Left))
 	if err != nil {

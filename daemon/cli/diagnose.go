@@ -136,6 +136,7 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		Mode: mode, VXLANDevice: cfg.VXLANDevice, VNI: cfg.VXLANVNI, Port: cfg.VXLANPort, MTU: cfg.MTU,
 		PodCIDRs: cfg.PodCIDRs, ExternalNodeCIDRs: cfg.ExternalNodeCIDRs, Datastore: cfg.Datastore,
 		Encrypted: cfg.Encrypted(), WireGuardDevice: cfg.WireGuard.Device, WireGuardPort: cfg.WireGuard.Port,
+		BGP: cfg.BGP.Enabled, BGPRouteProtocol: cfg.BGP.RouteProtocol, BGPProgram: bgpProgram(cfg),
 	}, st, k, d.src, d.dst, opts)
 	var aerr *diagnose.ArgError
 	if errors.As(err, &aerr) {
@@ -158,6 +159,13 @@ func diagnoseMain(args []string, stdout, stderr io.Writer) int {
 		return ExitFail
 	}
 	return ExitOK
+}
+
+// bgpProgram reports whether the BGP speaker programs the routes it
+// learns: encapsulation none and no encryption (otherwise it only
+// announces, and the overlay or WireGuard routes pod traffic).
+func bgpProgram(cfg *config.Config) bool {
+	return cfg.BGP.Enabled && cfg.Encapsulation == config.EncapNone && !cfg.Encrypted()
 }
 
 // askDaemon asks the daemon of stateDir for its state; when none answers

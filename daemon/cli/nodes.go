@@ -25,7 +25,7 @@ const nodesUsage = `usage: routeletd nodes list [--output text|json] [daemon fla
        routeletd nodes show NAME [--output text|json] [daemon flags]
        routeletd nodes add NAME --host-ipv4 IP [--host-ipv6 IP] --block CIDR... [--vtep-mac MAC] [--vtep-mac-v6 MAC]
                            [--tunnel-ipv4 IP] [--tunnel-ipv6 IP] [--wireguard-public-key KEY [--wireguard-listen-port PORT]]
-                           [--replace] [daemon flags]
+                           [--bgp-as N] [--replace] [daemon flags]
        routeletd nodes add --from FILE [--replace] [daemon flags]   (a record as another node's nodes/<name>.json; - for stdin)
        routeletd nodes remove NAME [daemon flags]
 
@@ -33,7 +33,8 @@ The file datastore's peer records in <state-dir>/nodes/. A record is
 written only when the daemon would accept every value of it (the same
 checks: each value on its own, then against this node and the other
 records); a refusal names the value. Daemon flags (state-dir, node-name,
-pod-cidr, config, …) say which node's state directory this is.
+pod-cidr, config, …) say which node's state directory this is; nodes add's
+--bgp-as is the peer's BGP AS number (the daemon's own bgp-as is not read).
 `
 
 // nodesFlags are the nodes subcommand's own flags beside --output (name →
@@ -42,10 +43,11 @@ var nodesFlags = map[string]bool{
 	"from": false, "replace": true,
 	"host-ipv4": false, "host-ipv6": false, "block": false, "vtep-mac": false, "vtep-mac-v6": false,
 	"tunnel-ipv4": false, "tunnel-ipv6": false, "wireguard-public-key": false, "wireguard-listen-port": false,
+	"bgp-as": false,
 }
 
 // recordFlags are the value flags of nodes add, the record's fields.
-var recordFlags = []string{"host-ipv4", "host-ipv6", "block", "vtep-mac", "vtep-mac-v6", "tunnel-ipv4", "tunnel-ipv6", "wireguard-public-key", "wireguard-listen-port"}
+var recordFlags = []string{"host-ipv4", "host-ipv6", "block", "vtep-mac", "vtep-mac-v6", "tunnel-ipv4", "tunnel-ipv6", "wireguard-public-key", "wireguard-listen-port", "bgp-as"}
 
 // Nodes lists, shows, adds or removes peer records of the file
 // datastore.
@@ -373,6 +375,13 @@ func recordFromArgs(name string, got map[string][]string) (*state.Node, error) {
 			return nil, usageError{fmt.Sprintf("--wireguard-listen-port %q is not a port (1-65535)", port)}
 		}
 		n.WireGuardPort = p
+	}
+	if as := lastValue(got, "bgp-as", ""); as != "" {
+		asn, err := peers.ParseASN(as)
+		if err != nil {
+			return nil, usageError{fmt.Sprintf("--bgp-as %q is %v", as, err)}
+		}
+		n.BGPAS = int(asn)
 	}
 	for _, v := range got["block"] {
 		for _, b := range strings.Split(v, ",") {

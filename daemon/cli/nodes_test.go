@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,5 +86,51 @@ func TestNodesWireGuard(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"wireguardPublicKey": "`+keyB+`"`) || !strings.Contains(out.String(), `"wireguardPort": 51821`) {
 		t.Errorf("nodes show node-b:\n%s", out.String())
+	}
+}
+
+// TestNodesBGPAS: nodes add writes a peer's BGP AS as bgpAS, refusing,
+// naming the value, one that is not an AS number; show prints it.
+func TestNodesBGPAS(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	store, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{NodeName: "node-a", StateDir: dir, Datastore: config.DatastoreFile, RouteProtocol: 80, IfacePrefix: "cali",
+		VXLANDevice: "vxlan.calico", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}
+	flags := func(as string) map[string][]string {
+		return map[string][]string{"host-ipv4": {"198.51.100.2"}, "block": {"10.244.2.0/24"}, "bgp-as": {as}}
+	}
+	if err := addNode(store, cfg, "node-b", flags("4200000000")); err != nil {
+		t.Fatalf("nodes add node-b --bgp-as 4200000000: %v", err)
+	}
+	if n, err := store.GetNode("node-b"); err != nil || n.BGPAS != 4200000000 {
+		t.Fatalf("node-b's record = %+v, %v; want bgpAS 4200000000", n, err)
+	}
+	for _, as := range []string{"0", "4294967295", "-1", "AS65000", "65000.5"} {
+		err := addNode(store, cfg, "node-c", flags(as))
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), `--bgp-as "`+as+`"`) {
+			t.Errorf("nodes add --bgp-as %s: %v; want a usage error naming the value", as, err)
+		}
+		if _, err := store.GetNode("node-c"); !errors.Is(err, state.ErrNotFound) {
+			t.Errorf("refused record node-c was written (%v)", err)
+		}
+	}
+	var out bytes.Buffer
+	if err := showNode(&out, store, cfg, "node-b", "json"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"bgpAS": 4200000000`) {
+		t.Errorf("nodes show node-b:\n%s", out.String())
+	}
+	// From a file too, checked by the daemon's own validation.
+	rec := filepath.Join(t.TempDir(), "node-d.json")
+	if err := os.WriteFile(rec, []byte(`{"name":"node-d","hostIPv4":"198.51.100.4","blocks":["10.244.4.0/24"],"bgpAS":4294967295}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := addNode(store, cfg, "", map[string][]string{"from": {rec}}); err == nil || !strings.Contains(err.Error(), `bgpAS "4294967295" refused`) {
+		t.Errorf("nodes add --from with a bad bgpAS: %v; want the refusal", err)
 	}
 }

@@ -145,10 +145,22 @@ type key struct {
 	def    []string
 	list   bool
 	isBool bool
+	// sep separates a list key's values in the environment, in a file's
+	// scalar and in one flag; "" is ",". A key whose values hold commas
+	// (bgp-peer) takes another.
+	sep string
 	// envAliases are environment variables read, in order, when
 	// ROUTELET_<NAME> is unset (e.g. etcdctl's ETCDCTL_ENDPOINTS).
 	envAliases []string
 	set        func(c *Config, vals []string) error
+}
+
+// separator is what separates the key's list values: sep, or ",".
+func (k key) separator() string {
+	if k.sep == "" {
+		return ","
+	}
+	return k.sep
 }
 
 // EnvName returns the environment variable for a key name: ROUTELET_<NAME>.
@@ -318,6 +330,7 @@ func keys() []key {
 	ks = append(ks, kubernetesKeys()...)
 	ks = append(ks, goRuntimeKeys()...)
 	ks = append(ks, wireguardKeys()...)
+	ks = append(ks, bgpKeys()...)
 	return ks
 }
 
@@ -377,7 +390,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		return nil
 	})
 	for _, k := range ks {
-		fs.Var(&recorder{name: k.name, list: k.list, isBool: k.isBool, def: strings.Join(k.def, ","), into: flagVals}, k.name, k.help)
+		fs.Var(&recorder{name: k.name, list: k.list, isBool: k.isBool, sep: k.separator(), def: strings.Join(k.def, k.separator()), into: flagVals}, k.name, k.help)
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "usage: routeletd [flags]\n"+
@@ -437,7 +450,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 			continue
 		}
 		if k.list {
-			envVals[k.name] = splitList(v)
+			envVals[k.name] = splitList(v, k.separator())
 		} else {
 			envVals[k.name] = []string{v}
 		}
@@ -464,7 +477,7 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 				break
 			}
 			if err := k.set(c, v); err != nil {
-				return nil, &Error{Key: k.name, Source: layers[i].src, Value: strings.Join(v, ","), Err: err}
+				return nil, &Error{Key: k.name, Source: layers[i].src, Value: strings.Join(v, k.separator()), Err: err}
 			}
 			c.sources[k.name] = layers[i].src
 			break
@@ -476,6 +489,9 @@ func Load(args []string, getenv func(string) (string, bool), readFile func(strin
 		}
 	}
 	if err := c.checkWireGuard(); err != nil {
+		return nil, err
+	}
+	if err := c.checkBGP(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -536,7 +552,7 @@ func parseFile(data []byte, ks []key) (map[string][]string, error) {
 			}
 		case vn.Kind == yaml.ScalarNode:
 			if k.list {
-				out[k.name] = splitList(vn.Value)
+				out[k.name] = splitList(vn.Value, k.separator())
 			} else {
 				out[k.name] = []string{vn.Value}
 			}
@@ -556,9 +572,10 @@ func parseFile(data []byte, ks []key) (map[string][]string, error) {
 	return out, nil
 }
 
-func splitList(s string) []string {
+// splitList splits a list key's value at sep, dropping empty elements.
+func splitList(s, sep string) []string {
 	out := []string{}
-	for _, p := range strings.Split(s, ",") {
+	for _, p := range strings.Split(s, sep) {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}
@@ -572,6 +589,7 @@ type recorder struct {
 	name   string
 	list   bool
 	isBool bool
+	sep    string // the list separator
 	def    string // shown by -h
 	into   map[string][]string
 }
@@ -587,7 +605,7 @@ func (r *recorder) String() string {
 // Set records one occurrence of the flag; list flags accumulate.
 func (r *recorder) Set(s string) error {
 	if r.list {
-		r.into[r.name] = append(r.into[r.name], splitList(s)...)
+		r.into[r.name] = append(r.into[r.name], splitList(s, r.sep)...)
 		return nil
 	}
 	r.into[r.name] = []string{s}

@@ -49,6 +49,7 @@ func TestDefaults(t *testing.T) {
 		CNIConfName: DefaultCNIConfName,
 		NATOutgoing: true, IptablesBackend: "auto", AllowlistCheckPeriod: time.Second, Etcd: Etcd{Prefix: "/routelet"}, GoRuntime: GoRuntime{GCPercent: 40},
 		Encryption: "none", WireGuard: WireGuard{Port: 51820, Device: "wireguard.cali", Implementation: "auto"},
+		BGP: BGP{ASN: 64512, NodeMesh: true, ListenPort: 179, GracefulRestart: true, RestartTime: 120 * time.Second, RouteProtocol: 186, MaxPrefixes: 10000},
 	}
 	got := *c
 	got.sources = nil
@@ -174,6 +175,7 @@ func TestEveryKey(t *testing.T) {
 	cases = append(cases, etcdKeyCases...)
 	cases = append(cases, goRuntimeKeyCases...)
 	cases = append(cases, wireguardKeyCases...)
+	cases = append(cases, bgpKeyCases...)
 	covered := map[string]bool{}
 	for _, tc := range cases {
 		covered[tc.key] = true

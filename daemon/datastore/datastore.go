@@ -127,8 +127,9 @@ func (p Peers) Peers() ([]peers.NodeInfo, int, []error, error) {
 // A Datastore's optional capabilities, each a named interface the daemon
 // asks for by type: Rescanner (re-read at a full sync), ReadyReporter
 // (told of readiness), Grower (claims more blocks), ClaimReporter (block
-// conflicts, also in Health), Collector (its own metrics, registered on
-// /metrics) and Closer (released when the daemon stops).
+// conflicts, also in Health), NodeBGPPeers (this node's own BGP peers),
+// Collector (its own metrics, registered on /metrics) and Closer
+// (released when the daemon stops).
 
 // Rescanner is optional for a Datastore that reads its peers from a
 // source without a complete watch (the file datastore: nodes/): Rescan
@@ -172,6 +173,23 @@ var ErrFixedBlocks = errors.New("this node's blocks are fixed by configuration")
 
 // ErrPoolFull: the pool has no free block.
 var ErrPoolFull = errors.New("the pool has no free block")
+
+// NodeBGPPeers is a Datastore keeping operator-set BGP peers for this
+// node (its ToR routers). Specs are ParseBGPPeer strings.
+//
+// OwnBGPPeers returns them as stored (none is an answer), each for the
+// daemon to parse with peers.ParseBGPPeer(spec, true): a datastore's
+// spec never names a password file. A change of them calls Watch's
+// changed. An error (the value cannot be read as specs, the datastore
+// was not read yet) leaves the daemon with the peers it had. The
+// Kubernetes datastore reads this node's Node annotation
+// routelet.io/bgp-peers (';'-separated), the etcd datastore the key
+// <prefix>/bgppeers/<node> (a JSON array); neither ever writes them. A
+// Datastore without it (file) gives the daemon only the configuration's
+// bgp-peer sessions.
+type NodeBGPPeers interface {
+	OwnBGPPeers() ([]string, error)
+}
 
 // ClaimReporter is optional for a Datastore in which another writer can
 // change this node's block claims (etcd): BlockConflicts returns, sorted

@@ -63,6 +63,9 @@ func (w *world) walk(s, d End) []Step {
 	if !ok {
 		remote, ok = s, !s.local
 	}
+	if ok && w.cfg.BGP && !w.cfg.BGPProgram {
+		steps = append(steps, w.bgpAnnounceStep())
+	}
 	for _, v := range fams {
 		if ok {
 			steps = append(steps, w.remote(remote, v)...)
@@ -466,6 +469,9 @@ func (w *world) remote(e End, v int) []Step {
 		first := !w.wgWalked[e.Node]
 		w.wgWalked[e.Node] = true
 		return append(steps, w.remoteWireGuard(e, rec, n, blocks, v, first)...)
+	}
+	if w.cfg.BGP && w.cfg.BGPProgram {
+		return append(steps, w.remoteBGP(e, n, blocks, v)...)
 	}
 	var via []string
 	for _, b := range blocks {

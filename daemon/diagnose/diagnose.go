@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/bgpmgr"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/daemon/statusapi"
@@ -56,6 +57,16 @@ type Config struct {
 	Encrypted       bool
 	WireGuardDevice string
 	WireGuardPort   int
+	// BGP is bgp on: the node runs a BGP speaker. With BGPProgram
+	// (encapsulation none and no encryption) the routes to the other
+	// nodes' blocks are the ones its peers announce, "<block> via <next
+	// hop> dev <uplink> proto <BGPRouteProtocol>" (default
+	// bgpmgr.DefaultRouteProtocol), and the steps bgp-route and
+	// bgp-session replace the overlay's route step; without it BGP only
+	// announces and the overlay (or WireGuard) routes pod traffic.
+	BGP              bool
+	BGPRouteProtocol int
+	BGPProgram       bool
 }
 
 // Status is a step's verdict.
@@ -214,6 +225,9 @@ type world struct {
 	// wgWalked: the far nodes whose WireGuard peer was checked (with the
 	// first family walked).
 	wgWalked map[string]bool
+	// daemon is what the running daemon's state endpoint answered (nil:
+	// nothing); its bgp block and tables are what the BGP steps read.
+	daemon *statusapi.State
 }
 
 // family is the overlay of one IP family as the daemon computes it.
@@ -244,7 +258,11 @@ func load(cfg Config, st State, k Kernel, daemon *statusapi.State) (*world, erro
 	if cfg.WireGuardPort == 0 {
 		cfg.WireGuardPort = defaults.WireGuardPort
 	}
-	w := &world{cfg: cfg, k: k, records: map[string]peers.Record{}, valid: map[string]peers.NodeInfo{}, fams: map[int]*family{}, kroute: map[int][]Route{}, wgWalked: map[string]bool{}}
+	if cfg.BGPRouteProtocol == 0 {
+		cfg.BGPRouteProtocol = bgpmgr.DefaultRouteProtocol
+	}
+	w := &world{cfg: cfg, k: k, records: map[string]peers.Record{}, valid: map[string]peers.NodeInfo{}, fams: map[int]*family{}, kroute: map[int][]Route{}, wgWalked: map[string]bool{},
+		daemon: daemon}
 	var err error
 	if w.status, err = st.DaemonStatus(); err != nil {
 		w.notes = append(w.notes, fmt.Sprintf("daemon.json unreadable: %v", err))

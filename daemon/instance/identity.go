@@ -37,6 +37,7 @@ var SettingKeys = map[string]bool{
 	"iptables-backend": false, "route-protocol": false, "interface-prefix": false,
 	"etcd-endpoints": false, "etcd-ca-file": false, "etcd-cert-file": false, "etcd-key-file": false, "etcd-prefix": false,
 	"encryption": false, "wireguard-port": false, "wireguard-device": false, "wireguard-implementation": false,
+	"bgp": true, "bgp-route-protocol": false,
 }
 
 // Settings renders cfg's values of SettingKeys, one string per value of a
@@ -64,6 +65,7 @@ func Settings(cfg *config.Config) map[string][]string {
 		"etcd-cert-file": one(cfg.Etcd.CertFile), "etcd-key-file": one(cfg.Etcd.KeyFile), "etcd-prefix": one(cfg.Etcd.Prefix),
 		"encryption": one(cfg.Encryption), "wireguard-port": one(strconv.Itoa(cfg.WireGuard.Port)),
 		"wireguard-device": one(cfg.WireGuard.Device), "wireguard-implementation": one(cfg.WireGuard.Implementation),
+		"bgp": one(strconv.FormatBool(cfg.BGP.Enabled)), "bgp-route-protocol": one(strconv.Itoa(cfg.BGP.RouteProtocol)),
 	}
 }
 

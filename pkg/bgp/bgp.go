@@ -1,6 +1,3 @@
-// Package bgp is routeletd's BGP speaker: the GoBGP library
-// (github.com/osrg/gobgp/v3) run in-process, announcing this node's pod
-// blocks and handing back the routes its peers announce.
 package bgp
 
 import (

@@ -13,7 +13,9 @@
 //     prefix that can be a pod block at all (nodespace.CheckBlock: never /0,
 //     loopback, link-local, multicast), the WireGuard public key 32 bytes
 //     of base64 and not all zero, the WireGuard port 1–65535 (absent: the
-//     default 51820; refused: the node gets no WireGuard).
+//     default 51820; refused: the node gets no WireGuard), the BGP AS
+//     number 1–4294967294 (absent: the node speaks no BGP; refused: the
+//     node gets no BGP). An AS number is no claim: nodes may share one.
 //   - Resolve checks the records against this node and against each other.
 //     A record carrying one of our host IPs, our VTEP MAC, our tunnel
 //     address or our WireGuard public key is refused whole. A block overlapping the node's own

@@ -64,6 +64,7 @@ type vrec struct {
 	rec     Record
 	name    string    // the parsed name; "" when it is unusable
 	parsed  []Refusal // Parse's refusals
+	bgp     BGPNode   // the parsed BGP values (no claims: taken as they are)
 	whole   string    // why the record is refused whole, "" when it is not
 	items   []*item   // its claims, stamped
 	out     NodeInfo  // its accepted values
@@ -180,6 +181,7 @@ func (e *resolver) pass(self Self, host nodespace.Host, records []Record, seen m
 		st.rec.Blocks = slices.Clone(r.Blocks)
 		var n NodeInfo
 		n, st.parsed = parse(*r)
+		st.bgp = n.BGP
 		if st.name = n.Name; st.name != "" {
 			st.items = claims(n, &st.rec.Updated)
 			st.whole = wholeRecord(self, host, n)
@@ -440,6 +442,7 @@ func (e *resolver) touch(st *vrec) {
 	case st.whole != "":
 		st.refused = append(st.refused, Refusal{Node: st.name, Field: FieldRecord, Value: st.name, Reason: st.whole})
 	default:
+		st.out.BGP = st.bgp
 		for _, it := range st.items {
 			if it.why != "" {
 				st.refused = append(st.refused, Refusal{Node: it.Node, Field: it.Field, Value: it.Value, Reason: it.why})

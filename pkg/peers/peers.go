@@ -30,6 +30,8 @@ const (
 
 	FieldWireGuardPublicKey = "wireguardPublicKey"
 	FieldWireGuardPort      = "wireguardPort"
+
+	FieldBGPAS = "bgpAS"
 )
 
 // Record is a node record as a datastore delivers it, before validation:
@@ -43,6 +45,9 @@ type Record struct {
 	// WireGuardPublicKey is the node's WireGuard public key (base64);
 	// WireGuardPort its listen port in decimal, "" for the default.
 	WireGuardPublicKey, WireGuardPort string
+	// BGPAS is the AS number of the node's BGP speaker in decimal, ""
+	// when the node runs none.
+	BGPAS string
 	// Updated is the record's own time stamp. It only orders values that
 	// are first seen in the same pass; it never overrides what this
 	// daemon saw first.
@@ -155,11 +160,12 @@ func (r Refusal) Error() string {
 func (r Record) Equal(o Record) bool {
 	return r.Name == o.Name && r.HostIPv4 == o.HostIPv4 && r.HostIPv6 == o.HostIPv6 && slices.Equal(r.Blocks, o.Blocks) &&
 		r.VTEPMAC == o.VTEPMAC && r.VTEPMACv6 == o.VTEPMACv6 && r.TunnelIPv4 == o.TunnelIPv4 && r.TunnelIPv6 == o.TunnelIPv6 &&
-		r.WireGuardPublicKey == o.WireGuardPublicKey && r.WireGuardPort == o.WireGuardPort && r.Updated.Equal(o.Updated)
+		r.WireGuardPublicKey == o.WireGuardPublicKey && r.WireGuardPort == o.WireGuardPort && r.BGPAS == o.BGPAS &&
+		r.Updated.Equal(o.Updated)
 }
 
 // FromState converts a file-datastore record (a port of 0, the JSON
-// field absent, is "": the default).
+// field absent, is "": the default; an AS of 0 is "": no BGP).
 func FromState(n *state.Node) Record {
 	r := Record{
 		Name: n.Name, HostIPv4: n.HostIPv4, HostIPv6: n.HostIPv6, Blocks: slices.Clone(n.Blocks),
@@ -169,24 +175,29 @@ func FromState(n *state.Node) Record {
 	if n.WireGuardPort != 0 {
 		r.WireGuardPort = strconv.Itoa(n.WireGuardPort)
 	}
+	if n.BGPAS != 0 {
+		r.BGPAS = strconv.Itoa(n.BGPAS)
+	}
 	return r
 }
 
 // ToState is the record as the file datastore (and etcd) store it; its
 // time stamp is left for the writer to set. It is for this node's own
-// record, whose port is "" or a number: anything else is stored as 0 (the
-// default).
+// record, whose port and AS are "" or a number: anything else is stored as
+// 0 (the default port; no BGP).
 func ToState(r Record) state.Node {
 	port, _ := strconv.Atoi(r.WireGuardPort)
+	asn, _ := strconv.Atoi(r.BGPAS)
 	return state.Node{Name: r.Name, HostIPv4: r.HostIPv4, HostIPv6: r.HostIPv6, Blocks: slices.Clone(r.Blocks),
 		VTEPMAC: r.VTEPMAC, VTEPMACv6: r.VTEPMACv6, TunnelIPv4: r.TunnelIPv4, TunnelIPv6: r.TunnelIPv6,
-		WireGuardPublicKey: r.WireGuardPublicKey, WireGuardPort: port}
+		WireGuardPublicKey: r.WireGuardPublicKey, WireGuardPort: port, BGPAS: asn}
 }
 
 // Parse checks one record on its own (see the package doc) and returns the
 // values that passed. An unusable name refuses the whole record; any other
 // bad value is dropped and reported. A refused WireGuard port leaves the
-// node without WireGuard (a zero WireGuard), though its key is valid.
+// node without WireGuard (a zero WireGuard), though its key is valid; a
+// refused AS number leaves it without BGP (a zero BGP).
 func Parse(r Record) (NodeInfo, []Refusal) {
 	n, refused := parse(r)
 	if n.WireGuard.Port == 0 {
@@ -267,6 +278,13 @@ func parse(r Record) (NodeInfo, []Refusal) {
 		if _, err := parseWireGuardPort(r.WireGuardPort); err != nil {
 			refuse(FieldWireGuardPort, r.WireGuardPort, err.Error())
 		}
+	}
+	if r.BGPAS != "" {
+		asn, err := ParseASN(r.BGPAS)
+		if err != nil {
+			refuse(FieldBGPAS, r.BGPAS, err.Error())
+		}
+		n.BGP.ASN = asn
 	}
 	return n, refused
 }

@@ -556,6 +556,7 @@ func TestValidatorIncrementalMatchesResolve(t *testing.T) {
 			TunnelIPv4:         pick("", "10.244.50.0", "10.244.51.0"),
 			WireGuardPublicKey: pick("", "", wgKey(1).String(), wgKey(2).String(), self.WireGuardKey.String(), "bogus"),
 			WireGuardPort:      pick("", "", "51821", "0"),
+			BGPAS:              pick("", "", "64512", "4200000000", "0"),
 			Updated:            t0.Add(time.Duration(rng.IntN(3)) * time.Hour)}
 		for range rng.IntN(3) {
 			r.Blocks = append(r.Blocks, pick("10.244.50.0/24", "10.244.50.0/25", "10.244.50.128/26", "10.244.51.0/24", "10.244.0.0/16",
@@ -718,7 +719,8 @@ func nodeEqual(x, y NodeInfo) bool {
 	ep := func(a, b Endpoint) bool {
 		return a.HostIP == b.HostIP && a.TunnelAddr == b.TunnelAddr && bytes.Equal(a.VTEPMAC, b.VTEPMAC)
 	}
-	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks) && x.WireGuard == y.WireGuard
+	return x.Name == y.Name && ep(x.IPv4, y.IPv4) && ep(x.IPv6, y.IPv6) && slices.Equal(x.Blocks, y.Blocks) && x.WireGuard == y.WireGuard &&
+		x.BGP == y.BGP
 }
 
 // BenchmarkResolve1000: 1,000 established dual-stack peers re-validated,

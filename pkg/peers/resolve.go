@@ -223,6 +223,7 @@ func Resolve(in Input) Result {
 		byName[n.Name] = true
 		out := &outs[len(lives)]
 		out.Name = n.Name
+		out.BGP = n.BGP // an AS number is no claim: nodes share one
 		lives = append(lives, liveRec{out, its})
 		items = append(items, its...)
 		live = append(live, its...)

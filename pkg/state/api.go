@@ -64,9 +64,12 @@ type Node struct {
 	// WireGuardPublicKey is the node's WireGuard public key (base64), ""
 	// when encryption is off; WireGuardPort its listen port, 0 for the
 	// default (51820). The endpoint is HostIPv4 at that port, else HostIPv6.
-	WireGuardPublicKey string    `json:"wireguardPublicKey,omitempty"`
-	WireGuardPort      int       `json:"wireguardPort,omitempty"`
-	Updated            time.Time `json:"updated"`
+	WireGuardPublicKey string `json:"wireguardPublicKey,omitempty"`
+	WireGuardPort      int    `json:"wireguardPort,omitempty"`
+	// BGPAS is the AS number of the node's BGP speaker, 0 when it runs
+	// none (pkg/peers checks the range, as it does the WireGuard port's).
+	BGPAS   int       `json:"bgpAS,omitempty"`
+	Updated time.Time `json:"updated"`
 }
 
 // NodesDir returns the directory holding node records (for watchers).

@@ -47,5 +47,6 @@ func SameNode(x, y *Node) bool {
 	return x.Name == y.Name && x.HostIPv4 == y.HostIPv4 && x.HostIPv6 == y.HostIPv6 &&
 		slices.Equal(x.Blocks, y.Blocks) && x.VTEPMAC == y.VTEPMAC && x.VTEPMACv6 == y.VTEPMACv6 &&
 		x.TunnelIPv4 == y.TunnelIPv4 && x.TunnelIPv6 == y.TunnelIPv6 &&
-		x.WireGuardPublicKey == y.WireGuardPublicKey && x.WireGuardPort == y.WireGuardPort
+		x.WireGuardPublicKey == y.WireGuardPublicKey && x.WireGuardPort == y.WireGuardPort &&
+		x.BGPAS == y.BGPAS
 }

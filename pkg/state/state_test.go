@@ -756,3 +756,44 @@ func TestDaemonStatusWireGuardDevice(t *testing.T) {
 		t.Fatalf("ReadDaemonStatus = %+v, %v; want no WireGuard device", st, err)
 	}
 }
+
+// TestNodeBGPAS: the BGP AS number round-trips through the file datastore
+// and the etcd encoding as bgpAS, is left out when 0 (no BGP), and counts
+// for SameNode.
+func TestNodeBGPAS(t *testing.T) {
+	s := openTemp(t)
+	n := &Node{Name: "node-1", HostIPv4: "192.0.2.10", Blocks: []string{"10.244.1.0/26"}, BGPAS: 4200000000}
+	if err := s.PutNode(n); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(s.NodesDir(), "node-1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"bgpAS": 4200000000`) {
+		t.Errorf("record lacks bgpAS:\n%s", data)
+	}
+	got, err := s.GetNode("node-1")
+	if err != nil || got.BGPAS != 4200000000 || !SameNode(got, n) {
+		t.Fatalf("GetNode = %+v, %v; want the AS number back", got, err)
+	}
+	enc, err := EncodeNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec, err := DecodeNode(enc); err != nil || dec.BGPAS != n.BGPAS {
+		t.Fatalf("DecodeNode(EncodeNode) = %+v, %v", dec, err)
+	}
+	m := *n
+	m.BGPAS = 64512
+	if SameNode(&m, n) {
+		t.Error("SameNode ignores a changed BGP AS number")
+	}
+	plain, err := EncodeNode(&Node{Name: "node-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(plain), "bgp") {
+		t.Errorf("a record without BGP encodes a BGP field: %s", plain)
+	}
+}

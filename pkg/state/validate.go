@@ -158,8 +158,9 @@ func (n *Node) validate() error {
 	if err := validateMAC("VTEP MAC", n.VTEPMAC); err != nil {
 		return err
 	}
-	// The WireGuard key and port are left to pkg/peers, which refuses a
-	// bad one alone and keeps the rest of the record.
+	// The WireGuard key and port and the BGP AS number are left to
+	// pkg/peers, which refuses a bad one alone and keeps the rest of the
+	// record.
 	return validateMAC("VTEP MAC (IPv6)", n.VTEPMACv6)
 }
 

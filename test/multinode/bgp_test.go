@@ -55,7 +55,7 @@ type bgpStatus struct {
 	Peers    []bgpPeerStatus `json:"peers"`
 	// Refused counts the learned routes refused, by reason
 	// ("not-owner", "own-block", "outside-pools", …).
-	Refused map[string]int `json:"refused"`
+	Refused map[string]int `json:"refusedTotal"`
 }
 
 // bgpPeerStatus is one session in bgpStatus.
@@ -308,11 +308,13 @@ func routerPrefixes(b *birdtest.Bird) ([]string, error) {
 // waitRouterPrefixes waits until b's best BGP routes are exactly want.
 func waitRouterPrefixes(t *testing.T, b *birdtest.Bird, what string, want []string) {
 	t.Helper()
+	want = slices.Sorted(slices.Values(want))
 	netnstest.WaitFor(t, 30*time.Second, what, func() error {
 		got, err := routerPrefixes(b)
 		if err != nil {
 			return err
 		}
+		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			return fmt.Errorf("the router's BGP routes are %v, want %v", got, want)
 		}
@@ -505,7 +507,7 @@ func TestBGPRouter(t *testing.T) {
 			rcfg.Neighbors = append(rcfg.Neighbors, birdtest.Neighbor{Name: "mesh_" + s.Name, Address: netip.MustParsePrefix(s.Host4).Addr(),
 				ASN: nodeAS, LocalASN: nodeAS, NextHopSelf: true})
 		}
-		rcfg.Neighbors = append(rcfg.Neighbors, birdtest.Neighbor{Name: "router", Address: netip.MustParseAddr("10.0.1.1"), ASN: routerAS, LocalASN: nodeAS})
+		rcfg.Neighbors = append(rcfg.Neighbors, birdtest.Neighbor{Name: "tor", Address: netip.MustParseAddr("10.0.1.1"), ASN: routerAS, LocalASN: nodeAS})
 		rbird, err := c.c.StartBird(t.Context(), r.CNI.NS, rcfg)
 		if err != nil {
 			t.Fatal(err)
@@ -518,7 +520,7 @@ func TestBGPRouter(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitRouterSessions(t, rb, "node_r4")
-		waitRouterSessions(t, rbird, "mesh_a", "mesh_b", "mesh_c", "router")
+		waitRouterSessions(t, rbird, "mesh_a", "mesh_b", "mesh_c", "tor")
 		for _, n := range c.nodes {
 			waitPeers(t, n, "10.0.1.20")
 		}

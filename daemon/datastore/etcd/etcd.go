@@ -12,6 +12,7 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,6 +102,8 @@ type Datastore struct {
 	shared    bool                    // sorted was handed out by Peers since it last changed
 	bad       map[string]error        // skipped keys: why
 	live      map[string]bool         // nodes with a liveness key
+	ownPeers  []string                // this node's BGP peer specs (bgppeers/<node>)
+	ownPeersE error                   // why that key's value is unusable, nil when it is
 	listed    bool                    // the prefix was listed once
 	up        bool                    // the last request reached etcd
 	reachable bool                    // as up, but false until a request reached etcd (routelet_datastore_up)
@@ -115,7 +118,10 @@ type Datastore struct {
 	notTakenLogged map[netip.Prefix]bool                    // claims naming this node of blocks another publishes, logged
 }
 
-var _ datastore.Datastore = (*Datastore)(nil)
+var (
+	_ datastore.Datastore    = (*Datastore)(nil)
+	_ datastore.NodeBGPPeers = (*Datastore)(nil)
+)
 
 // New connects (lazily: an unreachable etcd is not an error here) to the
 // etcd cluster named by opts.Etcd.
@@ -219,6 +225,7 @@ func (d *Datastore) configKey() string      { return d.o.Etcd.Prefix + "/config"
 func (d *Datastore) blocksPrefix() string   { return d.o.Etcd.Prefix + "/blocks/" }
 func (d *Datastore) nodesPrefix() string    { return d.o.Etcd.Prefix + "/nodes/" }
 func (d *Datastore) livenessPrefix() string { return d.o.Etcd.Prefix + "/liveness/" }
+func (d *Datastore) bgpPeersPrefix() string { return d.o.Etcd.Prefix + "/bgppeers/" }
 func (d *Datastore) nodeKey(n string) string {
 	return d.nodesPrefix() + n
 }
@@ -439,6 +446,7 @@ func (d *Datastore) relist(ctx context.Context, why string) (int64, error) {
 	oldBad := d.bad
 	d.recs, d.bad, d.live, d.blockKVs = map[string]peers.Record{}, map[string]error{}, map[string]bool{}, map[string]blockKV{}
 	d.sorted = nil
+	d.ownPeers, d.ownPeersE = nil, nil
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		_, known := oldBad[key]
@@ -488,6 +496,27 @@ func (d *Datastore) apply(key string, value []byte, created int64, deleted, logB
 		} else {
 			d.live[name] = true
 		}
+	case strings.HasPrefix(key, d.bgpPeersPrefix()):
+		// Written by an operator, read by the node it names.
+		name := strings.TrimPrefix(key, d.bgpPeersPrefix())
+		if err := state.ValidateNodeName(name); err != nil {
+			skip(err)
+			return
+		}
+		if name != d.o.NodeName {
+			return
+		}
+		d.ownPeers, d.ownPeersE = nil, nil
+		if deleted {
+			return
+		}
+		specs, err := decodeBGPPeers(value)
+		if err != nil {
+			skip(err)
+			d.ownPeersE = d.bad[key]
+			return
+		}
+		d.ownPeers = specs
 	case strings.HasPrefix(key, d.nodesPrefix()):
 		name := strings.TrimPrefix(key, d.nodesPrefix())
 		if name == d.o.NodeName {
@@ -518,6 +547,32 @@ func (d *Datastore) apply(key string, value []byte, created int64, deleted, logB
 			skip(errors.New("not a key routelet writes"))
 		}
 	}
+}
+
+// decodeBGPPeers parses a bgppeers/<node> value: a JSON array of peer
+// specs (strings; peers.ParseBGPPeer checks each, in the daemon).
+func decodeBGPPeers(value []byte) ([]string, error) {
+	var specs []string
+	if err := json.Unmarshal(value, &specs); err != nil {
+		return nil, fmt.Errorf(`not a JSON array of BGP peer specs (["192.0.2.254,as=65000", …]): %w`, err)
+	}
+	return specs, nil
+}
+
+// OwnBGPPeers implements datastore.NodeBGPPeers: the specs under
+// <prefix>/bgppeers/<this node>, as last listed and watched (none when the
+// key is absent). A value that is not a JSON array of strings is an error
+// naming the key, and so is asking before the prefix was listed.
+func (d *Datastore) OwnBGPPeers() ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.listed {
+		return nil, fmt.Errorf("etcd %v: the prefix %s has not been listed yet", d.o.Etcd.Endpoints, d.o.Etcd.Prefix)
+	}
+	if d.ownPeersE != nil {
+		return nil, d.ownPeersE
+	}
+	return slices.Clone(d.ownPeers), nil
 }
 
 // selfChanged notes an event on this node's own record: a deletion or a

@@ -598,3 +598,123 @@ func TestWireGuardFields(t *testing.T) {
 	}
 	waitWireGuard("node-a's new key at the default port", recA.WireGuardPublicKey, "")
 }
+
+// TestBGPASField: a node's BGP AS number is in its etcd value as bgpAS
+// and reaches the other node as it was published.
+func TestBGPASField(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	a, b := open(t, srv, "node-a"), open(t, srv, "node-b")
+	initPools(t, a, pool4)
+	watched(t, b)
+	recA := record("node-a", "10.244.0.0/26", "192.168.1.1")
+	recA.BGPAS = "4200000000"
+	if err := a.Publish(recA); err != nil {
+		t.Fatal(err)
+	}
+	cli := srv.Client(t)
+	defer cli.Close()
+	resp, err := cli.Get(context.Background(), "/routelet/nodes/node-a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("node-a's record: %v %v", resp, err)
+	}
+	if !strings.Contains(string(resp.Kvs[0].Value), `"bgpAS":4200000000`) {
+		t.Errorf("node-a's value lacks bgpAS: %s", resp.Kvs[0].Value)
+	}
+	waitAS := func(what, as string) {
+		t.Helper()
+		netnstest.WaitFor(t, 30*time.Second, what, func() error {
+			recs, _, err := b.Peers()
+			if err != nil {
+				return err
+			}
+			if len(recs) != 1 || recs[0].BGPAS != as {
+				return fmt.Errorf("peers %+v", recs)
+			}
+			return nil
+		})
+	}
+	waitAS("node-a's AS", "4200000000")
+	recA.BGPAS = "" // bgp turned off
+	if err := a.Publish(recA); err != nil {
+		t.Fatal(err)
+	}
+	waitAS("node-a without an AS", "")
+}
+
+// TestOwnBGPPeers: the specs under <prefix>/bgppeers/<node> are this
+// node's BGP peers; each put or delete of the key wakes the watch;
+// another node's key is not this node's and not a bad key; a value that
+// is not a JSON array of strings is an error naming the key (and a
+// skipped key), until it is fixed.
+func TestOwnBGPPeers(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	a := open(t, srv, "node-a")
+	if _, err := a.OwnBGPPeers(); err == nil || !strings.Contains(err.Error(), "not been listed") {
+		t.Errorf("OwnBGPPeers before the first list: %v, want an error", err)
+	}
+	changed := watched(t, a)
+	if specs, err := a.OwnBGPPeers(); err != nil || len(specs) != 0 {
+		t.Errorf("OwnBGPPeers without the key = %q, %v; want none", specs, err)
+	}
+	cli := srv.Client(t)
+	defer cli.Close()
+	put := func(key, value string) {
+		t.Helper()
+		for len(changed) > 0 {
+			<-changed
+		}
+		if _, err := cli.Put(context.Background(), key, value); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no change hint after writing %s", key)
+		}
+	}
+	const own = "/routelet/bgppeers/node-a"
+	want := []string{"192.0.2.254,as=65000", "2001:db8::fe,as=65000,route-reflector"}
+	put(own, `["192.0.2.254,as=65000","2001:db8::fe,as=65000,route-reflector"]`)
+	if specs, err := a.OwnBGPPeers(); err != nil || !slices.Equal(specs, want) {
+		t.Errorf("OwnBGPPeers = %q, %v; want %q", specs, err, want)
+	}
+	put("/routelet/bgppeers/node-b", `["198.51.100.1,as=65100"]`)
+	if specs, err := a.OwnBGPPeers(); err != nil || !slices.Equal(specs, want) {
+		t.Errorf("after node-b's key, OwnBGPPeers = %q, %v; want node-a's %q", specs, err, want)
+	}
+	if _, bad, err := a.Peers(); err != nil || len(bad) != 0 {
+		t.Errorf("another node's bgppeers key: bad keys %v, %v", bad, err)
+	}
+	put(own, `"192.0.2.254,as=65000"`)
+	if specs, err := a.OwnBGPPeers(); err == nil || !strings.Contains(err.Error(), own) || specs != nil {
+		t.Errorf("OwnBGPPeers of a string = %q, %v; want an error naming %s", specs, err, own)
+	}
+	if _, bad, _ := a.Peers(); len(bad) != 1 || !strings.Contains(bad[0].Error(), own) {
+		t.Errorf("bad keys %v, want %s", bad, own)
+	}
+	put(own, `["192.0.2.253,as=65000"]`)
+	if specs, err := a.OwnBGPPeers(); err != nil || !slices.Equal(specs, []string{"192.0.2.253,as=65000"}) {
+		t.Errorf("after the fix, OwnBGPPeers = %q, %v", specs, err)
+	}
+	for len(changed) > 0 {
+		<-changed
+	}
+	if _, err := cli.Delete(context.Background(), own); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no change hint after deleting the key")
+	}
+	if specs, err := a.OwnBGPPeers(); err != nil || len(specs) != 0 {
+		t.Errorf("after the delete, OwnBGPPeers = %q, %v; want none", specs, err)
+	}
+	// A relist (the daemon restarting) reads the key again.
+	put(own, `["192.0.2.252,as=65000"]`)
+	a2 := open(t, srv, "node-a")
+	watched(t, a2)
+	if specs, err := a2.OwnBGPPeers(); err != nil || !slices.Equal(specs, []string{"192.0.2.252,as=65000"}) {
+		t.Errorf("a new datastore's OwnBGPPeers = %q, %v", specs, err)
+	}
+}

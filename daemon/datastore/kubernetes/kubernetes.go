@@ -52,11 +52,19 @@ const (
 	// for the default, 51820).
 	AnnotationWireGuardPublicKey = AnnotationPrefix + "wireguard-public-key"
 	AnnotationWireGuardPort      = AnnotationPrefix + "wireguard-port"
+	// The BGP AS number (decimal), with bgp on.
+	AnnotationBGPAS = AnnotationPrefix + "bgp-as"
 )
 
 // Annotations lists the published annotation keys.
 var Annotations = []string{AnnotationHostIPv4, AnnotationHostIPv6, AnnotationVTEPMAC, AnnotationVTEPMACv6, AnnotationTunnelIPv4, AnnotationTunnelIPv6,
-	AnnotationWireGuardPublicKey, AnnotationWireGuardPort}
+	AnnotationWireGuardPublicKey, AnnotationWireGuardPort, AnnotationBGPAS}
+
+// AnnotationBGPPeers holds the BGP peers an operator set for the node
+// (its ToR routers): peers.ParseBGPPeer specs separated by ';'. routelet
+// reads it on its own Node only and never writes or removes it (it is
+// not in Annotations, the keys the publisher patches).
+const AnnotationBGPPeers = AnnotationPrefix + "bgp-peers"
 
 // ConditionReason is the reason routelet sets on the Node's
 // NetworkUnavailable condition when it sets it to False.
@@ -104,6 +112,10 @@ type Datastore struct {
 	watchers    map[int]func()
 	nextWatcher int
 
+	// ownPeers is our Node's bgp-peers annotation as onNode last saw it
+	// ("" absent, or our Node gone); guarded by pmu.
+	ownPeers string
+
 	mu      sync.Mutex
 	ownSeen chan struct{} // closed (and replaced) when our Node changes
 	self    map[string]string
@@ -116,6 +128,7 @@ type Datastore struct {
 var (
 	_ datastore.Datastore     = (*Datastore)(nil)
 	_ datastore.ReadyReporter = (*Datastore)(nil)
+	_ datastore.NodeBGPPeers  = (*Datastore)(nil)
 	_ prometheus.Collector    = (*Datastore)(nil)
 )
 
@@ -377,6 +390,7 @@ func annotationsOf(r peers.Record) map[string]string {
 		AnnotationVTEPMAC: r.VTEPMAC, AnnotationVTEPMACv6: r.VTEPMACv6,
 		AnnotationTunnelIPv4: r.TunnelIPv4, AnnotationTunnelIPv6: r.TunnelIPv6,
 		AnnotationWireGuardPublicKey: r.WireGuardPublicKey, AnnotationWireGuardPort: r.WireGuardPort,
+		AnnotationBGPAS: r.BGPAS,
 	} {
 		if v != "" {
 			m[k] = v
@@ -472,8 +486,9 @@ func NetworkAvailable(n *corev1.Node) bool {
 }
 
 // Watch calls changed whenever another Node appears, goes, or changes in
-// what its record holds (kubelet's status updates alone do not wake the
-// daemon), until ctx is done; and once now, for what came before.
+// what its record holds, and when our Node's bgp-peers annotation changes
+// (kubelet's status updates alone do not wake the daemon), until ctx is
+// done; and once now, for what came before.
 func (d *Datastore) Watch(ctx context.Context, changed func()) error {
 	d.pmu.Lock()
 	id := d.nextWatcher
@@ -502,6 +517,21 @@ func (d *Datastore) onNode(obj any, gone bool) {
 	}
 	if n.Name == d.opts.NodeName {
 		d.ownChanged()
+		peersNow := n.bgpPeers
+		if gone {
+			peersNow = ""
+		}
+		d.pmu.Lock()
+		if peersNow == d.ownPeers {
+			d.pmu.Unlock()
+			return
+		}
+		d.ownPeers = peersNow
+		wake := d.watching()
+		d.pmu.Unlock()
+		for _, w := range wake {
+			w()
+		}
 		return
 	}
 	isPeer := !gone && len(n.record.Blocks) > 0
@@ -557,6 +587,33 @@ func (d *Datastore) Peers() ([]peers.Record, []error, error) {
 	return out, nil, nil
 }
 
+// OwnBGPPeers implements datastore.NodeBGPPeers: the specs of our Node's
+// routelet.io/bgp-peers annotation as the informer last delivered it,
+// split at ';' (white space around each trimmed, empty ones dropped);
+// none when it is absent. Before the first list, or while our Node is not
+// in the cache, it is an error.
+func (d *Datastore) OwnBGPPeers() ([]string, error) {
+	if !d.handler.HasSynced() {
+		return nil, errors.New("Nodes not listed from the API server yet")
+	}
+	n, err := d.cached(d.opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	return SplitBGPPeers(n.bgpPeers), nil
+}
+
+// SplitBGPPeers splits a routelet.io/bgp-peers value into its specs.
+func SplitBGPPeers(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ";") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Record is the node record of a Node: its annotations, the InternalIP of
 // each family where the host IP annotation is absent, and its podCIDRs.
 func Record(n *corev1.Node) peers.Record {
@@ -566,6 +623,7 @@ func Record(n *corev1.Node) peers.Record {
 		VTEPMAC: a[AnnotationVTEPMAC], VTEPMACv6: a[AnnotationVTEPMACv6],
 		TunnelIPv4: a[AnnotationTunnelIPv4], TunnelIPv6: a[AnnotationTunnelIPv6],
 		WireGuardPublicKey: a[AnnotationWireGuardPublicKey], WireGuardPort: a[AnnotationWireGuardPort],
+		BGPAS:  a[AnnotationBGPAS],
 		Blocks: slices.Clone(podCIDRs(n)), Updated: n.CreationTimestamp.Time,
 	}
 	for _, addr := range n.Status.Addresses {
@@ -588,16 +646,17 @@ func Record(n *corev1.Node) peers.Record {
 // cachedNode is what the informer caches of a Node (Transform's result):
 // the metadata the cache itself needs (name, uid, resourceVersion,
 // creation and deletion time), the Node's record, its routelet.io/
-// annotations and whether its NetworkUnavailable condition is routelet's
-// False. A few hundred bytes, where a *corev1.Node with its maps and
+// annotations (the published ones, and the operator's bgp-peers) and
+// whether its NetworkUnavailable condition is routelet's False. A few hundred bytes, where a *corev1.Node with its maps and
 // slices takes several times that even with everything else dropped.
 type cachedNode struct {
 	metav1.ObjectMeta
 	record peers.Record
 	// annotation[i] is the value of Annotations[i], present when bit i of
 	// annotated is set.
-	annotation       [8]string
+	annotation       [9]string
 	annotated        uint16 // room for len(annotation) bits
+	bgpPeers         string // AnnotationBGPPeers, "" absent
 	networkAvailable bool
 }
 
@@ -653,7 +712,7 @@ func Transform(obj any) (any, error) {
 			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
 			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
 		},
-		record: Record(n), networkAvailable: NetworkAvailable(n),
+		record: Record(n), bgpPeers: n.Annotations[AnnotationBGPPeers], networkAvailable: NetworkAvailable(n),
 	}
 	for i, k := range Annotations {
 		if v, ok := n.Annotations[k]; ok {

@@ -440,7 +440,8 @@ func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	n.Labels = map[string]string{"kubernetes.io/hostname": "b"}
 	n.Annotations = map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: "", "node.alpha.kubernetes.io/ttl": "0",
-		AnnotationWireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AnnotationWireGuardPort: "51821"}
+		AnnotationWireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AnnotationWireGuardPort: "51821",
+		AnnotationBGPAS: "64512", AnnotationBGPPeers: "192.0.2.254,as=65000"}
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Message: "kubelet is posting ready status"},
 		{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: ConditionReason, Message: "up"}}
@@ -456,12 +457,17 @@ func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 		t.Fatalf("metadata %+v, want %+v", got.ObjectMeta, want)
 	}
 	if want := Record(n); !reflect.DeepEqual(got.record, want) || got.record.HostIPv4 != "198.51.100.2" ||
-		got.record.WireGuardPublicKey != "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=" || got.record.WireGuardPort != "51821" {
+		got.record.WireGuardPublicKey != "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=" || got.record.WireGuardPort != "51821" ||
+		got.record.BGPAS != "64512" {
 		t.Fatalf("record %+v, want %+v", got.record, want)
 	}
 	if want := map[string]string{AnnotationHostIPv4: "198.51.100.2", AnnotationTunnelIPv6: "",
-		AnnotationWireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AnnotationWireGuardPort: "51821"}; !mapsEqual(got.annotations(), want) {
+		AnnotationWireGuardPublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=", AnnotationWireGuardPort: "51821",
+		AnnotationBGPAS: "64512"}; !mapsEqual(got.annotations(), want) {
 		t.Fatalf("annotations %v, want %v", got.annotations(), want)
+	}
+	if got.bgpPeers != "192.0.2.254,as=65000" {
+		t.Fatalf("bgp-peers annotation %q not kept", got.bgpPeers)
 	}
 	if !got.networkAvailable {
 		t.Fatal("NetworkUnavailable=False with routelet's reason not kept")
@@ -474,5 +480,103 @@ func TestTransformKeepsWhatRouteletReads(t *testing.T) {
 	}
 	if len(Annotations) > len(got.annotation) || len(Annotations) > 16 {
 		t.Fatalf("%d annotation keys, room for %d (and 16 bits of annotated)", len(Annotations), len(got.annotation))
+	}
+}
+
+// TestBGPAnnotations: this node's BGP AS is published as
+// routelet.io/bgp-as (removed when it has none) and a peer's reaches its
+// record; the operator's routelet.io/bgp-peers on our Node is this node's
+// BGP peers, left alone by every patch, and a change of it (only ours)
+// wakes the watchers.
+func TestBGPAnnotations(t *testing.T) {
+	self := node("self", "192.0.2.1", "10.244.1.0/24")
+	self.Annotations = map[string]string{AnnotationBGPPeers: "192.0.2.254,as=65000; 2001:db8::fe,as=65000,route-reflector;"}
+	b := node("b", "192.0.2.2", "10.244.2.0/24")
+	b.Annotations = map[string]string{AnnotationBGPAS: "65010", AnnotationBGPPeers: "198.51.100.1,as=65100"}
+	client := fake.NewClientset(self, b)
+	d := open(t, client)
+	var hints atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := d.Watch(ctx, func() { hints.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Eventually(t, waitLong, "the first list", func() bool { _, _, err := d.Peers(); return err == nil })
+	if recs := peersNow(t, d); len(recs) != 1 || recs[0].BGPAS != "65010" {
+		t.Fatalf("peers %+v, want b with AS 65010", recs)
+	}
+	wantPeers := []string{"192.0.2.254,as=65000", "2001:db8::fe,as=65000,route-reflector"}
+	if specs, err := d.OwnBGPPeers(); err != nil || !slices.Equal(specs, wantPeers) {
+		t.Fatalf("OwnBGPPeers = %q, %v; want %q", specs, err, wantPeers)
+	}
+
+	annotations := func() map[string]string {
+		n, err := client.CoreV1().Nodes().Get(ctx, "self", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations
+	}
+	rec := peers.Record{Name: "self", HostIPv4: "192.0.2.1", BGPAS: "64512"}
+	if err := d.Publish(rec); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{AnnotationHostIPv4: "192.0.2.1", AnnotationBGPAS: "64512", AnnotationBGPPeers: self.Annotations[AnnotationBGPPeers]}
+	netnstest.Eventually(t, waitLong, "bgp-as beside the operator's bgp-peers", func() bool { return mapsEqual(annotations(), want) })
+	rec.BGPAS = ""
+	if err := d.Publish(rec); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, AnnotationBGPAS)
+	netnstest.Eventually(t, waitLong, "bgp-as removed, bgp-peers kept", func() bool { return mapsEqual(annotations(), want) })
+
+	update := func(name string, change func(*corev1.Node)) {
+		t.Helper()
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(n)
+		if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Neither a label on our Node nor another Node's bgp-peers wakes anyone.
+	netnstest.Eventually(t, waitLong, "the informer to hold the patched Node", func() bool {
+		n, err := d.cached("self")
+		return err == nil && n.annotations()[AnnotationBGPAS] == ""
+	})
+	time.Sleep(100 * time.Millisecond)
+	before := hints.Load()
+	update("self", func(n *corev1.Node) { n.Labels = map[string]string{"example/x": "y"} })
+	update("b", func(n *corev1.Node) { n.Annotations[AnnotationBGPPeers] = "198.51.100.2,as=65100" })
+	time.Sleep(200 * time.Millisecond) // give a wrong hint a chance; nothing to wait for
+	if n := hints.Load(); n != before {
+		t.Errorf("%d hints after a label on our Node and another Node's bgp-peers, want none", n-before)
+	}
+	update("self", func(n *corev1.Node) { n.Annotations[AnnotationBGPPeers] = "192.0.2.253,as=65001" })
+	netnstest.Eventually(t, waitLong, "a hint after our bgp-peers changed", func() bool { return hints.Load() > before })
+	if specs, err := d.OwnBGPPeers(); err != nil || !slices.Equal(specs, []string{"192.0.2.253,as=65001"}) {
+		t.Errorf("OwnBGPPeers = %q, %v; want the new spec", specs, err)
+	}
+	before = hints.Load()
+	update("self", func(n *corev1.Node) { delete(n.Annotations, AnnotationBGPPeers) })
+	netnstest.Eventually(t, waitLong, "a hint after our bgp-peers went", func() bool { return hints.Load() > before })
+	if specs, err := d.OwnBGPPeers(); err != nil || len(specs) != 0 {
+		t.Errorf("OwnBGPPeers without the annotation = %q, %v; want none", specs, err)
+	}
+}
+
+// TestSplitBGPPeers: specs are split at ';', trimmed, empty ones dropped.
+func TestSplitBGPPeers(t *testing.T) {
+	for in, want := range map[string][]string{
+		"":                            nil,
+		" ; ;":                        nil,
+		"10.0.0.1,as=1":               {"10.0.0.1,as=1"},
+		" 10.0.0.1,as=1 ;\n::2,as=2 ": {"10.0.0.1,as=1", "::2,as=2"},
+	} {
+		if got := SplitBGPPeers(in); !slices.Equal(got, want) {
+			t.Errorf("SplitBGPPeers(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
