@@ -72,6 +72,7 @@ bench: deps build
 	$(GO) run ./bench/overlay -plugin-dir $(BIN) -rounds 3
 	$(GO) run ./bench/overlay -plugin-dir $(BIN) -rounds 3 -encapsulation none
 	$(GO) run ./bench/wireguard -plugin-dir $(BIN) -rounds 3
+	$(GO) run ./bench/bgp -plugin-dir $(BIN) -rounds 3
 
 demo: deps build
 	$(GO) run ./demo -plugin-dir $(BIN)
