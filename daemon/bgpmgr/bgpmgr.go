@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/internal/routeset"
 	"github.com/routelet/routelet/pkg/bgp"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
@@ -131,17 +131,6 @@ type Config struct {
 	Now     func() time.Time
 }
 
-// family is one IP family's learned routes.
-type family struct {
-	v  int
-	rt RouteTable
-	// routes are the targets last handed to rt, by CIDR. Guarded by
-	// Manager.mu (the event handler looks deletions up).
-	routes map[netip.Prefix]routes.Target
-	// adopted are the routes an earlier run left, kept until converged.
-	adopted map[netip.Prefix]routes.Target
-}
-
 // node is what the checks remember of a node record.
 type node struct {
 	name   string
@@ -158,13 +147,18 @@ type resolved struct {
 // the loop goroutine; the event handler, the speaker's hints and the
 // metrics only read under mu or record hints.
 type Manager struct {
-	cfg   Config
-	log   *slog.Logger
-	sp    Speaker
-	fams  []*family
-	start time.Time
+	cfg Config
+	log *slog.Logger
+	sp  Speaker
+	// routes are the learned routes on the uplink, one route table per
+	// family of the node (see New); the event handler looks deletions up.
+	routes *routeset.Set
+	start  time.Time
 
 	// Loop-owned.
+	// adopted are, per family with a table, the routes an earlier run
+	// left, kept until converged.
+	adopted     map[int]map[netip.Prefix]routes.Target
 	want        []bgp.Peer            // the sessions wanted, by address
 	applied     []bgp.Peer            // the sessions last set on the speaker (nil: never)
 	nodesSeen   bool                  // OnNodes was called: the mesh is known
@@ -188,11 +182,10 @@ type Manager struct {
 	resolveMemo map[netip.Addr]resolved
 	accepted    int
 
-	// mu guards the family routes, the refusals and the route check hint.
-	mu          sync.Mutex
-	dirtyRoutes bool
-	refused     map[pathKey]refusal
-	total       map[string]uint64
+	// mu guards the refusals.
+	mu      sync.Mutex
+	refused map[pathKey]refusal
+	total   map[string]uint64
 }
 
 // The loop's capabilities this manager has.
@@ -235,9 +228,11 @@ func New(cfg Config, sp Speaker, newTable NewTable) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger.With("component", "bgp"), sp: sp, start: cfg.Now(),
-		mesh: map[netip.Addr]string{}, nodes: map[string]node{}, blockOwner: map[netip.Prefix]string{},
+		routes:  routeset.New(routeset.Config{Iface: cfg.Iface, Owner: "bgp"}),
+		adopted: map[int]map[netip.Prefix]routes.Target{},
+		mesh:    map[netip.Addr]string{}, nodes: map[string]node{}, blockOwner: map[netip.Prefix]string{},
 		resolveMemo: map[netip.Addr]resolved{}, refused: map[pathKey]refusal{}, total: map[string]uint64{},
-		poll: true, recompute: true, dirtyRoutes: true,
+		poll: true, recompute: true,
 	}
 	m.local = map[netip.Addr]bool{}
 	for _, a := range m.ownHostIPs() {
@@ -260,12 +255,15 @@ func New(cfg Config, sp Speaker, newTable NewTable) (*Manager, error) {
 				continue
 			}
 			rt, err := newTable(v)
+			if err == nil {
+				err = m.routes.Add(v, rt)
+			}
 			if err != nil {
-				m.closeTables()
+				m.routes.Close()
 				return nil, fmt.Errorf("bgp IPv%d: route table: %w", v, err)
 			}
-			f := &family{v: v, rt: rt, routes: map[netip.Prefix]routes.Target{}, adopted: map[netip.Prefix]routes.Target{}}
-			m.fams = append(m.fams, f)
+			adopted := map[netip.Prefix]routes.Target{}
+			m.adopted[v] = adopted
 			if m.converged {
 				continue
 			}
@@ -277,11 +275,11 @@ func New(cfg Config, sp Speaker, newTable NewTable) (*Manager, error) {
 			}
 			for _, t := range have {
 				t.CIDR = t.CIDR.Masked()
-				f.adopted[t.CIDR] = t
+				adopted[t.CIDR] = t
 			}
-			if len(f.adopted) > 0 {
+			if len(adopted) > 0 {
 				m.log.Info("keeping the learned routes an earlier run left until the sessions converge",
-					"family", fmt.Sprintf("IPv%d", v), "routes", len(f.adopted), "restartTime", cfg.RestartTime)
+					"family", fmt.Sprintf("IPv%d", v), "routes", len(adopted), "restartTime", cfg.RestartTime)
 			}
 		}
 	}
@@ -458,12 +456,9 @@ func (m *Manager) Apply() error {
 		m.spErr = ""
 	}
 	now := m.cfg.Now()
-	m.mu.Lock()
-	dirty := m.dirtyRoutes
-	m.dirtyRoutes = false
-	m.mu.Unlock()
 	if now.Sub(m.lastCheck) >= m.cfg.RouteCheckPeriod {
-		m.lastCheck, dirty = now, true
+		m.lastCheck = now
+		m.routes.MarkDirty()
 		clear(m.resolveMemo)
 		m.recompute = true
 	}
@@ -480,13 +475,8 @@ func (m *Manager) Apply() error {
 		m.recompute = false
 		m.updateRoutes()
 	}
-	for _, f := range m.fams {
-		if dirty {
-			f.rt.MarkDirty(m.cfg.Iface)
-		}
-		if err := f.rt.Apply(); err != nil {
-			errs = append(errs, fmt.Errorf("bgp IPv%d routes: %w", f.v, err))
-		}
+	if err := m.routes.Apply(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -520,9 +510,9 @@ func (m *Manager) convergedNow(now time.Time) bool {
 	}
 	m.converged = true
 	n := 0
-	for _, f := range m.fams {
-		n += len(f.adopted)
-		f.adopted = map[netip.Prefix]routes.Target{}
+	for v, a := range m.adopted {
+		n += len(a)
+		m.adopted[v] = map[netip.Prefix]routes.Target{}
 	}
 	m.log.Info("bgp converged: only learned routes are programmed now", "why", why, "droppedAdopted", n)
 	return true
@@ -573,7 +563,7 @@ func (m *Manager) updateRoutes() {
 				continue // a better path was accepted
 			}
 			t, reason, detail := m.check(r)
-			if reason == "" && m.family(p) == nil {
+			if reason == "" && !m.routes.Has(famOf(p)) {
 				reason, detail = reasonUnreachable, fmt.Sprintf("no IPv%d route table", famOf(p))
 			}
 			if reason != "" {
@@ -584,10 +574,10 @@ func (m *Manager) updateRoutes() {
 			accepted++
 		}
 	}
-	for _, f := range m.fams {
-		for p, t := range f.adopted {
+	for v, a := range m.adopted {
+		for p, t := range a {
 			if !learnedAt[p] {
-				want[f.v][p] = t
+				want[v][p] = t
 			}
 		}
 	}
@@ -613,8 +603,8 @@ func (m *Manager) updateRoutes() {
 	}
 	m.refused = refused
 	m.mu.Unlock()
-	for _, f := range m.fams {
-		m.setRoutes(f, want[f.v])
+	for _, v := range m.routes.Families() {
+		m.routes.Set(v, want[v])
 	}
 }
 
@@ -635,16 +625,6 @@ func (k pathKey) compare(o pathKey) int {
 // maxLogged bounds the refusals one pass logs one by one.
 const maxLogged = 10
 
-// family returns the family of prefix p, nil when it has no table.
-func (m *Manager) family(p netip.Prefix) *family {
-	for _, f := range m.fams {
-		if f.v == famOf(p) {
-			return f
-		}
-	}
-	return nil
-}
-
 func famOf(p netip.Prefix) int {
 	if p.Addr().Is4() {
 		return 4
@@ -652,65 +632,11 @@ func famOf(p netip.Prefix) int {
 	return 6
 }
 
-// setRoutes hands f's table the targets of want that differ from the last
-// ones, and removes those no longer wanted.
-func (m *Manager) setRoutes(f *family, want map[netip.Prefix]routes.Target) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var changed []netip.Prefix
-	for cidr, t := range want {
-		if old, ok := f.routes[cidr]; !ok || !old.Equal(t) {
-			changed = append(changed, cidr)
-		}
-	}
-	slices.SortFunc(changed, netip.Prefix.Compare)
-	for _, cidr := range changed {
-		f.rt.RouteUpdate(m.cfg.Iface, want[cidr])
-	}
-	for cidr := range f.routes {
-		if _, ok := want[cidr]; !ok {
-			f.rt.RouteRemove(m.cfg.Iface, cidr)
-		}
-	}
-	f.routes = want
-}
-
-// markRoutes asks the next Apply to re-read the uplink's routes.
-func (m *Manager) markRoutes() {
-	m.mu.Lock()
-	m.dirtyRoutes = true
-	m.mu.Unlock()
-}
-
-// wanted reports whether dst is a route the manager wants (event
-// goroutine).
-func (m *Manager) wanted(dst netip.Prefix) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, f := range m.fams {
-		if _, ok := f.routes[dst.Masked()]; ok {
-			return true
-		}
-	}
-	return false
-}
-
 // Close stops the speaker without notifying the peers (bgp.Speaker.Close:
 // peers doing graceful restart keep this node's routes while it
 // restarts). The route tables are the caller's to close; the kernel's
 // routes stay for the next run to adopt.
 func (m *Manager) Close() error { return m.sp.Close() }
-
-// closeTables closes the tables made so far (a failed New).
-func (m *Manager) closeTables() error {
-	var errs []error
-	for _, f := range m.fams {
-		if c, ok := f.rt.(io.Closer); ok {
-			errs = append(errs, c.Close())
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // OwnPeers is a Config.OwnPeers reading this node's per-node peer specs
 // with read (the datastore's NodeBGPPeers.OwnBGPPeers) and parsing each

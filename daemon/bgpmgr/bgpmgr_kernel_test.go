@@ -83,11 +83,7 @@ func TestRoutesKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, f := range m.fams {
-			f.rt.(*routes.RouteTable).Close()
-		}
-	})
+	t.Cleanup(func() { m.routes.Close() })
 	apply := func() {
 		t.Helper()
 		if err := n.Do(m.Apply); err != nil {

@@ -69,23 +69,19 @@ type events struct {
 
 // OnLink implements netwatch.Handler.
 func (e events) OnLink(ev netwatch.LinkEvent) {
-	if ev.Name == e.m.cfg.Iface && len(e.m.fams) > 0 {
-		e.m.markRoutes()
+	if ev.Name == e.m.cfg.Iface && len(e.m.routes.Families()) > 0 {
+		e.m.routes.MarkDirty()
 		e.wake()
 	}
 }
 
 // OnRoute implements netwatch.Handler: a wanted route deleted from the
-// uplink is put back.
+// uplink is put back (routeset.Set.Deleted: reported to OnDrift, the
+// uplink's routes re-read).
 func (e events) OnRoute(ev netwatch.RouteEvent) {
-	if ev.Iface != e.m.cfg.Iface || !ev.Deleted || !e.m.wanted(ev.Dst) {
-		return
+	if ev.Deleted && e.m.routes.Deleted(ev.Iface, ev.Dst, e.m.cfg.OnDrift) {
+		e.wake()
 	}
-	if e.m.cfg.OnDrift != nil {
-		e.m.cfg.OnDrift("route", ev.Dst.String()+" dev "+ev.Iface)
-	}
-	e.m.markRoutes()
-	e.wake()
 }
 
 // OnNeigh implements netwatch.Handler: the manager owns no neighbours.
@@ -93,7 +89,7 @@ func (events) OnNeigh(netwatch.NeighEvent) {}
 
 // Rescan implements netwatch.Handler.
 func (e events) Rescan() {
-	e.m.markRoutes()
+	e.m.routes.MarkDirty()
 	e.m.cfg.Changes.pending.Store(true)
 	e.wake()
 }

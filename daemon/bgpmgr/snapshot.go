@@ -20,10 +20,10 @@ import (
 // wanted per family (the tables bgp-ipv4 and bgp-ipv6).
 func (m *Manager) Snapshot(d *inspect.Desired) {
 	d.BGP = &inspect.BGPWant{Status: m.Status(), Protocol: m.cfg.RouteProtocol}
-	for _, f := range m.fams {
-		ts := slices.Collect(maps.Values(m.familyRoutes(f)))
+	for _, v := range m.routes.Families() {
+		ts := slices.Collect(maps.Values(m.routes.Routes(v)))
 		slices.SortFunc(ts, func(a, b routes.Target) int { return a.CIDR.Compare(b.CIDR) })
-		d.BGP.Families = append(d.BGP.Families, inspect.BGPFamily{Version: f.v, Routes: map[string][]routes.Target{m.cfg.Iface: ts}})
+		d.BGP.Families = append(d.BGP.Families, inspect.BGPFamily{Version: v, Routes: map[string][]routes.Target{m.cfg.Iface: ts}})
 	}
 }
 
@@ -38,8 +38,8 @@ func (m *Manager) Status() statusapi.BGP {
 	if m.cfg.RouterID.IsValid() {
 		st.RouterID = m.cfg.RouterID.String()
 	}
-	for _, f := range m.fams {
-		st.Adopted += len(f.adopted)
+	for _, a := range m.adopted {
+		st.Adopted += len(a)
 	}
 	for _, b := range m.cfg.LocalBlocks {
 		st.Announced = append(st.Announced, b.Masked().String())
@@ -98,13 +98,6 @@ func addrString(a netip.Addr) string {
 		return ""
 	}
 	return a.String()
-}
-
-// familyRoutes returns f's routes (a copy).
-func (m *Manager) familyRoutes(f *family) map[netip.Prefix]routes.Target {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return maps.Clone(f.routes)
 }
 
 // Register adds the manager's metrics to reg:

@@ -43,22 +43,18 @@ type events struct {
 // OnLink implements netwatch.Handler.
 func (e events) OnLink(ev netwatch.LinkEvent) {
 	if e.m.dev.OnLinkUpdate(ev.Name) || ev.Name == e.m.cfg.Device {
-		e.m.markRoutes()
+		e.m.routes.MarkDirty()
 		e.wake()
 	}
 }
 
 // OnRoute implements netwatch.Handler: a wanted route deleted from the
-// device is put back.
+// device is put back (routeset.Set.Deleted: reported to OnDrift, the
+// device's routes re-read).
 func (e events) OnRoute(ev netwatch.RouteEvent) {
-	if ev.Iface != e.m.cfg.Device || !ev.Deleted || !e.m.wanted(ev.Dst) {
-		return
+	if ev.Deleted && e.m.routes.Deleted(ev.Iface, ev.Dst, e.m.cfg.OnDrift) {
+		e.wake()
 	}
-	if e.m.cfg.OnDrift != nil {
-		e.m.cfg.OnDrift("route", ev.Dst.String()+" dev "+ev.Iface)
-	}
-	e.m.markRoutes()
-	e.wake()
 }
 
 // OnNeigh implements netwatch.Handler: the device has no neighbours.

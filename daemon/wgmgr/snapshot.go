@@ -62,17 +62,17 @@ func (m *Manager) Snapshot(d *inspect.Desired) {
 	if st.Impl == "userspace" {
 		kind = "tun"
 	}
-	for _, f := range m.fams {
-		i := slices.IndexFunc(d.Overlay, func(o inspect.OverlayFamily) bool { return o.Version == f.v })
+	for _, v := range m.routes.Families() {
+		i := slices.IndexFunc(d.Overlay, func(o inspect.OverlayFamily) bool { return o.Version == v })
 		if i < 0 {
-			d.Overlay = append(d.Overlay, inspect.OverlayFamily{Version: f.v})
+			d.Overlay = append(d.Overlay, inspect.OverlayFamily{Version: v})
 			i = len(d.Overlay) - 1
 		}
 		of := &d.Overlay[i]
 		if of.Routes == nil {
 			of.Routes = map[string][]routes.Target{}
 		}
-		of.Routes[m.cfg.Device] = slices.Collect(maps.Values(m.familyRoutes(f)))
+		of.Routes[m.cfg.Device] = slices.Collect(maps.Values(m.routes.Routes(v)))
 		slices.SortFunc(of.Routes[m.cfg.Device], func(a, b routes.Target) int { return a.CIDR.Compare(b.CIDR) })
 		of.Devices = append(of.Devices, inspect.DeviceWant{Name: m.cfg.Device, Kind: kind, MTU: m.cfg.MTU})
 		for _, p := range m.problems {
@@ -80,20 +80,13 @@ func (m *Manager) Snapshot(d *inspect.Desired) {
 				of.Problems = append(of.Problems, p)
 			}
 		}
-		if f.v == 4 {
+		if v == 4 {
 			for _, n := range m.noKey {
 				of.Problems = append(of.Problems, "peer "+n+": no WireGuard key: traffic to its pods is dropped")
 			}
 		}
 	}
 	slices.SortFunc(d.Overlay, func(a, b inspect.OverlayFamily) int { return a.Version - b.Version })
-}
-
-// familyRoutes returns f's routes (a copy).
-func (m *Manager) familyRoutes(f *family) map[netip.Prefix]routes.Target {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return maps.Clone(f.routes)
 }
 
 func prefixStrings(ps []netip.Prefix) []string {

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -18,6 +16,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/routelet/routelet/daemon/agent"
+	"github.com/routelet/routelet/daemon/internal/routeset"
 	"github.com/routelet/routelet/pkg/defaults"
 	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
@@ -100,15 +99,6 @@ type Config struct {
 	OnPublicKey func(wgtypes.Key)
 }
 
-// family is one IP family's routes into the device.
-type family struct {
-	v  int
-	rt RouteTable
-	// routes are the targets last handed to rt, by CIDR. Guarded by
-	// Manager.mu (the event handler looks deletions up).
-	routes map[netip.Prefix]routes.Target
-}
-
 // wantPeer is one WireGuard peer as wanted, with the node it is.
 type wantPeer struct {
 	node string
@@ -119,10 +109,12 @@ type wantPeer struct {
 // Snapshot run on the loop goroutine; the netwatch handler (Events) and
 // the key watch only record hints.
 type Manager struct {
-	cfg  Config
-	log  *slog.Logger
-	dev  Device
-	fams []*family
+	cfg Config
+	log *slog.Logger
+	dev Device
+	// routes are the device's routes, one table per family (IPv6 only
+	// with an IPv6 local block); the event handler looks deletions up.
+	routes *routeset.Set
 
 	// Loop-owned.
 	key        wgtypes.Key // the private key handed to the device
@@ -132,11 +124,10 @@ type Manager struct {
 	problems   []string    // "peer X: …" lines: blocks not routed, peers left out
 	keyProblem string      // why the key file cannot be read ("" when it can)
 
-	// mu guards the hints, the family routes and the metrics' names.
-	mu          sync.Mutex
-	keyDirty    bool                   // the key file may have changed: re-read it
-	dirtyRoutes bool                   // re-read the device's routes
-	names       map[wgtypes.Key]string // public key → node, for the metrics
+	// mu guards the key hint and the metrics' names.
+	mu       sync.Mutex
+	keyDirty bool                   // the key file may have changed: re-read it
+	names    map[wgtypes.Key]string // public key → node, for the metrics
 }
 
 // The loop's capabilities this manager has.
@@ -168,6 +159,9 @@ func New(cfg Config, newDevice NewDevice, newTable NewTable) (*Manager, error) {
 		return nil, fmt.Errorf("wireguard: port %d is not in 1-65535", cfg.Port)
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "wireguard"), names: map[wgtypes.Key]string{}}
+	// Until the first OnNodes nothing is wanted: routes an earlier run
+	// left on the device are re-read and removed by the first Apply.
+	m.routes = routeset.New(routeset.Config{Iface: cfg.Device, Owner: "wireguard"})
 	key, created, err := wireguard.LoadOrCreateKey(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard: private key: %w", err)
@@ -194,15 +188,14 @@ func New(cfg Config, newDevice NewDevice, newTable NewTable) (*Manager, error) {
 			continue // no IPv6 pods here: nothing to send to IPv6 peer blocks
 		}
 		rt, err := newTable(v, []string{cfg.Device})
+		if err == nil {
+			err = m.routes.Add(v, rt)
+		}
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("wireguard IPv%d: route table: %w", v, err)
 		}
-		m.fams = append(m.fams, &family{v: v, rt: rt, routes: map[netip.Prefix]routes.Target{}})
 	}
-	// Until the first OnNodes nothing is wanted: routes an earlier run
-	// left on the device are re-read and removed by the first Apply.
-	m.dirtyRoutes = true
 	m.log.Info("wireguard", "device", cfg.Device, "port", cfg.Port, "mtu", cfg.MTU, "implementation", cfg.Impl,
 		"addresses", addrs, "publicKey", m.applied.String())
 	return m, nil
@@ -250,8 +243,8 @@ func (m *Manager) OnNodes(nodes []peers.NodeInfo) {
 	m.mu.Lock()
 	m.names = names
 	m.mu.Unlock()
-	for _, f := range m.fams {
-		m.setRoutes(f, m.targets(nodes, f.v))
+	for _, v := range m.routes.Families() {
+		m.routes.Set(v, m.targets(nodes, v))
 	}
 }
 
@@ -329,32 +322,13 @@ func (m *Manager) targets(nodes []peers.NodeInfo, v int) map[netip.Prefix]routes
 	return out
 }
 
-// setRoutes hands f's table the targets of want that differ from the last
-// ones, and removes those no longer wanted.
-func (m *Manager) setRoutes(f *family, want map[netip.Prefix]routes.Target) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, cidr := range slices.SortedFunc(maps.Keys(want), netip.Prefix.Compare) {
-		t := want[cidr]
-		if old, ok := f.routes[cidr]; !ok || !old.Equal(t) {
-			f.rt.RouteUpdate(m.cfg.Device, t)
-		}
-	}
-	for cidr := range f.routes {
-		if _, ok := want[cidr]; !ok {
-			f.rt.RouteRemove(m.cfg.Device, cidr)
-		}
-	}
-	f.routes = want
-}
-
 // Apply implements agent.Manager: a rotated key is read and set, then the
 // device is applied, then the routes of every family. Errors are joined;
 // what failed is retried by the next Apply.
 func (m *Manager) Apply() error {
 	m.mu.Lock()
-	keyDirty, dirty := m.keyDirty, m.dirtyRoutes
-	m.keyDirty, m.dirtyRoutes = false, false
+	keyDirty := m.keyDirty
+	m.keyDirty = false
 	m.mu.Unlock()
 	if keyDirty {
 		m.reloadKey()
@@ -369,13 +343,8 @@ func (m *Manager) Apply() error {
 			m.cfg.OnPublicKey(pub)
 		}
 	}
-	for _, f := range m.fams {
-		if dirty {
-			f.rt.MarkDirty(m.cfg.Device)
-		}
-		if err := f.rt.Apply(); err != nil {
-			errs = append(errs, fmt.Errorf("wireguard IPv%d routes: %w", f.v, err))
-		}
+	if err := m.routes.Apply(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -416,9 +385,8 @@ func (m *Manager) CheckPeriod() time.Duration { return m.cfg.CheckPeriod }
 // and its wgctrl configuration, the key file and the device's routes.
 func (m *Manager) QueueCheck() {
 	m.dev.QueueCheck()
-	m.mu.Lock()
-	m.keyDirty, m.dirtyRoutes = true, true
-	m.mu.Unlock()
+	m.KeyChanged()
+	m.routes.MarkDirty()
 }
 
 // KeyChanged records that the key file may have changed (the key watch
@@ -429,26 +397,6 @@ func (m *Manager) KeyChanged() {
 	m.mu.Unlock()
 }
 
-// markRoutes asks the next Apply to re-read the device's routes.
-func (m *Manager) markRoutes() {
-	m.mu.Lock()
-	m.dirtyRoutes = true
-	m.mu.Unlock()
-}
-
-// wanted reports whether dst is a route the manager wants on the device
-// (event goroutine).
-func (m *Manager) wanted(dst netip.Prefix) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, f := range m.fams {
-		if _, ok := f.routes[dst.Masked()]; ok {
-			return true
-		}
-	}
-	return false
-}
-
 // Close closes the device's sockets and the route tables' (the device,
 // its datapath and the routes stay: a restart adopts them).
 func (m *Manager) Close() error {
@@ -456,10 +404,6 @@ func (m *Manager) Close() error {
 	if m.dev != nil {
 		errs = append(errs, m.dev.Close())
 	}
-	for _, f := range m.fams {
-		if c, ok := f.rt.(io.Closer); ok {
-			errs = append(errs, c.Close())
-		}
-	}
+	errs = append(errs, m.routes.Close())
 	return errors.Join(errs...)
 }
