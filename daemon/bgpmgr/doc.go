@@ -24,7 +24,10 @@
 // of the other family, not unicast, this node's, or inside the pod
 // address space), not-owner (from a mesh session, not inside that node's
 // own blocks), next-hop-unreachable (the kernel reaches the next hop
-// through another interface or not at all). An accepted route becomes
+// through another interface or not at all). The speaker hands over every
+// path to a prefix, best first, and the first that passes is the one
+// programmed: a path BGP prefers cannot hide one that passes. An
+// accepted route becomes
 // "<prefix> via <next hop> dev <uplink> proto <bgp-route-protocol>"; a
 // next hop off the uplink's connected subnets goes via the gateway of the
 // kernel's route to it (Resolve, asked once per route check period). One

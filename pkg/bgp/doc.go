@@ -14,8 +14,7 @@
 // again, while Description and RouteReflector only show in status.
 // Sessions start with the first SetAnnounced, so that their first updates
 // and End-of-RIB carry everything the node announces (see graceful
-// restart). A
-// peer's address decides its one address family: an IPv4 address makes an
+// restart). A peer's address decides its one address family: an IPv4 address makes an
 // ipv4-unicast session, an IPv6 address an ipv6-unicast one. IPv4 prefixes
 // are announced with NEXT_HOP nextHop4, IPv6 ones in MP_REACH_NLRI with
 // nextHop6, origin IGP. An eBGP peer gets the next hop as given (GoBGP
@@ -25,8 +24,9 @@
 // The speaker announces only what SetAnnounced gave it: a global export
 // policy accepts GoBGP's local paths and rejects every other, so a route
 // learned from one peer is never passed on to another (no transit, no
-// reflection, for iBGP and eBGP alike). Learned is the best path to each
-// prefix learned from the peers; our own announcements are never in it.
+// reflection, for iBGP and eBGP alike). Learned is every path learned from
+// the peers, best first for each prefix (so a caller that refuses the
+// best takes the next); our own announcements are never in it.
 // Peers is each configured session's state, counts, whether End-of-RIB
 // came, and its last error. OnChange is called (from a goroutine of the
 // speaker, never GoBGP's own, so a slow callback holds nothing up) after
@@ -37,7 +37,8 @@
 //
 // ConnectRetry (DefaultConnectRetry, 5s) is the wait between connection
 // attempts; GoBGP makes its first one 1–2 s after a peer is added, and
-// after a session fails it stays idle for 5 s before trying again. HoldTime (DefaultHoldTime, 90s) is proposed in OPEN, keepalives go
+// after a session fails it stays idle for 5 s before trying again.
+// HoldTime (DefaultHoldTime, 90s) is proposed in OPEN, keepalives go
 // every third of it. Both are whole seconds. RestartTime
 // (DefaultRestartTime, 120s) is what graceful restart advertises.
 //
