@@ -6,6 +6,7 @@
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+COPY third_party/gobgp/go.mod third_party/gobgp/go.sum third_party/gobgp/
 RUN go mod download
 COPY . .
 ENV CGO_ENABLED=0

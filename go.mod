@@ -131,3 +131,7 @@ tool (
 	github.com/containernetworking/plugins/plugins/main/ptp
 	github.com/containernetworking/plugins/plugins/meta/portmap
 )
+
+// GoBGP v3.37.0 with one fix, the packages routeletd builds only:
+// third_party/gobgp/README.md.
+replace github.com/osrg/gobgp/v3 => ./third_party/gobgp
