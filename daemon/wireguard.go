@@ -48,11 +48,12 @@ func newWireGuard(cfg *config.Config, blocks []netip.Prefix, podMTU int, onKey f
 	})
 }
 
-// noPeers is the overlay manager with encryption on: it is handed no
-// peers, so it programs no routes, ARP or FDB entries towards them (and
-// removes those an earlier run left) while the WireGuard manager routes
-// the peers' blocks; its snapshot shows the same. Its other capabilities
-// (device check, not-ready reason) are the overlay's.
+// noPeers is the overlay manager while another manager routes the peers'
+// blocks (the WireGuard manager with encryption on, the BGP manager with
+// bgp and encapsulation none): it is handed no peers, so it programs no
+// routes, ARP or FDB entries towards them (and removes those an earlier
+// run left); its snapshot shows the same. Its other capabilities (device
+// check, not-ready reason) are the overlay's.
 type noPeers struct{ *overlaymgr.Manager }
 
 // OnNodes hands the overlay no peers.
