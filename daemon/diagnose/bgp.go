@@ -180,18 +180,7 @@ func (w *world) bgpKernelRoute(kr []Route, b netip.Prefix) *Route {
 func (w *world) bgpRouteStep(node string, n peers.NodeInfo, b netip.Prefix, v int, uplink string) Step {
 	st := Step{ID: StepBGPRoute, Family: v, Status: Fail}
 	proto := w.cfg.BGPRouteProtocol
-	for _, r := range w.res.Refused {
-		if p, err := netip.ParsePrefix(r.Value); r.Node == node && r.Field == peers.FieldBlock && err == nil && p.Masked() == b {
-			st.Fact = fmt.Sprintf("node %s's block %s is refused: routeletd accepts no learned route for it", node, b)
-			st.Problem = fmt.Sprintf("route %s missing: node %s's block was refused: %s (see the daemon's log, refusing a node record value)", b, node, r.Reason)
-			st.Fix = "a block is refused when it overlaps this node's blocks or addresses, or a block another node claimed first: fix the pod-cidr of one of the two nodes and republish its record"
-			return st
-		}
-	}
-	if v == 6 && len(blocksOf(w.local, 6)) == 0 {
-		st.Fact = fmt.Sprintf("node %s has no IPv6 block", w.cfg.NodeName)
-		st.Problem = fmt.Sprintf("block %s of node %s is not routed from here: this node has no IPv6 pods", b, node)
-		st.Fix = "give this node an IPv6 block (pod-cidr)"
+	if w.blockUnroutable(&st, node, b, v, fmt.Sprintf("node %s's block %s is refused: routeletd accepts no learned route for it", node, b)) {
 		return st
 	}
 	wantRow := w.bgpWanted(b, v)

@@ -560,12 +560,8 @@ func (w *world) routeStep(f *family, node string, b netip.Prefix, v int) (Step, 
 	}
 	if !found {
 		st.Fact = fmt.Sprintf("routeletd wants no route to %s (node %s)", b, node)
-		for _, r := range w.res.Refused {
-			if p, err := netip.ParsePrefix(r.Value); r.Node == node && r.Field == peers.FieldBlock && err == nil && p.Masked() == b {
-				st.Problem = fmt.Sprintf("route %s missing: node %s's block was refused: %s (see the daemon's log, refusing a node record value)", b, node, r.Reason)
-				st.Fix = "a block is refused when it overlaps this node's blocks or addresses, or a block another node claimed first: fix the pod-cidr of one of the two nodes and republish its record"
-				return st, ""
-			}
+		if w.refusedBlock(&st, node, b, "") {
+			return st, ""
 		}
 		for _, err := range f.probs {
 			if strings.HasPrefix(err.Error(), "peer "+node+":") {

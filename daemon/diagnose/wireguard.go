@@ -299,24 +299,47 @@ func (w *world) wgAllowedStep(node string, have *wireguard.PeerStatus, blocks []
 	return st
 }
 
+// blockUnroutable fills st and returns true when this node routes
+// nothing to node's block b of family v whatever the kernel holds: the
+// block was refused at the trust boundary (refusedBlock), or (IPv6) this
+// node has no IPv6 block. fact is st's Fact for a refused block.
+func (w *world) blockUnroutable(st *Step, node string, b netip.Prefix, v int, fact string) bool {
+	if w.refusedBlock(st, node, b, fact) {
+		return true
+	}
+	if v == 6 && len(blocksOf(w.local, 6)) == 0 {
+		st.Fact = fmt.Sprintf("node %s has no IPv6 block", w.cfg.NodeName)
+		st.Problem = fmt.Sprintf("block %s of node %s is not routed from here: this node has no IPv6 pods", b, node)
+		st.Fix = "give this node an IPv6 block (pod-cidr)"
+		return true
+	}
+	return false
+}
+
+// refusedBlock fills st and returns true when node's block b was refused
+// at the trust boundary (peers.Resolve), so no route to it is wanted;
+// fact, when not "", is st's Fact.
+func (w *world) refusedBlock(st *Step, node string, b netip.Prefix, fact string) bool {
+	for _, r := range w.res.Refused {
+		if p, err := netip.ParsePrefix(r.Value); r.Node == node && r.Field == peers.FieldBlock && err == nil && p.Masked() == b {
+			if fact != "" {
+				st.Fact = fact
+			}
+			st.Problem = fmt.Sprintf("route %s missing: node %s's block was refused: %s (see the daemon's log, refusing a node record value)", b, node, r.Reason)
+			st.Fix = "a block is refused when it overlaps this node's blocks or addresses, or a block another node claimed first: fix the pod-cidr of one of the two nodes and republish its record"
+			return true
+		}
+	}
+	return false
+}
+
 // wgRouteStep checks the route to block b of node: "dev <device> scope
 // link proto <route-protocol>", as the WireGuard manager writes it for
 // every peer's block, with a key or without.
 func (w *world) wgRouteStep(node string, b netip.Prefix, v int) Step {
 	st := Step{ID: StepWGRoute, Family: v, Status: Fail}
 	dev := w.cfg.WireGuardDevice
-	for _, r := range w.res.Refused {
-		if p, err := netip.ParsePrefix(r.Value); r.Node == node && r.Field == peers.FieldBlock && err == nil && p.Masked() == b {
-			st.Fact = fmt.Sprintf("routeletd wants no route to %s (node %s)", b, node)
-			st.Problem = fmt.Sprintf("route %s missing: node %s's block was refused: %s (see the daemon's log, refusing a node record value)", b, node, r.Reason)
-			st.Fix = "a block is refused when it overlaps this node's blocks or addresses, or a block another node claimed first: fix the pod-cidr of one of the two nodes and republish its record"
-			return st
-		}
-	}
-	if v == 6 && len(blocksOf(w.local, 6)) == 0 {
-		st.Fact = fmt.Sprintf("node %s has no IPv6 block", w.cfg.NodeName)
-		st.Problem = fmt.Sprintf("block %s of node %s is not routed from here: this node has no IPv6 pods", b, node)
-		st.Fix = "give this node an IPv6 block (pod-cidr)"
+	if w.blockUnroutable(&st, node, b, v, fmt.Sprintf("routeletd wants no route to %s (node %s)", b, node)) {
 		return st
 	}
 	want := routes.Target{CIDR: b, Type: routes.TypeLink}
