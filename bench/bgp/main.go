@@ -40,10 +40,8 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/routelet/routelet/bench/internal/benchkit"
@@ -117,12 +115,7 @@ func main() {
 			o.n, o.rounds, o.timeout, 1<<(blockBits-pool.Bits()))
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stdout, o); err != nil {
-		fmt.Fprintln(os.Stderr, "bgp bench:", err)
-		os.Exit(1)
-	}
+	benchkit.Run("bgp bench", func(ctx context.Context) error { return run(ctx, os.Stdout, o) })
 }
 
 // sample is one path's round.

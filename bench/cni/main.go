@@ -23,18 +23,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
+	"github.com/routelet/routelet/bench/internal/benchkit"
 	"github.com/routelet/routelet/internal/netnstest"
 )
 
@@ -57,12 +56,9 @@ func main() {
 	work := flag.String("workdir", defaultWorkDir(), "parent of the temp dir holding routelet's stateDir and host-local's dataDir")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *work, *pods, *parallel, *rounds, *mtu, *full, *scaleN, strings.Split(*only, ",")); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	benchkit.Run("cni bench", func(ctx context.Context) error {
+		return run(ctx, *work, *pods, *parallel, *rounds, *mtu, *full, *scaleN, strings.Split(*only, ","))
+	})
 }
 
 // sample is one measured CNI operation.

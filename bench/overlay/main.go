@@ -36,7 +36,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -102,12 +101,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "overlay bench: -encapsulation %q: want vxlan or none\n", o.encap)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stdout, o); err != nil {
-		fmt.Fprintln(os.Stderr, "overlay bench:", err)
-		os.Exit(1)
-	}
+	benchkit.Run("overlay bench", func(ctx context.Context) error { return run(ctx, os.Stdout, o) })
 }
 
 // Addresses of the four nodes: a and b run routeletd, ra and rb are the

@@ -32,11 +32,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -82,12 +80,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "wireguard bench: -t %d and -rounds %d: want at least 1\n", o.secs, o.rounds)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stdout, o); err != nil {
-		fmt.Fprintln(os.Stderr, "wireguard bench:", err)
-		os.Exit(1)
-	}
+	benchkit.Run("wireguard bench", func(ctx context.Context) error { return run(ctx, os.Stdout, o) })
 }
 
 // The routelet nodes a and b, and the reference's ra and rb, all on the

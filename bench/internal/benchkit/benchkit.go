@@ -1,7 +1,7 @@
 // Package benchkit holds what the bench harnesses under bench/ share: CPU
 // time read from /proc (a machine's, a set of tasks'), the load average
 // they report beside their figures, the pod MTU, medians, and routelet's
-// binaries, built when the caller has none.
+// binaries, built when the caller has none; and Run, a bench's main.
 package benchkit
 
 import (
@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -145,4 +147,16 @@ func Binaries(ctx context.Context, binDir, built string) (pluginDir, daemon stri
 		}
 	}
 	return pluginDir, daemon, nil
+}
+
+// Run runs a bench's body until it returns or SIGINT/SIGTERM cancels its
+// context, and exits 1 with the error, prefixed by the bench's name.
+func Run(name string, body func(ctx context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := body(ctx); err != nil {
+		stop()
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
 }
