@@ -28,25 +28,7 @@ const probePort = "7777"
 func listen(t *testing.T, n ns.NetNS) {
 	t.Helper()
 	for _, network := range []string{"tcp4", "tcp6"} {
-		var l net.Listener
-		err := n.Do(func(ns.NetNS) error {
-			var err error
-			l, err = net.Listen(network, ":"+probePort)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		netnstest.ServeTCP(t, n, network, ":"+probePort, func(net.Conn) {})
 	}
 }
 

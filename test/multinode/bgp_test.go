@@ -720,35 +720,16 @@ func TestBGPKillRestart(t *testing.T) {
 // with bytes that are no BGP message, then closes it; it counts them.
 func junkListener(t *testing.T, n ns.NetNS, addr string) *atomic.Int32 {
 	t.Helper()
-	var l net.Listener
-	err := n.Do(func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", addr)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	var count atomic.Int32
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			count.Add(1)
-			go func() {
-				defer conn.Close()
-				conn.SetDeadline(time.Now().Add(5 * time.Second))
-				junk := []byte("SSH-2.0-OpenSSH_9.2 this is no BGP speaker\r\n")
-				junk = append(junk, make([]byte, 64)...) // a zero marker: never a BGP header
-				conn.Write(junk)
-				buf := make([]byte, 4096)
-				conn.Read(buf)
-			}()
-		}
-	}()
+	netnstest.ServeTCP(t, n, "tcp", addr, func(conn net.Conn) {
+		count.Add(1)
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		junk := []byte("SSH-2.0-OpenSSH_9.2 this is no BGP speaker\r\n")
+		junk = append(junk, make([]byte, 64)...) // a zero marker: never a BGP header
+		conn.Write(junk)
+		buf := make([]byte, 4096)
+		conn.Read(buf)
+	})
 	return &count
 }
 
