@@ -281,42 +281,26 @@ func TestKernelMD5(t *testing.T) {
 // t.Cleanup.
 func garbageServer(t *testing.T, n ns.NetNS, port int, reply []byte) {
 	t.Helper()
-	var l net.Listener
-	err := n.Do(func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
+	netnstest.ServeTCP(t, n, "tcp", fmt.Sprintf(":%d", port), func(c net.Conn) {
+		c.Write(reply)
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 4096)
 		for {
-			c, err := l.Accept()
-			if err != nil {
+			if _, err := c.Read(buf); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				c.Write(reply)
-				c.SetReadDeadline(time.Now().Add(3 * time.Second))
-				buf := make([]byte, 4096)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	})
 }
 
 // TestKernelGarbage: a peer whose port speaks something else (HTTP), a
-// peer sending a BGP header with a bad length, and garbage sent to the
-// speaker's own port from a configured peer's address, leave the speaker
-// running, the bad sessions with their reasons, and a good session on the
-// side working.
+// peer sending a BGP header with a bad length, one sending a whole header
+// of a type BGP does not define (type 9), one sending a stream of random
+// bytes, and garbage sent to the speaker's own port from a configured
+// peer's address, leave the speaker running, the bad sessions with their
+// reasons, and a good session on the side working. (GoBGP v3.37.0 as
+// released dereferenced the nil message its parser returns for an
+// unknown type, and the process died: third_party/gobgp.)
 func TestKernelGarbage(t *testing.T) {
 	n := newNodes(t, 2)
 	link(t, 1, n[0], n[1])
@@ -324,10 +308,21 @@ func TestKernelGarbage(t *testing.T) {
 	garbageServer(t, n[1].NetNS, 1790, []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
 	badLength := append(bytes.Repeat([]byte{0xff}, 16), 0, 7, 1)
 	garbageServer(t, n[1].NetNS, 1791, badLength)
+	ip(t, "-n", n[1].Name, "addr", "add", "10.0.1.4/24", "dev", "veth1b")
+	unknownType := append(bytes.Repeat([]byte{0xff}, 16), 0, 19, 9)
+	garbageServer(t, n[1].NetNS, 1792, unknownType)
+	ip(t, "-n", n[1].Name, "addr", "add", "10.0.1.5/24", "dev", "veth1b")
+	random := make([]byte, 64<<10)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range random {
+		random[i] = byte(rnd.Uint32())
+	}
+	garbageServer(t, n[1].NetNS, 1793, random)
 	a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], 65001))
 	b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
 	// a's IPv4 sessions go to the garbage ports, its IPv6 one to b.
 	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Port: 1790}, Peer{Address: addr("10.0.1.3"), ASN: 65002, Port: 1791},
+		Peer{Address: addr("10.0.1.4"), ASN: 65002, Port: 1792}, Peer{Address: addr("10.0.1.5"), ASN: 65002, Port: 1793},
 		Peer{Address: addr(n[1].v6), ASN: 65002})
 	b.peers(Peer{Address: addr(n[0].v6), ASN: 65001})
 	a.announce("", "")
@@ -339,10 +334,18 @@ func TestKernelGarbage(t *testing.T) {
 		if st := a.peer("10.0.1.3"); !strings.Contains(st.LastError, "malformed BGP Header") {
 			return fmt.Errorf("%+v", st)
 		}
+		if st := a.peer("10.0.1.4"); !strings.Contains(st.LastError, "unknown message type") {
+			return fmt.Errorf("%+v", st)
+		}
+		if st := a.peer("10.0.1.5"); st.LastError == "" {
+			return fmt.Errorf("%+v", st)
+		}
 		return nil
 	})
 	t.Logf("HTTP port: %q", a.peer(n[1].v4).LastError)
 	t.Logf("bad length: %q", a.peer("10.0.1.3").LastError)
+	t.Logf("unknown type: %q", a.peer("10.0.1.4").LastError)
+	t.Logf("random bytes: %q", a.peer("10.0.1.5").LastError)
 	waitEstablished(t, a, n[1].v6)
 	a.announce("", "fd00:1::1", "fd10::/64")
 	waitLearned(t, b, "fd10::/64")
@@ -373,48 +376,6 @@ func TestKernelGarbage(t *testing.T) {
 	}
 	// a still answers, and the good session is (back) up.
 	waitEstablished(t, a, n[1].v6)
-	waitLearned(t, b, "fd10::/64")
-	a.end("stop")
-}
-
-// TestKernelGarbageUnknownType: a whole header of a type BGP does not
-// define (type 9), and a stream of random bytes, from the peer's port
-// reset the session with a reason and leave the speaker running (GoBGP
-// v3.37.0 as released dereferenced the nil message its parser returned
-// for such a header and the process died: third_party/gobgp); a good
-// session beside them still works.
-func TestKernelGarbageUnknownType(t *testing.T) {
-	n := newNodes(t, 2)
-	link(t, 1, n[0], n[1])
-	ip(t, "-n", n[1].Name, "addr", "add", "10.0.1.3/24", "dev", "veth1b")
-	unknownType := append(bytes.Repeat([]byte{0xff}, 16), 0, 19, 9)
-	garbageServer(t, n[1].NetNS, 1792, unknownType)
-	random := make([]byte, 64<<10)
-	rnd := rand.New(rand.NewPCG(1, 2))
-	for i := range random {
-		random[i] = byte(rnd.Uint32())
-	}
-	garbageServer(t, n[1].NetNS, 1793, random)
-	a := startSpeaker(t, n[0].NetNS, "a", speakerConfig(n[0], 65001))
-	b := startSpeaker(t, n[1].NetNS, "b", speakerConfig(n[1], 65002))
-	a.peers(Peer{Address: addr(n[1].v4), ASN: 65002, Port: 1792}, Peer{Address: addr("10.0.1.3"), ASN: 65002, Port: 1793},
-		Peer{Address: addr(n[1].v6), ASN: 65002})
-	b.peers(Peer{Address: addr(n[0].v6), ASN: 65001})
-	a.announce("", "")
-	b.announce("", "")
-	netnstest.WaitFor(t, sessionTimeout, "a's errors for the garbage ports", func() error {
-		if st := a.peer(n[1].v4); !strings.Contains(st.LastError, "unknown message type") {
-			return fmt.Errorf("%+v", st)
-		}
-		if st := a.peer("10.0.1.3"); st.LastError == "" {
-			return fmt.Errorf("%+v", st)
-		}
-		return nil
-	})
-	t.Logf("unknown type: %q", a.peer(n[1].v4).LastError)
-	t.Logf("random bytes: %q", a.peer("10.0.1.3").LastError)
-	waitEstablished(t, a, n[1].v6)
-	a.announce("", "fd00:1::1", "fd10::/64")
 	waitLearned(t, b, "fd10::/64")
 	a.end("stop")
 }
