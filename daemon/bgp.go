@@ -2,11 +2,8 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/netip"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/routelet/routelet/daemon/bgpmgr"
 	"github.com/routelet/routelet/daemon/config"
@@ -14,26 +11,19 @@ import (
 	"github.com/routelet/routelet/daemon/health"
 	"github.com/routelet/routelet/daemon/inspect"
 	"github.com/routelet/routelet/daemon/nodeid"
-	"github.com/routelet/routelet/internal/nlutil"
 	"github.com/routelet/routelet/pkg/bgp"
 	"github.com/routelet/routelet/pkg/nodespace"
+	"github.com/routelet/routelet/pkg/overlay"
 	"github.com/routelet/routelet/pkg/peers"
 	"github.com/routelet/routelet/pkg/routes"
 )
-
-// bgpPort is the TCP port the speaker listens on and peers are dialled at
-// unless a peer names another.
-const bgpPort = 179
 
 // newBGPSpeaker starts the node's BGP speaker. It outlives the loop's
 // rebuilds (the sessions stay up when the node's blocks grow) and is
 // closed without notifying the peers when routeletd stops, so peers doing
 // graceful restart keep this node's routes until it is back.
 func newBGPSpeaker(cfg *config.Config, id nodeid.Identity, changes *bgpmgr.Changes, log *slog.Logger) (*bgp.Speaker, error) {
-	rid := cfg.BGP.RouterID
-	if !rid.IsValid() {
-		rid = id.IPv4
-	}
+	rid := bgpRouterID(cfg, id)
 	if !rid.IsValid() {
 		return nil, errors.New("bgp: this node has no IPv4 address to take as its router ID: set bgp-router-id")
 	}
@@ -46,6 +36,15 @@ func newBGPSpeaker(cfg *config.Config, id nodeid.Identity, changes *bgpmgr.Chang
 		return nil, err
 	}
 	return sp, nil
+}
+
+// bgpRouterID is bgp-router-id, else the node's host IPv4 (invalid when
+// it has none).
+func bgpRouterID(cfg *config.Config, id nodeid.Identity) netip.Addr {
+	if cfg.BGP.RouterID.IsValid() {
+		return cfg.BGP.RouterID
+	}
+	return id.IPv4
 }
 
 // loopSpeaker is the speaker as one build of the loop sees it: closing
@@ -70,13 +69,13 @@ func (ts bgpTables) close() {
 // its blocks. Its tables own only the BGP route protocol's routes on the
 // uplink.
 func newBGP(cfg *config.Config, id nodeid.Identity, host nodespace.Host, blocks []netip.Prefix, ds datastore.Datastore,
-	sp *bgp.Speaker, changes *bgpmgr.Changes, program bool, status *health.Status, metrics *health.Metrics,
+	parents []overlay.Underlay, sp *bgp.Speaker, changes *bgpmgr.Changes, program bool, status *health.Status, metrics *health.Metrics,
 	repairs *inspect.RepairLog, log *slog.Logger) (*bgpmgr.Manager, bgpTables, error) {
 	global, err := bgpmgr.GlobalPeers(cfg.BGP.Peers, cfg.BGP.MaxPrefixes)
 	if err != nil {
 		return nil, nil, err
 	}
-	iface, subnets, err := uplinkSubnets(id)
+	iface, subnets, err := uplinkSubnets(parents)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,10 +87,7 @@ func newBGP(cfg *config.Config, id nodeid.Identity, host nodespace.Host, blocks 
 	if nb, ok := ds.(datastore.NodeBGPPeers); ok {
 		own = bgpmgr.OwnPeers(nb.OwnBGPPeers, func(s string) (peers.BGPPeer, error) { return peers.ParseBGPPeer(s, true) })
 	}
-	rid := cfg.BGP.RouterID
-	if !rid.IsValid() {
-		rid = id.IPv4
-	}
+	rid := bgpRouterID(cfg, id)
 	var tables bgpTables
 	m, err := bgpmgr.New(bgpmgr.Config{
 		NodeName: cfg.NodeName, HostIPv4: id.IPv4, HostIPv6: id.IPv6, Iface: iface, Subnets: subnets, LocalAddrs: local,
@@ -120,43 +116,16 @@ func newBGP(cfg *config.Config, id nodeid.Identity, host nodespace.Host, blocks 
 	return m, tables, nil
 }
 
-// uplinkSubnets returns the link holding the node's host IPs (the IPv4
-// one's when both are set) and the subnets its host addresses are on.
-func uplinkSubnets(id nodeid.Identity) (string, []netip.Prefix, error) {
-	name := ""
-	var subnets []netip.Prefix
-	for _, ip := range []netip.Addr{id.IPv4, id.IPv6} {
-		if !ip.IsValid() {
-			continue
-		}
-		fam := netlink.FAMILY_V4
-		if ip.Is6() {
-			fam = netlink.FAMILY_V6
-		}
-		addrs, err := nlutil.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, fam) })
-		if err != nil {
-			return "", nil, fmt.Errorf("bgp: list addresses: %w", err)
-		}
-		for _, a := range addrs {
-			p, ok := nlutil.Prefix(a.IPNet)
-			if !ok || p.Addr() != ip {
-				continue
-			}
-			subnets = append(subnets, p.Masked())
-			if name == "" {
-				l, err := netlink.LinkByIndex(a.LinkIndex)
-				if err != nil {
-					return "", nil, fmt.Errorf("bgp: the link holding %s: %w", ip, err)
-				}
-				name = l.Attrs().Name
-			}
-		}
-	}
-	if name == "" {
-		name = id.Iface
-	}
-	if name == "" {
+// uplinkSubnets returns the uplink, the overlay's parent of the first
+// family (the link holding the host IPv4 when the node has one), and the
+// subnets the host IPs are on, from the parents the overlay found.
+func uplinkSubnets(parents []overlay.Underlay) (string, []netip.Prefix, error) {
+	if len(parents) == 0 || parents[0].Name == "" {
 		return "", nil, errors.New("bgp: no link holds this node's host IP")
 	}
-	return name, subnets, nil
+	var subnets []netip.Prefix
+	for _, p := range parents {
+		subnets = append(subnets, p.Subnet())
+	}
+	return parents[0].Name, subnets, nil
 }

@@ -338,7 +338,7 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 	if p.bgp != nil {
 		program := cfg.Encapsulation == config.EncapNone && !cfg.Encrypted()
 		var tables bgpTables
-		if bm, tables, err = newBGP(cfg, id, host, blocks, ds, p.bgp, p.bgpChanges, program, status, metrics, ep.repairs, log); err != nil {
+		if bm, tables, err = newBGP(cfg, id, host, blocks, ds, om.Parents(), p.bgp, p.bgpChanges, program, status, metrics, ep.repairs, log); err != nil {
 			return err
 		}
 		defer tables.close()

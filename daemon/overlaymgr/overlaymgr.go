@@ -321,6 +321,17 @@ func (m *Manager) PodMTU() int {
 	return mtu
 }
 
+// Parents returns the parent (the link holding the host IP, with the
+// host prefix) of each family the node has, IPv4 first: found once, at
+// New.
+func (m *Manager) Parents() []overlay.Underlay {
+	out := make([]overlay.Underlay, 0, len(m.fams))
+	for _, f := range m.fams {
+		out = append(out, f.parent)
+	}
+	return out
+}
+
 // The loop's capabilities this manager has.
 var (
 	_ agent.Manager = (*Manager)(nil)
