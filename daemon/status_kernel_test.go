@@ -136,15 +136,19 @@ func TestStatusDaemonStopped(t *testing.T) {
 func TestStatusNotReady(t *testing.T) {
 	tn := newTestNode(t, false)
 	tn.startDaemon()
-	var st *statusapi.State
-	netnstest.Eventually(t, netnstest.ReadyTimeout, "status from the waiting daemon", func() bool {
-		var err error
-		st, err = tn.statusJSON()
-		return err == nil && st.Source == statusapi.SourceDaemon
+	// The socket answers from before the first node-IP attempt ("starting");
+	// every answer until the default route exists is not ready, and one
+	// soon names the node IP.
+	netnstest.Eventually(t, netnstest.ReadyTimeout, "status from the waiting daemon naming the node IP", func() bool {
+		st, err := tn.statusJSON()
+		if err != nil || st.Source != statusapi.SourceDaemon {
+			return false
+		}
+		if st.Readiness.Ready || st.Loop {
+			t.Fatalf("status while waiting for the node IP = loop %v readiness %+v, want not ready", st.Loop, st.Readiness)
+		}
+		return strings.Contains(st.Readiness.Reason, "node IP")
 	})
-	if st.Readiness.Ready || st.Loop || !strings.Contains(st.Readiness.Reason, "node IP") {
-		t.Errorf("status while waiting for the node IP = loop %v readiness %+v, want not ready naming the node IP", st.Loop, st.Readiness)
-	}
 	out, _, _ := tn.runIn(tn.statusFlags()...)
 	if !strings.Contains(out, "NO: waiting for the node IP") || !strings.Contains(out, "routeletd is running") {
 		t.Errorf("status text while waiting:\n%s", out)
