@@ -7,6 +7,7 @@ import (
 	"github.com/routelet/routelet/daemon/config"
 	"github.com/routelet/routelet/daemon/datastore"
 	"github.com/routelet/routelet/daemon/datastore/kubernetes"
+	"github.com/routelet/routelet/internal/buildinfo"
 	"github.com/routelet/routelet/pkg/state"
 )
 
@@ -20,7 +21,7 @@ func newKubernetes(_ context.Context, cfg *config.Config, _ *state.Store, log *s
 	if err != nil {
 		return nil, cfg.KeyError("kubeconfig", cfg.Kubeconfig, err)
 	}
-	rc.UserAgent = "routeletd/" + fullVersion()
+	rc.UserAgent = "routeletd/" + buildinfo.Version()
 	client, err := kubernetes.NewNodeClient(rc)
 	if err != nil {
 		return nil, cfg.KeyError("kubeconfig", cfg.Kubeconfig, err)

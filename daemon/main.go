@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -51,6 +50,7 @@ import (
 	"github.com/routelet/routelet/daemon/overlaymgr"
 	"github.com/routelet/routelet/daemon/wgmgr"
 	"github.com/routelet/routelet/daemon/workloads"
+	"github.com/routelet/routelet/internal/buildinfo"
 	"github.com/routelet/routelet/internal/termsafe"
 	"github.com/routelet/routelet/pkg/bgp"
 	"github.com/routelet/routelet/pkg/defaults"
@@ -64,9 +64,6 @@ import (
 	"github.com/routelet/routelet/pkg/state"
 	"github.com/routelet/routelet/pkg/wireguard"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -128,33 +125,19 @@ func run(args []string) int {
 
 // runVersion prints the version.
 func runVersion([]string) int {
-	fmt.Println("routeletd", fullVersion())
+	fmt.Println("routeletd", buildinfo.Version())
 	return cli.ExitOK
-}
-
-func fullVersion() string {
-	if version != "dev" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				return "dev-" + s.Value[:12]
-			}
-		}
-	}
-	return version
 }
 
 // daemon runs until ctx is done. It serves health first (not ready), waits
 // for the node's identity, then runs the apply loop.
 func daemon(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	log.Info("routeletd starting", "version", fullVersion(), "node", cfg.NodeName, "stateDir", cfg.StateDir,
+	log.Info("routeletd starting", "version", buildinfo.Version(), "node", cfg.NodeName, "stateDir", cfg.StateDir,
 		"podCIDRs", cfg.PodCIDRs, "encapsulation", cfg.Encapsulation, "config", cfg.ConfigFile)
 	if len(cfg.PodCIDRs) == 0 && cfg.Datastore == config.DatastoreFile {
 		log.Warn("no pod-cidr given: no local blocks are published or blackholed; the plugin needs ipam.blocks in its conflist")
 	}
-	release, err := instance.ClaimNetns(log, instance.Describe(cfg, fullVersion()))
+	release, err := instance.ClaimNetns(log, instance.Describe(cfg, buildinfo.Version()))
 	if err != nil {
 		return err
 	}
@@ -438,7 +421,7 @@ func runLoop(ctx context.Context, p loopParts, host nodespace.Host, blocks []net
 		Repairs:     ep.repairs, Metrics: metrics, Log: log,
 	})) // the keeper last: every route goes first
 	a := agent.New(agent.Options{
-		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: fullVersion(),
+		NodeName: cfg.NodeName, Self: self, LocalBlocks: blocks, PodMTU: podMTU, Version: buildinfo.Version(),
 		IfacePrefix: cfg.IfacePrefix, RouteProtocol: cfg.RouteProtocol, VXLANPort: cfg.VXLANPort,
 		ResyncPeriod: cfg.ResyncPeriod, TickPeriod: cfg.DeviceCheckPeriod, LeakGracePeriod: cfg.LeakGracePeriod,
 		StaticARP: true, NodeSpace: host, OnReady: onReady, Devices: hostread.OverlayDevices(cfg),
@@ -615,7 +598,7 @@ func waitBlocks(ctx context.Context, ds datastore.Datastore, waiting func(reason
 func notReady(cfg *config.Config, store *state.Store, status *health.Status, reason string, log *slog.Logger) {
 	status.SetReady(false, reason)
 	devs := hostread.OverlayDevices(cfg)
-	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: fullVersion(),
+	if err := store.WriteDaemonStatus(&state.DaemonStatus{Reason: reason, RouteProtocol: cfg.RouteProtocol, DaemonVersion: buildinfo.Version(),
 		VXLANDevice: devs.VXLAN, VXLANDeviceV6: devs.VXLANv6, IPIPDevice: devs.IPIP, WireGuardDevice: devs.WireGuard, Updated: time.Now().UTC()}); err != nil {
 		log.Error("cannot write daemon status", "err", err)
 	}

@@ -11,12 +11,10 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/routelet/routelet/internal/buildinfo"
 	"github.com/routelet/routelet/pkg/podnet"
 	"github.com/routelet/routelet/pkg/state"
 )
-
-// buildVersion is set at link time (-ldflags "-X main.buildVersion=...").
-var buildVersion = "dev"
 
 // supportedVersions are the CNI spec versions routelet speaks.
 var supportedVersions = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
@@ -32,7 +30,7 @@ func main() {
 		Check:  cmdCheck,
 		GC:     cmdGC,
 		Status: cmdStatus,
-	}, supportedVersions, "CNI plugin routelet "+buildVersion)
+	}, supportedVersions, "CNI plugin routelet "+buildinfo.Version())
 	if e != nil {
 		exitWith(explain(e))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/routelet/routelet/internal/buildinfo"
 	"github.com/routelet/routelet/internal/termsafe"
 )
 
@@ -125,7 +126,9 @@ func NewMetrics() *Metrics {
 	for _, o := range []string{"sysctl", "link", "neigh", "guard", "master", "record"} {
 		m.Repairs.WithLabelValues(o)
 	}
-	m.Registry.MustRegister(m.RoutesProgrammed, m.DirtyInterfaces, m.ResyncDuration, m.ApplyDuration,
+	build := gaugeVec("routelet_build_info", "Always 1; the labels name the running routeletd's version, the commit it was built from and the Go release that built it.", "version", "revision", "goversion")
+	build.WithLabelValues(buildinfo.Version(), buildinfo.Revision(), buildinfo.GoVersion()).Set(1)
+	m.Registry.MustRegister(build, m.RoutesProgrammed, m.DirtyInterfaces, m.ResyncDuration, m.ApplyDuration,
 		m.ApplyErrors, m.Workloads, m.BadRecords, m.Peers, m.LeakCollections, m.Ready,
 		m.Repairs, m.RouteConflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

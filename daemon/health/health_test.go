@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routelet/routelet/internal/buildinfo"
 )
 
 func get(t *testing.T, h http.Handler, path string) (int, string) {
@@ -64,6 +66,7 @@ func TestMetricsExposed(t *testing.T) {
 		"routelet_apply_errors_total 0",
 		"routelet_workloads 0",
 		"routelet_peers 0",
+		`routelet_build_info{goversion="` + buildinfo.GoVersion() + `",revision="` + buildinfo.Revision() + `",version="` + buildinfo.Version() + `"} 1`,
 		"go_goroutines",
 	} {
 		if !strings.Contains(body, want) {
