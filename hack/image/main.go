@@ -6,7 +6,10 @@
 // tarball that `ctr images import` and `docker load` accept. The Dockerfile
 // builds the same layout with a daemon.
 //
-// Usage: go run ./hack/image [-o bin/routelet-image.tar] [-tag routelet:latest]
+// Usage: go run ./hack/image [-o bin/routelet-image.tar] [-tag routelet:latest] [-version v0.1.0]
+//
+// With -version the binaries are stamped with it (internal/buildinfo) and
+// the image is labelled with it and with the checkout's commit.
 package main
 
 import (
@@ -26,6 +29,7 @@ import (
 	"strings"
 
 	"github.com/routelet/routelet/install/image"
+	"github.com/routelet/routelet/internal/buildinfo"
 	"github.com/routelet/routelet/internal/netnstest"
 	"github.com/routelet/routelet/internal/testbins"
 )
@@ -49,16 +53,23 @@ var alternatives = map[string]string{
 func main() {
 	out := flag.String("o", "bin/routelet-image.tar", "output tarball")
 	tag := flag.String("tag", "routelet:latest", "image name in the tarball")
+	ver := flag.String("version", "", "version to stamp into the binaries and label the image with (a v-tag; empty: unstamped)")
 	debs := flag.String("debs", filepath.Join(testbins.CacheDir(), "debs"), "download cache for Debian packages")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	if err := run(*out, *tag, *debs); err != nil {
+	if *ver != "" {
+		if err := buildinfo.Valid(*ver); err != nil {
+			fmt.Fprintf(os.Stderr, "image: -version: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	if err := run(*out, *tag, *ver, *debs); err != nil {
 		fmt.Fprintf(os.Stderr, "image: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, tag, debs string) error {
+func run(out, tag, ver, debs string) error {
 	root, err := netnstest.ModuleRoot()
 	if err != nil {
 		return err
@@ -70,10 +81,22 @@ func run(out, tag, debs string) error {
 	defer os.RemoveAll(work)
 
 	bins := filepath.Join(work, "bin")
+	ldflags := "-s -w"
+	rev, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil && ver != "" {
+		return fmt.Errorf("the commit to stamp and label version %s with: git rev-parse HEAD: %w", ver, err)
+	}
+	revision := strings.TrimSpace(string(rev))
+	if revision != "" {
+		ldflags += " " + buildinfo.RevisionLDFlag(revision)
+	}
+	if ver != "" {
+		ldflags += " " + buildinfo.LDFlag(ver)
+	}
 	builds := map[string]string{"routeletd": "./daemon", "routelet": "./plugin", "portmap": "github.com/containernetworking/plugins/plugins/meta/portmap"}
 	for _, n := range slices.Sorted(mapsKeys(builds)) {
 		slog.Info("building", "binary", n)
-		cmd := exec.Command("go", "build", "-trimpath", "-tags", netnstest.BuildTags, "-ldflags", "-s -w", "-o", filepath.Join(bins, n), builds[n])
+		cmd := exec.Command("go", "build", "-trimpath", "-tags", netnstest.BuildTags, "-ldflags", ldflags, "-o", filepath.Join(bins, n), builds[n])
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if o, err := cmd.CombinedOutput(); err != nil {
@@ -95,7 +118,11 @@ func run(out, tag, debs string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	if err := image.Write(out, image.Spec{Rootfs: rootfs, Files: files, Tag: tag}); err != nil {
+	spec := image.Spec{Rootfs: rootfs, Files: files, Tag: tag}
+	if ver != "" {
+		spec.Version, spec.Revision = ver, revision
+	}
+	if err := image.Write(out, spec); err != nil {
 		return err
 	}
 	st, err := os.Stat(out)

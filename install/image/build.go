@@ -38,6 +38,10 @@ type Spec struct {
 	Files []File
 	// Tag names the image in the tarball, e.g. "routelet:latest".
 	Tag string
+	// Version and Revision, when set, label the image
+	// (org.opencontainers.image.version and .revision): the version
+	// stamped into its binaries and the commit they were built from.
+	Version, Revision string
 }
 
 // Env is the image's environment.
@@ -91,6 +95,12 @@ func Write(out string, s Spec) error {
 	cf.Config.Env = Env
 	cf.Config.WorkingDir = "/"
 	cf.Config.Labels = map[string]string{"org.opencontainers.image.title": "routelet"}
+	if s.Version != "" {
+		cf.Config.Labels["org.opencontainers.image.version"] = s.Version
+	}
+	if s.Revision != "" {
+		cf.Config.Labels["org.opencontainers.image.revision"] = s.Revision
+	}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return fmt.Errorf("set image config: %w", err)

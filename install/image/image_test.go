@@ -124,12 +124,21 @@ func TestWriteImage(t *testing.T) {
 		files = append(files, File{Path: p, Src: s, Mode: 0o755})
 	}
 	out := filepath.Join(t.TempDir(), "image.tar")
-	if err := Write(out, Spec{Rootfs: root, Files: files, Tag: "routelet:test"}); err != nil {
+	if err := Write(out, Spec{Rootfs: root, Files: files, Tag: "routelet:v9.8.7", Version: "v9.8.7", Revision: "0123456789abcdef0123456789abcdef01234567"}); err != nil {
 		t.Fatal(err)
 	}
-	cf, fsys := readImage(t, out, "routelet:test")
+	cf, fsys := readImage(t, out, "routelet:v9.8.7")
 	if !slices.Equal(cf.Config.Entrypoint, []string{Routeletd}) || !slices.Equal(cf.Config.Env, Env) || cf.OS != "linux" {
 		t.Errorf("config: entrypoint %v env %v os %q", cf.Config.Entrypoint, cf.Config.Env, cf.OS)
+	}
+	for k, want := range map[string]string{
+		"org.opencontainers.image.title":    "routelet",
+		"org.opencontainers.image.version":  "v9.8.7",
+		"org.opencontainers.image.revision": "0123456789abcdef0123456789abcdef01234567",
+	} {
+		if got := cf.Config.Labels[k]; got != want {
+			t.Errorf("label %s = %q, want %q", k, got, want)
+		}
 	}
 	for _, f := range files {
 		e, ok := fsys[f.Path]
