@@ -4,8 +4,14 @@ BIN     := bin
 GOFLAGS ?=
 # Build tags of every routelet binary: see internal/netnstest.BuildTags.
 TAGS    := grpcnotrace
+# The version stamped into the binaries (internal/buildinfo): the nearest
+# v-tag as git describe prints it (v0.1.0 on the tag), and the commit;
+# without a tag the binaries report dev-<commit>.
+VERSION  ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := $(if $(VERSION),-X github.com/routelet/routelet/internal/buildinfo.version=$(VERSION)) $(if $(REVISION),-X github.com/routelet/routelet/internal/buildinfo.revision=$(REVISION))
 
-.PHONY: all deps build test test-unit test-bins image vmtest vmtest-all bench demo vet fmt clean
+.PHONY: all deps build test test-unit test-bins image release vmtest vmtest-all bench demo vet fmt clean
 
 all: build
 
@@ -16,8 +22,8 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -tags $(TAGS) -o $(BIN)/routelet ./plugin
-	$(GO) build -tags $(TAGS) -o $(BIN)/routeletd ./daemon
+	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/routelet ./plugin
+	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/routeletd ./daemon
 
 # Everything CI runs: vet, formatting, unit tests and the privileged tests
 # (network namespaces; they skip with a reason when not root).
@@ -37,7 +43,13 @@ test-bins:
 # userland from Debian packages, as a tarball for `ctr images import` or
 # `docker load` (the Dockerfile builds the same image with a daemon).
 image:
-	$(GO) run ./hack/image -o $(BIN)/routelet-image.tar
+	$(GO) run ./hack/image -o $(BIN)/routelet-image.tar $(if $(VERSION),-version $(VERSION))
+
+# The versioned set of this commit in dist/<version>/: binaries, image
+# tarball (routelet:<version>), manifests pinned to it, CHANGELOG and
+# SHA256SUMS. Needs a v-tag (or VERSION=...); see hack/release.sh.
+release:
+	@VERSION="$(VERSION)" bash hack/release.sh
 
 # Debian's stock kernel (linux-image-amd64) under qemu, as root, the lane
 # in hack/vmtest/lane: the IPIP tests, the multinode VXLAN e2e, the
@@ -84,4 +96,4 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

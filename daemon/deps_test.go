@@ -61,8 +61,8 @@ func TestBuildsLeaveOutGRPCTrace(t *testing.T) {
 	}
 	for _, c := range []struct{ file, want string }{
 		{"../Makefile", "TAGS    := " + netnstest.BuildTags},
-		{"../Makefile", "$(GO) build -tags $(TAGS) -o $(BIN)/routeletd ./daemon"},
-		{"../Dockerfile", "go build -trimpath -tags " + netnstest.BuildTags + ` -ldflags "-s -w" -o /out/routeletd ./daemon`},
+		{"../Makefile", `$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/routeletd ./daemon`},
+		{"../Dockerfile", "go build -trimpath -tags " + netnstest.BuildTags + ` -ldflags "$ld" -o /out/routeletd ./daemon`},
 		{"../hack/vmtest/vmtest.sh", "go build -tags " + netnstest.BuildTags + ` -o "$run/bin/routeletd" ./daemon`},
 	} {
 		file, want := c.file, c.want
