@@ -1,10 +1,10 @@
-// Command testbins builds the kube-apiserver and etcd binaries the
-// Kubernetes and etcd tests run, from the Go module proxy, into a cache
+// Command testbins builds the kube-apiserver, etcd and helm binaries the
+// Kubernetes, etcd and chart tests run, from the Go module proxy, into a cache
 // outside the repository (internal/testbins.CacheDir), and reuses them when
 // present. Each binary is built in a throwaway module generated in the cache
 // directory, so the project's go.mod never sees k8s.io/kubernetes.
 //
-// Usage: go run ./hack/testbins [-only etcd|kube-apiserver] [-v]
+// Usage: go run ./hack/testbins [-only etcd|kube-apiserver|helm] [-v]
 package main
 
 import (
@@ -35,10 +35,13 @@ type target struct {
 	version string
 	pkg     string
 	ldflags string
+	// check is the arguments of the run that must succeed before the
+	// binary goes into the cache (absent: --version).
+	check []string
 }
 
 func main() {
-	only := flag.String("only", "", "build only this binary (etcd or kube-apiserver)")
+	only := flag.String("only", "", "build only this binary (etcd, kube-apiserver or helm)")
 	verbose := flag.Bool("v", false, "show the go commands' output")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
@@ -55,9 +58,15 @@ func main() {
 			pkg:     "k8s.io/kubernetes/cmd/kube-apiserver",
 			ldflags: kubeLdflags(testbins.KubeVersion),
 		},
+		{
+			name: "helm", out: testbins.HelmPath(),
+			module: "helm.sh/helm/v4", version: testbins.HelmVersion,
+			pkg: "helm.sh/helm/v4/cmd/helm", ldflags: "-s -w",
+			check: []string{"version", "--short"},
+		},
 	}
-	if *only != "" && *only != "etcd" && *only != "kube-apiserver" {
-		fmt.Fprintf(os.Stderr, "testbins: unknown binary %q (want etcd or kube-apiserver)\n", *only)
+	if *only != "" && *only != "etcd" && *only != "kube-apiserver" && *only != "helm" {
+		fmt.Fprintf(os.Stderr, "testbins: unknown binary %q (want etcd, kube-apiserver or helm)\n", *only)
 		os.Exit(2)
 	}
 	for _, t := range targets {
@@ -120,7 +129,11 @@ func build(t target, verbose bool) error {
 		return fmt.Errorf("build %s: %w", t.pkg, err)
 	}
 	// It must run before it goes into the cache.
-	if out, err := exec.Command(tmp, "--version").CombinedOutput(); err != nil {
+	check := t.check
+	if check == nil {
+		check = []string{"--version"}
+	}
+	if out, err := exec.Command(tmp, check...).CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("built %s does not run: %w\n%s", t.name, err, out)
 	}
