@@ -65,32 +65,40 @@ func manifestDocs(t *testing.T) []manifestDoc {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-				continue
-			}
-			docs = append(docs, manifestDoc{file: f, data: doc})
-		}
+		docs = append(docs, yamlDocs(t, f, data)...)
 	}
 	return docs
 }
 
-// manifests decodes every object in install/kubernetes strictly (unknown
-// or duplicate fields are errors) into client-go types.
-func manifests(t *testing.T) []runtime.Object {
+// yamlDocs splits data (from file) into its YAML documents, leaving out
+// empty (comment-only) ones.
+func yamlDocs(t *testing.T, file string, data []byte) []manifestDoc {
+	t.Helper()
+	var docs []manifestDoc
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		docs = append(docs, manifestDoc{file: file, data: doc})
+	}
+}
+
+// decodeStrict decodes every object of docs strictly (unknown or
+// duplicate fields are errors) into client-go types.
+func decodeStrict(t *testing.T, docs []manifestDoc) []runtime.Object {
 	t.Helper()
 	s := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
 		kjson.SerializerOptions{Yaml: true, Strict: true})
 	var objs []runtime.Object
-	for _, d := range manifestDocs(t) {
+	for _, d := range docs {
 		obj, _, err := s.Decode(d.data, nil, nil)
 		if err != nil {
 			t.Fatalf("%s: strict decode: %v", d.file, err)
@@ -131,10 +139,17 @@ type objects struct {
 	ds      *appsv1.DaemonSet
 }
 
+// loadObjects decodes install/kubernetes's objects.
 func loadObjects(t *testing.T) objects {
 	t.Helper()
+	return objectsOf(t, manifestDocs(t))
+}
+
+// objectsOf decodes docs, which must hold one object of each kind.
+func objectsOf(t *testing.T, docs []manifestDoc) objects {
+	t.Helper()
 	var o objects
-	for _, obj := range manifests(t) {
+	for _, obj := range decodeStrict(t, docs) {
 		var dup bool
 		switch v := obj.(type) {
 		case *corev1.ServiceAccount:
@@ -278,7 +293,15 @@ func expandVars(s string, env map[string]string) string {
 // command line, environment and ConfigMap through routeletd's own config
 // loader and checks the result against the probes, ports and mounts.
 func TestManifestsDaemonArgsAgreeWithConfig(t *testing.T) {
-	o := loadObjects(t)
+	daemonAgrees(t, loadObjects(t))
+}
+
+// daemonAgrees checks that routeletd, run as o's DaemonSet runs it,
+// accepts its arguments and the ConfigMap's files, and that the mounts,
+// probes and conflist template agree with that configuration, which it
+// returns.
+func daemonAgrees(t *testing.T, o objects) *config.Config {
+	t.Helper()
 	spec := o.ds.Spec.Template.Spec
 	c := container(t, spec, "routeletd")
 	if len(c.Command) != 1 || c.Command[0] != image.Routeletd {
@@ -450,6 +473,7 @@ func TestManifestsDaemonArgsAgreeWithConfig(t *testing.T) {
 			t.Errorf("conflist plugin %q is not among the image's plugins %v", p.Network.Type, image.Plugins)
 		}
 	}
+	return cfg
 }
 
 // TestManifestsInstallerAgrees runs install-cni.sh with the initContainer's
