@@ -11,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null)
 REVISION := $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS  := $(if $(VERSION),-X github.com/routelet/routelet/internal/buildinfo.version=$(VERSION)) $(if $(REVISION),-X github.com/routelet/routelet/internal/buildinfo.revision=$(REVISION))
 
-.PHONY: all deps build test test-unit test-bins image release vmtest vmtest-all bench demo vet fmt clean
+.PHONY: all deps build test test-unit test-bins image release manifests vmtest vmtest-all bench demo vet fmt clean
 
 all: build
 
@@ -33,9 +33,10 @@ test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 
-# kube-apiserver and etcd for the tests against a real API server, built
-# from the Go module proxy into /var/cache/routelet-bins (ROUTELET_TEST_BINS
-# overrides) and reused when present; cold, kube-apiserver takes 10+ minutes.
+# kube-apiserver and etcd for the tests against a real API server, and helm
+# for the chart's, built from the Go module proxy into
+# /var/cache/routelet-bins (ROUTELET_TEST_BINS overrides) and reused when
+# present; cold, kube-apiserver takes 10+ minutes, helm about 2.
 test-bins:
 	$(GO) run ./hack/testbins
 
@@ -46,10 +47,17 @@ image:
 	$(GO) run ./hack/image -o $(BIN)/routelet-image.tar $(if $(VERSION),-version $(VERSION))
 
 # The versioned set of this commit in dist/<version>/: binaries, image
-# tarball (routelet:<version>), manifests pinned to it, CHANGELOG and
-# SHA256SUMS. Needs a v-tag (or VERSION=...); see hack/release.sh.
+# tarball (routelet:<version>), manifests pinned to it, the Helm chart
+# package, CHANGELOG and SHA256SUMS. Needs a v-tag (or VERSION=...) and
+# helm (make test-bins); see hack/release.sh.
 release:
 	@VERSION="$(VERSION)" bash hack/release.sh
+
+# install/kubernetes/ from the Helm chart (install/helm/routelet), its one
+# source; needs helm (make test-bins). The chart's test fails when they
+# differ.
+manifests:
+	$(GO) run ./hack/manifests
 
 # Debian's stock kernel (linux-image-amd64) under qemu, as root, the lane
 # in hack/vmtest/lane: the IPIP tests, the multinode VXLAN e2e, the

@@ -2,8 +2,10 @@
 # make release: the versioned set of one commit in dist/<version>/ — both
 # binaries (static, stamped with the version), the image tarball (tagged
 # routelet:<version>, labelled with the version and the commit), the
-# Kubernetes manifests with the image pinned to that tag, the CHANGELOG,
-# and SHA256SUMS of them all.
+# Kubernetes manifests with the image pinned to that tag, the Helm chart
+# packaged as that version (its image tag defaulting to it), the
+# CHANGELOG, and SHA256SUMS of them all. helm is the cached test binary
+# (make test-bins).
 #
 # The version is VERSION, else `git describe --tags --match 'v*' --dirty`
 # (v0.1.0 on the tag). A tree with local changes is refused unless
@@ -26,6 +28,16 @@ if [[ $version == *-dirty ]] && [ "${RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
 	exit 1
 fi
 
+helm=${ROUTELET_HELM:-${ROUTELET_TEST_BINS:-/var/cache/routelet-bins}/helm-v4.3.2}
+if ! [ -x "$helm" ]; then
+	echo "release: no helm at $helm: make test-bins builds it" >&2
+	exit 1
+fi
+if ! go run ./hack/manifests -check; then
+	echo "release: install/kubernetes is not the chart's render: run make manifests and commit" >&2
+	exit 1
+fi
+
 out=dist/$version
 rm -rf "$out"
 mkdir -p "$out/kubernetes"
@@ -41,8 +53,18 @@ if grep -q "routelet:latest" "$out"/kubernetes/*.yaml; then
 	echo "release: a manifest still names routelet:latest" >&2
 	exit 1
 fi
+helmtmp=$(mktemp -d)
+trap 'rm -rf "$helmtmp"' EXIT
+HELM_CACHE_HOME=$helmtmp HELM_CONFIG_HOME=$helmtmp HELM_DATA_HOME=$helmtmp \
+	"$helm" package install/helm/routelet --version "${version#v}" --app-version "$version" -d "$out" >/dev/null
+chart=routelet-${version#v}.tgz
+if ! HELM_CACHE_HOME=$helmtmp HELM_CONFIG_HOME=$helmtmp HELM_DATA_HOME=$helmtmp \
+	"$helm" template routelet "$out/$chart" | grep -q "image: routelet:$version\$"; then
+	echo "release: the packaged chart does not default to image routelet:$version" >&2
+	exit 1
+fi
 cp CHANGELOG.md "$out/"
-(cd "$out" && sha256sum routelet routeletd "routelet-image-$version.tar" CHANGELOG.md kubernetes/*.yaml >SHA256SUMS)
+(cd "$out" && sha256sum routelet routeletd "routelet-image-$version.tar" "$chart" CHANGELOG.md kubernetes/*.yaml >SHA256SUMS)
 got=$("$out/routeletd" version)
 if [ "$got" != "routeletd $version" ]; then
 	echo "release: $out/routeletd version printed \"$got\", want \"routeletd $version\"" >&2
