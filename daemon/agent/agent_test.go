@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -370,26 +371,34 @@ func TestRouteEventsMarkOnlyTampering(t *testing.T) {
 	f := newFixture(t)
 	f.put(t, "c1", "cali1", "10.244.1.2/32")
 	f.a.fullSync()
+	rec := &repairCount{}
+	f.a.wl.repairs = rec
 	p := netip.MustParsePrefix
 	for _, tc := range []struct {
-		name  string
-		ev    RouteEvent
-		dirty bool
+		name          string
+		ev            RouteEvent
+		dirty, repair bool
 	}{
-		{"desired route deleted", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80, Deleted: true}, true},
-		{"echo of our add", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80}, false},
-		{"desired route replaced with another protocol", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 4}, true},
-		{"unexpected route added", RouteEvent{Iface: "cali1", Dst: p("10.9.9.9/32"), Protocol: 4}, true},
-		{"echo of our delete", RouteEvent{Iface: "cali1", Dst: p("10.9.9.9/32"), Protocol: 80, Deleted: true}, false},
-		{"blackhole deleted", RouteEvent{Iface: routes.InterfaceNone, Dst: p("10.244.1.0/24"), Protocol: 80, Deleted: true}, true},
-		{"other table", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80, Deleted: true, Table: 100}, false},
+		{"desired route deleted", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80, Deleted: true}, true, true},
+		{"echo of our add", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80}, false, false},
+		{"desired route replaced with another protocol", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 4}, true, true},
+		{"unexpected route added", RouteEvent{Iface: "cali1", Dst: p("10.9.9.9/32"), Protocol: 4}, true, true},
+		// The plugin's route of a pod whose record the daemon has not
+		// read yet: reconciled, but nobody tampered with anything.
+		{"our protocol's route ahead of its record", RouteEvent{Iface: "cali2", Dst: p("10.244.1.3/32"), Protocol: 80}, true, false},
+		{"echo of our delete", RouteEvent{Iface: "cali1", Dst: p("10.9.9.9/32"), Protocol: 80, Deleted: true}, false, false},
+		{"blackhole deleted", RouteEvent{Iface: routes.InterfaceNone, Dst: p("10.244.1.0/24"), Protocol: 80, Deleted: true}, true, true},
+		{"other table", RouteEvent{Iface: "cali1", Dst: p("10.244.1.2/32"), Protocol: 80, Deleted: true, Table: 100}, false, false},
 	} {
 		iface := tc.ev.Iface
-		before := f.rt4.dirty[iface]
+		before, repairsBefore := f.rt4.dirty[iface], rec.n.Load()
 		f.a.NotifyRoute(tc.ev)
 		f.a.processPending()
 		if got := f.rt4.dirty[iface] > before; got != tc.dirty {
 			t.Errorf("%s: marked dirty = %v, want %v", tc.name, got, tc.dirty)
+		}
+		if got := rec.n.Load() > repairsBefore; got != tc.repair {
+			t.Errorf("%s: counted as a repair = %v, want %v", tc.name, got, tc.repair)
 		}
 	}
 	// Routes on interfaces the agent's tables do not own are not even
@@ -405,6 +414,16 @@ func TestRouteEventsMarkOnlyTampering(t *testing.T) {
 	f.a.processPending()
 	if f.rt4.dirty["cali1"] != 4 {
 		t.Errorf("neighbour deletion: dirty = %d, want 4", f.rt4.dirty["cali1"])
+	}
+}
+
+// repairCount counts the route repairs noted.
+type repairCount struct{ n atomic.Int64 }
+
+// Add implements RepairRecorder.
+func (r *repairCount) Add(object, _ string, n int) {
+	if object == "route" {
+		r.n.Add(int64(n))
 	}
 }
 

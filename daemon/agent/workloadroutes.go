@@ -513,7 +513,12 @@ func noteChange[K comparable](noted, now map[K]string, k K) (string, bool) {
 // checkRouteEvent marks an owned interface dirty when a route event shows its
 // routes differ from what is desired: a desired route deleted, or an
 // unexpected or foreign-protocol route added. Events that match the desired
-// state (the echo of routelet's own writes) are ignored.
+// state (the echo of routelet's own writes) are ignored. A repair is
+// counted for what someone else did — a desired route deleted, a route of
+// another protocol added — but not for a route of routelet's own protocol
+// that no record wants yet: that is most often the plugin's route of a pod
+// whose record the event beat, which the table keeps through the
+// interface's grace period and removes after it only if still unwanted.
 func (r *workloadRoutes) checkRouteEvent(ev RouteEvent) {
 	if ev.Table != 0 && ev.Table != 254 {
 		return
@@ -528,11 +533,18 @@ func (r *workloadRoutes) checkRouteEvent(ev RouteEvent) {
 	if ev.Dst.Addr().Is6() && ev.Dst.Addr().IsLinkLocalUnicast() {
 		return // the kernel's fe80::/64 on every interface; the tables leave it alone
 	}
-	if ev.Deleted == rt.Wants(ev.Iface, ev.Dst) || (!ev.Deleted && ev.Protocol != r.opts.RouteProtocol) {
+	wanted := rt.Wants(ev.Iface, ev.Dst)
+	ours := ev.Protocol == r.opts.RouteProtocol
+	switch {
+	case ev.Deleted && wanted, !ev.Deleted && !ours:
 		r.log.Debug("route tampered with, repairing", "iface", ev.Iface, "cidr", ev.Dst, "deleted", ev.Deleted, "proto", ev.Protocol)
 		rt.MarkDirty(ev.Iface)
 		r.needApply = true
 		r.repairs.Add("route", ev.Dst.String()+" dev "+ev.Iface, 1)
+	case !ev.Deleted && !wanted:
+		r.log.Debug("route of routelet's protocol that no record wants (yet)", "iface", ev.Iface, "cidr", ev.Dst)
+		rt.MarkDirty(ev.Iface)
+		r.needApply = true
 	}
 }
 
