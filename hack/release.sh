@@ -4,8 +4,9 @@
 # routelet:<version>, labelled with the version and the commit), the
 # Kubernetes manifests with the image pinned to that tag, the Helm chart
 # packaged as that version (its image tag defaulting to it), the
-# CHANGELOG, and SHA256SUMS of them all. helm is the cached test binary
-# (make test-bins).
+# CHANGELOG, and SHA256SUMS of them all. The manifests and the chart
+# package come from hack/manifests, with helm the cached test binary (make
+# test-bins).
 #
 # The version is VERSION, else `git describe --tags --match 'v*' --dirty`
 # (v0.1.0 on the tag). A tree with local changes is refused unless
@@ -28,11 +29,6 @@ if [[ $version == *-dirty ]] && [ "${RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
 	exit 1
 fi
 
-helm=${ROUTELET_HELM:-${ROUTELET_TEST_BINS:-/var/cache/routelet-bins}/helm-v4.3.2}
-if ! [ -x "$helm" ]; then
-	echo "release: no helm at $helm: make test-bins builds it" >&2
-	exit 1
-fi
 if ! go run ./hack/manifests -check; then
 	echo "release: install/kubernetes is not the chart's render: run make manifests and commit" >&2
 	exit 1
@@ -40,27 +36,15 @@ fi
 
 out=dist/$version
 rm -rf "$out"
-mkdir -p "$out/kubernetes"
+mkdir -p "$out"
 ldflags="-s -w -X github.com/routelet/routelet/internal/buildinfo.version=$version -X github.com/routelet/routelet/internal/buildinfo.revision=$(git rev-parse HEAD)"
 for b in routelet=./plugin routeletd=./daemon; do
 	CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "$ldflags" -o "$out/${b%%=*}" "${b#*=}"
 done
 go run ./hack/image -o "$out/routelet-image-$version.tar" -tag "routelet:$version" -version "$version"
-for f in install/kubernetes/*.yaml; do
-	sed "s|image: routelet:latest|image: routelet:$version|" "$f" >"$out/kubernetes/$(basename "$f")"
-done
+chart=$(basename "$(go run ./hack/manifests -release "$version" -out "$out")")
 if grep -q "routelet:latest" "$out"/kubernetes/*.yaml; then
 	echo "release: a manifest still names routelet:latest" >&2
-	exit 1
-fi
-helmtmp=$(mktemp -d)
-trap 'rm -rf "$helmtmp"' EXIT
-HELM_CACHE_HOME=$helmtmp HELM_CONFIG_HOME=$helmtmp HELM_DATA_HOME=$helmtmp \
-	"$helm" package install/helm/routelet --version "${version#v}" --app-version "$version" -d "$out" >/dev/null
-chart=routelet-${version#v}.tgz
-if ! HELM_CACHE_HOME=$helmtmp HELM_CONFIG_HOME=$helmtmp HELM_DATA_HOME=$helmtmp \
-	"$helm" template routelet "$out/$chart" | grep -q "image: routelet:$version\$"; then
-	echo "release: the packaged chart does not default to image routelet:$version" >&2
 	exit 1
 fi
 cp CHANGELOG.md "$out/"
