@@ -29,6 +29,22 @@ import (
 // fieldManager names this test's server-side applies.
 const fieldManager = "routelet-manifest-test"
 
+// startAPIServer starts a real kube-apiserver for t and returns it with an
+// admin client, a dynamic client and the REST mapper applyStrict needs.
+func startAPIServer(t *testing.T) (*k8stest.Cluster, *kubernetes.Clientset, dynamic.Interface, *restmapper.DeferredDiscoveryRESTMapper) {
+	t.Helper()
+	c := k8stest.Start(t, k8stest.Options{})
+	admin, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, admin, dyn, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(admin.Discovery()))
+}
+
 // applyStrict server-side applies one YAML document, as
 // `kubectl apply --server-side --validate=strict` does: unknown or
 // duplicate fields are errors, not warnings.
@@ -65,18 +81,9 @@ func applyStrict(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.
 // with a plain PATCH — is allowed, and nothing else: no secrets, no
 // creating, replacing or deleting Nodes, no reading nodes/status.
 func TestPrivilegedManifestsApplyAndRBAC(t *testing.T) {
-	c := k8stest.Start(t, k8stest.Options{})
+	c, admin, dyn, mapper := startAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(admin.Discovery()))
 
 	o := loadObjects(t)
 	// kube-system is made by the API server shortly after it is ready.

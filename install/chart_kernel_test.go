@@ -7,12 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
-
-	"github.com/routelet/routelet/internal/k8stest"
 )
 
 // TestPrivilegedChartApplies: the chart rendered with every value changed
@@ -23,18 +17,9 @@ func TestPrivilegedChartApplies(t *testing.T) {
 	root := chartRoot(t)
 	const ns = "routelet-system"
 	o, docs := renderObjects(t, root, ns, customValues...)
-	c := k8stest.Start(t, k8stest.Options{})
+	_, admin, dyn, mapper := startAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(admin.Discovery()))
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
