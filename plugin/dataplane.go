@@ -8,7 +8,9 @@ import (
 	"sync"
 
 	"github.com/google/nftables"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/routelet/routelet/pkg/nodespace"
 	"github.com/routelet/routelet/pkg/podguard"
@@ -63,7 +65,38 @@ func (kernel) AddHostRoutes(hostIface string, addrs []netip.Addr, proto netlink.
 }
 func (kernel) Teardown(hostIface string) error { return podnet.Teardown(hostIface) }
 func (kernel) Unplug(hostIface string) (vethErr, guardErr error) {
-	return podnet.TeardownThen(hostIface, func() error { return kernel{}.RemoveGuard(hostIface) })
+	// The guard's socket is opened first, so that the deletion's carrier
+	// can hold it: its release then waits for nothing (see withGuards).
+	var held *os.File
+	g, err := podguard.New(nftables.AsLasting(), nftables.WithSockOptions(func(c *mdnetlink.Conn) error {
+		held = dupSocket(c)
+		return nil
+	}))
+	if err != nil {
+		return podnet.TeardownThen(hostIface, nil, func() error { return kernel{}.RemoveGuard(hostIface) })
+	}
+	openGuards.Lock()
+	openGuards.g = append(openGuards.g, g)
+	openGuards.Unlock()
+	if held != nil {
+		defer held.Close()
+	}
+	return podnet.TeardownThen(hostIface, held, func() error { return g.Remove(hostIface) })
+}
+
+// dupSocket returns a duplicate of c's socket, nil if it cannot.
+func dupSocket(c *mdnetlink.Conn) *os.File {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var f *os.File
+	_ = raw.Control(func(fd uintptr) {
+		if nfd, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			f = os.NewFile(uintptr(nfd), "nf_tables")
+		}
+	})
+	return f
 }
 func (kernel) EnsureGuard(spec podguard.Spec) error {
 	return withGuards(func(g *podguard.Guards) error { _, err := g.Ensure(spec); return err })

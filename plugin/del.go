@@ -125,8 +125,8 @@ func deleteHostVeth(owner *state.Workload, host nodespace.Host, prefix, hostIf, 
 // veth with the configured prefix and not the uplink, and its pod guard
 // (on kernels that keep a netdev chain without its device) as soon as the
 // kernel has taken the veth off the node, while the deletion still waits
-// for its grace periods (podnet.TeardownThen), or at once when there is no
-// such link. Anything else (a tampered record naming a
+// for its grace periods (podnet.TeardownThen: a carrier process waits for
+// them, DEL does not), or at once when there is no such link. Anything else (a tampered record naming a
 // bridge, the uplink, an overlay device, a veth under another prefix) is
 // left alone with a warning, and so is its guard: the address and the
 // record are still released, so DEL and GC converge.

@@ -20,6 +20,7 @@ import (
 var supportedVersions = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 func main() {
+	podnet.CarrierMain() // the host veth deletions of DEL (pkg/podnet)
 	setupLogging()
 	if e := preflight(os.Getenv); e != nil {
 		exitWith(e)

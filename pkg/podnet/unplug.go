@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"syscall"
 
@@ -24,8 +25,14 @@ import (
 // deletion has returned, and at once when there is no such link. When the
 // deletion fails without having been announced, or the link is not a
 // veth, gone does not run. TeardownThen returns when both are done: the
-// deletion's error, and gone's.
-func TeardownThen(hostIface string, gone func() error) (delErr, goneErr error) {
+// deletion's error, and gone's. In a binary that called CarrierMain the
+// request goes through a carrier (see carrier.go) and TeardownThen returns
+// once the deletion is announced and gone has run, leaving the kernel's
+// wait to the carrier; without the announcement it waits for the carrier.
+// The carrier keeps hold (if not nil) open until the kernel has answered:
+// the plugin's nf_tables socket, whose release would otherwise wait, holding
+// the namespace's nf_tables mutex, for the cleanup of gone's commit.
+func TeardownThen(hostIface string, hold *os.File, gone func() error) (delErr, goneErr error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink handle in node netns: %w", err), nil
@@ -45,16 +52,26 @@ func TeardownThen(hostIface string, gone func() error) (delErr, goneErr error) {
 	if werr != nil {
 		w = nil
 	}
-	deleted := make(chan error, 1)
-	go func() {
-		err := h.LinkDel(l)
-		if err != nil && !nlutil.NotFound(err) {
-			err = fmt.Errorf("delete host veth %s: %w", hostIface, err)
-		} else {
-			err = nil
+	var deleted <-chan error
+	carried := false
+	if w != nil && carrierReady.Load() {
+		if exited, err := startCarrier(l.Attrs().Index, hold); err == nil {
+			deleted, carried = carriedDeletion(exited, hostIface), true
 		}
-		deleted <- err
-	}()
+	}
+	if !carried {
+		ch := make(chan error, 1)
+		go func() {
+			err := h.LinkDel(l)
+			if err != nil && !nlutil.NotFound(err) {
+				err = fmt.Errorf("delete host veth %s: %w", hostIface, err)
+			} else {
+				err = nil
+			}
+			ch <- err
+		}()
+		deleted = ch
+	}
 	var announced <-chan struct{}
 	if w != nil {
 		defer w.close()
@@ -63,6 +80,9 @@ func TeardownThen(hostIface string, gone func() error) (delErr, goneErr error) {
 	select {
 	case <-announced:
 		goneErr = gone() // before the deletion has returned
+		if carried {
+			return nil, goneErr // the carrier waits for the kernel
+		}
 		return <-deleted, goneErr
 	case delErr = <-deleted:
 	}
@@ -70,6 +90,21 @@ func TeardownThen(hostIface string, gone func() error) (delErr, goneErr error) {
 		return delErr, nil
 	}
 	return nil, gone()
+}
+
+// carriedDeletion turns a carrier's outcome into the deletion's error:
+// ENODEV (the link went meanwhile) is success.
+func carriedDeletion(exited <-chan error, hostIface string) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		err := <-exited
+		if err == nil || errors.Is(err, unix.ENODEV) {
+			out <- nil
+			return
+		}
+		out <- fmt.Errorf("delete host veth %s: %w", hostIface, err)
+	}()
+	return out
 }
 
 // deletionWatch waits on a route netlink socket subscribed to link
