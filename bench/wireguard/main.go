@@ -59,6 +59,9 @@ type options struct {
 	secs, rounds int
 	binDir       string
 	v6           []bool // families measured, in order: false IPv4, true IPv6
+	// apart puts the reference in two namespaces of its own (ra, rb)
+	// instead of routelet's node namespaces a and b.
+	apart bool
 }
 
 func main() {
@@ -68,7 +71,16 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each runs every transfer once, reference and routelet alternating")
 	flag.StringVar(&o.binDir, "plugin-dir", "bin", "directory holding the routelet plugin and routeletd (built into a temp dir when missing)")
 	flag.StringVar(&fam, "family", "4,6", "families to measure, in order: 4, 6 or both")
+	ref := flag.String("reference", "nodes", "where the bare WireGuard runs: nodes (in routelet's node namespaces a and b, on port 51821) or apart (in namespaces of its own, with no netfilter)")
 	flag.Parse()
+	switch *ref {
+	case "nodes":
+	case "apart":
+		o.apart = true
+	default:
+		fmt.Fprintf(os.Stderr, "wireguard bench: -reference takes nodes or apart, not %q\n", *ref)
+		os.Exit(2)
+	}
 	for _, f := range strings.Split(fam, ",") {
 		if f != "4" && f != "6" {
 			fmt.Fprintf(os.Stderr, "wireguard bench: -family takes 4 and 6, not %q\n", f)
@@ -86,11 +98,14 @@ func main() {
 // The routelet nodes a and b, and the reference's ra and rb, all on the
 // router's bridge.
 var (
-	specA  = cluster.NodeSpec{Name: "a", Host4: "10.0.1.10/24", Gw4: "10.0.1.1", Block4: "10.244.1.0/24", Host6: "fd00:1::10/64", Gw6: "fd00:1::1", Block6: "fd00:244:1::/120"}
-	specB  = cluster.NodeSpec{Name: "b", Host4: "10.0.1.11/24", Gw4: "10.0.1.1", Block4: "10.244.2.0/24", Host6: "fd00:1::11/64", Gw6: "fd00:1::1", Block6: "fd00:244:2::/120"}
-	refA   = refNode{name: "ra", host4: "10.0.1.20", host6: "fd00:1::20", tun4: "10.99.0.1", tun6: "fd00:99::1"}
-	refB   = refNode{name: "rb", host4: "10.0.1.21", host6: "fd00:1::21", tun4: "10.99.0.2", tun6: "fd00:99::2"}
-	family = map[bool]string{false: "IPv4", true: "IPv6"}
+	specA = cluster.NodeSpec{Name: "a", Host4: "10.0.1.10/24", Gw4: "10.0.1.1", Block4: "10.244.1.0/24", Host6: "fd00:1::10/64", Gw6: "fd00:1::1", Block6: "fd00:244:1::/120"}
+	specB = cluster.NodeSpec{Name: "b", Host4: "10.0.1.11/24", Gw4: "10.0.1.1", Block4: "10.244.2.0/24", Host6: "fd00:1::11/64", Gw6: "fd00:1::1", Block6: "fd00:244:2::/120"}
+	refA  = refNode{name: "ra", host4: "10.0.1.20", host6: "fd00:1::20", tun4: "10.99.0.1", tun6: "fd00:99::1"}
+	refB  = refNode{name: "rb", host4: "10.0.1.21", host6: "fd00:1::21", tun4: "10.99.0.2", tun6: "fd00:99::2"}
+	// refPort is the reference's listen port in routelet's node
+	// namespaces, next to routelet's own.
+	refPort = defaults.WireGuardPort + 1
+	family  = map[bool]string{false: "IPv4", true: "IPv6"}
 )
 
 func run(ctx context.Context, w io.Writer, o options) (err error) {
@@ -153,15 +168,24 @@ func run(ctx context.Context, w io.Writer, o options) (err error) {
 			return fmt.Errorf("routelet pod → %s: %w\n%s", dst, err, out)
 		}
 	}
-	ref, err := buildReference(ctx, c.Router, daemon, work, mtu)
+	var ref *reference
+	if o.apart {
+		ref, err = buildReference(ctx, c.Router, nil, daemon, work, mtu)
+	} else {
+		ref, err = buildReference(ctx, c.Router, []*cluster.Node{na, nb}, daemon, work, mtu)
+	}
 	if err != nil {
 		return errors.Join(err, ref.close())
 	}
 	defer func() { err = errors.Join(err, ref.close()) }()
 
 	fmt.Fprintf(w, "wireguard bench: iperf3 -t %d, %d round(s), userspace WireGuard (routeletd wireguard-datapath) on both paths, MTU %d\n", o.secs, o.rounds, mtu)
-	fmt.Fprintf(w, "routelet pods %s → %s and %s → %s; reference namespaces %s → %s and %s → %s over %s\n",
-		pa.IPv4, pb.IPv4, pa.IPv6, pb.IPv6, refA.tun4, refB.tun4, refA.tun6, refB.tun6, refDev)
+	where := "namespaces of its own (ra, rb)"
+	if !o.apart {
+		where = fmt.Sprintf("routelet's node namespaces a and b, port %d", refPort)
+	}
+	fmt.Fprintf(w, "routelet pods %s → %s and %s → %s; reference %s → %s and %s → %s over %s, in %s\n",
+		pa.IPv4, pb.IPv4, pa.IPv6, pb.IPv6, refA.tun4, refB.tun4, refA.tun6, refB.tun6, refDev, where)
 	fmt.Fprintln(w, "CPU-s/GB: datapaths = both wireguard-datapath processes; +iperf3 = and both iperf3 processes; machine = busy time in /proc/stat")
 	fmt.Fprintf(w, "load average at start: %s\n", benchkit.Loadavg())
 
@@ -282,6 +306,7 @@ type refNode struct {
 type reference struct {
 	nodes     []ns.NetNS
 	datapaths []*netnstest.Proc
+	own       bool // the namespaces are the reference's, removed by close
 }
 
 // datapathPIDs returns the reference's datapath processes.
@@ -301,6 +326,9 @@ func (r *reference) close() error {
 	for _, p := range r.datapaths {
 		p.Kill()
 	}
+	if !r.own {
+		return nil
+	}
 	var errs []error
 	for _, n := range r.nodes {
 		errs = append(errs, netnstest.Remove(n))
@@ -308,23 +336,37 @@ func (r *reference) close() error {
 	return errors.Join(errs...)
 }
 
-// buildReference wires ra and rb to the router's bridge, starts `daemon
-// wireguard-datapath --device wg0 --mtu mtu` in each (with a private
-// /var/run/wireguard under work) and configures the two devices as each
-// other's only peer with wgctrl: key, port 51820, the peer's host IPv4 as
-// endpoint, its tunnel addresses as allowed IPs; then the tunnel
-// addresses and a route to the peer's, both families.
-func buildReference(ctx context.Context, router ns.NetNS, daemon, work string, mtu int) (*reference, error) {
-	r := &reference{}
+// buildReference starts `daemon wireguard-datapath --device wg0 --mtu mtu`
+// in two namespaces (each with a private /var/run/wireguard under work)
+// and configures the two devices as each other's only peer with wgctrl:
+// key, port, the peer's host IPv4 as endpoint, its tunnel addresses as
+// allowed IPs; then the tunnel addresses and a route to the peer's, both
+// families. The namespaces are those of on (routelet's nodes, whose
+// netfilter rules and conntrack the reference then shares; port 51821)
+// or, when on is nil, ra and rb, made here and wired to the router's
+// bridge (port 51820).
+func buildReference(ctx context.Context, router ns.NetNS, on []*cluster.Node, daemon, work string, mtu int) (*reference, error) {
+	r := &reference{own: on == nil}
 	nodes := []refNode{refA, refB}
+	port := defaults.WireGuardPort
+	if on != nil {
+		port = refPort
+		for i := range nodes {
+			nodes[i].host4 = strings.Split(on[i].Spec.Host4, "/")[0]
+		}
+	}
 	var keys []wgtypes.Key
 	var dirs []string
-	for _, n := range nodes {
-		nn, err := netnstest.NewNamed(nsPrefix + "ref-" + n.name)
-		if err != nil {
-			return r, err
+	for i, n := range nodes {
+		if on != nil {
+			r.nodes = append(r.nodes, on[i].CNI.NS)
+		} else {
+			nn, err := netnstest.NewNamed(nsPrefix + "ref-" + n.name)
+			if err != nil {
+				return r, err
+			}
+			r.nodes = append(r.nodes, nn)
 		}
-		r.nodes = append(r.nodes, nn)
 		k, err := wgtypes.GeneratePrivateKey()
 		if err != nil {
 			return r, err
@@ -343,17 +385,7 @@ func buildReference(ctx context.Context, router ns.NetNS, daemon, work string, m
 	}
 	for i, n := range nodes {
 		node := r.nodes[i]
-		port := "to-" + n.name
-		if _, err := netnstest.Sysctl(node, "net/ipv6/conf/all/accept_dad", "0"); err != nil {
-			return r, err
-		}
-		if err := sh(node, "ip link add eth0 type veth peer name "+port+" netns "+netnstest.Name(router)); err != nil {
-			return r, err
-		}
-		if err := sh(router, "ip link set "+port+" master br0 up"); err != nil {
-			return r, err
-		}
-		if err := sh(node, "ip addr add "+n.host4+"/24 dev eth0", "ip -6 addr add "+n.host6+"/64 dev eth0 nodad", "ip link set eth0 up"); err != nil {
+		if err := wire(router, node, n, sh, on == nil); err != nil {
 			return r, err
 		}
 		log, err := os.Create(filepath.Join(work, n.name+"-datapath.log"))
@@ -372,10 +404,9 @@ func buildReference(ctx context.Context, router ns.NetNS, daemon, work string, m
 		if err := waitSocket(r.datapaths[i], filepath.Join(dirs[i], refDev+".sock")); err != nil {
 			return r, fmt.Errorf("reference %s: %w", n.name, err)
 		}
-		port := defaults.WireGuardPort
 		cfg := wgtypes.Config{PrivateKey: &keys[i], ListenPort: &port, ReplacePeers: true, Peers: []wgtypes.PeerConfig{{
 			PublicKey: keys[1-i].PublicKey(),
-			Endpoint:  &net.UDPAddr{IP: net.ParseIP(peer.host4), Port: defaults.WireGuardPort},
+			Endpoint:  &net.UDPAddr{IP: net.ParseIP(peer.host4), Port: port},
 			AllowedIPs: []net.IPNet{{IP: net.ParseIP(peer.tun4), Mask: net.CIDRMask(32, 32)},
 				{IP: net.ParseIP(peer.tun6), Mask: net.CIDRMask(128, 128)}},
 		}}}
@@ -388,7 +419,8 @@ func buildReference(ctx context.Context, router ns.NetNS, daemon, work string, m
 			return c.ConfigureDevice(refDev, cfg)
 		})
 		if err != nil {
-			return r, fmt.Errorf("reference %s: configure %s: %w", n.name, refDev, err)
+			log, _ := os.ReadFile(filepath.Join(work, n.name+"-datapath.log"))
+			return r, fmt.Errorf("reference %s: configure %s: %w\ndatapath log:\n%s", n.name, refDev, err, log)
 		}
 		if err := sh(r.nodes[i], "ip addr add "+n.tun4+"/32 dev "+refDev, "ip -6 addr add "+n.tun6+"/128 dev "+refDev+" nodad",
 			"ip link set "+refDev+" up", "ip route add "+peer.tun4+"/32 dev "+refDev, "ip -6 route add "+peer.tun6+"/128 dev "+refDev); err != nil {
@@ -403,20 +435,42 @@ func buildReference(ctx context.Context, router ns.NetNS, daemon, work string, m
 	return r, nil
 }
 
-// waitSocket waits up to 10 s for the datapath's UAPI socket to appear.
+// wire gives the reference namespace node of n its underlay: when apart,
+// a veth to the router's bridge with n's host addresses; a node of
+// routelet's has its own.
+func wire(router, node ns.NetNS, n refNode, sh func(ns.NetNS, ...string) error, apart bool) error {
+	if !apart {
+		return nil
+	}
+	port := "to-" + n.name
+	if _, err := netnstest.Sysctl(node, "net/ipv6/conf/all/accept_dad", "0"); err != nil {
+		return err
+	}
+	if err := sh(node, "ip link add eth0 type veth peer name "+port+" netns "+netnstest.Name(router)); err != nil {
+		return err
+	}
+	if err := sh(router, "ip link set "+port+" master br0 up"); err != nil {
+		return err
+	}
+	return sh(node, "ip addr add "+n.host4+"/24 dev eth0", "ip -6 addr add "+n.host6+"/64 dev eth0 nodad", "ip link set eth0 up")
+}
+
+// waitSocket waits up to 10 s for the datapath's UAPI socket to take
+// connections: the file appears when the socket is bound, a moment before
+// it listens.
 func waitSocket(p *netnstest.Proc, sock string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
-			return nil
+		if c, err := net.Dial("unix", sock); err == nil {
+			return c.Close()
 		}
 		select {
 		case <-p.Done():
-			return fmt.Errorf("datapath exited before %s appeared: %v", sock, p.Err())
+			return fmt.Errorf("datapath exited before %s answered: %v", sock, p.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no %s after 10s", sock)
+			return fmt.Errorf("%s did not answer within 10s", sock)
 		}
 	}
 }
