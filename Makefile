@@ -22,8 +22,8 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/routelet ./plugin
-	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/routeletd ./daemon
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/routelet ./plugin
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/routeletd ./daemon
 
 # Everything CI runs: vet, formatting, unit tests and the privileged tests
 # (network namespaces; they skip with a reason when not root).

@@ -136,10 +136,10 @@ rm -rf "$run"
 mkdir -p "$run/bin" "$run/initramfs"
 plan=${VMTEST_PLAN:-$here/$mode}
 cd "$root"
-# -tags grpcnotrace: see internal/netnstest.BuildTags.
-go build -tags grpcnotrace -o "$run/bin/routelet" ./plugin
-go build -tags grpcnotrace -o "$run/bin/routeletd" ./daemon
-go build -tags grpcnotrace -o "$run/bin/" \
+# -tags grpcnotrace and static: see internal/netnstest.BuildTags, goBuild.
+CGO_ENABLED=0 go build -tags grpcnotrace -o "$run/bin/routelet" ./plugin
+CGO_ENABLED=0 go build -tags grpcnotrace -o "$run/bin/routeletd" ./daemon
+CGO_ENABLED=0 go build -tags grpcnotrace -o "$run/bin/" \
 	github.com/containernetworking/plugins/plugins/main/ptp \
 	github.com/containernetworking/plugins/plugins/ipam/host-local \
 	github.com/containernetworking/plugins/plugins/meta/portmap
