@@ -25,13 +25,19 @@ func main() {
 	if e := preflight(os.Getenv); e != nil {
 		exitWith(e)
 	}
+	// The about line is printed only without CNI_COMMAND; the version
+	// (checked against its pattern) is not worked out on every call.
+	about := "CNI plugin routelet"
+	if os.Getenv("CNI_COMMAND") == "" {
+		about += " " + buildinfo.Version()
+	}
 	e := skel.PluginMainFuncsWithError(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,
 		Check:  cmdCheck,
 		GC:     cmdGC,
 		Status: cmdStatus,
-	}, supportedVersions, "CNI plugin routelet "+buildinfo.Version())
+	}, supportedVersions, about)
 	if e != nil {
 		exitWith(explain(e))
 	}

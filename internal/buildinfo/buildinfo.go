@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime/debug"
+	"sync"
 )
 
 // version and revision are set by the linker; see LDFlag and
@@ -32,15 +33,18 @@ func LDFlag(v string) string { return "-X " + pkg + ".version=" + v }
 // digits) into a binary.
 func RevisionLDFlag(rev string) string { return "-X " + pkg + ".revision=" + rev }
 
-// commit is what a revision stamp may hold.
-var commit = regexp.MustCompile(`^[0-9a-f]{40}$`)
+// commit is what a revision stamp may hold. Both patterns are compiled
+// on first use, not at every start of the plugin.
+var commit = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{40}$`) })
 
 // stamp is what a stamp may hold: a v-tag as git describe prints it.
-var stamp = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+var stamp = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+})
 
 // Valid says why v cannot be a stamped version, or nil.
 func Valid(v string) error {
-	if !stamp.MatchString(v) {
+	if !stamp().MatchString(v) {
 		return fmt.Errorf("version %q: want a tag of the form vMAJOR.MINOR.PATCH with an optional -suffix (git describe --tags)", v)
 	}
 	return nil
@@ -106,7 +110,7 @@ func vcs() (rev string, dirty bool) {
 
 // linked is the revision stamp when it is a commit, else "".
 func linked() string {
-	if commit.MatchString(revision) {
+	if commit().MatchString(revision) {
 		return revision
 	}
 	return ""
