@@ -2,13 +2,15 @@
 // over WireGuard itself. In one run it builds two simulated nodes on one
 // underlay bridge (see internal/cluster) running routeletd with
 // --encryption=wireguard --wireguard-implementation=userspace, one pod per
-// node attached through the plugin, and — on the same bridge — two plain
-// namespaces joined by bare WireGuard: the same userspace datapath
-// (`routeletd wireguard-datapath`, wireguard-go) in each, configured
-// with wgctrl, with a /32 and a /128 tunnel address and a route to the
-// other's, and no netfilter rule: the reference. It then runs iperf3 (one
-// TCP stream) pod to pod across routelet's nodes and namespace to
-// namespace across the reference, alternating, for IPv4 and IPv6.
+// node attached through the plugin, and the reference: bare WireGuard
+// between the same two node namespaces (-reference nodes, the default; a
+// device wg0 on port 51821 beside routelet's) or between two plain
+// namespaces on the same bridge with no netfilter rule (-reference apart).
+// The reference runs the same userspace datapath (`routeletd
+// wireguard-datapath`, wireguard-go), configured with wgctrl, with a /32
+// and a /128 tunnel address and a route to the other's. It then runs
+// iperf3 (one TCP stream) pod to pod across routelet's nodes and between
+// the reference's tunnel addresses, alternating, for IPv4 and IPv6.
 //
 // For every transfer it prints the rate and CPU seconds per GB received:
 // of the two WireGuard datapath processes (utime+stime from
